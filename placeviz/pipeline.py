@@ -1,0 +1,170 @@
+"""The whole static pipeline in one call: load → sync pass → place → detect/prove → partition.
+
+``analyze``, ``render``, ``lint`` and ``verify`` all need the same facts about a model; they get
+them from :func:`run_pipeline` so that each stage runs once and every command sees the same
+result. Stages that do not apply are ``None``; a stage that fails on a graph that loaded fine
+(TF's placer would reject it, partitioning finds a cycle across devices) records its error
+message instead of raising, because that failure is itself something to report.
+
+Order, as DESIGN.md section 2 draws it: the SyncReplicas pass rewrites the *plain* graph first
+(TF builds ``SyncReplicasOptimizer``'s ops under the same device setter as the model), then the
+setter and placer run over the result, then the sync machinery is detected and proven on the
+placed graph, then one step of the worker's train op is partitioned.
+
+Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from placeviz.analysis import Analysis, analyze
+from placeviz.errors import PlacevizError
+from placeviz.graph import Graph
+from placeviz.io import Model, load, model_from_proto
+
+
+@dataclass(frozen=True)
+class SyncOptions:
+    """The SYNC command-line options: rewrite a plain graph into SyncReplicas form first."""
+
+    replicas_to_aggregate: int
+    total_replicas: int | None = None
+    variable_averages: bool = False
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """Which run to partition: fetches/targets/feeds (empty: the worker's train op)."""
+
+    fetches: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    feeds: tuple[str, ...] = ()
+    level: str = "task"
+    replicate_constants: bool = True
+
+
+@dataclass
+class Pipeline:
+    """Everything the static stages computed for one model."""
+
+    model: Model
+    """The model as loaded, or as rewritten by the sync pass."""
+    analysis: Analysis
+    """``analyze`` of :attr:`model`, with its placement/sync/partition sections filled."""
+    rewrite: object | None = None
+    """:class:`placeviz.sync.rewrite.RewriteResult` when the sync pass ran."""
+    placement: object | None = None
+    """:class:`placeviz.placement.PlacementResult`, or None (not asked for, or failed)."""
+    placement_error: str | None = None
+    machinery: object | None = None
+    """:class:`placeviz.sync.detect.SyncMachinery` found in the (placed) graph, or None."""
+    proof: object | None = None
+    """:class:`placeviz.sync.proof.SyncProof` for :attr:`machinery`."""
+    partitions: object | None = None
+    """:class:`placeviz.partition.PartitionResult` of one step at ``StepOptions.level``."""
+    partition_error: str | None = None
+    run: dict = field(default_factory=dict)
+    """What was partitioned: ``{"fetches", "targets", "feeds", "what"}``."""
+
+    @property
+    def graph(self) -> Graph:
+        """The graph later stages refer to: the placed one when placement ran, else the model's."""
+        return self.placement.graph if self.placement is not None else self.model.graph
+
+    @property
+    def devices(self) -> list[str] | None:
+        """Full runtime device of every node of :attr:`graph`, or None without placement."""
+        return self.placement.placement.devices if self.placement is not None else None
+
+
+def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: SyncOptions | None = None,
+                 step: StepOptions | None = None, *, tag: str | None = None, place_always: bool = False,
+                 partition: bool = True, progress=None) -> Pipeline:
+    """Run every static stage that applies; see the module docstring.
+
+    ``placement_options``: :class:`placeviz.placement.PlacementOptions` (None: no placement).
+    Placement runs when the options ask for the setter, give a cluster, the graph is already
+    placed, or ``place_always``. ``progress``: optional callable taking one status line.
+    Raises :class:`PlacevizError` only for bad input (load errors, a graph the sync pass refuses).
+    """
+    from placeviz.placement import is_placed, place_graph, placement_summary
+
+    say = progress or (lambda _msg: None)
+    model = model_spec if isinstance(model_spec, Model) else load(model_spec, tag=tag)
+    rewrite = None
+    if sync_options is not None:
+        from placeviz.sync.rewrite import rewrite_sync
+
+        say("sync pass: rewriting into SyncReplicas form ...")
+        source = model.meta_graph if model.meta_graph is not None else model.graph_def
+        rewrite = rewrite_sync(source, sync_options.replicas_to_aggregate, sync_options.total_replicas,
+                               sync_options.variable_averages,
+                               collections=model.collections if model.meta_graph is not None else None)
+        model = model_from_proto(model.source, model.kind,
+                                 rewrite.meta_graph if rewrite.meta_graph is not None else rewrite.graph_def)
+    report = analyze(model)
+    pipe = Pipeline(model=model, analysis=report, rewrite=rewrite)
+
+    wants_placement = placement_options is not None and (
+        place_always or placement_options.wants_setter or placement_options.cluster is not None
+        or is_placed(model.graph))
+    if wants_placement:
+        say("placing ...")
+        try:
+            pipe.placement = place_graph(model.graph, placement_options)
+        except PlacevizError as e:
+            pipe.placement_error = str(e)
+            report.placement = {"stage": "placed", "error": str(e)}
+        else:
+            from placeviz.devices import PyDeviceSpec
+
+            sizes = {v.name: v.bytes for v in report.variables}
+            ps_job = PyDeviceSpec.parse(placement_options.setter.ps_device).job or "ps"
+            report.placement = placement_summary(pipe.placement, sizes, ps_job)
+
+    from placeviz.sync import detect, prove
+
+    collections = model.collections if model.collections.present else None
+    pipe.machinery = detect(pipe.graph, collections)
+    if pipe.machinery is not None:
+        trainable = collections.trainable_variables if collections is not None else None
+        pipe.proof = prove(pipe.graph, pipe.machinery, trainable=trainable or None)
+
+    if partition and pipe.placement is not None:
+        step = step or StepOptions()
+        _partition_step(pipe, step, placement_options, say)
+    return pipe
+
+
+def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say) -> None:
+    from placeviz.partition import partition
+    from placeviz.traffic import traffic_summary
+
+    fetches, targets, feeds = step.fetches, step.targets, step.feeds
+    if not (fetches or targets):
+        worker_ops = (pipe.analysis.sync or {}).get("worker_train_ops") or []
+        targets = tuple(worker_ops or pipe.model.collections.train_ops)
+    pipe.run = {"fetches": list(fetches), "targets": list(targets), "feeds": list(feeds),
+                "what": "one step of the train op" if targets and not fetches else
+                        ("the given fetches" if fetches or targets else "the whole graph")}
+    say(f"partitioning ({step.level} level) ...")
+    try:
+        pipe.partitions = partition(pipe.graph, pipe.devices, fetches=fetches, targets=targets, feeds=feeds,
+                                    level=step.level, replicate_constants=step.replicate_constants,
+                                    client_device=client_device(placement_options.placer.master_task))
+    except PlacevizError as e:
+        pipe.partition_error = str(e)
+        pipe.analysis.partition = {"level": step.level, "error": str(e), "run": pipe.run}
+        return
+    pipe.analysis.partition = {"level": step.level, **traffic_summary(pipe.graph, pipe.partitions, pipe.run)}
+
+
+def client_device(master_task: str | None) -> str | None:
+    """CPU:0 of the session's task: where a client's feeds come from and fetches go to."""
+    from placeviz.devices import parse_full_name
+
+    parsed = parse_full_name(master_task) if master_task else None
+    if parsed is None or parsed.job is None:
+        return None
+    return f"/job:{parsed.job}/replica:{parsed.replica or 0}/task:{parsed.task or 0}/device:CPU:0"
