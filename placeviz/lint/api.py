@@ -1,0 +1,211 @@
+"""What a lint rule sees and returns: :class:`Rule` metadata, :class:`LintContext`, :class:`Finding`.
+
+A rule is one module in ``rules/`` (or a user's ``--rules DIR``) holding ``RULE = Rule(...)`` and
+``def check(ctx: LintContext) -> Iterable[Finding]``. The engine builds the context once per model
+from the static pipeline (:mod:`placeviz.pipeline`) and hands the same object to every rule, so
+no rule reparses, re-places or re-partitions anything.
+
+Example::
+
+    RULE = Rule(id="PV301", name="sync-token-queue-shared", severity="error", category="sync",
+                summary="More than one SyncReplicas token queue shares shared_name 'sync_token_q'.",
+                ignorable=False, doc=\"\"\"## What it does ... \"\"\")
+
+    def check(ctx):
+        queues = [i for i in ctx.nodes_by_op("FIFOQueueV2", "FIFOQueue")
+                  if ctx.attr_str(i, "shared_name") == "sync_token_q"]
+        if len(queues) > 1:
+            yield ctx.finding(RULE, queues[1], "2 queues share ...", related=queues[:1])
+
+Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+SEVERITIES = ("error", "warning", "info")
+"""Most to least severe; ``--fail-on`` thresholds are inclusive."""
+
+CATEGORIES = {
+    "0": "graph", "1": "devices", "2": "variables", "3": "sync", "4": "traffic", "9": "meta",
+}
+"""First digit of a rule ID -> category."""
+
+NEEDS = frozenset({"placement", "cluster", "meta", "sync", "partition"})
+"""What a rule may need beyond the GraphDef:
+
+* ``placement``: placed devices (``ctx.devices``); missing when TF's placer would reject the graph;
+* ``cluster``: a cluster spec the user gave (``--cluster`` or config), not one inferred from the graph;
+* ``meta``: MetaGraphDef collections (trainable/local variables, train ops, queue runners);
+* ``sync``: detected SyncReplicas machinery (``ctx.machinery``/``ctx.proof``);
+* ``partition``: the partition of one train step (``ctx.partitions``).
+
+A rule whose need is missing is reported as skipped with the reason, never silently dropped.
+"""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule's metadata; the rule's docs page is generated from it."""
+
+    id: str  # "PV301"
+    name: str  # "sync-token-queue-shared" (kebab-case, usable wherever the ID is)
+    severity: str  # default severity: "error" | "warning" | "info"
+    summary: str  # one sentence
+    needs: tuple[str, ...] = ()  # subset of NEEDS
+    ignorable: bool = True  # False: per-node ignores cannot silence it (config may still deselect it)
+    preview: bool = False
+    doc: str = ""  # Markdown: What it does / Why it matters / How it is detected / Example / Fix / References
+    references: tuple[str, ...] = ()
+
+    @property
+    def category(self) -> str:
+        return CATEGORIES.get(self.id[2:3], "other")
+
+    def __post_init__(self):
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"{self.id}: severity must be one of {SEVERITIES}, got {self.severity!r}")
+        unknown = set(self.needs) - NEEDS
+        if unknown:
+            raise ValueError(f"{self.id}: unknown needs {sorted(unknown)}")
+
+
+@dataclass
+class Finding:
+    """One problem a rule found at one node (``node`` None: about the model as a whole)."""
+
+    rule: str
+    name: str
+    severity: str
+    model: str
+    node: str | None
+    device: str | None
+    message: str
+    related: list[str] = field(default_factory=list)
+    suggestion: str | None = None
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class LintContext:
+    """Everything a rule may look at, computed once per model.
+
+    Node ids are ints (positions in ``graph``); use ``graph.names[i]``, ``graph.ops[i]``,
+    ``graph.node_def(i)``, ``graph.inputs_of(i)`` -> [(src, slot or CONTROL)],
+    ``graph.consumers_of(i)``.
+    """
+
+    model_path: str
+    pipeline: object  # placeviz.pipeline.Pipeline
+    cluster: object | None = None  # placeviz.devices.ClusterSpec the user gave, or None
+    thresholds: dict = field(default_factory=dict)
+    op_table: object | None = None
+
+    # ------------------------------------------------------------------ the stages' results
+    @property
+    def model(self):
+        return self.pipeline.model
+
+    @property
+    def graph(self):
+        """The placed graph when placement ran (may hold group NoOps the setter added), else the model's."""
+        return self.pipeline.graph
+
+    @property
+    def requested_devices(self) -> list[str]:
+        """Device strings as written in the GraphDef (or as the replayed setter wrote them)."""
+        return self.graph.devices
+
+    @property
+    def devices(self) -> list[str] | None:
+        """Full runtime device per node after TF's placer; None when placement did not run or failed."""
+        return self.pipeline.devices
+
+    @property
+    def placement_error(self) -> str | None:
+        return self.pipeline.placement_error
+
+    @property
+    def collections(self):
+        """:class:`placeviz.io.Collections` (``.present`` False for a bare GraphDef)."""
+        return self.pipeline.model.collections
+
+    @property
+    def analysis(self):
+        """:class:`placeviz.analysis.Analysis` (variables with bytes, placement/sync/partition sections)."""
+        return self.pipeline.analysis
+
+    @property
+    def machinery(self):
+        return self.pipeline.machinery
+
+    @property
+    def proof(self):
+        return self.pipeline.proof
+
+    @property
+    def partitions(self):
+        return self.pipeline.partitions
+
+    def has(self, need: str) -> bool:
+        """Whether the input ``need`` (see :data:`NEEDS`) is available for this model."""
+        if need == "placement":
+            return self.devices is not None
+        if need == "cluster":
+            return self.cluster is not None
+        if need == "meta":
+            return self.collections.present
+        if need == "sync":
+            return self.machinery is not None
+        if need == "partition":
+            return self.partitions is not None
+        raise ValueError(f"unknown need {need!r}")
+
+    def missing(self, rule: Rule) -> list[str]:
+        return [n for n in rule.needs if not self.has(n)]
+
+    # ------------------------------------------------------------------ helpers for rules
+    @cached_property
+    def _by_op(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for i, op in enumerate(self.graph.ops):
+            out.setdefault(op, []).append(i)
+        return out
+
+    def nodes_by_op(self, *ops: str) -> list[int]:
+        """Ids of nodes whose op is one of ``ops``, in graph order."""
+        if len(ops) == 1:
+            return list(self._by_op.get(ops[0], ()))
+        return sorted(i for op in ops for i in self._by_op.get(op, ()))
+
+    def attr_str(self, i: int, key: str) -> str | None:
+        attr = self.graph.node_def(i).attr
+        return attr[key].s.decode("utf-8", "replace") if key in attr else None
+
+    def device_of(self, i: int) -> str:
+        """The placed device when known, else the requested one."""
+        devices = self.devices
+        return devices[i] if devices is not None else self.graph.devices[i]
+
+    def threshold(self, key: str, default):
+        return self.thresholds.get(key, default)
+
+    def finding(self, rule: Rule, node: int | str | None, message: str, *, related: Iterable[int | str] = (),
+                suggestion: str | None = None, severity: str | None = None) -> Finding:
+        """A :class:`Finding` of ``rule`` at ``node`` (id or name), with its device filled in."""
+        name = device = None
+        if node is not None:
+            i = node if isinstance(node, int) else self.graph.index[node]
+            name = self.graph.names[i]
+            device = self.device_of(i) or None
+        return Finding(
+            rule=rule.id, name=rule.name, severity=severity or rule.severity, model=self.model_path,
+            node=name, device=device, message=message,
+            related=[self.graph.names[r] if isinstance(r, int) else r for r in related],
+            suggestion=suggestion,
+        )
