@@ -14,6 +14,7 @@ import click
 
 from placeviz import __version__
 from placeviz.commands.place_options import build_placement_options, place_options
+from placeviz.commands.sync_options import sync_options
 from placeviz.errors import PlacevizError
 
 _debug = False
@@ -42,17 +43,19 @@ def cli(debug: bool) -> None:
 @click.option("--target", "targets", multiple=True, metavar="OP", help="Traffic of a step running OP.")
 @click.option("--feed", "feeds", multiple=True, metavar="TENSOR", help="A tensor the step feeds.")
 @place_options
+@sync_options
 def analyze(model: str, fmt: str, output: str | None, tag: str | None, explain, fetches, targets, feeds,
-            place) -> None:
+            place, sync) -> None:
     """Report node count, op types, devices, variables and placement of MODEL.
 
     An unplaced graph is placed when --ps-tasks or --cluster is given; a placed one is always run
-    through the placer.
+    through the placer. With --sync-replicas a plain training graph is first rewritten into
+    SyncReplicasOptimizer's form.
     """
     from placeviz.commands import analyze as command
 
     command.run(model, tag=tag, fmt=fmt, output=output, placement_options=build_placement_options(place),
-                explain=explain, fetches=fetches, targets=targets, feeds=feeds)
+                explain=explain, fetches=fetches, targets=targets, feeds=feeds, sync=sync)
 
 
 @cli.command(epilog=MODEL_HELP)

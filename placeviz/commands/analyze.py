@@ -4,60 +4,28 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from placeviz.analysis import Analysis, analyze
+from placeviz.analysis import Analysis
 from placeviz.commands.output import emit, render_rich, to_json
-from placeviz.devices import PyDeviceSpec
 from placeviz.errors import PlacevizError
-from placeviz.io import load
-from placeviz.placement import is_placed, place_graph, placement_summary
+from placeviz.pipeline import StepOptions, run_pipeline
 
 TOP_OPS = 15
 VARIABLES_SHOWN = 40
 
 
 def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, placement_options=None,
-        explain: tuple[str, ...] = (), fetches=(), targets=(), feeds=()) -> Analysis:
-    model = load(model_spec, tag=tag)
-    report = analyze(model)
-    result = None
-    if placement_options is not None and (placement_options.wants_setter or is_placed(model.graph)
-                                          or placement_options.cluster is not None or explain):
-        try:
-            result = place_graph(model.graph, placement_options)
-        except PlacevizError as e:
-            # The graph itself loaded fine: TF's placer would reject it (or an op is unknown to the
-            # op-facts table). That is part of the report, not a failure of analyze.
-            if explain:
-                raise
-            report.placement = {"stage": "placed", "error": str(e)}
-        else:
-            sizes = {v.name: v.bytes for v in report.variables}
-            ps_job = PyDeviceSpec.parse(placement_options.setter.ps_device).job or "ps"
-            report.placement = placement_summary(result, sizes, ps_job)
-            if explain:
-                report.placement["explain"] = [explain_node(result, name) for name in explain]
-            report.partition = traffic_section(model, report, result, fetches, targets, feeds)
+        explain: tuple[str, ...] = (), fetches=(), targets=(), feeds=(), sync=None) -> Analysis:
+    """Load MODEL, run the static pipeline (sync pass, placement, partition) and emit the report."""
+    pipe = run_pipeline(model_spec, placement_options, sync, StepOptions(tuple(fetches), tuple(targets), tuple(feeds)),
+                        tag=tag, place_always=bool(explain))
+    report = pipe.analysis
+    if explain:
+        if pipe.placement_error is not None:
+            # --explain asks about placement itself: its failure is the answer, as an error.
+            raise PlacevizError(pipe.placement_error)
+        report.placement["explain"] = [explain_node(pipe.placement, name) for name in explain]
     emit(to_json(report.to_json()) if fmt == "json" else format_text(report), output)
     return report
-
-
-def traffic_section(model, report, result, fetches, targets, feeds) -> dict:
-    """Partition one training step by task and summarise what crosses the network."""
-    from placeviz.partition import partition
-    from placeviz.traffic import traffic_summary
-
-    if not (fetches or targets):
-        worker_ops = (report.sync or {}).get("worker_train_ops") or []
-        targets = tuple(worker_ops or model.collections.train_ops)
-    run = {"fetches": list(fetches), "targets": list(targets), "feeds": list(feeds),
-           "what": "one step of the train op" if targets and not fetches else
-                   ("the given fetches" if fetches or targets else "the whole graph")}
-    try:
-        parts = partition(result.graph, result.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
-                          level="task")
-    except PlacevizError as e:
-        return {"level": "task", "error": str(e), "run": run}
-    return {"level": "task", **traffic_summary(result.graph, parts, run)}
 
 
 def explain_node(result, name: str) -> dict:

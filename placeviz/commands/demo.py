@@ -12,15 +12,15 @@ from pathlib import Path
 
 import click
 
-from placeviz.analysis import analyze
-from placeviz.commands.analyze import explain_node, format_text, traffic_section
+from placeviz.commands.analyze import explain_node, format_text
 from placeviz.commands.output import progress, to_json
 from placeviz.commands.partition import partition_file_name
 from placeviz.devices import ClusterSpec
 from placeviz.errors import PlacevizError
 from placeviz.io import atomic_write, model_from_proto, save_proto
 from placeviz.partition import partition
-from placeviz.placement import PlacementOptions, place_graph, placement_summary
+from placeviz.pipeline import run_pipeline
+from placeviz.placement import PlacementOptions
 from placeviz.placement.setter import SetterConfig
 from placeviz.protos import GraphDef
 
@@ -48,20 +48,19 @@ def run(out_dir: str) -> None:
     progress(f"[2/4] placing: replica_device_setter(ps_tasks={PS_TASKS}) replay, then TF's placer ...")
     placement_options = PlacementOptions(setter=SetterConfig(ps_tasks=PS_TASKS, worker_device="/job:worker/task:0"),
                                          cluster=ClusterSpec.from_ps_tasks(PS_TASKS))
-    result = place_graph(model.graph, placement_options)
+    progress("[3/4] analyzing: SyncReplicas proof, placement, one training step's partitions and traffic ...")
+    pipe = run_pipeline(model, placement_options)
+    if pipe.placement is None:
+        raise PlacevizError(f"the demo sample did not place: {pipe.placement_error}")
+    result = pipe.placement
     placed = GraphDef()
     placed.CopyFrom(result.graph.graph_def)
     for node, device in zip(placed.node, result.placement.devices, strict=True):
         node.device = device
     save_proto(placed, out / f"{DEMO_SAMPLE}.placed.pb")
-
-    progress("[3/4] analyzing: SyncReplicas proof, placement, one training step's partitions and traffic ...")
-    report = analyze(model)
-    report.placement = placement_summary(result, {v.name: v.bytes for v in report.variables})
+    report = pipe.analysis
     report.placement["explain"] = [explain_node(result, name) for name in EXPLAIN if name in result.graph.index]
-    report.partition = traffic_section(model, report, result, (), (), ())
-    worker_step = tuple((report.sync or {}).get("worker_train_ops") or model.collections.train_ops)
-    parts = partition(result.graph, result.placement.devices, targets=worker_step, level="device")
+    parts = partition(result.graph, result.placement.devices, targets=tuple(pipe.run["targets"]), level="device")
     parts_dir = out / "partitions"
     parts_dir.mkdir(exist_ok=True)
     for device, graph_def in parts.partitions.items():
