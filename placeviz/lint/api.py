@@ -60,6 +60,10 @@ class Rule:
     preview: bool = False
     doc: str = ""  # Markdown: What it does / Why it matters / How it is detected / Example / Fix / References
     references: tuple[str, ...] = ()
+    integrity: bool = False
+    """True for graph-integrity rules (PV0xx): they read ``ctx.raw`` and also run when the GraphDef
+    is too broken to build a :class:`placeviz.graph.Graph` (duplicate names, dangling inputs, an
+    illegal cycle); every other rule is then skipped, and ``ctx.pipeline`` is None."""
 
     @property
     def category(self) -> str:
@@ -105,6 +109,14 @@ class LintContext:
     cluster: object | None = None  # placeviz.devices.ClusterSpec the user gave, or None
     thresholds: dict = field(default_factory=dict)
     op_table: object | None = None
+    raw: object | None = None
+    """:class:`placeviz.lint.raw.RawGraph`: the GraphDef as written, indexed without validation
+    (set by the engine for every model; integrity rules read it)."""
+
+    @property
+    def loaded(self) -> bool:
+        """False when the graph could not be built or run through the pipeline (integrity rules only)."""
+        return self.pipeline is not None
 
     # ------------------------------------------------------------------ the stages' results
     @property
@@ -189,23 +201,69 @@ class LintContext:
 
     def device_of(self, i: int) -> str:
         """The placed device when known, else the requested one."""
+        if self.pipeline is None:
+            return self.raw.devices[i]
         devices = self.devices
         return devices[i] if devices is not None else self.graph.devices[i]
 
     def threshold(self, key: str, default):
         return self.thresholds.get(key, default)
 
+    def threshold_bytes(self, key: str, default: int | str) -> int:
+        """A size threshold from config: an int (bytes) or a string like ``"64MiB"``/``"1.5 GB"``."""
+        return parse_bytes(self.thresholds.get(key, default))
+
     def finding(self, rule: Rule, node: int | str | None, message: str, *, related: Iterable[int | str] = (),
                 suggestion: str | None = None, severity: str | None = None) -> Finding:
         """A :class:`Finding` of ``rule`` at ``node`` (id or name), with its device filled in."""
         name = device = None
+        nodes = self.graph if self.pipeline is not None else self.raw  # raw: the graph could not be built
         if node is not None:
-            i = node if isinstance(node, int) else self.graph.index[node]
-            name = self.graph.names[i]
+            i = node if isinstance(node, int) else nodes.index[node]
+            name = nodes.names[i]
             device = self.device_of(i) or None
         return Finding(
             rule=rule.id, name=rule.name, severity=severity or rule.severity, model=self.model_path,
             node=name, device=device, message=message,
-            related=[self.graph.names[r] if isinstance(r, int) else r for r in related],
+            related=[nodes.names[r] if isinstance(r, int) else r for r in related],
             suggestion=suggestion,
         )
+
+    def raw_finding(self, rule: Rule, i: int | None, message: str, *, related: Iterable[int] = (),
+                    suggestion: str | None = None, severity: str | None = None) -> Finding:
+        """A finding at node ``i`` of :attr:`raw` (the GraphDef as written; integrity rules).
+
+        Raw ids are positions in the model's own GraphDef, which differ from ``graph`` ids once the
+        sync pass rewrote the graph. The device is the placed one when the node was placed, else
+        the one written in the GraphDef.
+        """
+        raw = self.raw
+        name = device = None
+        if i is not None:
+            name = raw.names[i]
+            device = raw.devices[i] or None
+            if self.pipeline is not None and self.devices is not None:
+                j = self.graph.index.get(name)
+                if j is not None:
+                    device = self.devices[j] or device
+        return Finding(rule=rule.id, name=rule.name, severity=severity or rule.severity, model=self.model_path,
+                       node=name, device=device, message=message, related=[raw.names[r] for r in related],
+                       suggestion=suggestion)
+
+
+_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+          "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_bytes(value: int | float | str) -> int:
+    """``64 * 2**20``, ``"64MiB"``, ``"1.5 GB"`` -> bytes; ValueError for anything else."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, (int, float)):
+        return int(value)
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"not a size: {value!r} (use bytes or a unit: KiB, MiB, GiB, KB, MB, GB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])

@@ -1,0 +1,188 @@
+"""Running the rules over models: one context per model, every rule against it, nothing lost.
+
+Per model the engine loads the model once, runs the static pipeline once (sync pass, placement,
+detect/prove, partition of one train step) and hands the same :class:`LintContext` to every rule.
+It never drops a rule silently:
+
+* a rule whose ``needs`` are missing (no cluster spec, no MetaGraphDef, placement failed, ...) is
+  *skipped*, with the reason, in every output format;
+* a rule that raises becomes an *error* naming the rule and the exception (exit 2, no traceback),
+  and the other rules still run;
+* a graph too broken to build (duplicate names, dangling inputs, an illegal cycle) is handed to
+  the integrity rules (PV0xx) on the raw GraphDef, which report every such problem as findings
+  (exit 1); the other rules are skipped. A file that is not a graph at all stays an error (exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from placeviz.errors import GraphError, LoadError, PlacevizError
+from placeviz.lint.api import SEVERITIES, Finding, LintContext
+from placeviz.lint.discovery import LoadedRule
+from placeviz.lint.raw import RawGraph, read_graph_def
+
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+NEED_REASONS = {
+    "cluster": "needs a cluster spec: give --cluster FILE (or cluster = \"...\" in the lint config)",
+    "meta": "needs MetaGraphDef collections: lint a .meta file or a SavedModel, not a bare GraphDef",
+    "sync": "no SyncReplicas machinery in the graph (--sync-replicas rewrites a plain graph first)",
+}
+
+
+@dataclass
+class Skipped:
+    rule: str
+    name: str
+    model: str
+    reason: str
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class LintError:
+    """A problem that stopped linting a model, or one rule on it (exit 2)."""
+
+    message: str
+    model: str | None = None
+    rule: str | None = None
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class LintOptions:
+    placement_options: object | None = None  # placeviz.placement.PlacementOptions
+    sync: object | None = None  # placeviz.pipeline.SyncOptions
+    tag: str | None = None
+    cluster: object | None = None  # placeviz.devices.ClusterSpec the user gave
+    thresholds: dict = field(default_factory=dict)
+    severity: dict = field(default_factory=dict)  # rule ID -> severity override
+
+
+@dataclass
+class ModelResult:
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    errors: list[LintError] = field(default_factory=list)
+    ran: list[LoadedRule] = field(default_factory=list)
+
+
+def display_path(spec: str) -> str:
+    """The model path as findings, fingerprints and SARIF name it: relative to the current
+    directory when inside it, with forward slashes, so that it is stable across machines."""
+    if not os.path.exists(spec):
+        return spec
+    path = Path(spec).resolve()
+    try:
+        return path.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return Path(spec).as_posix()
+
+
+def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> ModelResult:
+    """Run ``rules`` on one model; see the module docstring."""
+    from placeviz.io import load
+    from placeviz.pipeline import run_pipeline
+
+    model_path = display_path(spec)
+    result = ModelResult()
+    try:
+        model = load(spec, tag=options.tag)
+    except LoadError as e:
+        graph_def = read_graph_def(spec, options.tag)
+        if graph_def is None:
+            result.errors.append(LintError(str(e), model_path))
+            return result
+        return _broken(result, rules, _context(model_path, None, RawGraph(graph_def), options), e)
+    raw = RawGraph.from_graph(model.graph, model.graph_def)
+    try:
+        model.graph.topological_order  # noqa: B018 - the pipeline's analysis refuses illegal cycles
+    except GraphError as e:
+        return _broken(result, rules, _context(model_path, None, raw, options), e)
+    try:
+        pipe = run_pipeline(model, options.placement_options, options.sync)
+    except PlacevizError as e:
+        result.errors.append(LintError(str(e), model_path))
+        return result
+    except Exception as e:  # noqa: BLE001 - a pipeline bug: integrity findings may explain it, else exit 2
+        error = PlacevizError(f"internal error in the pipeline: {type(e).__name__}: {e}")
+        return _broken(result, rules, _context(model_path, None, raw, options), error)
+    ctx = _context(model_path, pipe, raw, options)
+    for r in rules:
+        if r.rule.category == "meta":
+            continue  # judged by the engine from the config, once per run
+        missing = ctx.missing(r.rule)
+        if missing:
+            result.skipped.append(Skipped(r.id, r.name, model_path, _reason(ctx, missing[0])))
+        else:
+            _run_rule(r, ctx, result)
+    return result
+
+
+def _context(model_path: str, pipe, raw: RawGraph, options: LintOptions) -> LintContext:
+    from placeviz.ops import load_op_table
+
+    return LintContext(model_path=model_path, pipeline=pipe, cluster=options.cluster,
+                       thresholds=options.thresholds, op_table=load_op_table(), raw=raw)
+
+
+def _broken(result: ModelResult, rules: list[LoadedRule], ctx: LintContext, error: PlacevizError) -> ModelResult:
+    """The graph could not be built: integrity rules only; the rest are skipped."""
+    for r in rules:
+        if r.rule.integrity:
+            _run_rule(r, ctx, result)
+    if not result.findings and not result.errors:
+        # None of the integrity rules explains the failure: it is not a finding we can report.
+        result.errors.append(LintError(str(error), ctx.model_path))
+        return result
+    problem = getattr(error, "problem", None) or str(error)
+    for r in rules:
+        if not r.rule.integrity and r.rule.category != "meta":
+            result.skipped.append(Skipped(r.id, r.name, ctx.model_path, f"the graph cannot be loaded: {problem}"))
+    return result
+
+
+def _reason(ctx: LintContext, need: str) -> str:
+    pipe = ctx.pipeline
+    if need == "placement":
+        if pipe.placement_error:
+            return f"placement failed: {pipe.placement_error}"
+        return "needs placement: the graph requests no devices; give --ps-tasks N or --cluster FILE"
+    if need == "partition":
+        if pipe.partition_error:
+            return f"partitioning failed: {pipe.partition_error}"
+        if pipe.placement_error:
+            return f"needs a partition, and placement failed: {pipe.placement_error}"
+        return "needs a partition of one step, which needs placement: give --ps-tasks N or --cluster FILE"
+    return NEED_REASONS.get(need, f"needs {need}")
+
+
+def _run_rule(r: LoadedRule, ctx: LintContext, result: ModelResult) -> None:
+    try:
+        found = list(r.check(ctx) or ())
+    except Exception as e:  # noqa: BLE001 - one broken rule must not stop the others
+        text = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+        result.errors.append(LintError(f"rule {r.id} ({r.name}) failed on {ctx.model_path}: "
+                                       f"{type(e).__name__}{': ' + text if text else ''}", ctx.model_path, r.id))
+        return
+    for f in found:
+        problem = None
+        if not isinstance(f, Finding):
+            problem = f"yielded {type(f).__name__}, not a Finding"
+        elif f.rule != r.id:
+            problem = f"yielded a finding of rule {f.rule!r}"
+        elif f.severity not in SEVERITY_RANK:
+            problem = f"yielded severity {f.severity!r}"
+        if problem:
+            result.errors.append(LintError(f"rule {r.id} ({r.name}) {problem} on {ctx.model_path}",
+                                           ctx.model_path, r.id))
+            return
+    result.ran.append(r)
+    result.findings.extend(found)

@@ -1,0 +1,60 @@
+"""Which rules run: ``select``/``extend-select``/``ignore`` selectors, as ruff reads them.
+
+A selector is ``ALL``, a rule ID (``PV301``), a rule name (``sync-token-queue-shared``) or an ID
+prefix (``PV3``, ``PV30``). The command line's ``--select`` replaces the config's ``select``;
+``--extend-select`` and ``--ignore`` add to the config's. Then:
+
+    selected = match(select + extend-select) - match(ignore)
+
+Preview rules are selected only by their exact ID or name, or when ``preview`` is on: a new rule
+does not start failing CI because someone wrote ``select = ["ALL"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from placeviz.lint.discovery import LoadedRule
+
+
+def matches(selector: str, rule) -> bool:
+    """Whether ``selector`` names ``rule`` (a :class:`Rule` or :class:`LoadedRule`)."""
+    rule = getattr(rule, "rule", rule)
+    return selector_matches(selector, rule.id, rule.name)
+
+
+def selector_matches(selector: str, rule_id: str, rule_name: str) -> bool:
+    s = selector.strip()
+    upper = s.upper()
+    return upper == "ALL" or s == rule_name or (len(upper) >= 2 and rule_id.startswith(upper))
+
+
+def is_exact(selector: str, rule) -> bool:
+    rule = getattr(rule, "rule", rule)
+    return selector.strip().upper() == rule.id or selector.strip() == rule.name
+
+
+def unknown_selectors(selectors: Iterable[str], rules: list[LoadedRule]) -> list[str]:
+    """Selectors that name no rule (kept in order, without repeats)."""
+    out = []
+    for s in selectors:
+        if s not in out and not any(matches(s, r) for r in rules):
+            out.append(s)
+    return out
+
+
+def select_rules(rules: list[LoadedRule], select: list[str], extend_select: list[str] = (),
+                 ignore: list[str] = (), preview: bool = False) -> list[LoadedRule]:
+    """The rules that run, in ID order."""
+    wanted = [*select, *extend_select]
+    chosen = []
+    for r in rules:
+        hits = [s for s in wanted if matches(s, r)]
+        if not hits:
+            continue
+        if r.rule.preview and not preview and not any(is_exact(s, r) for s in hits):
+            continue
+        if any(matches(s, r) for s in ignore):
+            continue
+        chosen.append(r)
+    return chosen
