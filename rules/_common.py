@@ -1,0 +1,312 @@
+"""Helpers shared by the PV1xx-PV4xx rules (not a rule: the engine skips modules starting with ``_``).
+
+Everything here reads the :class:`placeviz.lint.LintContext` the engine built; results that cost
+a pass over the graph are cached on the context, so rules calling the same helper share one pass.
+Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from placeviz.devices import parse_full_name
+from placeviz.graph import CONTROL
+
+VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"})
+"""Ops that hold a variable (the node's name is the variable's name)."""
+
+FORWARD_OPS = frozenset({
+    "Identity", "RefIdentity", "ReadVariableOp", "Enter", "RefEnter", "Switch", "RefSwitch", "Merge",
+    "RefMerge", "Exit", "RefExit", "NextIteration", "RefNextIteration", "Snapshot",
+})
+"""Ops through which a consumer still sees the variable's value (or ref/handle)."""
+
+PS_JOB = "ps"
+"""The job ``replica_device_setter`` puts variables on (its ``ps_device`` default)."""
+
+WORKER_JOBS = frozenset({"worker", "chief", "master"})
+"""Jobs whose tasks run replicas of the model (TF1: ``worker``; ``chief``/``master`` in TF_CONFIG)."""
+
+_PART_RE = re.compile(r"^(?P<base>.+)/part_(?P<index>\d+)$")
+
+
+def _cache(ctx) -> dict:
+    return ctx.__dict__.setdefault("_pv_rule_cache", {})
+
+
+# ----------------------------------------------------------------------------- devices
+
+
+def parsed(device: str):
+    """The parsed device name (``ParsedName``), or None when empty or malformed."""
+    if not device:
+        return None
+    return parse_full_name(device)
+
+
+def job_of(device: str) -> str | None:
+    p = parsed(device)
+    return p.job if p is not None else None
+
+
+def task_of(device: str) -> str | None:
+    """``/job:J/task:T`` of a device (None without a job; a missing task index reads as 0)."""
+    p = parsed(device)
+    if p is None or p.job is None:
+        return None
+    return f"/job:{p.job}/task:{p.task or 0}"
+
+
+def effective_devices(ctx) -> list[str]:
+    """Where each node runs, as well as the context can tell.
+
+    The placed device when placement ran. When TF's placer rejects the graph (e.g. a colocation
+    conflict, which PV104 reports), the placement TF makes with ``allow_soft_placement=True`` on
+    the cluster the graph names (so that the other rules still see where variables land); when
+    that fails too, the requested devices.
+    """
+    cache = _cache(ctx)
+    if "effective_devices" in cache:
+        return cache["effective_devices"]
+    devices = ctx.devices
+    if devices is None:
+        devices = _soft_placement(ctx) or list(ctx.graph.devices)
+    cache["effective_devices"] = devices
+    return devices
+
+
+def _soft_placement(ctx) -> list[str] | None:
+    from placeviz.errors import PlacevizError
+    from placeviz.placement import PlacementOptions, cluster_for, is_placed
+    from placeviz.placement.placer import PlacerConfig, place
+
+    graph = ctx.graph
+    if not is_placed(graph):
+        return None
+    try:
+        from placeviz.devices import DeviceSet
+
+        options = PlacementOptions(placer=PlacerConfig(allow_soft_placement=True))
+        cluster = ctx.cluster if ctx.cluster is not None else cluster_for(graph, options)
+        master = "/job:worker/replica:0/task:0" if "worker" in cluster.jobs else None
+        result = place(graph, DeviceSet(cluster), PlacerConfig(allow_soft_placement=True, master_task=master))
+    except PlacevizError:
+        return None
+    return result.devices
+
+
+def is_distributed(ctx) -> bool:
+    """True when some node names a job other than ``localhost`` (a graph for a cluster)."""
+    cache = _cache(ctx)
+    if "distributed" not in cache:
+        jobs = {job_of(d) for d in set(ctx.graph.devices)}
+        cache["distributed"] = bool(jobs - {None, "localhost"})
+    return cache["distributed"]
+
+
+def has_ps_job(ctx) -> bool:
+    """True when the graph (or the cluster the user gave) has a ``ps`` job."""
+    if ctx.cluster is not None and PS_JOB in ctx.cluster.jobs:
+        return True
+    return any(job_of(d) == PS_JOB for d in set(effective_devices(ctx)))
+
+
+def ps_tasks(ctx) -> list[str]:
+    """``/job:ps/task:T`` of every PS task: the cluster's when given, else those the graph uses."""
+    if ctx.cluster is not None and PS_JOB in ctx.cluster.jobs:
+        return [f"/job:{PS_JOB}/task:{t}" for t in ctx.cluster.task_indices(PS_JOB)]
+    tasks = {task_of(d) for d in set(effective_devices(ctx)) if job_of(d) == PS_JOB}
+    return sorted(tasks, key=_task_sort_key)
+
+
+def _task_sort_key(task: str):
+    job, _, index = task.rpartition("/task:")
+    return job, int(index) if index.isdigit() else 0
+
+
+def worker_task(ctx) -> str | None:
+    """The task the graph's model replica runs on (its ``worker_device``): the worker-job task
+    holding the most nodes."""
+    cache = _cache(ctx)
+    if "worker_task" not in cache:
+        counts: dict[str, int] = {}
+        for d in effective_devices(ctx):
+            if job_of(d) in WORKER_JOBS:
+                t = task_of(d)
+                counts[t] = counts.get(t, 0) + 1
+        cache["worker_task"] = max(counts, key=lambda t: (counts[t], t)) if counts else None
+    return cache["worker_task"]
+
+
+def replica_count(cluster) -> int:
+    """Tasks that run model replicas: those of the cluster's worker, chief and master jobs."""
+    return sum(cluster.num_tasks(j) for j in cluster.jobs if j in WORKER_JOBS)
+
+
+# ----------------------------------------------------------------------------- variables
+
+
+def variable_ids(ctx) -> list[int]:
+    return ctx.nodes_by_op(*VARIABLE_OPS)
+
+
+def local_variable_names(ctx) -> set[str]:
+    """LOCAL_VARIABLES (MetaGraphDef) plus the SyncReplicas local steps the sync pass found."""
+    names = {n.split(":", 1)[0] for n in ctx.collections.local_variables}
+    m = ctx.machinery
+    if m is not None:
+        names |= {ctx.graph.names[i] for q in m.token_queues for i in q.local_steps}
+    return names
+
+
+def global_step_ids(ctx) -> list[int]:
+    """Variables that are the global step: named ``global_step`` (TF's ``get_or_create_global_step``)
+    or found as the value the SyncReplicas tokens carry."""
+    g = ctx.graph
+    out = [i for i in variable_ids(ctx) if g.names[i].rsplit("/", 1)[-1] == "global_step"]
+    m = ctx.machinery
+    if m is not None and m.global_step is not None and m.global_step not in out:
+        out.append(m.global_step)
+    return sorted(out)
+
+
+def partition_of(ctx) -> dict[int, tuple[str, int]]:
+    """Variable id -> (full variable name, shard index) for shards of partitioned variables.
+
+    From the MetaGraphDef's ``save_slice_info`` when present, else TF's ``<name>/part_<i>`` naming.
+    """
+    cache = _cache(ctx)
+    if "partition_of" in cache:
+        return cache["partition_of"]
+    g = ctx.graph
+    known = ctx.collections.partitioned
+    out: dict[int, tuple[str, int]] = {}
+    for i in variable_ids(ctx):
+        name = g.names[i]
+        m = _PART_RE.match(name)
+        full = known.get(name)
+        if full is not None:
+            out[i] = (full, int(m["index"]) if m else 0)
+        elif m is not None and not known:
+            out[i] = (m["base"], int(m["index"]))
+    cache["partition_of"] = out
+    return out
+
+
+def value_consumers(ctx, i: int) -> list[tuple[int, int]]:
+    """(consumer, via) pairs of the ops that use variable ``i``'s value or ref/handle, looking
+    through Identity/ReadVariableOp/Enter/Switch/Merge; ``via`` is the node the consumer reads."""
+    g = ctx.graph
+    out: list[tuple[int, int]] = []
+    seen = {i}
+    stack = [i]
+    while stack:
+        u = stack.pop()
+        for c, slot in g.consumers_of(u):
+            if slot == CONTROL or c in seen:
+                continue
+            seen.add(c)
+            if g.ops[c] in FORWARD_OPS:
+                stack.append(c)
+            out.append((c, u))
+    return out
+
+
+def state_writers(ctx, i: int) -> list[int]:
+    """Ops that write variable (or table) ``i``: those taking its ref or resource handle (directly or
+    through Identity/Enter/Switch/Merge) on a ref or resource input, other than the known readers.
+
+    The same answer as :func:`placeviz.sync.detect.state_index`, found from the variable alone (a
+    linter asks for a few variables, the index costs a pass over every op); a function call among
+    the users falls back to the index, which looks into function bodies.
+    """
+    from placeviz.ops import DT_RESOURCE, REF_OFFSET, load_op_table
+    from placeviz.sync.detect import (
+        CALL_OPS,
+        FORWARD_ANY_INPUT_OPS,
+        FORWARD_INPUT0_OPS,
+        READ_ONLY_OPS,
+        state_index,
+    )
+
+    g = ctx.graph
+    table = ctx.op_table or load_op_table()
+    cache = _cache(ctx).setdefault("state_writers", {})
+    if i in cache:
+        return cache[i]
+    out: list[int] = []
+    seen = {i}
+    stack = [i]
+    while stack:
+        u = stack.pop()
+        for c, slot in g.consumers_of(u):
+            if slot == CONTROL:
+                continue
+            op = g.ops[c]
+            if op in CALL_OPS or op.startswith("__inference"):
+                cache[i] = list(state_index(g).writers.get(i, ()))
+                return cache[i]
+            if op in READ_ONLY_OPS:
+                continue
+            if op in FORWARD_INPUT0_OPS or op in FORWARD_ANY_INPUT_OPS:
+                if c not in seen:
+                    seen.add(c)
+                    stack.append(c)
+                continue
+            try:
+                types = table.input_types(g.node_def(c))
+            except Exception:  # noqa: BLE001 - an op the table cannot read: not a known write
+                continue
+            data = [src for src, s2 in g.inputs_of(c) if s2 != CONTROL]
+            for pos, src in enumerate(data):
+                if src == u and types is not None and pos < len(types) and (
+                        types[pos] == DT_RESOURCE or types[pos] > REF_OFFSET):
+                    if c not in out:
+                        out.append(c)
+                    break
+    out.sort()
+    cache[i] = out
+    return out
+
+
+def is_restore_or_init(ctx, writer: int, var: int) -> bool:
+    """True for a write that only initializes or restores ``var``: ``<var>/Assign`` (the
+    initializer TF names after the variable) or a write whose value comes from a Restore op
+    (directly or through ``Identity``, as Saver builds it for resource variables)."""
+    g = ctx.graph
+    if g.names[writer] == g.names[var] + "/Assign":
+        return True
+    stack = [src for src, slot in g.inputs_of(writer) if slot != CONTROL]
+    seen = set(stack)
+    while stack:
+        src = stack.pop()
+        op = g.ops[src]
+        if op in ("RestoreV2", "Restore", "RestoreSlice"):
+            return True
+        if op in ("Identity", "Snapshot"):
+            for s, slot in g.inputs_of(src):
+                if slot != CONTROL and s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+    return False
+
+
+# ----------------------------------------------------------------------------- misc
+
+
+def shown(names: Iterable[str], limit: int = 5) -> str:
+    names = list(names)
+    text = ", ".join(names[:limit])
+    return text + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "unknown size"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+

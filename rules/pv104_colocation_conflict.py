@@ -1,0 +1,143 @@
+"""PV104 colocation-conflict: a colocation group binds nodes requested on incompatible devices."""
+
+from __future__ import annotations
+
+import re
+
+from placeviz.devices import DeviceMergeError, DeviceSpecError, ParsedName, merge_dev_names, parse_full_name
+from placeviz.lint import Rule
+from placeviz.placement.placer import imported_devices
+
+RULE = Rule(
+    id="PV104",
+    name="colocation-conflict",
+    severity="error",
+    summary="Nodes bound by colocation (_class loc:@...) request incompatible devices; TF's placer rejects the graph.",
+    ignorable=False,
+    doc="""\
+## What it does
+Replays the colocation step of TF's placer: every node joins the groups its `_class` attr names
+(`loc:@<op>`, set by `tf.colocate_with`, optimizers, savers, `embedding_lookup`), and the device
+requests of a group are merged as `DeviceNameUtils::MergeDevNames` does. Each merge that fails is
+reported at the node whose joining fails, with the nodes whose requests conflict.
+
+## Why it matters
+TF fails at session start with `InvalidArgumentError: Cannot colocate nodes 'A' and 'B': Cannot
+merge devices with incompatible jobs: '/job:worker/task:1' and '/job:ps/task:0'`, after the cluster
+has been booked. With `allow_soft_placement` the node silently leaves the group instead, and the
+colocation it asked for (e.g. an update next to its variable) is lost. Typical causes: gradient or
+saver ops colocated with a PS variable but explicitly pinned to a worker, and explicit pins on ops
+that `colocate_with` binds together.
+
+## How it is detected
+Devices are first rewritten as `tf.compat.v1.import_graph_def` does (an op with `_class` takes the
+device of the first op it names). Then nodes are visited in graph order and joined to each group
+they name; each group keeps the merge of its members' requests. A job, replica, task, device type or
+index that differs between two requests is a conflict. When TF's own placer (placeviz's replay)
+rejected the graph with a colocation error that this replay does not see, that error is reported.
+
+## Example
+```python
+with tf.device("/job:ps/task:0"):
+    mean = tf.reduce_mean(x, 0)
+with tf.device("/job:worker/task:0"):
+    std = tf.math.reduce_std(x, 0)
+with tf.compat.v1.colocate_with(mean.op), tf.compat.v1.colocate_with(std.op):
+    normalized = (x - mean) / std
+```
+
+## Fix
+Remove one of the explicit pins, or stop colocating ops that must run on different tasks.
+
+## References
+- `tensorflow/core/common_runtime/colocation_graph.cc`; `tensorflow/core/util/device_name_utils.cc`
+- tensorflow/tensorflow#3198, #16542, #25787, #33447; tensorflow/nmt#428; DeepRec-AI/DeepRec#932
+""",
+    references=("tensorflow/tensorflow#3198", "tensorflow/tensorflow#16542"),
+)
+
+_TF_ERROR = re.compile(r"Cannot colocate nodes (\S+) and (\S+?):")
+
+
+def check(ctx):
+    g = ctx.graph
+    try:
+        requested = imported_devices(g)
+    except Exception:  # noqa: BLE001 - a malformed device is PV101's
+        return
+    parsed: dict[str, ParsedName] = {}
+
+    def name_of(device: str) -> ParsedName:
+        p = parsed.get(device)
+        if p is None:
+            p = parsed[device] = (parse_full_name(device) if device else None) or ParsedName()
+        return p
+
+    parent: dict[int, int] = {}
+    merged: dict[int, ParsedName] = {}
+    origin: dict[int, list[int]] = {}  # root -> nodes with a non-empty request, in join order
+
+    def find(x: int) -> int:
+        while parent.get(x, x) != x:
+            parent[x] = parent.get(parent[x], parent[x])
+            x = parent[x]
+        return x
+
+    def join(x: int) -> None:
+        if x not in parent:
+            parent[x] = x
+            merged[x] = name_of(requested[x])
+            origin[x] = [x] if requested[x] else []
+
+    merges: dict[tuple[ParsedName, ParsedName], ParsedName | Exception] = {}
+
+    def merge(a: ParsedName, b: ParsedName) -> ParsedName:
+        """merge_dev_names, memoized: a graph has few distinct requests."""
+        key = (a, b)
+        result = merges.get(key)
+        if result is None:
+            try:
+                result = merge_dev_names(a, b)
+            except (DeviceMergeError, DeviceSpecError) as e:
+                result = e
+            merges[key] = result
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    reported = False
+    for i, located in g.colocated_names.items():
+        join(i)
+        for name in located:
+            j = g.index.get(name)
+            if j is None or j == i:
+                continue
+            join(j)
+            a, b = find(j), find(i)
+            if a == b:
+                continue
+            try:
+                result = merge(merged[a], merged[b])
+            except (DeviceMergeError, DeviceSpecError) as e:
+                culprits = [k for k in origin[a] if requested[k] != requested[i]][:3]
+                reported = True
+                yield ctx.finding(
+                    RULE, i,
+                    f"{g.names[i]!r} (requested {requested[i] or 'no device'!r}) is colocated with {name!r} "
+                    f"(_class loc:@{name}), whose group requests {merged[a].to_string()!r}: {e}; TF's placer "
+                    "rejects the graph (with allow_soft_placement the node silently leaves the group)",
+                    related=[j, *culprits],
+                    suggestion=f"remove the explicit device of {g.names[i]!r} or of {name!r}, or do not colocate them",
+                )
+                continue
+            parent[b] = a
+            merged[a] = result
+            origin[a] = origin[a] + origin[b]
+    if not reported and ctx.placement_error:
+        m = _TF_ERROR.search(ctx.placement_error)
+        if m and m.group(1) in g.index:
+            yield ctx.finding(
+                RULE, m.group(1), f"TF's placer rejects the graph: {ctx.placement_error}",
+                related=[m.group(2)] if m.group(2) in g.index else [],
+                suggestion="remove one of the conflicting explicit devices, or do not colocate the nodes",
+            )

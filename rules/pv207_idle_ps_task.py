@@ -1,0 +1,75 @@
+"""PV207 idle-ps-task: a PS task of the cluster hosts (almost) no variables."""
+
+from __future__ import annotations
+
+from placeviz.lint import Rule
+from rules._common import PS_JOB, effective_devices, fmt_bytes, job_of, ps_tasks, task_of, variable_ids
+
+RULE = Rule(
+    id="PV207",
+    name="idle-ps-task",
+    severity="info",
+    summary="A PS task of the cluster hosts no variables, or a negligible share of the variable bytes.",
+    needs=("cluster", "placement"),
+    doc="""\
+## What it does
+For each task of the cluster's `ps` job, sums the bytes of the variables placed there and reports
+tasks holding less than `idle-ps-fraction` of the total.
+
+## Why it matters
+An idle PS task is a machine (and its NIC) paid for and unused, usually because the program was
+built for fewer PS tasks than the cluster has (`ps_tasks=` vs the cluster spec), or because the
+round-robin strategy happened to deal it only small variables.
+
+## How it is detected
+Variable bytes (static shape x dtype) per placed PS task, against the cluster the user gave.
+
+Thresholds:
+- `idle-ps-fraction` (default `0.05`): a task holding less than this share of the total variable
+  bytes is reported;
+- `idle-ps-min-bytes` (default `"16MiB"`): below this total, only tasks hosting no variable at all
+  are reported (a small share of a small model costs nothing).
+
+## Example
+A graph built with `replica_device_setter(ps_tasks=2)` linted against a cluster with 3 PS tasks.
+
+## Fix
+Build the graph for the cluster (`replica_device_setter(cluster=cluster_spec)`), shrink the
+cluster, or partition the big variables so every task gets a share.
+
+## References
+- tensorflow/tensorflow#45291
+""",
+    references=("tensorflow/tensorflow#45291",),
+)
+
+
+def check(ctx):
+    tasks = ps_tasks(ctx)
+    if not tasks:
+        return
+    sizes = {v.name: v.bytes or 0 for v in ctx.analysis.variables}
+    devices = effective_devices(ctx)
+    g = ctx.graph
+    load = dict.fromkeys(tasks, 0)
+    count = dict.fromkeys(tasks, 0)
+    for i in variable_ids(ctx):
+        if job_of(devices[i]) == PS_JOB:
+            t = task_of(devices[i])
+            load[t] = load.get(t, 0) + sizes.get(g.names[i], 0)
+            count[t] = count.get(t, 0) + 1
+    total = sum(load.values())
+    if not total:
+        return
+    fraction = float(ctx.threshold("idle-ps-fraction", 0.05))
+    small_model = total < ctx.threshold_bytes("idle-ps-min-bytes", "16MiB")
+    for t in tasks:
+        if load[t] >= fraction * total or (count[t] and small_model):
+            continue
+        what = ("hosts no variables" if not count[t] else
+                f"hosts {fmt_bytes(load[t])} of variables, {100 * load[t] / total:.1f}% of {fmt_bytes(total)}")
+        yield ctx.finding(
+            RULE, None,
+            f"PS task {t} {what}: it is (nearly) idle",
+            suggestion="build the graph for this cluster's PS count, or partition the large variables",
+        )

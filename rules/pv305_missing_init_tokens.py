@@ -1,0 +1,76 @@
+"""PV305 missing-init-tokens: the SyncReplicas token queue is never filled before the first step."""
+
+from __future__ import annotations
+
+from placeviz.lint import Rule
+from rules._common import effective_devices
+
+RULE = Rule(
+    id="PV305",
+    name="missing-init-tokens",
+    severity="warning",
+    summary="The SyncReplicas token queue has no init-tokens enqueue: the first step may never start.",
+    needs=("sync",),
+    doc="""\
+## What it does
+Reports a SyncReplicas token queue that has no init-tokens op: no `EnqueueMany` of the queue filled
+from the global step without an update before it (what `get_init_tokens_op()` builds), and no
+`no_init_tokens` NoOp (what it builds for `num_tokens=0`).
+
+## Why it matters
+Workers dequeue a token at the end of every step; only the chief's queue runner (`sync_op`) refills
+the queue, after an update. Without the initial tokens, the first steps wait forever when
+`total_num_replicas < replicas_to_aggregate`, and generally the chief's queue runner and
+`get_init_tokens_op()` must both run on the chief (`make_session_run_hook(is_chief=True)` does both).
+A graph without them is the classic "training does not start, async mode works" report.
+
+## How it is detected
+From the sync pass: the token queue's enqueue ops other than the sync op, each filled
+(`Fill`) from the global step's value with no update upstream. Token queues sharing a `shared_name`
+on one device are one queue (see PV301): an init-tokens op of any of them counts for all.
+
+Known false positive: graphs of non-chief workers, and graphs exported before the hook's `begin()`
+ran, do not contain the op (only the chief builds it). Lint the chief's graph, or ignore the rule.
+
+## Example
+```python
+opt = tf.compat.v1.train.SyncReplicasOptimizer(base_opt, replicas_to_aggregate=2)
+train_op = opt.apply_gradients(grads, global_step)
+# missing: opt.get_init_tokens_op() / opt.make_session_run_hook(is_chief)
+```
+
+## Fix
+Use `hooks=[opt.make_session_run_hook(is_chief)]` with `MonitoredTrainingSession`, or run
+`opt.get_init_tokens_op()` and start `opt.get_chief_queue_runner()` on the chief.
+
+## References
+- tensorflow/tensorflow#2386, #13854, #4201, #7970; tensorflow/models#2343
+""",
+    references=("tensorflow/tensorflow#2386", "tensorflow/tensorflow#13854"),
+)
+
+
+def check(ctx):
+    g = ctx.graph
+    no_init = [i for i in ctx.nodes_by_op("NoOp") if g.names[i].rsplit("/", 1)[-1].startswith("no_init_tokens")]
+    if no_init:
+        return
+    devices = effective_devices(ctx)
+    queues = ctx.machinery.token_queues
+
+    def resource(q):  # queues with one shared_name on one device are one queue at run time
+        shared = ctx.attr_str(q.queue, "shared_name")
+        return (shared, devices[q.queue]) if shared else (g.names[q.queue], None)
+
+    filled = {resource(q) for q in queues if q.init_tokens_ops}
+    for q in queues:
+        if resource(q) in filled:
+            continue
+        yield ctx.finding(
+            RULE, q.queue,
+            f"token queue {g.names[q.queue]!r} has no init-tokens enqueue: the queue starts empty and only the "
+            "chief's sync op refills it, so the first steps can wait forever (get_init_tokens_op() was not built)",
+            related=[q.sync_enqueue] if q.sync_enqueue is not None else [],
+            suggestion="pass opt.make_session_run_hook(is_chief) to MonitoredTrainingSession, or run "
+                       "opt.get_init_tokens_op() and the chief queue runner on the chief",
+        )
