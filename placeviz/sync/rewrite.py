@@ -3,32 +3,61 @@
 :func:`rewrite_sync` takes a single-worker training graph whose wrapped optimizer's apply ops are
 present (built without ``SyncReplicasOptimizer``) and returns the graph TF 2.21's
 ``tf.compat.v1.train.SyncReplicasOptimizer.apply_gradients`` (plus ``get_init_tokens_op``) would
-have built for the same model: same node names, op types, attrs, colocation and control edges,
-in TF's creation order (which decides TF's per-scope name counters and the device setter's
+have built for the same model: same node names, op types, attrs, devices, colocation and control
+edges, in TF's creation order (which decides TF's per-scope name counters and the device setter's
 round-robin order). See ``research/tf-internals.md`` section 2 for the op list.
 
 Creation order reproduced (``O`` = the wrapped optimizer's ``apply_gradients`` block of the plain
 graph, from its first slot/non-slot variable or ``<opt>/...`` op to the global-step increment)::
 
-    plain[:O]  NoOp  sync_rep_local_step{/initial_value,,/Assign,/read}  Assign
+    plain[:O]  NoOp  sync_rep_local_step{...}  local_step_init_op
                report_uninitialized_variables/...   (global variables that exist before O)
-               sync_replicas/{conditional_accumulator, ApplyGradient, TakeGradient/num_required,
-                              TakeGradient} per (grad, var)
-    O          (apply ops now take the TakeGradient outputs)
-               sync_token_q  sync_token_q_Dequeue(^every ApplyGradient)  Assign_1
+               sync_replicas/{conditional_accumulator | sparse_conditional_accumulator, [Cast],
+                              ...ApplyGradient, ...TakeGradient/num_required, ...TakeGradient}
+                              per (grad, var)
+    O          (update ops now take the TakeGradient outputs)
+               sync_token_q  sync_token_q_Dequeue(^every ApplyGradient)  train_op
                Fill/dims(^increment)  Fill  sync_token_q_EnqueueMany
                [the plain graph's ExponentialMovingAverage.apply block, with ^EnqueueMany]
                sync_token_q_Close  sync_token_q_Close_1  sync_replicas/SetGlobalStep...
-               sync_replicas/group_deps
-    plain[O+1:] (users of the increment now use Assign_1; local_variables_initializer also
+               sync_replicas/group_deps (per-device NoOps when the members sit on several devices)
+    plain[O+1:] (users of the increment now use the train op; local_variables_initializer also
                initializes the local step), with Fill_1 + sync_token_q_EnqueueMany_1 (the
                init-tokens op) right after the last op that depended on the increment.
 
-Supported: ref variables (``VariableV2``) with dense gradients for every wrapped optimizer whose
-dense update is one ``Apply*`` op per variable (GradientDescent, Momentum, Adam, Adagrad,
-AdagradDA, Adadelta, FTRL, RMSProp, centered RMSProp, ProximalGradientDescent, ProximalAdagrad).
-Refused, with one line: resource variables, sparse (IndexedSlices) updates, no global step, no
-apply ops, untraceable gradients, graphs that already hold sync machinery.
+Variables. The local step follows the global step: a ref ``VariableV2`` (``/read``, ``Assign``,
+``Assign_1``) when the global step is one, else a resource ``VarHandleOp`` with TF's
+``Initializer/initial_value``, ``IsInitialized/VarIsInitializedOp``, ``Assign``,
+``Read/ReadVariableOp``, a ``ReadVariableOp`` per apply-gradient and per ``SetGlobalStep`` (built by
+``value()``, so with no device), ``AssignVariableOp``/``AssignVariableOp_1`` + their lazy reads, and
+``Fill/ReadVariableOp``. Model variables may be ref or resource (``Apply*``/``ResourceApply*``);
+``report_uninitialized_variables`` uses ``IsVariableInitialized`` or ``VarIsInitializedOp`` per kind.
+
+Gradients are traced per variable from the wrapped optimizer's ``<opt>/update_<var>/`` ops:
+
+* dense: the gradient input of the one ``Apply*``/``ResourceApply*`` op (:data:`APPLY_GRAD_INPUT`;
+  tested against TF for every ``tf.compat.v1.train`` optimizer: GradientDescent, Momentum, Adam,
+  Adagrad, AdagradDA, Adadelta, FTRL (``ApplyFtrl``/``ApplyFtrlV2``), RMSProp, centered RMSProp,
+  ProximalGradientDescent, ProximalAdagrad; the AdaMax/AddSign/PowerSign/KerasMomentum kernels in
+  the table have no v1 optimizer in TF 2.21) -> ``ResourceConditionalAccumulator``;
+* IndexedSlices: ``Unique(indices)`` + ``UnsortedSegmentSum(values, ...)`` (TF's deduplication
+  before every ``_apply_sparse``/``_resource_apply_sparse``: ``SparseApply*``, Adam's
+  ``ScatterAdd``...), or GradientDescent's ``ScatterSub``/``ResourceScatterAdd`` of ``values*lr``
+  -> ``SparseConditionalAccumulator`` with ``Cast`` ops to int64 for int32 indices / dense_shape.
+  The dense_shape, which optimizers never read, is found where the gradient function built the
+  slices (``gradients/<op>_grad/``: the ``Shape``/``VariableShape`` of the variable, or the
+  ``Const`` of its static shape). The update ops then take int64 indices and unknown-rank values
+  from the take op: their type attrs (``Unique``'s ``T``, ``ScatterAdd``'s ``Tindices``...) and
+  ``_output_shapes`` are re-derived as TF's shape functions do.
+
+Ops built under ``device(var.device)`` get the variable's device, those under
+``device(global_step.device)`` the global step's (the token queue merged with ``/device:CPU:*``).
+
+Refused, with one line: no global step or no optimizer increment of it, no apply ops, two
+optimizers incrementing the global step, an update op that is not one of TF's optimizer kernels
+(its gradient cannot be traced), IndexedSlices whose dense_shape cannot be found, a gradient made
+inside the optimizer's block, a variable updated twice, graphs that already hold sync machinery,
+``variable_averages`` without an ``ExponentialMovingAverage`` group.
 
 This module never imports TensorFlow.
 """
@@ -65,7 +94,8 @@ APPLY_GRAD_INPUT: dict[str, int] = {
     "ApplyAddSign": 6,
     "ApplyPowerSign": 6,
 }
-"""Dense ``Apply*`` op -> index of its gradient input (ref variables; TF's op signatures)."""
+"""Dense ``Apply*`` op -> index of its gradient input (TF's op signatures; the ``ResourceApply*`` twin
+of each op takes its inputs in the same order)."""
 
 _VARIABLE_OPS = frozenset({"VariableV2", "Variable"})
 _RESOURCE_VARIABLE_OPS = frozenset({"VarHandleOp"})
@@ -73,6 +103,29 @@ _READ_OPS = frozenset({"Identity", "ReadVariableOp"})
 _SYNC_OPS = frozenset({"ConditionalAccumulator", "ResourceConditionalAccumulator",
                        "SparseConditionalAccumulator"})
 _EMA_SCOPE = "ExponentialMovingAverage"
+_UPDATE_PREFIXES = ("Apply", "SparseApply", "ResourceApply", "ResourceSparseApply")
+_SPARSE_UPDATE_OPS = frozenset({"ScatterSub", "ScatterAdd", "ResourceScatterAdd", "ResourceScatterSub"})
+"""GradientDescent's sparse updates (no deduplication): indices at input 1, updates at input 2."""
+
+
+@dataclass
+class _Grad:
+    """One (gradient, variable) pair of grads_and_vars, traced in the plain graph."""
+
+    var: NodeDef
+    ids: list[int]
+    """Node ids of the variable's ``<opt>/update_<var>/`` ops."""
+    dense: str | None = None
+    values: str | None = None
+    indices: str | None = None
+    dense_shape: str | None = None
+
+    @property
+    def sparse(self) -> bool:
+        return self.dense is None
+
+    def tensors(self) -> list[str]:
+        return [self.dense] if self.dense is not None else [self.values, self.indices]
 
 
 class SyncRewriteError(PlacevizError):
@@ -129,14 +182,108 @@ def _shape_attr(dims: list[int] | None) -> AttrValue:
     return a
 
 
-def _output_shapes(*shapes: list[int]) -> AttrValue:
+def _output_shapes(*shapes: list[int] | None) -> AttrValue:
+    """``_output_shapes``; ``None`` is an unknown-rank shape."""
     a = AttrValue()
     a.list.SetInParent()
     for dims in shapes:
         s = a.list.shape.add()
+        if dims is None:
+            s.unknown_rank = True
+            continue
         for d in dims:
             s.dim.add().size = d
     return a
+
+
+_NO_SHAPE = object()
+
+
+def _canon(tensor: str) -> str:
+    """``name`` and ``name:0`` are the same tensor."""
+    return tensor if ":" in tensor else f"{tensor}:0"
+
+
+def _shape_of(s) -> list[int] | None:
+    return None if s.unknown_rank else [d.size for d in s.dim]
+
+
+def _out_shape(node: NodeDef | None, tensor: str):
+    """The static shape of output ``tensor`` from its node's ``_output_shapes`` (or _NO_SHAPE)."""
+    if node is None or "_output_shapes" not in node.attr:
+        return _NO_SHAPE
+    k = int(tensor.partition(":")[2] or 0)
+    shapes = node.attr["_output_shapes"].list.shape
+    return _shape_of(shapes[k]) if k < len(shapes) else _NO_SHAPE
+
+
+def _merge_device(outer: str, inner: str) -> str:
+    """``with device(outer): with device(inner):`` for string devices."""
+    if not outer:
+        return inner
+    from placeviz.devices import PyDeviceSpec  # noqa: PLC0415
+
+    return PyDeviceSpec.parse(outer).merged_with(inner).to_string()
+
+
+def _expand_args(op_def, node: NodeDef) -> list[str]:
+    """Per data input position: the type attr naming its dtype ('' if fixed or a type list)."""
+    out: list[str] = []
+    for arg in op_def.input_arg:
+        n = 1
+        if arg.number_attr:
+            n = node.attr[arg.number_attr].i if arg.number_attr in node.attr else 1
+        elif arg.type_list_attr:
+            n = len(node.attr[arg.type_list_attr].list.type) if arg.type_list_attr in node.attr else 0
+        out.extend([arg.type_attr if not arg.type_list_attr else ""] * n)
+    return out
+
+
+_UNARY_SHAPE_OPS = frozenset({"Neg", "Sqrt", "Rsqrt", "Square", "Abs", "Sign", "Reciprocal", "Exp", "Log",
+                              "Identity", "Cast", "Relu", "Sigmoid", "Tanh", "Floor", "Ceil", "Round",
+                              "ZerosLike", "OnesLike", "StopGradient"})
+_BINARY_SHAPE_OPS = frozenset({"Mul", "AddV2", "Add", "Sub", "RealDiv", "Div", "DivNoNan", "Maximum",
+                               "Minimum", "Pow", "SquaredDifference", "FloorDiv", "TruncateDiv",
+                               "MulNoNan", "Greater", "Less", "GreaterEqual", "LessEqual", "Equal"})
+
+
+def _broadcast(a: list[int] | None, b: list[int] | None) -> list[int] | None:
+    """TF's BroadcastBinaryOpOutputShapeFn on static shapes (-1 = unknown dim)."""
+    if a is None or b is None:
+        return None
+    out = []
+    for i in range(max(len(a), len(b))):
+        x = a[len(a) - 1 - i] if i < len(a) else 1
+        y = b[len(b) - 1 - i] if i < len(b) else 1
+        if x == 1:
+            out.append(y)
+        elif y == 1 or y == -1:
+            out.append(x)
+        else:
+            out.append(y)
+    return out[::-1]
+
+
+def _infer_shapes(op: str, ins: list, old: list, out_types) -> list | None:
+    """Output shapes of an update op whose input shapes changed (None: keep them)."""
+    if out_types and any(t > 100 for t in out_types):
+        return None  # ref outputs (Scatter*, SparseApply*, Assign*): the variable's shape
+    if not old:
+        return None
+    if op in ("Unique", "UniqueV2"):
+        return [[-1], ins[0]]
+    if op in _UNARY_SHAPE_OPS:
+        return [ins[0]]
+    if op in _BINARY_SHAPE_OPS and len(ins) >= 2:
+        return [_broadcast(ins[0], ins[1])]
+    if op == "Shape":
+        return [[-1] if ins[0] is None else [len(ins[0])]]
+    if op.startswith("UnsortedSegment") and len(ins) >= 2:
+        data, ids = ins[0], ins[1]
+        if data is None or ids is None:
+            return [None]
+        return [[-1] + data[len(ids):]]
+    return [None] * len(old)
 
 
 def _int_tensor(values: list[int], dtype: int, shape: list[int] | None) -> AttrValue:
@@ -262,6 +409,7 @@ class _Rewrite:
         self.shapes = bool(self.nodes) and "_output_shapes" in self.nodes[0].attr
         self.b = _Builder(op_table, self.shapes)
         self.notes: list[str] = []
+        self._scopes: dict[str, list[NodeDef]] | None = None
 
     # -------------------------------------------------------------- analysis of the plain graph
     def fail(self, message: str):
@@ -292,12 +440,10 @@ class _Rewrite:
         if any(n.op in _SYNC_OPS for n in nodes) or "sync_token_q" in self.index:
             self.fail("the graph is already synchronous (it holds SyncReplicas accumulators or a "
                       "sync_token_q); rewrite its plain (non-sync) build instead")
-        applies = [i for i, n in enumerate(nodes) if n.op.startswith(
-            ("Apply", "SparseApply", "ResourceApply", "ResourceSparseApply"))]
-        if not applies:
-            self.fail("no optimizer apply ops (Apply*/ResourceApply*/SparseApply*) found: nothing "
-                      "to aggregate")
-        # global step increment: an AssignAdd on the global step fed by `<opt>/value`.
+        if not any(n.op.startswith(_UPDATE_PREFIXES) or n.op in _SPARSE_UPDATE_OPS for n in nodes):
+            self.fail("no optimizer apply ops (Apply*/ResourceApply*/SparseApply*/Scatter*) found: "
+                      "nothing to aggregate")
+        # global step increment: `<opt>` = AssignAdd(global_step, `<opt>/value` or `<opt>/Const`).
         gs_name = self.global_step_name()
         incs = [i for i, n in enumerate(nodes)
                 if n.op in ("AssignAdd", "AssignAddVariableOp") and n.input
@@ -305,53 +451,32 @@ class _Rewrite:
         if gs_name is None or not incs:
             self.fail("no global step (or no optimizer increment of it) found: "
                       "SyncReplicasOptimizer needs apply_gradients(..., global_step=...)")
-        scopes = {nodes[i].name.split("/", 1)[0] for i in applies}
-        if len(scopes) != 1:
-            self.fail("apply ops of more than one optimizer name scope: "
-                      + ", ".join(sorted(scopes)) + " (only one wrapped optimizer is supported)")
-        self.scope = scopes.pop()
-        inc = [i for i in incs if nodes[i].name == self.scope
-               or nodes[i].name.startswith(self.scope + "/")]
+        # The optimizer's name scope is the increment's name (``assign_add(global_step, 1,
+        # name=<opt name>)``); its per-variable updates are under ``<opt>/update_<var>/``.
+        scopes_with_updates = set()
+        for n in nodes:
+            head, sep, _rest = n.name.partition("/update_")
+            if sep:
+                scopes_with_updates.add(head)
+        inc = [i for i in incs if nodes[i].name in scopes_with_updates]
         if not inc:
-            self.fail(f"the optimizer {self.scope!r} does not increment the global step "
-                      "(apply_gradients was called without global_step)")
+            self.fail(f"no optimizer increments the global step {gs_name!r} next to its "
+                      "<optimizer>/update_<variable>/ ops (apply_gradients without global_step?)")
+        if len(inc) > 1:
+            self.fail("more than one optimizer increments the global step: "
+                      + ", ".join(nodes[i].name for i in inc) + " (only one wrapped optimizer is supported)")
+        self.scope = nodes[inc[0]].name
         self.inc = inc[0]
         self.gs = self.node(gs_name)
-        if self.gs.op in _RESOURCE_VARIABLE_OPS:
-            self.fail("resource variables (VarHandleOp global step) are not supported yet by the "
-                      "sync rewrite; only ref variables (VariableV2)")
-        gs_read = [n.name for n in nodes if n.op == "Identity" and n.input and n.input[0] == gs_name
-                   and n.name == gs_name + "/read"]
-        if not gs_read:
-            self.fail(f"the global step {gs_name!r} has no {gs_name}/read snapshot")
-        self.gs_read = gs_read[0]
+        self.gs_resource = self.gs.op in _RESOURCE_VARIABLE_OPS
+        if not self.gs_resource:
+            if f"{gs_name}/read" not in self.index:
+                self.fail(f"the global step {gs_name!r} has no {gs_name}/read snapshot")
+            self.gs_read = f"{gs_name}/read"
         self.gs_dtype = self.gs.attr["dtype"].type
-        # per-variable apply ops, in grads_and_vars order
-        self.grads: list[tuple[int, NodeDef, str]] = []  # (apply id, var node, grad input)
-        for i in applies:
-            n = nodes[i]
-            if n.op not in APPLY_GRAD_INPUT:
-                if n.op.startswith("Resource"):
-                    self.fail(f"{n.name}: resource-variable updates ({n.op}) are not supported yet "
-                              "by the sync rewrite")
-                self.fail(f"{n.name}: {n.op} is a sparse (IndexedSlices) or unknown update; the "
-                          "sync rewrite supports dense Apply* updates of ref variables only")
-            var = self.source_variable(n.input[0])
-            if var is None or var.op not in _VARIABLE_OPS:
-                self.fail(f"{n.name}: cannot trace its variable input {n.input[0]!r} to a variable")
-            k = APPLY_GRAD_INPUT[n.op]
-            if k >= len(n.input) or n.input[k].startswith("^"):
-                self.fail(f"{n.name}: no gradient input at position {k}")
-            grad = n.input[k]
-            if self.node(_op_name(grad)) is None:
-                self.fail(f"{n.name}: its gradient {grad!r} is not in the graph")
-            self.grads.append((i, var, grad))
-        seen: dict[str, str] = {}
-        for i, var, _g in self.grads:
-            if var.name in seen:
-                self.fail(f"variable {var.name} is updated by two apply ops ({seen[var.name]}, "
-                          f"{nodes[i].name}); cannot tell which gradient to aggregate")
-            seen[var.name] = nodes[i].name
+        if self.gs_dtype not in (_INT64, _INT32):
+            self.fail(f"the global step {gs_name!r} is not an integer variable")
+        self.find_updates()
         self.find_block()
 
     def global_step_name(self) -> str | None:
@@ -364,37 +489,196 @@ class _Rewrite:
             return "global_step"
         return None
 
+    def dtype_of(self, tensor: str) -> int | None:
+        name, _, slot = tensor.partition(":")
+        n = self.node(name)
+        types = self.table.output_types(n) if (n is not None and self.table is not None) else None
+        k = int(slot) if slot else 0
+        if not types or k >= len(types):
+            return None
+        return types[k] % 100 if types[k] != 20 else 20
+
+    def find_updates(self) -> None:
+        """Per variable (grads_and_vars order): its gradient, dense or IndexedSlices.
+
+        The wrapped optimizer builds each variable's update under ``<opt>/update_<var>/``. A dense
+        gradient is the gradient input of the one ``Apply*``/``ResourceApply*`` op there. An
+        IndexedSlices gradient is consumed as TF's optimizers do (``optimizer.py``): deduplicated
+        (``Unique(indices)`` + ``UnsortedSegmentSum(values, ...)``) before ``_apply_sparse`` /
+        ``_resource_apply_sparse``, or, for GradientDescent, ``ScatterSub(var, indices, values*lr)``
+        / ``ResourceScatterAdd(var, indices, -values*lr)``.
+        """
+        nodes = self.nodes
+        prefix = f"{self.scope}/update_"
+        var_names = {n.name for n in nodes if n.op in _VARIABLE_OPS or n.op in _RESOURCE_VARIABLE_OPS}
+        groups: dict[str, list[int]] = {}
+        for i, n in enumerate(nodes[: self.inc]):
+            if not n.name.startswith(prefix):
+                continue
+            # the longest variable name that `<var>/...` starts with
+            parts = n.name[len(prefix):].split("/")
+            var = next((v for k in range(len(parts) - 1, 0, -1)
+                        if (v := "/".join(parts[:k])) in var_names), None)
+            if var is None:
+                self.fail(f"{n.name}: cannot tell which variable this update op belongs to")
+            groups.setdefault(var, []).append(i)
+        self.grads: list[_Grad] = []
+        for var_name, ids in groups.items():
+            var = self.node(var_name)
+            self.grads.append(self.gradient_of(var, ids))
+
+    def gradient_of(self, var: NodeDef, ids: list[int]) -> _Grad:
+        nodes = self.nodes
+        ops = [nodes[i] for i in ids]
+        if var.op in _RESOURCE_VARIABLE_OPS and var.attr["dtype"].type == 0:
+            self.fail(f"{var.name}: resource variable without a dtype attr")
+        for n in ops:
+            base = n.op[len("Resource"):] if n.op.startswith("ResourceApply") else n.op
+            if base in APPLY_GRAD_INPUT:
+                k = APPLY_GRAD_INPUT[base]
+                if k >= len(n.input) or n.input[k].startswith("^"):
+                    self.fail(f"{n.name}: no gradient input at position {k}")
+                src = self.source_variable(n.input[0])
+                if src is None or src.name != var.name:
+                    self.fail(f"{n.name}: cannot trace its variable input {n.input[0]!r} to {var.name}")
+                return _Grad(var=var, ids=ids, dense=n.input[k])
+        by_name = {n.name: n for n in ops}
+        unique = [n for n in ops if n.op in ("Unique", "UniqueV2")]
+        if unique:
+            u = unique[0]
+            indices = u.input[0]
+            seg = [n for n in ops if n.op == "UnsortedSegmentSum" and len(n.input) > 1
+                   and n.input[1] == f"{u.name}:1"]
+            if not seg:
+                self.fail(f"{u.name}: deduplicated sparse update without its UnsortedSegmentSum")
+            values = seg[0].input[0]
+        else:
+            scatter = [n for n in ops if n.op in _SPARSE_UPDATE_OPS]
+            if not scatter:
+                ops_seen = ", ".join(sorted({n.op for n in ops}))
+                self.fail(f"{var.name}: no dense or sparse update op the sync rewrite knows among "
+                          f"{ops_seen}; cannot trace its gradient")
+            s = scatter[0]
+            indices = s.input[1]
+            t = s.input[2]
+            while _op_name(t) in by_name and by_name[_op_name(t)].op in ("Mul", "Neg"):
+                t = by_name[_op_name(t)].input[0]
+            values = t
+        for t in (indices, values):
+            if _op_name(t) in by_name:
+                self.fail(f"{var.name}: cannot trace its IndexedSlices gradient (got {t!r})")
+        return _Grad(var=var, ids=ids, values=values, indices=indices,
+                     dense_shape=self.dense_shape_of(var, indices, values))
+
+    def dense_shape_of(self, var: NodeDef, indices: str, values: str) -> str:
+        """The ``dense_shape`` tensor of the IndexedSlices gradient of ``var``.
+
+        Optimizers never read it, so it is found where the gradient function made the slices
+        (``gradients/<op>_grad/``, reached from the indices through pass-through ops): the
+        ``Shape``/``VariableShape`` of the variable there, or the ``Const`` holding its static shape
+        (``variable_shape`` of a fully defined resource variable).
+        """
+        dims = [d.size for d in var.attr["shape"].shape.dim]
+        for start in (indices, values):
+            t = start
+            for _ in range(12):
+                name = _op_name(t)
+                n = self.node(name)
+                if n is None:
+                    break
+                if "_grad/" in name:
+                    scope = name.rsplit("_grad/", 1)[0] + "_grad/"
+                    found = self.shape_in_scope(scope, var, dims)
+                    if found is not None:
+                        return found
+                data = [i for i in n.input if not i.startswith("^")]
+                if not data:
+                    break
+                t = data[0]
+        self.fail(f"{var.name}: cannot find the dense_shape of its IndexedSlices gradient "
+                  f"(indices {indices!r})")
+        raise AssertionError  # unreachable
+
+    def shape_in_scope(self, scope: str, var: NodeDef, dims: list[int]) -> str | None:
+        if self._scopes is None:
+            self._scopes = {}
+            for n in self.nodes:
+                self._scopes.setdefault(n.name.rpartition("/")[0] + "/", []).append(n)
+        for n in self._scopes.get(scope, []):
+            if n.op in ("Shape", "VariableShape") and n.input:
+                src = self.source_variable(n.input[0])
+                if src is not None and src.name == var.name:
+                    return n.name
+            if n.op == "Const" and n.attr["dtype"].type in (_INT32, _INT64):
+                t = n.attr["value"].tensor
+                vals = list(t.int_val) or list(t.int64_val)
+                if not vals and t.tensor_content:
+                    width = 8 if t.dtype == _INT64 else 4
+                    raw = t.tensor_content
+                    vals = [int.from_bytes(raw[k:k + width], "little", signed=True)
+                            for k in range(0, len(raw), width)]
+                if len(t.tensor_shape.dim) == 1 and vals == dims:
+                    return n.name
+        return None
+
+    def used_outside(self, name: str, start: int) -> bool:
+        """Whether a node before or after the optimizer's block reads ``name``."""
+        for j, n in enumerate(self.nodes):
+            if start <= j <= self.inc:
+                continue
+            if any(_op_name(i) == name for i in n.input):
+                return True
+        return False
+
     def find_block(self) -> None:
         """Start of the wrapped optimizer's apply_gradients block (slots, `<opt>/...` ops)."""
         nodes = self.nodes
-        main_vars = {var.name for _i, var, _g in self.grads}
+        main_vars = {g.var.name for g in self.grads}
         prefixes = {self.scope}
-        for i, _var, _g in self.grads:
-            for inp in nodes[i].input:
-                if inp.startswith("^"):
-                    continue
-                v = self.source_variable(inp)
-                if v is not None and v.name not in main_vars and v.name != self.gs.name:
-                    prefixes.add(v.name)
+        for g in self.grads:
+            for i in g.ids:
+                for inp in nodes[i].input:
+                    if inp.startswith("^"):
+                        continue
+                    v = self.source_variable(inp)
+                    if v is not None and v.name not in main_vars and v.name != self.gs.name:
+                        prefixes.add(v.name)
         start = self.inc
+        tops = {p.split("/", 1)[0] for p in prefixes}
         for j, n in enumerate(nodes[: self.inc]):
-            if any(n.name == p or n.name.startswith(p + "/") for p in prefixes):
+            if n.name.split("/", 1)[0] not in tops:
+                continue
+            parts = n.name.split("/")
+            if any("/".join(parts[:k]) in prefixes for k in range(1, len(parts) + 1)):
                 start = j
                 break
+        # Constants made by the optimizer for its slots' initial values (AdagradDA's _create_slots)
+        # come right before the first slot: part of the block when only the block uses them.
+        grad_ops = {_op_name(t) for g in self.grads for t in g.tensors()}
+        consumers: dict[str, set[int]] = {}
+        for j, n in enumerate(nodes[start: self.inc + 1], start=start):
+            for inp in n.input:
+                consumers.setdefault(_op_name(inp), set()).add(j)
+        while start > 0:
+            prev = nodes[start - 1]
+            if prev.op != "Const" or prev.input or prev.name in grad_ops:
+                break
+            users = consumers.get(prev.name)
+            if not users or any(i < start for i in users) or self.used_outside(prev.name, start):
+                break
+            start -= 1
         self.start = start
-        # Sparse (IndexedSlices) updates that are not one Apply* op (Adam's, GradientDescent's,
-        # deduplicated ones) show up as scatter ops in the block: refuse them rather than skip a
-        # variable.
-        for n in nodes[start: self.inc]:
-            if n.op.startswith(("Scatter", "ResourceScatter", "SparseApply", "ResourceSparseApply")) \
-                    or n.op == "Unique":
-                self.fail(f"{n.name}: {n.op} in the optimizer's update is a sparse (IndexedSlices) "
-                          "update; the sync rewrite supports dense Apply* updates of ref variables only")
         # The gradients must exist before the block (compute_gradients runs first).
-        for i, _var, grad in self.grads:
-            if self.index[_op_name(grad)] >= start:
-                self.fail(f"{nodes[i].name}: its gradient {grad} is created inside the optimizer's "
-                          "apply_gradients block; cannot aggregate it before the update")
+        for g in self.grads:
+            for t in g.tensors():
+                if self.index[_op_name(t)] >= start:
+                    self.fail(f"{g.var.name}: its gradient {t} is created inside the optimizer's "
+                              "apply_gradients block; cannot aggregate it before the update")
+        seen = set()
+        for g in self.grads:
+            if g.var.name in seen:
+                self.fail(f"variable {g.var.name} is updated twice; cannot tell which gradient to aggregate")
+            seen.add(g.var.name)
 
     # -------------------------------------------------------------- building the new graph
     def run(self) -> RewriteResult:
@@ -448,26 +732,55 @@ class _Rewrite:
             claim_plain(n)
 
         added: list[NodeDef] = []
+        gs = self.gs.name
+        gs_dev = self.gs.device
         # ---- local step (colocated with a NoOp anchor on the current device)
         anchor = new("NoOp")
         added.append(b.node(anchor, "NoOp"))
         ls = new("sync_rep_local_step")
         loc = [f"loc:@{anchor}"]
-        added.append(b.node(f"{ls}/initial_value", "Const", coloc=loc, out_shapes=[[]],
-                            attrs={"dtype": _type(gs_dtype), "value": _int_tensor([0], gs_dtype, [])}))
-        added.append(b.node(ls, "VariableV2", coloc=loc, out_shapes=[[]],
-                            attrs={"shape": _shape_attr([]), "dtype": _type(gs_dtype)}))
-        added.append(b.node(f"{ls}/Assign", "Assign", [ls, f"{ls}/initial_value"], coloc=loc,
-                            out_shapes=[[]], manual_deps=True,
-                            attrs={"T": _type(gs_dtype), "use_locking": _b(True),
-                                   "validate_shape": _b(True)}))
-        added.append(b.node(f"{ls}/read", "Identity", [ls], coloc=loc, out_shapes=[[]],
-                            attrs={"T": _type(gs_dtype)}))
-        ls_read = f"{ls}/read"
-        local_init = new("Assign")
-        added.append(b.node(local_init, "Assign", [ls, self.gs_read], coloc=loc, out_shapes=[[]],
-                            manual_deps=True, attrs={"T": _type(gs_dtype), "use_locking": _b(True),
-                                                     "validate_shape": _b(True)}))
+        dt = _type(gs_dtype)
+        if self.gs_resource:
+            # VariableV1 under a use_resource scope, as the global step: a resource local step.
+            init_value = f"{ls}/Initializer/initial_value"
+            added.append(b.node(init_value, "Const", coloc=loc, out_shapes=[[]],
+                                attrs={"dtype": dt, "value": _int_tensor([0], gs_dtype, [])}))
+            added.append(self.handle_like(ls, loc))
+            added.append(b.node(f"{ls}/IsInitialized/VarIsInitializedOp", "VarIsInitializedOp", [ls],
+                                coloc=loc, out_shapes=[[]]))
+            added.append(b.node(f"{ls}/Assign", "AssignVariableOp", [ls, init_value],
+                                attrs={"dtype": dt}, manual_deps=True))
+            added.append(b.node(f"{ls}/Read/ReadVariableOp", "ReadVariableOp", [ls], coloc=loc,
+                                out_shapes=[[]], attrs={"dtype": dt}))
+            # local_step_init_op = state_ops.assign(local_step, global_step)
+            r0 = new("ReadVariableOp")
+            added.append(b.node(r0, "ReadVariableOp", [gs], out_shapes=[[]], attrs={"dtype": dt}))
+            local_init = new("AssignVariableOp")
+            added.append(b.node(local_init, "AssignVariableOp", [ls, r0], manual_deps=True,
+                                attrs={"dtype": dt, "validate_shape": _b(True)}))
+            r1 = new("ReadVariableOp")
+            added.append(b.node(r1, "ReadVariableOp", [ls, f"^{local_init}"], out_shapes=[[]],
+                                attrs={"dtype": dt}))
+            ls_vardef = VariableDef(variable_name=f"{ls}:0", initializer_name=f"{ls}/Assign",
+                                    snapshot_name=f"{ls}/Read/ReadVariableOp:0",
+                                    initial_value_name=f"{init_value}:0", is_resource=True)
+        else:
+            added.append(b.node(f"{ls}/initial_value", "Const", coloc=loc, out_shapes=[[]],
+                                attrs={"dtype": dt, "value": _int_tensor([0], gs_dtype, [])}))
+            added.append(b.node(ls, "VariableV2", coloc=loc, out_shapes=[[]],
+                                attrs={"shape": _shape_attr([]), "dtype": dt}))
+            added.append(b.node(f"{ls}/Assign", "Assign", [ls, f"{ls}/initial_value"], coloc=loc,
+                                out_shapes=[[]], manual_deps=True,
+                                attrs={"T": dt, "use_locking": _b(True), "validate_shape": _b(True)}))
+            added.append(b.node(f"{ls}/read", "Identity", [ls], coloc=loc, out_shapes=[[]],
+                                attrs={"T": dt}))
+            local_init = new("Assign")
+            added.append(b.node(local_init, "Assign", [ls, self.gs_read], coloc=loc, out_shapes=[[]],
+                                manual_deps=True, attrs={"T": dt, "use_locking": _b(True),
+                                                         "validate_shape": _b(True)}))
+            ls_vardef = VariableDef(variable_name=f"{ls}:0", initializer_name=f"{ls}/Assign",
+                                    snapshot_name=f"{ls}/read:0",
+                                    initial_value_name=f"{ls}/initial_value:0")
         # ---- report_uninitialized_variables(global_variables()) at this moment
         ready = self.report_uninitialized(added, new, pre)
         # ---- accumulators, per (grad, var), in scope sync_replicas
@@ -479,64 +792,134 @@ class _Rewrite:
             counters[base] = k + 1
             return f"{sr}/{base}" if k == 0 else f"{sr}/{base}_{k}"
 
-        applies, takes, accums = [], [], []
+        def read_step(out: list[NodeDef], var_handle: str, ref_read: str | None, device: str,
+                      cast: bool = True) -> str:
+            """``convert_to_tensor(step)`` (+ ``cast(..., int64)``) inside the sync_replicas scope."""
+            if ref_read is not None:
+                t = ref_read
+            else:
+                # value(): built under colocate_with(None, ignore_existing=True), no device
+                t = scoped("ReadVariableOp")
+                out.append(b.node(t, "ReadVariableOp", [var_handle], out_shapes=[[]],
+                                  attrs={"dtype": dt}))
+            if cast and gs_dtype != _INT64:
+                c = scoped("Cast")
+                out.append(b.node(c, "Cast", [t], device=device, out_shapes=[[]], attrs={
+                    "SrcT": dt, "DstT": _type(_INT64), "Truncate": _b(False)}))
+                t = c
+            return t
+
+        ls_ref_read = None if self.gs_resource else f"{ls}/read"
+        gs_ref_read = None if self.gs_resource else self.gs_read
+        applies, accums = [], []
         accum_of: dict[str, str] = {}
-        for _i, var, grad in self.grads:
+        accum_dev: dict[str, str] = {}
+        repl: dict[int, dict[str, str]] = {}     # update-op id -> {plain tensor: aggregated tensor}
+        new_types: dict[str, int] = {}           # aggregated tensor -> dtype
+        new_shapes: dict[str, list[int] | None] = {}
+        for g in self.grads:
+            var = g.var
+            dev = var.device
             dtype = var.attr["dtype"].type
             dims = [d.size for d in var.attr["shape"].shape.dim]
-            acc = scoped("conditional_accumulator")
-            added.append(b.node(acc, "ResourceConditionalAccumulator", out_shapes=[[2]], attrs={
-                "dtype": _type(dtype), "shape": _shape_attr(dims),
-                "shared_name": _s(f"{var.name}:0/grad_accum"), "container": _s(""),
-                "reduction_type": _s("MEAN")}))
-            ap = scoped("ResourceAccumulatorApplyGradient")
-            added.append(b.node(ap, "ResourceAccumulatorApplyGradient", [acc, ls_read, grad],
-                                manual_deps=True, attrs={"dtype": _type(dtype)}))
-            tk = scoped("ResourceAccumulatorTakeGradient")
-            added.append(b.node(f"{tk}/num_required", "Const", out_shapes=[[]], attrs={
-                "dtype": _type(_INT32), "value": _int_tensor([self.r], _INT32, [])}))
-            added.append(b.node(tk, "ResourceAccumulatorTakeGradient", [acc, f"{tk}/num_required"],
-                                out_shapes=[dims], attrs={"dtype": _type(dtype)}))
+            shared = _s(f"{var.name}:0/grad_accum")
+            if not g.sparse:
+                acc = scoped("conditional_accumulator")
+                added.append(b.node(acc, "ResourceConditionalAccumulator", device=dev, out_shapes=[[2]],
+                                    attrs={"dtype": _type(dtype), "shape": _shape_attr(dims),
+                                           "shared_name": shared, "container": _s(""),
+                                           "reduction_type": _s("MEAN")}))
+                step = read_step(added, ls, ls_ref_read, dev)
+                ap = scoped("ResourceAccumulatorApplyGradient")
+                added.append(b.node(ap, "ResourceAccumulatorApplyGradient", [acc, step, g.dense],
+                                    device=dev, manual_deps=True, attrs={"dtype": _type(dtype)}))
+                tk = scoped("ResourceAccumulatorTakeGradient")
+                added.append(self.num_required(f"{tk}/num_required", dev))
+                added.append(b.node(tk, "ResourceAccumulatorTakeGradient", [acc, f"{tk}/num_required"],
+                                    device=dev, out_shapes=[dims], attrs={"dtype": _type(dtype)}))
+                m = {_canon(g.dense): tk}
+                new_types[f"{tk}:0"] = dtype
+                new_shapes[f"{tk}:0"] = dims
+            else:
+                acc = scoped("sparse_conditional_accumulator")
+                cls = [f"loc:@{acc}"]
+                added.append(b.node(acc, "SparseConditionalAccumulator", device=dev, out_shapes=[[2]],
+                                    attrs={"dtype": _type(dtype), "shape": _shape_attr([]),
+                                           "shared_name": shared, "container": _s(""),
+                                           "reduction_type": _s("MEAN")}))
+                step = read_step(added, ls, ls_ref_read, dev)
+                idx = self.cast64(added, g.indices, scoped, dev)
+                shp = self.cast64(added, g.dense_shape, scoped, dev)
+                ap = scoped("SparseAccumulatorApplyGradient")
+                added.append(b.node(ap, "SparseAccumulatorApplyGradient", [acc, step, idx, g.values, shp],
+                                    device=dev, coloc=cls, manual_deps=True,
+                                    attrs={"dtype": _type(dtype), "has_known_shape": _b(True)}))
+                tk = scoped("SparseAccumulatorTakeGradient")
+                added.append(self.num_required(f"{tk}/num_required", dev))
+                added.append(b.node(tk, "SparseAccumulatorTakeGradient", [acc, f"{tk}/num_required"],
+                                    device=dev, coloc=cls, out_shapes=[None, None, None],
+                                    attrs={"dtype": _type(dtype)}))
+                m = {_canon(g.indices): f"{tk}", _canon(g.values): f"{tk}:1"}
+                new_types.update({f"{tk}:0": _INT64, f"{tk}:1": dtype})
+                new_shapes.update({f"{tk}:0": None, f"{tk}:1": None})
+            for i in g.ids:
+                repl[i] = m
             applies.append(ap)
-            takes.append(tk)
-            accums.append(acc)
+            accums.append((acc, g.sparse))
             accum_of[var.name] = acc
+            accum_dev[acc] = dev
 
-        # ---- the wrapped optimizer's block, apply ops rewired to the aggregated gradients
+        # ---- the wrapped optimizer's block, update ops rewired to the aggregated gradients
         new_block: list[NodeDef] = []
-        take_of = {i: tk for (i, _v, _g), tk in zip(self.grads, takes, strict=True)}
         for j, n in enumerate(block, start=self.start):
             claim_plain(n)
-            if j in take_of:
-                n = NodeDef.FromString(n.SerializeToString())
-                n.input[APPLY_GRAD_INPUT[n.op]] = take_of[j]
+            if j in repl:
+                m = repl[j]
+                if any(_canon(i) in m for i in n.input if not i.startswith("^")):
+                    n = NodeDef.FromString(n.SerializeToString())
+                    for k, i in enumerate(n.input):
+                        if not i.startswith("^") and _canon(i) in m:
+                            n.input[k] = m[_canon(i)]
             new_block.append(n)
+        new_block = self.propagate(new_block, new_types, new_shapes)
         inc_name = self.nodes[self.inc].name
+        # `_has_manual_control_dependencies` marks ops used in control_dependencies([...]): the
+        # increment now is (Fill/dims); the train op is when the plain increment was.
+        inc_ctrl = "_has_manual_control_dependencies" in self.nodes[self.inc].attr
+        inc_node = NodeDef.FromString(new_block[-1].SerializeToString())
+        inc_node.attr["_has_manual_control_dependencies"].b = True
+        new_block[-1] = inc_node
 
-        # ---- token queue, dequeue, worker train op, chief sync op
+        # ---- token queue, dequeue, worker train op, chief sync op (under global_step.device)
         sync_nodes: list[NodeDef] = []
         q = new("sync_token_q")
-        sync_nodes.append(b.node(q, "FIFOQueueV2", device="/device:CPU:*", out_shapes=[[]], attrs={
+        sync_nodes.append(b.node(q, "FIFOQueueV2", device=_merge_device(gs_dev, "/device:CPU:*"),
+                                 out_shapes=[[]], attrs={
             "component_types": AttrValue(list=AttrValue.ListValue(type=[gs_dtype])),
             "shapes": _output_shapes([]), "capacity": _int(-1), "container": _s(""),
             "shared_name": _s("sync_token_q")}))
         deq = new(f"{q}_Dequeue")
         sync_nodes.append(b.node(deq, "QueueDequeueV2", [q] + sorted(f"^{a}" for a in applies),
-                                 out_shapes=[[]], attrs={
+                                 device=gs_dev, out_shapes=[[]], attrs={
                                      "component_types": AttrValue(list=AttrValue.ListValue(type=[gs_dtype])),
                                      "timeout_ms": _int(-1)}))
-        train_op = new("Assign")
-        sync_nodes.append(b.node(train_op, "Assign", [ls, deq], coloc=loc, out_shapes=[[]],
-                                 manual_deps=True, attrs={"T": _type(gs_dtype), "use_locking": _b(True),
-                                                          "validate_shape": _b(True)}))
-        fill = new("Fill")
-        sync_nodes.append(b.node(f"{fill}/dims", "Const", [f"^{inc_name}"], out_shapes=[[1]], attrs={
-            "dtype": _type(_INT32), "value": _int_tensor([self.tokens_per_step], _INT32, [1])}))
-        sync_nodes.append(b.node(fill, "Fill", [f"{fill}/dims", self.gs_read],
-                                 out_shapes=[[self.tokens_per_step]],
-                                 attrs={"T": _type(gs_dtype), "index_type": _type(_INT32)}))
+        if self.gs_resource:
+            train_op = new("AssignVariableOp")
+            sync_nodes.append(b.node(train_op, "AssignVariableOp", [ls, deq], device=gs_dev,
+                                     attrs={"dtype": dt, "validate_shape": _b(True)},
+                                     manual_deps=True))  # its lazy read depends on it
+            rd = new("ReadVariableOp")
+            sync_nodes.append(b.node(rd, "ReadVariableOp", [ls, f"^{train_op}"], device=gs_dev,
+                                     out_shapes=[[]], attrs={"dtype": dt}))
+        else:
+            train_op = new("Assign")
+            sync_nodes.append(b.node(train_op, "Assign", [ls, deq], coloc=loc, out_shapes=[[]],
+                                     manual_deps=inc_ctrl, attrs={"T": dt, "use_locking": _b(True),
+                                                              "validate_shape": _b(True)}))
+        fill, fill_nodes = self.fill_tokens(new, self.tokens_per_step, inc_name, gs_dev)
+        sync_nodes.extend(fill_nodes)
         enq = new(f"{q}_EnqueueMany")
-        sync_nodes.append(b.node(enq, "QueueEnqueueManyV2", [q, fill], attrs={
+        sync_nodes.append(b.node(enq, "QueueEnqueueManyV2", [q, fill], device=gs_dev, attrs={
             "Tcomponents": AttrValue(list=AttrValue.ListValue(type=[gs_dtype])), "timeout_ms": _int(-1)}))
         sync_op = enq
         moved: list[NodeDef] = []
@@ -550,17 +933,25 @@ class _Rewrite:
             sync_op = ema_group
         tail: list[NodeDef] = []
         close = new(f"{q}_Close")
-        tail.append(b.node(close, "QueueCloseV2", [q], attrs={"cancel_pending_enqueues": _b(False)}))
+        tail.append(b.node(close, "QueueCloseV2", [q], device=gs_dev,
+                           attrs={"cancel_pending_enqueues": _b(False)}))
         close1 = new(f"{q}_Close")
-        tail.append(b.node(close1, "QueueCloseV2", [q], attrs={"cancel_pending_enqueues": _b(True)}))
-        sets = []
-        for acc in accums:
+        tail.append(b.node(close1, "QueueCloseV2", [q], device=gs_dev,
+                           attrs={"cancel_pending_enqueues": _b(True)}))
+        members = [(local_init, "")]
+        for acc, sparse in accums:
+            dev = accum_dev[acc]
+            step = read_step(tail, gs, gs_ref_read, dev)
             s = scoped("SetGlobalStep")
-            tail.append(b.node(s, "ResourceAccumulatorSetGlobalStep", [acc, self.gs_read],
-                               manual_deps=True))
-            sets.append(s)
+            if sparse:
+                tail.append(b.node(s, "AccumulatorSetGlobalStep", [acc, step], device=dev,
+                                   coloc=[f"loc:@{acc}"], manual_deps=True))
+            else:
+                tail.append(b.node(s, "ResourceAccumulatorSetGlobalStep", [acc, step], device=dev,
+                                   manual_deps=True))
+            members.append((s, dev))
         chief_init = scoped("group_deps")
-        tail.append(b.node(chief_init, "NoOp", sorted([f"^{local_init}"] + [f"^{s}" for s in sets])))
+        tail.extend(self.group(chief_init, members))
 
         # ---- the rest of the plain graph
         local_var_inits = self.local_variable_initializers()
@@ -574,6 +965,7 @@ class _Rewrite:
                                   "initializes the local step")
         rest: list[NodeDef] = []
         last_user = None
+        ls_init_grouped = False
         for n in post:
             claim_plain(n)
             m = NodeDef.FromString(n.SerializeToString())
@@ -598,7 +990,12 @@ class _Rewrite:
                 ctrl = sorted([*m.input, f"^{ls}/Assign"])
                 del m.input[:]
                 m.input.extend(ctrl)
+                ls_init_grouped = True
             rest.append(m)
+        if not ls_init_grouped:  # no local_variables_initializer: nothing depends on it
+            for n in added:
+                if n.name == f"{ls}/Assign":
+                    del n.attr["_has_manual_control_dependencies"]
         # init-tokens op (get_init_tokens_op), after the train op that used the update
         num_tokens = self.r
         init_nodes: list[NodeDef] = []
@@ -606,14 +1003,9 @@ class _Rewrite:
             # names are claimed at their place in creation order
             pos = 0 if last_user is None else last_user + 1
             # (names are simulated as if no later plain op takes 'Fill' or '<queue>_EnqueueMany')
-            fill1 = new("Fill")
-            init_nodes.append(b.node(f"{fill1}/dims", "Const", out_shapes=[[1]], attrs={
-                "dtype": _type(_INT32), "value": _int_tensor([num_tokens], _INT32, [1])}))
-            init_nodes.append(b.node(fill1, "Fill", [f"{fill1}/dims", self.gs_read],
-                                     out_shapes=[[num_tokens]],
-                                     attrs={"T": _type(gs_dtype), "index_type": _type(_INT32)}))
+            fill1, init_nodes = self.fill_tokens(new, num_tokens, None, gs_dev)
             init_tokens = new(f"{q}_EnqueueMany")
-            init_nodes.append(b.node(init_tokens, "QueueEnqueueManyV2", [q, fill1], attrs={
+            init_nodes.append(b.node(init_tokens, "QueueEnqueueManyV2", [q, fill1], device=gs_dev, attrs={
                 "Tcomponents": AttrValue(list=AttrValue.ListValue(type=[gs_dtype])),
                 "timeout_ms": _int(-1)}))
             rest[pos:pos] = init_nodes
@@ -625,13 +1017,18 @@ class _Rewrite:
         if renamed:
             out_nodes = [self.apply_renames(n, renamed) for n in out_nodes]
         out = GraphDef()
-        out.CopyFrom(self.gd)
-        del out.node[:]
+        for field_desc, value in self.gd.ListFields():  # versions, library...: all but the nodes
+            if field_desc.name == "node":
+                continue
+            if field_desc.message_type is None:
+                setattr(out, field_desc.name, value)
+            else:
+                getattr(out, field_desc.name).CopyFrom(value)
         out.node.extend(out_nodes)
         new_names = ([n.name for n in added] + [n.name for n in sync_nodes] + [n.name for n in tail]
                      + [n.name for n in init_nodes])
-        meta = self.update_meta(out, ls, train_op, inc_name, new_names) if self.meta is not None else None
-        var_names = [var.name for _i, var, _g in self.grads]
+        meta = self.update_meta(out, ls_vardef, train_op, inc_name, new_names) if self.meta is not None else None
+        var_names = [g.var.name for g in self.grads]
         return RewriteResult(
             graph_def=out, meta_graph=meta, replicas_to_aggregate=self.r, total_replicas=self.w,
             tokens_per_step=self.tokens_per_step, optimizer=self.scope, variables=var_names,
@@ -668,6 +1065,122 @@ class _Rewrite:
             m.attr["_class"].list.s.extend(vals)
         return m
 
+    def handle_like(self, name: str, coloc: list[str]) -> NodeDef:
+        """A scalar VarHandleOp like the global step's, named ``name``."""
+        n = NodeDef.FromString(self.gs.SerializeToString())
+        n.name = name
+        del n.input[:]
+        n.attr["shared_name"].s = name.encode()
+        if "debug_name" in n.attr:
+            n.attr["debug_name"].s = f"{name}/".encode()
+        del n.attr["_class"]
+        n.attr["_class"].list.s.extend(c.encode() for c in coloc)
+        return n
+
+    def num_required(self, name: str, device: str) -> NodeDef:
+        return self.b.node(name, "Const", device=device, out_shapes=[[]], attrs={
+            "dtype": _type(_INT32), "value": _int_tensor([self.r], _INT32, [])})
+
+    def cast64(self, out: list[NodeDef], tensor: str, scoped, device: str) -> str:
+        """``math_ops.cast(tensor, int64)``: a ``sync_replicas/Cast`` unless already int64."""
+        dtype = self.dtype_of(tensor)
+        if dtype is None:
+            self.fail(f"cannot tell the dtype of {tensor!r} (unknown op)")
+        if dtype == _INT64:
+            return tensor
+        c = scoped("Cast")
+        src = self.node(_op_name(tensor))
+        shape = _out_shape(src, tensor)
+        out.append(self.b.node(c, "Cast", [tensor], device=device,
+                               out_shapes=None if shape is _NO_SHAPE else [shape],
+                               attrs={"SrcT": _type(dtype), "DstT": _type(_INT64), "Truncate": _b(False)}))
+        return c
+
+    def fill_tokens(self, new, count: int, after: str | None, device: str) -> tuple[str, list[NodeDef]]:
+        """``array_ops.fill([count], global_step)`` (inside control_dependencies([after]))."""
+        b = self.b
+        fill = new("Fill")
+        ctrl = [f"^{after}"] if after else []
+        nodes = [b.node(f"{fill}/dims", "Const", ctrl, device=device, out_shapes=[[1]], attrs={
+            "dtype": _type(_INT32), "value": _int_tensor([count], _INT32, [1])})]
+        if self.gs_resource:
+            value = f"{fill}/ReadVariableOp"
+            nodes.append(b.node(value, "ReadVariableOp", [self.gs.name, *ctrl],
+                                out_shapes=[[]], attrs={"dtype": _type(self.gs_dtype)}))
+        else:
+            value = self.gs_read
+        nodes.append(b.node(fill, "Fill", [f"{fill}/dims", value], device=device, out_shapes=[[count]],
+                            attrs={"T": _type(self.gs_dtype), "index_type": _type(_INT32)}))
+        return fill, nodes
+
+    def group(self, name: str, members: list[tuple[str, str]]) -> list[NodeDef]:
+        """``control_flow_ops.group``: one NoOp, or per-device NoOps under a root when members
+        sit on several devices (sorted by device)."""
+        by_dev: dict[str, list[str]] = {}
+        for m, d in members:
+            by_dev.setdefault(d, []).append(m)
+        if len(by_dev) == 1:
+            (d, ms), = by_dev.items()
+            return [self.b.node(name, "NoOp", sorted(f"^{m}" for m in ms), device=d)]
+        out, kids = [], []
+        for k, d in enumerate(sorted(by_dev)):
+            kid = f"{name}/NoOp" + (f"_{k}" if k else "")
+            out.append(self.b.node(kid, "NoOp", sorted(f"^{m}" for m in by_dev[d]), device=d,
+                                   manual_deps=True))  # a control input of the root
+            kids.append(kid)
+        out.append(self.b.node(name, "NoOp", sorted(f"^{k}" for k in kids)))
+        return out
+
+    def propagate(self, block: list[NodeDef], types: dict[str, int],
+                  shapes: dict[str, list[int] | None]) -> list[NodeDef]:
+        """Dtype and static-shape changes from the aggregated gradients through the update ops.
+
+        The take ops give int64 indices and unknown-rank values where the plain gradient may have
+        had int32 indices and static shapes; TF then builds the same update ops with other type
+        attrs (``Unique``'s ``T``, ``ScatterAdd``'s ``Tindices``...) and shapes.
+        """
+        out = []
+        for n in block:
+            data = [(k, i) for k, i in enumerate(x for x in n.input if not x.startswith("^"))]
+            hit = [(k, _canon(i)) for k, i in data if _canon(i) in types or _canon(i) in shapes]
+            if not hit:
+                out.append(n)
+                continue
+            m = NodeDef.FromString(n.SerializeToString())
+            old_types = self.table.output_types(n) if self.table is not None else None
+            od = self.table.op_def(n.op) if self.table is not None else None
+            if od is not None:
+                args = _expand_args(od, m)
+                for k, t in hit:
+                    if t in types and k < len(args) and args[k]:
+                        attr = args[k]
+                        if m.attr[attr].type != types[t]:
+                            m.attr[attr].type = types[t]
+            new_types = self.table.output_types(m) if self.table is not None else None
+            if old_types and new_types:
+                for k, (a, c) in enumerate(zip(old_types, new_types, strict=False)):
+                    if a != c:
+                        types[f"{m.name}:{k}"] = c % 100
+            if self.shapes and "_output_shapes" in m.attr:
+                old = [_shape_of(s) for s in m.attr["_output_shapes"].list.shape]
+                ins = []
+                for _k, i in data:
+                    ci = _canon(i)
+                    if ci in shapes:
+                        ins.append(shapes[ci])
+                    else:
+                        src = self.node(_op_name(i))
+                        s = _out_shape(src, i) if src is not None else _NO_SHAPE
+                        ins.append(None if s is _NO_SHAPE else s)
+                res = _infer_shapes(m.op, ins, old, new_types)
+                if res is not None and res != old:
+                    m.attr["_output_shapes"].CopyFrom(_output_shapes(*res))
+                    for k, (a, c) in enumerate(zip(old, res, strict=False)):
+                        if a != c:
+                            shapes[f"{m.name}:{k}"] = c
+            out.append(m)
+        return out
+
     def report_uninitialized(self, added: list[NodeDef], new, pre: list[NodeDef]) -> str:
         """``variables.report_uninitialized_variables(variables.global_variables())``."""
         b = self.b
@@ -676,17 +1189,28 @@ class _Rewrite:
             gvars = [v for v in self.coll.global_variables if v in pre_names]
         else:
             local = set(self.coll.local_variables) if self.coll is not None else set()
-            gvars = [n.name for n in pre if n.op in _VARIABLE_OPS and n.name not in local]
+            gvars = [n.name for n in pre if (n.op in _VARIABLE_OPS or n.op in _RESOURCE_VARIABLE_OPS)
+                     and n.name not in local]
         nv = len(gvars)
         sc = new("report_uninitialized_variables")
         cpu = "/device:CPU:0"
         inits = []
-        for k, v in enumerate(gvars):
+        counts: dict[str, int] = {}
+        for v in gvars:
             vn = self.node(v)
-            name = f"{sc}/IsVariableInitialized" + (f"_{k}" if k else "")
-            coloc = [s.decode() for s in vn.attr["_class"].list.s] if "_class" in vn.attr else [f"loc:@{v}"]
-            added.append(b.node(name, "IsVariableInitialized", [v], coloc=coloc, out_shapes=[[]],
-                                attrs={"dtype": _type(vn.attr["dtype"].type)}))
+            # state_ops.is_variable_initialized: IsVariableInitialized (ref, colocated with the
+            # variable) or the resource variable's is_initialized() (VarIsInitializedOp)
+            op = "VarIsInitializedOp" if vn.op in _RESOURCE_VARIABLE_OPS else "IsVariableInitialized"
+            k = counts.get(op, 0)
+            counts[op] = k + 1
+            name = f"{sc}/{op}" + (f"_{k}" if k else "")
+            if vn.op in _RESOURCE_VARIABLE_OPS:
+                added.append(b.node(name, op, [v], out_shapes=[[]]))
+            else:
+                coloc = ([s.decode() for s in vn.attr["_class"].list.s] if "_class" in vn.attr
+                         else [f"loc:@{v}"])
+                added.append(b.node(name, op, [v], coloc=coloc, out_shapes=[[]], device=vn.device,
+                                    attrs={"dtype": _type(vn.attr["dtype"].type)}))
             inits.append(name)
         bm = f"{sc}/boolean_mask"
         i32 = _type(_INT32)
@@ -780,15 +1304,14 @@ class _Rewrite:
                 inits.add(VariableDef.FromString(raw).initializer_name)
         return inits
 
-    def update_meta(self, out: GraphDef, ls: str, train_op: str, inc_name: str,
+    def update_meta(self, out: GraphDef, vd: VariableDef, train_op: str, inc_name: str,
                     new_names: list[str]) -> MetaGraphDef:
         meta = MetaGraphDef()
         meta.CopyFrom(self.meta)
         meta.graph_def.CopyFrom(out)
         cd = meta.collection_def
         # local variables: the local step, in creation order
-        vd = VariableDef(variable_name=f"{ls}:0", initializer_name=f"{ls}/Assign",
-                         snapshot_name=f"{ls}/read:0", initial_value_name=f"{ls}/initial_value:0")
+        ls = _op_name(vd.variable_name)
         order = {n.name: k for k, n in enumerate(out.node)}
         entries = list(cd["local_variables"].bytes_list.value) if "local_variables" in cd else []
         decoded = [(order.get(_op_name(VariableDef.FromString(e).variable_name), 1 << 60), e)
@@ -805,7 +1328,8 @@ class _Rewrite:
         # the stripped op list: add the op types we introduced
         if meta.meta_info_def.HasField("stripped_op_list"):
             have = {o.name for o in meta.meta_info_def.stripped_op_list.op}
-            types = sorted({n.op for n in out.node if n.name in set(new_names)} - have)
+            added = set(new_names)
+            types = sorted({n.op for n in out.node if n.name in added} - have)
             for t in types:
                 od = self.table.op_def(t) if self.table is not None else None
                 if od is not None:
