@@ -75,13 +75,11 @@ Blocking ops (queue dequeues, accumulator ``TakeGradient``...) must never hang a
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fnmatch
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -90,6 +88,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from placeviz.verify import sandbox
 
 # Ops that can wait forever for another step or another worker. :func:`all_sinks` leaves out these
 # ops and everything that depends on them (fnmatch patterns on the op type).
@@ -428,8 +428,7 @@ def _check_cluster(cluster: Mapping[str, int], master: tuple[str, int]) -> dict[
 # In-process runtime (imports TensorFlow)
 
 
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
+_libc = sandbox.libc
 
 
 def _flush_c_stdio() -> None:
@@ -456,17 +455,7 @@ def _stdout_fd_to(path: str):
         os.close(saved)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+_free_ports = sandbox.free_ports
 
 
 _LIVE_SERVERS: list = []  # in-process servers cannot be stopped; keep them referenced
@@ -709,23 +698,11 @@ def run_on_local_cluster(
 # Subprocess wrapper
 
 
-_PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy", "HTTP_PROXY", "HTTPS_PROXY",
-               "ALL_PROXY", "GRPC_PROXY")
+_PROXY_VARS = sandbox.PROXY_VARS
 
 
 def _child_env(onednn: bool) -> dict[str, str]:
-    env = dict(os.environ)
-    for k in _PROXY_VARS:
-        env.pop(k, None)
-    for k in ("no_proxy", "NO_PROXY", "no_grpc_proxy"):
-        env[k] = "127.0.0.1,localhost"
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if not onednn:
-        env["TF_ENABLE_ONEDNN_OPTS"] = "0"
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return env
+    return sandbox.child_env(onednn)
 
 
 def run_in_subprocess(
@@ -809,33 +786,7 @@ def run_in_subprocess(
     return truth
 
 
-def _enter_private_network() -> bool:
-    """Move this (still single-threaded) process into its own user + network namespace.
-
-    Inside, only a loopback interface exists (brought up here), so TF's wildcard listening sockets
-    are reachable from 127.0.0.1 of this namespace only. Returns False when the kernel refuses.
-    """
-    import fcntl
-    import struct
-
-    libc = _libc()
-    uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(0x10000000 | 0x40000000) != 0:  # CLONE_NEWUSER | CLONE_NEWNET
-        if libc.unshare(0x40000000) != 0:  # already privileged: network namespace only
-            return False
-    else:
-        with contextlib.suppress(OSError):
-            Path("/proc/self/setgroups").write_text("deny")
-        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
-        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        ifreq = struct.pack("16sH14s", b"lo", 0, b"")
-        flags = struct.unpack("16sH14s", fcntl.ioctl(s, 0x8913, ifreq))[1]  # SIOCGIFFLAGS
-        fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags | 0x1, b""))  # SIOCSIFFLAGS, IFF_UP
-    finally:
-        s.close()
-    return True
+_enter_private_network = sandbox.enter_private_network
 
 
 def _child_main(workdir: str) -> None:

@@ -1,0 +1,95 @@
+"""``placeviz verify``: run the SyncReplicas graph on a real TF cluster and check what happened.
+
+The static stages (load, sync pass, placement, detection, proof) come from
+:func:`placeviz.pipeline.run_pipeline`; :mod:`placeviz.verify.plan` turns their result into a run;
+:mod:`placeviz.verify.runner` executes it on TF servers in a private network namespace;
+:mod:`placeviz.verify.checks` judges the evidence; :mod:`placeviz.verify.report` formats it.
+:func:`run` returns the report (the demo calls it); :func:`main` is the CLI's entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+
+from placeviz.commands.output import emit, progress, to_json
+from placeviz.errors import PlacevizError
+
+TF_MISSING = "TensorFlow is not installed; verify needs it: install placeviz[tf]"
+
+
+def run(model_spec, *, placement_options, sync_options=None, workers: int | None = None, steps: int = 5,
+        timeout: float = 180.0, isolate: bool = False, feeds_file: str | None = None, seed: int = 0,
+        chief_queue_runner: str = "auto", fault: str | None = None, tag: str | None = None,
+        existing_cluster: bool = False, say=progress):
+    """Verify ``model_spec`` and return a :class:`placeviz.verify.report.VerifyReport`.
+
+    ``placement_options``: :class:`placeviz.placement.PlacementOptions` (``--ps-tasks`` etc.);
+    ``sync_options``: :class:`placeviz.pipeline.SyncOptions` to rewrite a plain graph first.
+    ``existing_cluster``: run on the servers whose addresses ``placement_options.cluster`` holds
+    (``--cluster FILE``); otherwise local servers on 127.0.0.1 are started (in a private network
+    namespace) and the cluster, if any, only gives the number of tasks. ``say``: progress callback.
+    Raises :class:`PlacevizError` for bad input (exit 2); a failed check or run is in the report::
+
+        report = run("sample:mlp", placement_options=PlacementOptions(setter=SetterConfig(ps_tasks=2)),
+                     sync_options=SyncOptions(replicas_to_aggregate=2, total_replicas=3), steps=3)
+        report.ok, report.to_json(), placeviz.verify.report.format_text(report)
+    """
+    if importlib.util.find_spec("tensorflow") is None:
+        raise PlacevizError(TF_MISSING)
+    from placeviz.pipeline import run_pipeline
+    from placeviz.verify.checks import evaluate
+    from placeviz.verify.prepare import prepare
+    from placeviz.verify.runner import run_plan
+
+    if steps < 1:
+        raise PlacevizError("--steps must be at least 1")
+    if existing_cluster and placement_options.cluster is None:
+        raise PlacevizError("existing_cluster needs the cluster's addresses (--cluster FILE)")
+    if isolate and existing_cluster:
+        raise PlacevizError("--isolate starts local servers; it cannot be combined with --cluster")
+    if fault is not None and not isolate:
+        raise PlacevizError("--inject-fault kills a task process: it needs --isolate")
+    # The local servers have CPUs only (CUDA_VISIBLE_DEVICES=""): TF soft-places GPU ops on CPU, and
+    # placeviz must place the same way for the partitions to compare.
+    placer = placement_options.placer
+    placement_options = dataclasses.replace(placement_options, placer=dataclasses.replace(
+        placer, allow_soft_placement=True))
+    say("loading and placing the model ...")
+    pipe = run_pipeline(model_spec, placement_options, sync_options, tag=tag, place_always=True, partition=False,
+                        progress=say)
+    if pipe.placement is None:
+        raise PlacevizError(f"cannot place the graph: {pipe.placement_error}")
+    prepared = prepare(pipe, placement_options, existing_cluster=existing_cluster, workers=workers, steps=steps,
+                       timeout=timeout, isolate=isolate,
+                       feeds_file=feeds_file, seed=seed, chief_queue_runner=chief_queue_runner, fault=fault)
+    for note in prepared.plan.notes:
+        say(f"note: {note}")
+    say(f"running on {prepared.describe()} ...")
+    raw = run_plan(prepared.plan.to_json(), prepared.graphs, prepared.feeds, progress=say)
+    if not raw.result and not raw.killed:
+        last = (raw.stderr_tail.strip().splitlines() or ["no output"])[-1]
+        raise PlacevizError(f"internal error: verify's coordinator process exited with code {raw.returncode}: {last}")
+    return evaluate(pipe, prepared, raw, model_spec=str(model_spec))
+
+
+def main(model_spec, *, place: dict, sync, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner,
+         fault, fmt: str, output: str | None, tag: str | None) -> None:
+    """The CLI command: exit 0 when every check passes, 1 when one fails (2 comes from errors)."""
+    from placeviz.commands.place_options import build_placement_options
+
+    if importlib.util.find_spec("tensorflow") is None:
+        raise PlacevizError(TF_MISSING)
+    report = run(model_spec, placement_options=build_placement_options(place), sync_options=sync, workers=workers,
+                 steps=steps, timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,
+                 chief_queue_runner=chief_queue_runner, fault=fault, tag=tag,
+                 existing_cluster=bool(place["cluster_file"]))
+    from placeviz.verify.report import format_text
+
+    text = to_json(report.to_json()) if fmt == "json" else format_text(report)
+    emit(text, output)
+    if output or fmt == "json":
+        progress(report.summary_line())
+    sys.exit(0 if report.ok else 1)
+

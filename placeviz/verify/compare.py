@@ -1,0 +1,55 @@
+"""placeviz's static partition of a run against the partition graphs TF's runtime reported for it.
+
+Compared, as in ``tests/test_partition_fidelity.py``: per device, the set of original nodes that
+ran there; the transfers as multisets of (tensor or ``^control`` source, destination device). The
+runtime's own names for the nodes it adds are opaque, so they are not compared. The result gives
+agreement counts, a percentage, and the differing items.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from placeviz.verify.runtime_truth import RuntimeTruth
+
+MAX_LISTED = 10
+
+
+def _ours_key(t: dict) -> str:
+    return f"^{t['src']}" if t["slot"] == "control" else f"{t['src']}:{t['slot']}"
+
+
+def compare_run(graph, devices: list[str], run: dict, *, feeds: list[str], client_device: str | None) -> dict:
+    from placeviz.partition import partition
+
+    result = partition(graph, devices, fetches=run["fetches"], targets=run["targets"], feeds=feeds,
+                       level="device", client_device=client_device or None)
+    original = set(graph.names)
+    theirs: dict[str, set[str]] = collections.defaultdict(set)
+    for device, nodes in run["partitions"].items():
+        for n in nodes:
+            if n["name"] in original:
+                theirs[device].add(n["name"])
+    ours = {d: set(v) for d, v in result.original_nodes.items()}
+    node_total = sum(len(v) for v in theirs.values())
+    only_ours = sorted((n, d) for d in ours for n in ours[d] - theirs.get(d, set()))
+    only_theirs = sorted((n, d) for d in theirs for n in theirs[d] - ours.get(d, set()))
+    node_agree = node_total - len(only_theirs)
+    truth = RuntimeTruth(devices={}, partitions={}, added_nodes={}, fetches=[], targets=[], config={}, runs=[run])
+    t_theirs = collections.Counter((t["tensor"], t["recv_device"]) for t in truth.transfers(0))
+    t_ours = collections.Counter((_ours_key(t), t["dst_device"]) for t in result.transfers)
+    t_total = sum(t_theirs.values())
+    t_agree = sum((t_ours & t_theirs).values())
+    agree, total = node_agree + t_agree, node_total + t_total
+    extra = len(only_ours) + sum((t_ours - t_theirs).values())
+    return {
+        "nodes": {"agree": node_agree, "total": node_total},
+        "transfers": {"agree": t_agree, "total": t_total},
+        "percent": round(100.0 * agree / (total + extra), 2) if total + extra else 100.0,
+        "only_placeviz": {"nodes": [f"{n} @ {d}" for n, d in only_ours[:MAX_LISTED]],
+                          "transfers": [f"{s} -> {d}" for s, d in sorted((t_ours - t_theirs).elements())[:MAX_LISTED]]},
+        "only_runtime": {"nodes": [f"{n} @ {d}" for n, d in only_theirs[:MAX_LISTED]],
+                         "transfers": [f"{s} -> {d}" for s, d in sorted((t_theirs - t_ours).elements())[:MAX_LISTED]]},
+        "differences": len(only_ours) + len(only_theirs) + sum((t_ours - t_theirs).values())
+        + sum((t_theirs - t_ours).values()),
+    }

@@ -1,0 +1,580 @@
+"""The TF side of ``placeviz verify``: ``python -m placeviz.verify.coordinator WORKDIR``.
+
+Started by :mod:`placeviz.verify.runner` in a fresh process, which first moves into a private
+loopback-only network namespace (:func:`placeviz.verify.sandbox.enter_private_network`) unless it
+talks to an existing cluster (``--cluster``). It then follows ``plan.json`` (a
+:class:`placeviz.verify.plan.RunPlan`) the way a TF1 chief with ``SyncReplicasHook`` and its
+workers would:
+
+1. servers: every ps and worker task on 127.0.0.1 in this process, or one process per task
+   (``isolate``, :mod:`placeviz.verify.task_server`), or none (an existing cluster);
+2. one session per worker on its own server, each importing its own graph (``graph_w<i>.pb``: the
+   worker-side ops on its task), Grappler off and L0 so the partition graphs compare with placeviz;
+3. the chief runs the init op, the local init op and the chief init op, every other worker its
+   local-step init; the chief runs the init tokens and starts the queue runner thread, which runs
+   the sync op once per global step (exactly ``steps`` times); W worker threads run the train op
+   until the queue runner is done, then the token queue is closed (as TF's queue runner does at
+   stop) so no worker stays blocked;
+4. evidence: every run is traced (``FULL_TRACE``: the step stats of every device, also remote ones)
+   and the watched op names are counted; worker runs fetch their gradients and the token, sync runs
+   fetch the inputs of the optimizer's updates; worker 0's first run and the first sync run keep
+   their partition graphs; variables are read before and after; then a stale-gradient probe;
+5. a watchdog turns hangs into results: a task process that dies, no progress while the
+   accumulators and the token queue stand still (a deadlock), or the deadline. It reads what every
+   thread waits in and the state of the queue and the accumulators.
+
+Everything goes to ``result.json`` and ``arrays.npz``; the checks are made by the parent
+(:mod:`placeviz.verify.checks`). The process ends with ``os._exit`` (TF servers cannot be stopped);
+task processes are killed first.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from placeviz.verify import sandbox
+
+CHILD_FLAG = "--verify-coordinator"
+STALL_S = 6.0  # no run finished and no state change for this long while everything waits: deadlock
+
+
+def progress(message: str) -> None:
+    print(f"@@ {message}", file=sys.stderr, flush=True)
+
+
+class Failure(Exception):
+    """A failed run: ``kind`` (dead_task | deadlock | timeout | tf_error | setup) and details."""
+
+    def __init__(self, kind: str, message: str, **details):
+        super().__init__(message)
+        self.kind, self.message, self.details = kind, message, details
+
+
+class Coordinator:
+    def __init__(self, work: Path, plan: dict, isolated: bool):
+        self.work, self.plan = work, plan
+        self.t_start = time.monotonic()
+        self.deadline = self.t_start + float(plan["timeout_s"])
+        self.timings: dict = {}
+        self.arrays: dict[str, np.ndarray] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.servers: list = []
+        self.result: dict = {
+            "network": {"namespace": isolated, "interfaces": {"coordinator": sandbox.interfaces()}},
+            "pids": {"coordinator": os.getpid()}, "timings": self.timings, "worker_runs": [], "sync_runs": [],
+            "failure": None, "errors": [], "partition_runs": {}, "threads": {},
+        }
+        self.last_progress = time.monotonic()
+        self.sync_done = 0
+        self.injected, self.injected_at = False, 0
+
+    # ------------------------------------------------------------------------------ cluster
+    def cluster_spec(self) -> dict:
+        """job -> addresses: the existing cluster's, or free loopback ports (of our namespace)."""
+        plan = self.plan
+        if plan["existing_cluster"]:
+            return plan["cluster"]
+        jobs = [(plan["ps_job"], plan["cluster"].get(plan["ps_job"], 0)), (plan["worker_job"], plan["workers"])]
+        ports = iter(sandbox.free_ports(sum(n for _, n in jobs if n)))
+        return {job: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for job, n in jobs if n}
+
+    def start_cluster(self, spec: dict) -> None:
+        plan = self.plan
+        if plan["existing_cluster"]:
+            # Leftover tokens, gradients or a closed token queue from an earlier run would falsify this one.
+            target = "grpc://" + spec[plan["worker_job"]][0]
+            progress(f"resetting the resource containers of the cluster ({target}) ...")
+            self.tf.compat.v1.Session.reset(target)
+            return
+        t0 = self.t_start if plan["isolate"] else time.monotonic()
+        if plan["isolate"]:  # spawned before TF was imported here; now wait for them
+            self._wait_for_tasks()
+        else:
+            jobs = [(job, len(addresses)) for job, addresses in spec.items()]
+            tf = self.tf
+            config = tf.compat.v1.ConfigProto(device_count={"CPU": int(plan.get("cpus_per_task", 1))})
+            cs = tf.train.ClusterSpec(spec)
+            for job, n in jobs:
+                for i in range(n):
+                    self.servers.append(tf.distribute.Server(cs, job_name=job, task_index=i, protocol="grpc",
+                                                             config=config, start=True))
+        self.timings["servers_start_s"] = round(time.monotonic() - t0, 3)
+
+    def spawn_tasks(self, spec: dict) -> None:
+        (self.work / "cluster.json").write_text(json.dumps(spec))
+        env = sandbox.child_env()
+        for job, addresses in spec.items():
+            for i in range(len(addresses)):
+                err = open(self.work / f"task_{job}_{i}.stderr", "wb")  # noqa: SIM115 - kept open for the child
+                self.procs[f"{job}:{i}"] = subprocess.Popen(
+                    [sys.executable, "-m", "placeviz.verify.task_server", str(self.work), job, str(i),
+                     str(self.plan.get("cpus_per_task", 1))],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=self.work,
+                    preexec_fn=sandbox.die_with_parent)
+        progress(f"started {len(self.procs)} task processes")
+
+    def _wait_for_tasks(self) -> None:
+        progress("waiting for the task processes' servers ...")
+        pending = dict(self.procs)
+        while pending:
+            for key, proc in list(pending.items()):
+                job, i = key.split(":")
+                ready = self.work / f"ready_{job}_{i}.json"
+                if ready.exists():
+                    info = json.loads(ready.read_text())
+                    self.result["pids"][key] = info["pid"]
+                    self.result["network"]["interfaces"][key] = info["interfaces"]
+                    self.timings.setdefault("task_start_s", {})[key] = info["start_s"]
+                    del pending[key]
+                elif proc.poll() is not None:
+                    raise Failure("setup", f"task process {key} exited with code {proc.returncode} while starting: "
+                                  f"{self._tail(key)}", task=key)
+            if time.monotonic() > self.deadline:
+                raise Failure("timeout", f"servers not ready before the deadline: {sorted(pending)}")
+            time.sleep(0.1)
+
+    def _tail(self, key: str) -> str:
+        job, i = key.split(":")
+        with contextlib.suppress(OSError):
+            lines = (self.work / f"task_{job}_{i}.stderr").read_text(errors="replace").strip().splitlines()
+            return lines[-1] if lines else ""
+        return ""
+
+    def dead_tasks(self) -> list[dict]:
+        out = []
+        for key, proc in self.procs.items():
+            code = proc.poll()
+            if code is not None:
+                sig = -code if code < 0 else None
+                out.append({"task": key, "pid": proc.pid, "returncode": code,
+                            "signal": signal.Signals(sig).name if sig else None})
+        return out
+
+    def kill_tasks(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        for proc in self.procs.values():
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=10)
+
+    # ------------------------------------------------------------------------------ graphs
+    def build_sessions(self, spec: dict) -> None:
+        tf, plan = self.tf, self.plan
+        t0 = time.monotonic()
+        config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+        oo = config.graph_options.optimizer_options
+        oo.opt_level = tf.compat.v1.OptimizerOptions.L0
+        oo.do_function_inlining = False
+        oo.global_jit_level = tf.compat.v1.OptimizerOptions.OFF
+        self.graphs, self.sessions = [], []
+        for i in range(plan["workers"]):
+            graph_def = tf.compat.v1.GraphDef.FromString((self.work / f"graph_w{i}.pb").read_bytes())
+            g = tf.Graph()
+            with g.as_default():
+                tf.compat.v1.import_graph_def(graph_def, name="")
+            self.graphs.append(g)
+        self.original = frozenset(n.name for n in self.graphs[0].as_graph_def().node)
+        self._add_probe_ops(self.graphs[0])
+        self.timings["graph_import_s"] = round(time.monotonic() - t0, 3)
+        t0 = time.monotonic()
+        for i, g in enumerate(self.graphs):
+            target = "grpc://" + spec[plan["worker_job"]][i]
+            self.sessions.append(tf.compat.v1.Session(target, graph=g, config=config))
+        self.timings["sessions_s"] = round(time.monotonic() - t0, 3)
+
+    def _add_probe_ops(self, g) -> None:
+        """Ops of ours in the chief's graph: accumulator counts, queue size, variable reads, queue close."""
+        tf, plan = self.tf, self.plan
+        raw = tf.raw_ops
+        self.probe: dict[str, object] = {}
+        self.reads: dict[str, object] = {}
+        with g.as_default(), tf.name_scope("placeviz_verify"):
+            for a in plan["accumulators"]:
+                op = g.get_operation_by_name(a["name"])
+                with g.colocate_with(op):
+                    h = op.outputs[0]
+                    if a["op"].startswith("Resource"):
+                        self.probe[a["name"]] = raw.ResourceAccumulatorNumAccumulated(handle=h)
+                    else:
+                        self.probe[a["name"]] = raw.AccumulatorNumAccumulated(handle=h)
+            q = g.get_operation_by_name(plan["token_queue"])
+            with g.colocate_with(q):
+                v2 = q.type.endswith("V2")
+                self.probe["__queue_size__"] = (raw.QueueSizeV2 if v2 else raw.QueueSize)(handle=q.outputs[0])
+                self.close_op = (raw.QueueCloseV2 if v2 else raw.QueueClose)(handle=q.outputs[0],
+                                                                             cancel_pending_enqueues=True)
+            for name, kind in plan["variables"].items():
+                op = g.get_operation_by_name(name)
+                if kind == "resource":
+                    with g.colocate_with(op):
+                        self.reads[name] = raw.ReadVariableOp(resource=op.outputs[0], dtype=op.get_attr("dtype"))
+                else:
+                    self.reads[name] = op.outputs[0]
+            if plan["global_step"]:
+                self.probe["__global_step__"] = self.reads.get(plan["global_step"])
+
+    def read_variables(self, label: str) -> None:
+        if not self.reads:
+            return
+        values = self.sessions[0].run(self.reads, options=self.run_options(10))
+        for name, value in values.items():
+            self.arrays[f"{label}/{name}"] = np.asarray(value)
+
+    def read_probe(self) -> dict:
+        values = self.sessions[0].run(self.probe, options=self.run_options(3))
+        return {k: (int(v) if np.ndim(v) == 0 else np.asarray(v).tolist()) for k, v in values.items()}
+
+    # ------------------------------------------------------------------------------ runs
+    def run_options(self, limit_s: float | None = None, trace: bool = False, partitions: bool = False):
+        tf = self.tf
+        remaining = max(0.2, self.deadline - time.monotonic())
+        limit = remaining if limit_s is None else min(limit_s, remaining)
+        return tf.compat.v1.RunOptions(
+            timeout_in_ms=max(100, int(limit * 1000)),
+            trace_level=tf.compat.v1.RunOptions.FULL_TRACE if trace else tf.compat.v1.RunOptions.NO_TRACE,
+            output_partition_graphs=partitions)
+
+    def counts(self, metadata) -> dict[str, int]:
+        c: collections.Counter = collections.Counter()
+        for dev in metadata.step_stats.dev_stats:
+            for ns in dev.node_stats:
+                if ns.node_name in self.watch:
+                    c[ns.node_name] += 1
+        return dict(c)
+
+    def keep_partitions(self, key: str, kind: str, fetches, targets, seconds: float, metadata) -> None:
+        from placeviz.verify.runtime_truth import RuntimeTruth, _Collector
+
+        truth = RuntimeTruth(devices={}, partitions={}, added_nodes={}, fetches=list(fetches),
+                             targets=list(targets), config={})
+        _Collector(truth, self.original, self.dtype_name).add_run(kind, list(fetches), list(targets), seconds,
+                                                                   metadata)
+        self.result["partition_runs"][key] = truth.runs[-1]
+
+    def initialize(self) -> None:
+        plan, chief = self.plan, self.sessions[0]
+        t0 = time.monotonic()
+        steps = [("init op", o) for o in plan["init_ops"]] + [("local init op", o) for o in plan["local_init_ops"]]
+        if plan["chief_init_op"]:
+            steps.append(("chief init op", plan["chief_init_op"]))
+        for what, op in steps:
+            progress(f"chief: {what} {op}")
+            chief.run(op, options=self.run_options(120))
+        for i, sess in enumerate(self.sessions[1:], start=1):
+            for op in plan["local_init_ops"] + plan["local_step_init_ops"]:
+                sess.run(op, options=self.run_options(120))
+            progress(f"worker {i}: local init")
+        self.read_variables("initial")
+        for op in plan["init_tokens_ops"]:
+            progress(f"chief: init tokens {op}")
+            chief.run(op, options=self.run_options(60))
+        self.timings["init_s"] = round(time.monotonic() - t0, 3)
+
+    def worker_loop(self, i: int) -> None:
+        plan, sess = self.plan, self.sessions[i]
+        feeds = self.feeds[i]
+        state = self.result["threads"][f"worker:{i}"] = {"state": "starting", "runs": 0}
+        n = 0
+        while not self.stop.is_set():
+            metadata = self.tf.compat.v1.RunMetadata()
+            first = i == 0 and n == 0
+            state.update(state="running", op=",".join(plan["train_ops"]), since=round(time.monotonic() - self.t_start, 3))
+            t0 = time.monotonic()
+            try:
+                out = sess.run(plan["worker_fetches"] + plan["train_ops"], feed_dict=feeds,
+                               options=self.run_options(trace=True, partitions=first), run_metadata=metadata)
+            except Exception as e:  # noqa: BLE001 - reported, or expected after the stop
+                if self.stop.is_set():
+                    state["state"] = "stopped"
+                    return
+                state.update(state="error", error=f"{type(e).__name__}: {_first_line(e)}")
+                self.fail(Failure("tf_error", f"worker {i} run {n}: {type(e).__name__}: {_first_line(e)}",
+                                  worker=i, run=n))
+                return
+            t1 = time.monotonic()
+            record = {"worker": i, "run": n, "t0": round(t0 - self.t_start, 4), "t1": round(t1 - self.t_start, 4),
+                      "counts": self.counts(metadata)}
+            fetched = out[: len(plan["worker_fetches"])]
+            for name, value in zip(plan["worker_fetches"], fetched, strict=True):
+                if name == f"{plan['token_dequeue']}:0":
+                    record["token"] = int(np.asarray(value).reshape(-1)[0])
+                else:
+                    key = f"w{i}/r{n}/{name}"
+                    self.arrays[key] = np.asarray(value)
+            if first:
+                self.timings["first_worker_run_s"] = round(t1 - t0, 3)
+                self.keep_partitions("worker", "main", plan["worker_fetches"], plan["train_ops"], t1 - t0, metadata)
+            with self.lock:
+                self.result["worker_runs"].append(record)
+                self.last_progress = t1
+            state.update(state="idle", runs=n + 1)
+            n += 1
+
+    def queue_runner(self) -> None:
+        plan, sess = self.plan, self.sessions[0]
+        state = self.result["threads"]["chief queue runner"] = {"state": "starting", "runs": 0}
+        for k in range(1, plan["steps"] + 1):
+            metadata = self.tf.compat.v1.RunMetadata()
+            state.update(state="running", op=plan["sync_op"], since=round(time.monotonic() - self.t_start, 3))
+            t0 = time.monotonic()
+            try:
+                out = sess.run(plan["sync_fetches"] + [plan["sync_op"]],
+                               options=self.run_options(trace=True, partitions=k == 1), run_metadata=metadata)
+            except Exception as e:  # noqa: BLE001
+                if self.stop.is_set():
+                    state["state"] = "stopped"
+                    return
+                state.update(state="error", error=f"{type(e).__name__}: {_first_line(e)}")
+                self.fail(Failure("tf_error", f"sync run {k}: {type(e).__name__}: {_first_line(e)}", run=k))
+                return
+            t1 = time.monotonic()
+            for name, value in zip(plan["sync_fetches"], out, strict=False):
+                self.arrays[f"s{k}/{name}"] = np.asarray(value)
+            if k == 1:
+                self.timings["first_sync_run_s"] = round(t1 - t0, 3)
+                self.keep_partitions("sync", "main", plan["sync_fetches"], [plan["sync_op"]], t1 - t0, metadata)
+            with self.lock:
+                self.result["sync_runs"].append({"step": k, "t0": round(t0 - self.t_start, 4),
+                                                 "t1": round(t1 - self.t_start, 4), "counts": self.counts(metadata)})
+                self.last_progress = t1
+                self.sync_done = k
+            state.update(state="idle", runs=k)
+            progress(f"global step {k}/{plan['steps']} ({t1 - t0:.2f} s)")
+            self.maybe_inject_fault()
+        state["state"] = "done"
+
+    def fail(self, failure: Failure) -> None:
+        with self.lock:
+            if self.failure is None:
+                self.failure = failure
+
+    # ------------------------------------------------------------------------------ watchdog
+    def watch_run(self, threads: list[threading.Thread], qr: threading.Thread | None) -> None:
+        plan = self.plan
+        last_state = None
+        still_since = None
+        while True:
+            # first: a task that died is the cause, even if a session already failed or the steps got done
+            dead = self.dead_tasks()
+            if dead:
+                d = dead[0]
+                how = f"killed by {d['signal']}" if d["signal"] else f"exited with code {d['returncode']}"
+                cause = " (fault injected by --inject-fault)" if self.injected else ""
+                step = self.injected_at if self.injected else self.sync_done
+                raise Failure("dead_task", f"task process {d['task']} (pid {d['pid']}) {how}{cause} after global "
+                              f"step {step}", tasks=dead)
+            if self.failure is not None:
+                return
+            if qr is not None and not qr.is_alive() and self.sync_done >= plan["steps"]:
+                return
+            if not any(t.is_alive() for t in threads) and (qr is None or not qr.is_alive()):
+                raise Failure("tf_error", "every worker stopped before the run finished")
+            now = time.monotonic()
+            if now > self.deadline - 1.5:
+                raise Failure("timeout", f"the run did not finish within the timeout ({plan['timeout_s']} s)")
+            if now - self.last_progress > self.stall_after():
+                try:
+                    state = self.read_probe()
+                except Exception:  # noqa: BLE001 - the chief cannot be reached: keep waiting for the deadline
+                    state = None
+                if state is not None and state == last_state and still_since is not None \
+                        and now - still_since > self.stall_after() / 2:
+                    raise Failure("deadlock", "no run finished and nothing changed for "
+                                  f"{now - self.last_progress:.1f} s while every thread waits")
+                if state != last_state:
+                    last_state, still_since = state, now
+            time.sleep(0.2)
+
+    def maybe_inject_fault(self) -> None:
+        """``--inject-fault TASK@STEP``: SIGKILL task process TASK right after global step STEP."""
+        fault = self.plan.get("fault")
+        if not fault or self.injected:
+            return
+        task, _, at = fault.partition("@")
+        if self.sync_done >= int(at or 1) and task in self.procs:
+            progress(f"fault injection: killing {task} (pid {self.procs[task].pid})")
+            self.procs[task].send_signal(signal.SIGKILL)
+            self.procs[task].wait()
+            self.injected, self.injected_at = True, self.sync_done
+
+    def stall_after(self) -> float:
+        """Seconds without a finished run before the state is compared: a few times the slowest run
+        so far (a slow model is not a deadlock), or of the initialization before any run finished."""
+        with self.lock:
+            runs = self.result["worker_runs"] + self.result["sync_runs"]
+            slowest = max((r["t1"] - r["t0"] for r in runs), default=self.timings.get("init_s", 0.0))
+        return max(STALL_S, 4.0 * slowest)
+
+    def diagnose(self, failure: Failure) -> dict:
+        plan = self.plan
+        now = time.monotonic() - self.t_start
+        waiting = []
+        for who, st in self.result["threads"].items():
+            if st.get("state") == "running":
+                waiting.append({"who": who, "op": st.get("op"), "for_s": round(now - st.get("since", now), 2),
+                                "runs_done": st.get("runs", 0)})
+        if plan["queue_runner"] is None:
+            waiting.append({"who": "chief queue runner", "op": None, "note": "not running: the chief has none"})
+        probe = None
+        with contextlib.suppress(Exception):
+            probe = self.read_probe()
+        return {"kind": failure.kind, "message": failure.message, "details": failure.details,
+                "waiting": waiting, "state": probe, "global_steps_done": self.sync_done,
+                "at_s": round(now, 3)}
+
+    # ------------------------------------------------------------------------------ probe
+    def stale_probe(self) -> dict | None:
+        """A lagging worker's gradient (tagged with local step 0, K steps old) is dropped; a current one
+        (tagged K) is counted. Run on the chief's session: only the accumulator applies, tag fed."""
+        plan = self.plan
+        dense = [a for a in plan["accumulators"] if a["apply_ops"]]
+        if not dense or self.sync_done < 1:
+            return None
+        g = self.graphs[0]
+        # With a resource local step every apply reads it on its own device: feed every read.
+        tags = list(dict.fromkeys(g.get_operation_by_name(a["apply_ops"][0]).inputs[1] for a in dense))
+        targets = [a["apply_ops"][0] for a in dense]
+        out = {"tag_tensors": [t.name for t in tags], "accumulators": [a["name"] for a in dense]}
+        for label, tag in (("stale", 0), ("current", self.sync_done)):
+            before = self.read_probe()
+            fed = {t: np.asarray(tag, t.dtype.as_numpy_dtype) for t in tags}
+            self.sessions[0].run(targets, feed_dict={**self.feeds[0], **fed}, options=self.run_options(30))
+            after = self.read_probe()
+            out[label] = {"tag": tag, "before": [before[a["name"]] for a in dense],
+                          "after": [after[a["name"]] for a in dense]}
+        out["accumulator_global_step"] = self.sync_done
+        return out
+
+    # ------------------------------------------------------------------------------ main
+    def run(self) -> dict:
+        plan = self.plan
+        self.failure: Failure | None = None
+        self.watch = frozenset(plan["watch"])
+        spec = self.cluster_spec()
+        self.result["cluster_spec"] = spec
+        if plan["isolate"]:  # their TF imports overlap with ours
+            self.spawn_tasks(spec)
+        t0 = time.monotonic()
+        import tensorflow as tf
+        from tensorflow.core.framework import types_pb2
+
+        self.tf = tf
+        self.dtype_name = lambda t: types_pb2.DataType.Name(t)
+        tf.compat.v1.disable_eager_execution()
+        self.timings["import_tf_s"] = round(time.monotonic() - t0, 3)
+        self.result["tf_version"] = tf.__version__
+        try:
+            progress("starting the cluster ...")
+            self.start_cluster(spec)
+            progress("creating the worker sessions ...")
+            self.build_sessions(spec)
+            self.feeds = []
+            for i in range(plan["workers"]):
+                with np.load(self.work / f"feeds_w{i}.npz") as data:
+                    self.feeds.append({k: data[k] for k in data.files})
+            self.initialize()
+            threads = [threading.Thread(target=self.worker_loop, args=(i,), daemon=True, name=f"worker{i}")
+                       for i in range(plan["workers"])]
+            qr = None
+            t_steps = time.monotonic()
+            if plan["queue_runner"] is not None:
+                qr = threading.Thread(target=self.queue_runner, daemon=True, name="chief-qr")
+                qr.start()
+            else:
+                progress("no chief queue runner: nothing will run the sync op")
+            progress(f"{plan['workers']} workers run {', '.join(plan['train_ops'])} ...")
+            self.last_progress = time.monotonic()
+            for t in threads:
+                t.start()
+            self.watch_run(threads, qr)
+            if self.failure is not None:
+                raise self.failure
+            self.timings["steps_s"] = round(time.monotonic() - t_steps, 3)
+            self.stop.set()
+            self.sessions[0].run(self.close_op, options=self.run_options(10))
+            for t in threads:
+                t.join(timeout=10)
+            self.read_variables("final")
+            self.result["final_probe"] = self.read_probe()
+            self.result["stale_probe"] = self.stale_probe()
+        except Failure as f:
+            self.stop.set()
+            self.result["failure"] = self.diagnose(f)
+            with contextlib.suppress(Exception):
+                self.sessions[0].run(self.close_op, options=self.run_options(3))
+        except Exception as e:  # noqa: BLE001 - any other error is a result too
+            self.stop.set()
+            f = Failure("tf_error", f"{type(e).__name__}: {_first_line(e)}")
+            self.result["failure"] = self.diagnose(f)
+            self.result["errors"].append(traceback.format_exc()[-3000:])
+        self.timings["total_s"] = round(time.monotonic() - self.t_start, 3)
+        self.result["task_stderr"] = {k: self._tail(k) for k in self.procs}
+        return self.result
+
+
+def _first_line(e: BaseException) -> str:
+    from placeviz.verify.runtime_truth import summarize_error
+
+    text, _nodes = summarize_error(getattr(e, "message", None) or str(e))
+    return text[:500]
+
+
+def main(workdir: str) -> None:
+    work = Path(workdir)
+    plan = json.loads((work / "plan.json").read_text())
+    isolated = False
+    if not plan["existing_cluster"]:
+        try:
+            isolated = sandbox.enter_private_network()
+        except OSError:
+            isolated = False
+        if not isolated:
+            progress("WARNING: no private network namespace (unshare refused): the local TF servers listen on "
+                     "every interface and are reachable from other hosts while they run")
+    code = 0
+    coordinator = Coordinator(work, plan, isolated)
+    try:
+        result = coordinator.run()
+        np.savez(work / "arrays.npz", **{k.replace("/", "|"): v for k, v in coordinator.arrays.items()})
+        tmp = work / "result.json.tmp"
+        tmp.write_text(json.dumps(result, default=_jsonable))
+        tmp.replace(work / "result.json")
+    except BaseException:  # noqa: BLE001 - reported through the exit code and stderr
+        traceback.print_exc()
+        code = 3
+    coordinator.kill_tasks()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def _jsonable(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == CHILD_FLAG:
+        main(sys.argv[2])
+    print(f"usage: python -m placeviz.verify.coordinator {CHILD_FLAG} WORKDIR", file=sys.stderr)
+    sys.exit(2)
