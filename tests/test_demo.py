@@ -24,3 +24,12 @@ def test_demo_writes_every_artifact(tmp_path, capsys):
     placed = load(tmp_path / "inception.placed.pb").graph
     assert all(d.startswith("/job:") and "/device:CPU:" in d for d in placed.devices)
     assert len(list((tmp_path / "partitions").iterdir())) == 3
+    lint = json.loads((tmp_path / "lint.json").read_text())
+    assert lint["schema"] == "placeviz.lint/1"
+    # The demo model is correct: no finding at warning level or above.
+    assert [f for f in lint["findings"] if f["severity"] in ("error", "warning")] == []
+    assert json.loads((tmp_path / "lint.sarif").read_text())["version"] == "2.1.0"
+    verify = json.loads((tmp_path / "verify.json").read_text())
+    assert verify["schema"] == "placeviz.verify/1" and verify["ok"] is True
+    assert {c["id"]: c["status"] for c in verify["checks"]}["global_step"] == "pass"
+    assert "verify: every check passed" in out

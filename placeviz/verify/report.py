@@ -31,8 +31,8 @@ class VerifyReport:
 
     def summary_line(self) -> str:
         counts = {s: sum(c.status == s for c in self.checks) for s in ("pass", "fail", "warn", "skip")}
-        verdict = "verified" if self.ok else "FAILED"
-        return (f"verify {verdict}: {counts['pass']} passed, {counts['fail']} failed, {counts['warn']} warnings, "
+        verdict = "every check passed" if self.ok else "FAILED"
+        return (f"verify: {verdict}: {counts['pass']} passed, {counts['fail']} failed, {counts['warn']} warnings, "
                 f"{counts['skip']} skipped ({self.raw_seconds:.1f} s)")
 
     def to_json(self) -> dict:
