@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.placeviz-installed
 DEMO_DIR ?= placeviz-demo
 
-.PHONY: install demo test lint bench graphviz clean
+.PHONY: install demo test lint docs bench graphviz clean
 
 install: $(STAMP) graphviz
 
@@ -26,6 +26,23 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check .
+
+# The lint rules' pages (docs/rules/*.md) are generated from the rules; a test fails when they drift.
+docs: install
+	$(BIN)/placeviz rules --write-docs docs/rules
+
+# The README's pictures (docs/images/*.png), rendered by placeviz from bundled samples; never drawn
+# by hand. Rendered from inside a temporary directory so their titles name the sample, not a path.
+IMAGES := $(CURDIR)/docs/images
+.PHONY: images
+images: install
+	@mkdir -p $(IMAGES)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" && \
+	$(CURDIR)/$(BIN)/placeviz samples build inception -o inception.meta --ps-tasks 2 --sync-replicas && \
+	$(CURDIR)/$(BIN)/placeviz samples build mlp -o mlp.meta --ps-tasks 2 --sync-replicas && \
+	$(CURDIR)/$(BIN)/placeviz render inception.meta -o $(IMAGES)/overview.png --view overview && \
+	$(CURDIR)/$(BIN)/placeviz render inception.meta -o $(IMAGES)/devices.png --view devices --max-nodes 45 && \
+	$(CURDIR)/$(BIN)/placeviz render mlp.meta -o $(IMAGES)/sync.png --view sync
 
 test: install
 	$(BIN)/ruff check .

@@ -116,6 +116,126 @@ def sync_command(model, output, replicas_to_aggregate, total_replicas, variable_
     command.run(model, output, replicas_to_aggregate, total_replicas, variable_averages, tag)
 
 
+@cli.command("lint", epilog=MODEL_HELP)
+@click.argument("models", nargs=-1, required=True)
+@click.option("--select", multiple=True, metavar="RULE",
+              help="Run only these rules: ID, name, ID prefix (PV3) or ALL; replaces the config's select.")
+@click.option("--extend-select", multiple=True, metavar="RULE", help="Add rules to the selection.")
+@click.option("--ignore", multiple=True, metavar="RULE", help="Deselect rules (ID, name or prefix).")
+@click.option("--preview", is_flag=True, help="Also select preview rules.")
+@click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]), default=None,
+              help="Exit 1 when a finding is at least this severe (default: config, else error).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text",
+              show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
+@click.option("--baseline", type=click.Path(dir_okay=False), help="Report only findings not in this baseline.")
+@click.option("--write-baseline", type=click.Path(dir_okay=False),
+              help="Write every current finding to this baseline file (and exit 0 unless an error).")
+@click.option("--config", type=click.Path(dir_okay=False),
+              help="Lint config (pyproject.toml or placeviz.toml; default: the nearest one upwards).")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="A directory of your own rule modules (repeatable).")
+@click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
+@place_options
+@sync_options
+def lint_command(models, select, extend_select, ignore, preview, fail_on, fmt, output, baseline, write_baseline,
+                 config, rules_dirs, tag, place, sync) -> int:
+    """Check MODELS for parameter-server mistakes; exit 0 clean, 1 findings, 2 errors.
+
+    --cluster FILE (a PLACE option) is also the cluster spec the cluster rules check against.
+    """
+    from placeviz.commands import lint as command
+
+    return command.run(models, place=place, sync=sync, tag=tag, select=select, extend_select=extend_select,
+                       ignore=ignore, preview=preview, fail_on=fail_on, fmt=fmt, baseline=baseline,
+                       write_baseline=write_baseline, config=config, rules_dirs=rules_dirs, output=output)
+
+
+@cli.command("rules")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Also list the rules of this directory (repeatable).")
+@click.option("--write-docs", type=click.Path(file_okay=False), metavar="DIR",
+              help="Write one Markdown page per rule, and an index, into DIR (docs/rules).")
+@click.option("--check", is_flag=True, help="With --write-docs: exit 1 if the pages in DIR are out of date.")
+def rules_command(fmt, rules_dirs, write_docs, check) -> int:
+    """List the lint rules (or write their documentation pages)."""
+    from placeviz.commands import lint as command
+
+    return command.list_rules(fmt, rules_dirs, write_docs, check)
+
+
+@cli.command("rule")
+@click.argument("rule")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Also look in this directory of rules (repeatable).")
+def rule_command(rule, rules_dirs) -> int:
+    """Print the documentation page of RULE (an ID like PV201, or a name)."""
+    from placeviz.commands import lint as command
+
+    return command.show_rule(rule, rules_dirs)
+
+
+@cli.command("render", epilog=MODEL_HELP)
+@click.argument("model")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Output file; its suffix picks the format: .svg .png .pdf (Graphviz), .dot, .html (report).")
+@click.option("--view", type=click.Choice(["overview", "devices", "deps", "sync"]), default="devices",
+              show_default=True, help="Which picture (.html holds all of them).")
+@click.option("--focus", metavar="NODE", help="deps: the op to centre on (default: the worker's train op); "
+                                              "devices, overview: outline the box holding NODE.")
+@click.option("--depth", type=click.IntRange(min=1), default=None,
+              help="deps: hops up and down from --focus (default: everything the op runs, plus its consumers).")
+@click.option("--max-nodes", type=click.IntRange(min=1), default=250, show_default=True,
+              help="At most this many boxes: ops are collapsed by name scope to fit.")
+@click.option("--layout-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds Graphviz may take per attempt before a coarser collapse or sfdp is tried.")
+@click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
+@place_options
+@sync_options
+def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, place, sync) -> None:
+    """Draw MODEL's placement: device overview, collapsed device view, dependencies, sync machinery."""
+    from placeviz.commands import render as command
+
+    command.run(model, output, view=view, focus=focus, depth=depth, max_nodes=max_nodes,
+                layout_timeout=layout_timeout, tag=tag, placement_options=build_placement_options(place), sync=sync)
+
+
+@cli.command(epilog=MODEL_HELP)
+@click.argument("model")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Worker tasks W (default: the graph's total replicas, or the workers of --cluster).")
+@click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Global steps K to run.")
+@click.option("--timeout", type=click.FloatRange(min=5), default=180.0, show_default=True,
+              help="Seconds before a hang is reported as a failure (everything started is killed).")
+@click.option("--isolate", is_flag=True, help="One process per TF server task instead of one for all.")
+@click.option("--feeds", "feeds_file", type=click.Path(dir_okay=False, exists=True),
+              help="Input values (.npz: tensor name -> array, or worker<i>/name); default: seeded synthetic data.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic feeds.")
+@click.option("--chief-queue-runner", type=click.Choice(["auto", "detected", "none"]), default="auto",
+              show_default=True, help="auto: the queue_runners collection's (or the sync op placeviz built).")
+@click.option("--inject-fault", "fault", metavar="TASK@STEP", hidden=True,
+              help="Testing: kill task process TASK (e.g. worker:2) after global step STEP (needs --isolate).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
+@click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
+@place_options
+@sync_options
+def verify(model, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner, fault, fmt, output, tag,
+           place, sync) -> None:
+    """Run MODEL's synchronous training on real TF servers (127.0.0.1, private network) and check it.
+
+    Checks that K global steps make global_step == K, that every update ran once per step in the
+    chief's sync run only, the values against numpy, stale gradients, and the partition graphs.
+    Exit 0 when every check passes, 1 when one fails.
+    """
+    from placeviz.commands import verify as command
+
+    command.main(model, place=place, sync=sync, workers=workers, steps=steps, timeout=timeout, isolate=isolate,
+                 feeds_file=feeds_file, seed=seed, chief_queue_runner=chief_queue_runner, fault=fault, fmt=fmt,
+                 output=output, tag=tag)
+
+
 @cli.group()
 def samples() -> None:
     """The bundled sample models, built with TensorFlow's real tf.compat.v1 API."""

@@ -1,0 +1,93 @@
+"""``placeviz render``: draw a view of MODEL (or the HTML report) into a file.
+
+The output's suffix picks the format: ``.dot`` (DOT text, no Graphviz needed), ``.svg``/``.png``/
+``.pdf`` (laid out by Graphviz), ``.html`` (the self-contained report with every view). Files are
+written atomically. Graphviz being absent is checked before any work, so the user learns it in
+a second, not after placing a 200k-op graph.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from placeviz.commands.output import progress
+from placeviz.errors import PlacevizError
+from placeviz.io import atomic_write
+from placeviz.pipeline import StepOptions, run_pipeline
+
+BIG_MODEL_BYTES = 2 << 20
+"""Models above this size (about 10k ops) get progress lines on stderr while they render."""
+
+
+def output_format(output: str) -> str:
+    from placeviz.render.layout import FORMATS
+
+    fmt = Path(output).suffix.lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise PlacevizError(f"-o {output}: the suffix picks the format; use one of "
+                            + ", ".join("." + f for f in FORMATS))
+    return fmt
+
+
+def _is_big(model: str) -> bool:
+    try:
+        return os.path.getsize(model) > BIG_MODEL_BYTES
+    except OSError:
+        return False
+
+
+def run(model: str, output: str, *, view: str, focus: str | None, depth: int | None, max_nodes: int,
+        layout_timeout: float, tag: str | None, placement_options, sync) -> None:
+    """Load and place MODEL (via the pipeline), build the view, lay it out, write ``output``."""
+    from placeviz.render import ViewContext, build_view, to_dot
+    from placeviz.render.layout import lay_out, require_graphviz
+
+    fmt = output_format(output)
+    if fmt != "dot":
+        require_graphviz(fmt)
+    say = progress if _is_big(model) else None
+    pipe = run_pipeline(model, placement_options, sync, StepOptions(), tag=tag, progress=say)
+    if fmt == "html":
+        write_report(pipe, output, focus=focus, depth=depth, max_nodes=max_nodes, timeout=layout_timeout,
+                     progress=say)
+        return
+    ctx = ViewContext(pipe)
+    if say:
+        say(f"building the {view} view of {len(ctx.graph):,} ops (at most {max_nodes:,} boxes) ...")
+    started = time.perf_counter()
+    diagram = build_view(ctx, view, focus=focus, depth=depth, max_nodes=max_nodes)
+    built = time.perf_counter() - started
+    if fmt == "dot":
+        atomic_write(output, to_dot(diagram))
+        progress(f"wrote {output} ({view} view: {len(diagram.boxes):,} boxes, {len(diagram.edges):,} edges)")
+        return
+    result = lay_out(lambda b: build_view(ctx, view, focus=focus, depth=depth, max_nodes=b), max_nodes, fmt,
+                     layout_timeout, say, diagram=diagram)
+    atomic_write(output, result.data)
+    d = result.diagram
+    progress(f"wrote {output} ({view} view: {len(d.boxes):,} boxes, {len(d.edges):,} edges; view {built:.1f} s, "
+             f"layout {result.seconds:.1f} s with {result.engine})")
+
+
+def write_report(pipeline, path: str | os.PathLike, findings: list[dict] | None = None, *,
+                 focus: str | None = None, depth: int | None = None, max_nodes: int | None = None,
+                 timeout: float = 30.0, progress=None) -> None:
+    """Write the self-contained HTML report of a :class:`~placeviz.pipeline.Pipeline` to ``path``.
+
+    ``findings``: lint findings as dicts ``{rule, severity, node, device, message}`` (None: lint
+    was not run). Raises :class:`~placeviz.render.layout.GraphvizMissing` without Graphviz.
+    This is what ``placeviz demo`` calls.
+    """
+    from placeviz.render import DEFAULT_MAX_NODES
+    from placeviz.render.layout import require_graphviz
+    from placeviz.render.report import build_report
+
+    require_graphviz("html")
+    text = build_report(pipeline, findings, focus=focus, depth=depth, max_nodes=max_nodes or DEFAULT_MAX_NODES,
+                        timeout=timeout, progress=progress)
+    atomic_write(path, text)
+    from placeviz.commands.output import progress as say
+
+    say(f"wrote {path} (HTML report, {len(text) / 1024:,.0f} KiB)")

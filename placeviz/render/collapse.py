@@ -1,0 +1,311 @@
+"""Collapse ops into boxes by name scope until the picture fits a box budget.
+
+Graphviz's ``dot`` lays out a few hundred boxes in seconds and a few thousand in minutes, while a
+training graph has 10^4-10^6 ops (shared/research/perf.md section 5), so every view that draws ops
+draws *groups* of them. The grouping follows what TensorBoard does (name-scope hierarchy, series
+of numbered siblings) but is driven by a budget instead of by clicks:
+
+* a group never spans two owners (devices): a box sits in exactly one device cluster;
+* each owner starts as one group; the largest group is split into its children next, as long as
+  the total stays within the budget; a split that would overflow it is refused and that group
+  stays collapsed (smaller groups may still split after it);
+* children of a scope ``a/b`` are its sub-scopes ``a/b/c``, except that numbered siblings
+  (``layer_0 ... layer_325``, ``add, add_1 ... add_9``) first form one *series* group, which
+  splits into its members only if they fit. This is what keeps a 326-layer model at a handful of
+  boxes per device instead of 326;
+* a chain of single children is followed without costing a box (``a`` -> ``a/b`` -> ``a/b/c``);
+* no split takes more than a quarter of the budget: a scope with too many children keeps its
+  largest ones and puts the rest in one "… N more" box, which splits again if boxes are left.
+  Without this, the biggest device would take every box and leave the others undivided.
+
+The result is deterministic: children are visited in name order and ties in size are broken by
+the order groups were made.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+_DIGITS = re.compile(r"\d+")
+_SUFFIX = re.compile(r"_\d+$")
+
+
+def series_key(component: str) -> str:
+    """Scope components that differ only in numbers belong to one series (``add``, ``add_3``, ``layer_07``)."""
+    return _DIGITS.sub("#", _SUFFIX.sub("", component))
+
+
+def natural_key(text: str) -> tuple:
+    """Sort ``layer_2`` before ``layer_10``."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text))
+
+
+_NATURAL: dict[str, tuple] = {}
+
+
+def _natural(text: str) -> tuple:
+    """:func:`natural_key`, memoised: a big graph sorts the same scope names many times."""
+    key = _NATURAL.get(text)
+    if key is None:
+        if len(_NATURAL) > 1_000_000:
+            _NATURAL.clear()
+        key = _NATURAL[text] = natural_key(text)
+    return key
+
+
+@dataclass(frozen=True)
+class Series:
+    """A path element standing for numbered sibling scopes: ``layer_00000 … layer_00325``."""
+
+    first: str
+    last: str
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.first} … {self.last}"
+
+
+@dataclass
+class Group:
+    """A set of ops of one owner shown as one box: a scope, a series of scopes, or a single op.
+
+    ``path`` holds one element per name component consumed: an exact component, or a
+    :class:`Series`. A path like ``gradients / layer_0 … layer_325 / attention`` is a *template*:
+    the ``attention`` scope of every layer, one box for all of them.
+    """
+
+    owner: str
+    path: tuple
+    members: list[int]
+    parts: list[list[str]] = field(repr=False, default_factory=list)
+    """``names[i].split("/")`` of each member (kept so that splitting never re-reads names)."""
+    series: dict[str, tuple[list[int], list[list[str]]]] | None = None
+    """When the last path element is a Series: each member scope -> its ops and their parts."""
+    pinned: bool = False
+    others: list[Group] | None = None
+    """For a box of *the other scopes* of a split that did not fit: the groups it stands for."""
+
+    @property
+    def is_op(self) -> bool:
+        return len(self.members) == 1 and self.series is None and self.others is None
+
+    @property
+    def scopes(self) -> int:
+        """How many real scopes the box stands for (the product of its series' sizes)."""
+        n = 1
+        for element in self.path:
+            if isinstance(element, Series):
+                n *= element.count
+        return n
+
+    def label(self, names: list[str]) -> str:
+        """The scope path (``a/b``), a series or template (``a/layer_0 … layer_9/b``), or the op's name."""
+        if self.is_op:
+            return names[self.members[0]]
+        head = "/".join(map(str, self.path))
+        if self.others is not None:
+            return f"{head + '/' if head else ''}… {len(self.others)} more"
+        return head or "(all ops)"
+
+
+@dataclass
+class Collapse:
+    """The boxes of a collapsed view: ``groups[box_of[node]]`` holds the node (-1: not shown)."""
+
+    groups: list[Group]
+    box_of: list[int]
+    budget: int
+    refused: int = 0
+    """Splits refused because they would have overflowed the budget (0: nothing is hidden by it)."""
+    stats: dict = field(default_factory=dict)
+
+
+class _Splitter:
+    def __init__(self):
+        self.keys: dict[str, str] = {}
+
+    def key(self, component: str) -> str:
+        k = self.keys.get(component)
+        if k is None:
+            k = self.keys[component] = series_key(component)
+        return k
+
+    def members_of_series(self, g: Group) -> list[Group]:
+        """A series group split into one group per member scope."""
+        head = g.path[:-1]
+        return [Group(g.owner, (*head, comp), ids, parts) for comp, (ids, parts) in g.series.items()]
+
+    def deeper(self, g: Group) -> tuple[list[Group], Group | None]:
+        """The children of ``g`` one name component down, following chains of single children.
+
+        Also returns the deepest single child met on the way (None if there was none): when the
+        children do not fit the budget, that one still names the box more precisely for free
+        (``gradients`` -> ``gradients/layer_0 … layer_49/matmul_grad/MatMul``).
+        """
+        children = self._deeper_once(g)
+        single = None
+        while len(children) == 1 and not children[0].is_op:
+            single = children[0]
+            children = self._deeper_once(single)
+        return children, single
+
+    def _deeper_once(self, g: Group) -> list[Group]:
+        depth = len(g.path)
+        own: list[int] = []
+        # Bucket positions by the next component; an op named like the scope itself (``global_step``
+        # next to ``global_step/read``) has no next component and becomes a box of its own.
+        positions: dict[str, list[int]] = {}
+        get = positions.get
+        parts = g.parts
+        for k, c in enumerate(parts):
+            try:
+                comp = c[depth]
+            except IndexError:
+                own.append(g.members[k])
+                continue
+            bucket = get(comp)
+            if bucket is None:
+                positions[comp] = [k]
+            else:
+                bucket.append(k)
+        members = g.members
+        exact = {comp: ([members[k] for k in ks], [parts[k] for k in ks]) for comp, ks in positions.items()}
+        by_key: dict[str, list[str]] = {}
+        for comp in exact:
+            by_key.setdefault(self.key(comp), []).append(comp)
+        out = [Group(g.owner, g.path, [i]) for i in own]
+        for k in sorted(by_key, key=_natural):
+            comps = sorted(by_key[k], key=_natural)
+            if len(comps) == 1:
+                ids, parts = exact[comps[0]]
+                out.append(Group(g.owner, (*g.path, comps[0]), ids, parts))
+            else:
+                series = {comp: exact[comp] for comp in comps}
+                members = [i for comp in comps for i in exact[comp][0]]
+                parts = [c for comp in comps for c in exact[comp][1]]
+                element = Series(comps[0], comps[-1], len(comps))
+                out.append(Group(g.owner, (*g.path, element), members, parts, series=series))
+        return out
+
+
+SPLIT_SHARE = 4
+"""One split may use at most 1/SPLIT_SHARE of the budget: the first (largest) groups would
+otherwise take every box and leave the other devices as one undivided box each."""
+MIN_SPLIT = 4
+
+
+def _partial(children: list[Group], room: int, parent: Group) -> list[Group] | None:
+    """``children`` if they fit in ``room`` boxes; else the largest ``room - 1`` of them and one box
+    for the others (which may split again later); None when not even that fits."""
+    if len(children) <= room:
+        return children
+    if room < 3 or any(isinstance(e, Series) for e in parent.path):
+        return None  # a template (one box for many scopes) splits fully or not at all
+    order = sorted(range(len(children)), key=lambda k: -len(children[k].members))  # stable: name order
+    keep = sorted(k for k in order[:room - 1] if len(children[k].members) > 1)
+    if not keep:
+        return None  # only single ops: "3 ops and 40 more" says less than the scope itself
+    kept = set(keep)
+    rest = [c for k, c in enumerate(children) if k not in kept]
+    members = [i for c in rest for i in c.members]
+    lump = Group(parent.owner, parent.path, members, others=rest)
+    return [children[k] for k in keep] + [lump]
+
+
+def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=()) -> Collapse:
+    """Group ``nodes`` (ids into ``names``/``owners``) into at most ``budget`` boxes.
+
+    ``pinned`` ops always get a box of their own (the focus of a dependency view, the ops on a
+    violation path); they count against the budget first.
+
+    A series group first tries to split into its member scopes; when they do not fit, it splits
+    one level deeper *across* its members instead (``layer_0 … layer_325/attention``,
+    ``…/ffn``): the repeated structure of a deep model stays visible at a fixed cost.
+    """
+    nodes = list(nodes)
+    pinned_set = {i for i in pinned if 0 <= i < len(names)}
+    by_owner: dict[str, list[int]] = {}
+    for i in nodes:
+        if i not in pinned_set:
+            by_owner.setdefault(owners[i], []).append(i)
+    split_names = {owner: [names[i].split("/") for i in ids] for owner, ids in by_owner.items()}
+    groups: list[Group] = [Group(owners[i], (), [i], pinned=True) for i in sorted(pinned_set)]
+    splitter = _Splitter()
+    heap: list[tuple[int, int, Group]] = []
+    seq = 0
+    for owner in sorted(by_owner):
+        heap.append((-len(by_owner[owner]), seq, Group(owner, (), by_owner[owner], split_names[owner])))
+        seq += 1
+    heapq.heapify(heap)
+    total = len(groups) + len(heap)
+    cap = max(MIN_SPLIT, budget // SPLIT_SHARE)
+    refused = 0
+    final: list[Group] = []
+    while heap:
+        _, _, g = heapq.heappop(heap)
+        if g.is_op:
+            final.append(g)
+            continue
+        if total >= budget:  # every split adds at least one box: nothing else can split
+            refused += 1 + sum(1 for _, _, h in heap if not h.is_op)
+            final.append(g)
+            final.extend(h for _, _, h in heap)
+            break
+        children = None
+        room = min(budget - total + 1, cap)  # boxes this split may use
+        if g.others is not None:
+            children = _partial(g.others, room, g)
+        elif g.series is not None and len(g.series) <= room:
+            children = splitter.members_of_series(g)
+        else:
+            candidates, single = splitter.deeper(g)
+            if len(candidates) > 1:
+                children = _partial(candidates, room, single or g)
+            if children is None and single is not None:
+                g = single  # the same ops under a more precise name; its split does not fit either
+        if children is None:
+            refused += 1
+            final.append(g)
+            continue
+        total += len(children) - 1
+        for c in children:
+            heapq.heappush(heap, (-len(c.members), seq, c))
+            seq += 1
+    final.sort(key=lambda g: (g.owner, _natural(g.label(names))))
+    groups.extend(final)
+    box_of = [-1] * len(names)
+    for b, g in enumerate(groups):
+        for i in g.members:
+            box_of[i] = b
+    return Collapse(groups, box_of, budget, refused)
+
+
+def role_counts(g: Group, ops: list[str], roles) -> Counter:
+    """How many ops of each role a group holds (``roles``: a :class:`~placeviz.render.roles.RoleCache`)."""
+    return Counter(roles[ops[i]] for i in g.members)
+
+
+def quotient_edges(graph, nodes, box_of: list[int], control: bool = True) -> dict[tuple[int, int], list[int]]:
+    """Edges between boxes: ``(src box, dst box) -> [data edges, control edges]`` (self-loops dropped)."""
+    in_start, in_src, in_slot = graph.in_start, graph.in_src, graph.in_slot
+    out: dict[tuple[int, int], list[int]] = {}
+    get = out.get
+    for i in nodes:
+        b = box_of[i]
+        if b < 0:
+            continue
+        for k in range(in_start[i], in_start[i + 1]):
+            a = box_of[in_src[k]]
+            if a < 0 or a == b:
+                continue
+            is_control = in_slot[k] < 0
+            if is_control and not control:
+                continue
+            row = get((a, b))
+            if row is None:
+                row = out[(a, b)] = [0, 0]
+            row[is_control] += 1
+    return out

@@ -1,0 +1,124 @@
+"""What every view reads from a pipeline, computed once: devices, roles, colours, bytes, transfers.
+
+Views get a :class:`ViewContext` instead of the raw :class:`~placeviz.pipeline.Pipeline` so that
+the facts they share (which device an op runs on, how many variable bytes each device holds, which
+transfers one step makes) are derived in one place and the same way for every picture.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from functools import cached_property
+
+from placeviz.analysis import VARIABLE_OPS
+from placeviz.graph import CONTROL
+from placeviz.render.roles import RoleCache, device_colors, short_device
+
+NO_DEVICE = "(no device)"
+
+
+def human_bytes(n: int | None) -> str:
+    """Binary units, as ``placeviz analyze`` prints them."""
+    from placeviz.commands.analyze import human_bytes as analyze_human_bytes
+
+    return analyze_human_bytes(n)
+
+
+def pen_width(value: float, top: float, low: float = 1.0, high: float = 6.0) -> float:
+    """Line width for an amount, log-scaled against the largest one in the picture."""
+    if value <= 0 or top <= 0:
+        return low
+    return round(low + (high - low) * math.log1p(value) / math.log1p(top), 2)
+
+
+def shorten(text: str, width: int = 42) -> str:
+    """Keep the end of a long scope path (the part that differs between boxes)."""
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+class ViewContext:
+    """Shared facts of one pipeline for the views (see the module docstring)."""
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+        self.graph = pipe.graph
+        placed = pipe.devices
+        self.placed = placed is not None
+        raw = placed if placed is not None else self.graph.devices
+        self.devices: list[str] = [d or NO_DEVICE for d in raw]
+        self.roles = RoleCache()
+        self.colors = device_colors([d for d in set(self.devices)])
+
+    @cached_property
+    def device_list(self) -> list[str]:
+        return sorted(set(self.devices))
+
+    @cached_property
+    def ops_per_device(self) -> Counter:
+        return Counter(self.devices)
+
+    @cached_property
+    def variable_bytes(self) -> dict[str, int]:
+        """Variable name -> bytes (from ``analyze``; unknown shapes count 0)."""
+        return {v.name: v.bytes or 0 for v in self.pipe.analysis.variables}
+
+    @cached_property
+    def variables_per_device(self) -> dict[str, tuple[int, int]]:
+        """Device -> (variables, variable bytes), as placed."""
+        out: dict[str, list[int]] = {}
+        sizes = self.variable_bytes
+        g = self.graph
+        for i, op in enumerate(g.ops):
+            if op in VARIABLE_OPS:
+                row = out.setdefault(self.devices[i], [0, 0])
+                row[0] += 1
+                row[1] += sizes.get(g.names[i], 0)
+        return {d: (r[0], r[1]) for d, r in out.items()}
+
+    @cached_property
+    def transfers(self) -> list[dict]:
+        """The transfers of one step at the pipeline's partition level (empty without partitioning)."""
+        parts = self.pipe.partitions
+        if parts is None:
+            return []
+        return [t for t in parts.transfers if t.get("level", parts.level) == parts.level]
+
+    @cached_property
+    def cross_device_edges(self) -> Counter:
+        """(src device, dst device) -> graph edges between them (data and control)."""
+        g = self.graph
+        devices = self.devices
+        in_start, in_src = g.in_start, g.in_src
+        out: Counter = Counter()
+        for i in range(len(g)):
+            d = devices[i]
+            for k in range(in_start[i], in_start[i + 1]):
+                s = devices[in_src[k]]
+                if s != d:
+                    out[(s, d)] += 1
+        return out
+
+    def step_note(self) -> str:
+        """One line on what the byte counts mean (or why there are none)."""
+        pipe = self.pipe
+        if pipe.placement_error:
+            return f"devices as requested in the graph: placement fails as TensorFlow's would: {pipe.placement_error}"
+        if pipe.partition_error:
+            return f"no traffic: partitioning failed: {pipe.partition_error}"
+        if pipe.partitions is None:
+            return ("no traffic: the graph is not placed (give --ps-tasks N or --cluster FILE)"
+                    if not self.placed else "no traffic: nothing to partition")
+        run = pipe.run or {}
+        what = run.get("what", "one step")
+        ops = ", ".join((run.get("targets") or []) + (run.get("fetches") or []))
+        total = sum(t["bytes"] or 0 for t in self.transfers)
+        return (f"bytes per step: {what}" + (f" ({ops})" if ops else "")
+                + f", {human_bytes(total)} in {len(self.transfers)} transfers")
+
+    def device_label(self, device: str) -> str:
+        return short_device(device) if device != NO_DEVICE else NO_DEVICE
+
+    def data_inputs(self, i: int) -> list[int]:
+        g = self.graph
+        return [g.in_src[k] for k in range(g.in_start[i], g.in_start[i + 1]) if g.in_slot[k] != CONTROL]

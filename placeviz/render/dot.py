@@ -1,0 +1,142 @@
+"""Turn a :class:`~placeviz.render.diagram.Diagram` into DOT text, deterministically.
+
+Every element gets an SVG id prefixed with the view's name, so several views can be inlined in
+one HTML page without clashing ids. Same diagram, same bytes: boxes are numbered ``n0, n1, ...`` in key order, clusters
+``cluster_0, ...`` in key order, edges sorted by their endpoints' numbers, attributes written in a
+fixed order. That is what lets the golden tests compare DOT text, and it keeps Graphviz's own
+layout stable between runs (dot's result depends on input order).
+
+The layout limits measured in shared/research/perf.md section 5 are written into the DOT itself
+(``mclimit``, ``nslimit``, ``nslimit1``, and ``splines=false`` above a few dozen boxes), so
+running ``dot`` by hand on a ``.dot`` output behaves like ``placeviz render`` does.
+"""
+
+from __future__ import annotations
+
+import html
+
+import graphviz
+
+from placeviz.render.diagram import Box, Cluster, Diagram, Edge
+
+LAYOUT_LIMITS = {"mclimit": "0.1", "nslimit": "1", "nslimit1": "1"}
+"""Crossing-minimisation and network-simplex limits: a 930-op training graph goes from >120 s to
+12 s with them, a 426-box collapsed view to 5 s (perf.md section 5)."""
+SPLINES_OFF_ABOVE = 40
+"""Above this many boxes edges are drawn straight (``splines=false``): spline routing can thrash on
+dense graphs, while on small ones it costs nothing and keeps edges from crossing boxes."""
+FONT = "Helvetica"
+
+
+def _sortable(key: tuple) -> tuple:
+    """Keys mix ints and strings; compare them by (kind, value) so sorting never fails."""
+    return tuple((0, k, "") if isinstance(k, int) else (1, 0, str(k)) for k in key)
+
+
+def escape(text: str) -> str:
+    """A label for a double-quoted DOT string: backslashes kept literal, newlines as ``\\n``."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def box_ids(diagram: Diagram) -> dict:
+    """Box key -> its DOT id (``n<k>``), numbered in key order."""
+    return {b.key: f"n{i}" for i, b in enumerate(sorted(diagram.boxes, key=lambda b: _sortable(b.key)))}
+
+
+def to_dot(diagram: Diagram) -> str:
+    """The DOT text of ``diagram`` (see the module docstring for what makes it deterministic)."""
+    ids = box_ids(diagram)
+    g = graphviz.Digraph(diagram.name)
+    attrs = {
+        "rankdir": diagram.rankdir, "fontname": FONT, "fontsize": "11", "labelloc": "t", "labeljust": "l",
+        "label": escape("\n".join([diagram.title, *diagram.notes])), "newrank": "true", "id": diagram.name,
+        **LAYOUT_LIMITS, "outputorder": "edgesfirst", "nodesep": "0.25", "ranksep": "0.45",
+    }
+    if len(diagram.boxes) > SPLINES_OFF_ABOVE:
+        attrs["splines"] = "false"
+    attrs.update(diagram.graph_attrs)
+    g.attr("graph", **attrs)
+    g.attr("node", fontname=FONT, fontsize="10", margin="0.08,0.04")
+    g.attr("edge", fontname=FONT, fontsize="9", arrowsize="0.6")
+
+    clusters = sorted(diagram.clusters, key=lambda c: _sortable(c.key))
+    cluster_ids = {c.key: f"cluster_{i}" for i, c in enumerate(clusters)}
+    children: dict[tuple, list[Cluster]] = {}
+    for c in clusters:
+        children.setdefault(c.parent if c.parent in cluster_ids else (), []).append(c)
+    boxes_in: dict[tuple, list[Box]] = {}
+    for b in sorted(diagram.boxes, key=lambda b: _sortable(b.key)):
+        boxes_in.setdefault(b.cluster if b.cluster in cluster_ids else (), []).append(b)
+
+    def fill(container, key: tuple) -> None:
+        for c in children.get(key, []):
+            with container.subgraph(name=cluster_ids[c.key]) as sub:
+                sub.attr(id=f"{diagram.name}_{cluster_ids[c.key]}", label=escape(c.label), style="filled,rounded", fillcolor=c.fill, color=c.border,
+                         tooltip=escape(c.tooltip or c.label), fontsize="10")
+                fill(sub, c.key)
+        for b in boxes_in.get(key, []):
+            _emit_box(container, b, ids[b.key], f"{diagram.name}_{ids[b.key]}")
+
+    fill(g, ())
+    if diagram.legend:
+        g.node("legend", id=f"{diagram.name}_legend", label=_legend_label(diagram), shape="plaintext", margin="0")
+    edges = sorted(diagram.edges, key=lambda e: (int(ids[e.src][1:]), int(ids[e.dst][1:]), e.style))
+    for k, e in enumerate(edges):
+        _emit_edge(g, e, ids, f"{diagram.name}_e{k}")
+    return g.source
+
+
+def _emit_box(container, b: Box, node_id: str, svg_id: str) -> None:
+    style = b.style
+    fill = b.fill
+    if ";" in fill:  # a role mix: "filled" would read the list as a two-colour gradient
+        style = ",".join(["striped", *(s for s in style.split(",") if s not in ("filled", "striped"))])
+    attrs = {"id": svg_id, "label": escape(b.label), "shape": b.shape, "style": style, "fillcolor": fill,
+             "color": b.border}
+    if b.tooltip:
+        attrs["tooltip"] = escape(b.tooltip)
+    if b.penwidth != 1.0:
+        attrs["penwidth"] = _fmt(b.penwidth)
+    if b.peripheries != 1:
+        attrs["peripheries"] = str(b.peripheries)
+    if b.font_color != "#000000":
+        attrs["fontcolor"] = b.font_color
+    container.node(node_id, **attrs)
+
+
+def _emit_edge(g, e: Edge, ids: dict, svg_id: str) -> None:
+    attrs = {"id": svg_id, "color": e.color}
+    if e.label:
+        attrs["label"] = escape(e.label)
+    if e.tooltip:
+        attrs["tooltip"] = escape(e.tooltip)
+    if e.style != "solid":
+        attrs["style"] = e.style
+    if e.penwidth != 1.0:
+        attrs["penwidth"] = _fmt(e.penwidth)
+    if e.weight != 1:
+        attrs["weight"] = str(e.weight)
+    if not e.constraint:
+        attrs["constraint"] = "false"
+    if e.arrowhead != "normal":
+        attrs["arrowhead"] = e.arrowhead
+    g.edge(ids[e.src], ids[e.dst], **attrs)
+
+
+def _legend_label(diagram: Diagram) -> str:
+    """An HTML-like table: one node for the whole legend, so it costs the layout nothing."""
+    rows = ['<tr><td colspan="2" align="left"><b>Legend</b></td></tr>']
+    for item in diagram.legend:
+        text = html.escape(item.text)
+        if item.line is not None:
+            color = item.fill or "#555555"
+            glyph = {"dashed": "- - - -", "dotted": ". . . . .", "bold": "<b>=====</b>"}.get(item.line, "-------")
+            swatch = f'<td><font color="{color}">{glyph}</font></td>'
+        else:
+            swatch = f'<td bgcolor="{item.fill or "#ffffff"}" width="18" border="1"> </td>'
+        rows.append(f'<tr>{swatch}<td align="left">{text}</td></tr>')
+    return '<<table border="0" cellborder="0" cellspacing="2" cellpadding="2">' + "".join(rows) + "</table>>"

@@ -1,0 +1,118 @@
+"""Run Graphviz safely: a subprocess with a timeout, and a fallback when ``dot`` runs out of time.
+
+``dot`` has no time limit of its own and the ``graphviz`` package's ``pipe``/``render`` have none
+either, while real training graphs can keep ``dot`` busy for minutes (perf.md section 5: a 930-op
+graph does not finish in 120 s with default settings). So placeviz pipes the DOT text into the
+program itself, with a timeout, and when that fails tries, in order:
+
+1. ``dot`` on the view at its box budget (the DOT already carries the mclimit/nslimit limits);
+2. ``dot`` on a coarser collapse of the same view (a third of the budget);
+3. ``sfdp``, which lays out every collapsed view measured so far in under 2 s (it loses the
+   top-down flow and the clusters, which is why it is the last resort).
+
+Each attempt that fails says why on stderr, so a slow render is never silent.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from placeviz.errors import PlacevizError
+from placeviz.render.diagram import Diagram
+from placeviz.render.dot import to_dot
+
+FORMATS = ("svg", "png", "pdf", "dot", "html")
+COARSER = 3
+"""The fallback collapse uses budget // COARSER boxes."""
+MIN_BUDGET = 20
+SFDP_ATTRS = ("-Goverlap=prism", "-Gsplines=false", "-Goutputorder=edgesfirst")
+
+
+class GraphvizMissing(PlacevizError):
+    """Graphviz's programs are not on PATH."""
+
+
+class LayoutFailed(PlacevizError):
+    """Every layout attempt failed or timed out."""
+
+
+def install_hint(fmt: str) -> str:
+    return (f"writing .{fmt} needs Graphviz's `dot`, which is not installed: install it (apt-get install "
+            "graphviz, dnf install graphviz, brew install graphviz, or scripts/ensure-graphviz.sh); "
+            ".dot output works without it")
+
+
+def require_graphviz(fmt: str, engine: str = "dot") -> None:
+    if shutil.which(engine) is None:
+        raise GraphvizMissing(install_hint(fmt))
+
+
+class _Attempt(Exception):
+    pass
+
+
+def run_graphviz(source: str, fmt: str, engine: str = "dot", timeout: float = 30.0, extra=()) -> bytes:
+    """``engine -Tfmt`` on ``source``; raises ``_Attempt`` with a one-line reason on timeout or error."""
+    exe = shutil.which(engine)
+    if exe is None:
+        raise GraphvizMissing(install_hint(fmt))
+    try:
+        proc = subprocess.run([exe, f"-T{fmt}", *extra], input=source.encode("utf-8"), capture_output=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise _Attempt(f"{engine} did not finish in {timeout:g} s") from None
+    if proc.returncode != 0 or not proc.stdout:
+        message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise _Attempt(f"{engine} failed (exit {proc.returncode}): {message[0] if message else 'no output'}")
+    return proc.stdout
+
+
+@dataclass
+class LayoutResult:
+    data: bytes
+    diagram: Diagram
+    engine: str
+    budget: int
+    seconds: float
+    """Wall seconds of the successful Graphviz run."""
+    attempts: list[str] = field(default_factory=list)
+    """Why earlier attempts failed (empty when the first one worked)."""
+
+
+def lay_out(build: Callable[[int], Diagram], budget: int, fmt: str, timeout: float = 30.0,
+            progress: Callable[[str], None] | None = None, diagram: Diagram | None = None) -> LayoutResult:
+    """Render the view ``build(budget)`` to ``fmt`` bytes, falling back as the module docstring says.
+
+    ``diagram``: the view already built at ``budget`` (saves building it twice).
+    """
+    say = progress or (lambda _m: None)
+    require_graphviz(fmt)
+    first = diagram if diagram is not None else build(budget)
+    plans: list[tuple[str, int, Callable[[], Diagram], float]] = [("dot", budget, lambda: first, timeout)]
+    coarse = max(MIN_BUDGET, budget // COARSER)
+    if coarse < budget and len(first.boxes) > coarse:
+        plans.append(("dot", coarse, lambda: build(coarse), timeout / 2))
+    plans.append(("sfdp", budget, lambda: first, timeout))
+    attempts: list[str] = []
+    for engine, plan_budget, make, limit in plans:
+        d = make()
+        if engine == "dot" and plan_budget != budget and len(d.boxes) >= len(first.boxes):
+            continue  # the view cannot get coarser
+        if shutil.which(engine) is None:
+            attempts.append(f"{engine} is not installed")
+            continue
+        say(f"layout of the {d.name} view with {engine}: {len(d.boxes):,} boxes, {len(d.edges):,} edges ...")
+        started = time.perf_counter()
+        try:
+            data = run_graphviz(to_dot(d), fmt, engine, limit, SFDP_ATTRS if engine == "sfdp" else ())
+        except _Attempt as e:
+            attempts.append(str(e))
+            say(f"{e}; trying " + ("a coarser collapse" if engine == "dot" and len(attempts) == 1 and
+                                   len(plans) == 3 else "the next fallback"))
+            continue
+        return LayoutResult(data, d, engine, plan_budget, time.perf_counter() - started, attempts)
+    raise LayoutFailed(f"could not lay out the {first.name} view: " + "; ".join(attempts))
