@@ -33,3 +33,6 @@ def test_demo_writes_every_artifact(tmp_path, capsys):
     assert verify["schema"] == "placeviz.verify/1" and verify["ok"] is True
     assert {c["id"]: c["status"] for c in verify["checks"]}["global_step"] == "pass"
     assert "verify: every check passed" in out
+    html = (tmp_path / "report.html").read_text()
+    assert html.lstrip().lower().startswith("<!doctype html") and "global_step" in html
+    assert (tmp_path / "overview.svg").read_text().lstrip().startswith(("<?xml", "<svg"))

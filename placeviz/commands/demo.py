@@ -122,4 +122,17 @@ def _lint(model_path: Path, placement_options):
 
 
 def _render(pipe, out: Path, lint_report) -> list[Path]:
-    return []
+    """The device overview as SVG and the HTML report (analysis tables, views, lint findings)."""
+    from placeviz.commands.render import write_report
+    from placeviz.render import ViewContext, build_view
+    from placeviz.render.layout import GraphvizMissing, lay_out
+
+    try:
+        ctx = ViewContext(pipe)
+        overview = lay_out(lambda budget: build_view(ctx, "overview", max_nodes=budget), 250, "svg", 30.0, None)
+        atomic_write(out / "overview.svg", overview.data)
+        write_report(pipe, out / "report.html", [f.to_json() for f in lint_report.findings])
+    except GraphvizMissing as e:
+        progress(f"skipped the pictures: {e}")
+        return []
+    return [out / "overview.svg", out / "report.html"]

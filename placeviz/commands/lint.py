@@ -156,3 +156,22 @@ def show_rule(key: str, rules_dirs=()) -> int:
             emit(rule_page(r.rule, source_of(r)), None)
             return 0
     raise PlacevizError(f"no rule {key!r}; `placeviz rules` lists them")
+
+
+def findings_for_pipeline(pipe, placement_options, config: str | None = None) -> list[dict]:
+    """Lint findings (as JSON dicts) for a pipeline already computed, with the default selection and
+    the project's lint config (thresholds, selection, per-node ignores): what the HTML report shows."""
+    from placeviz.lint.config import load_config
+    from placeviz.lint.discovery import load_rules
+    from placeviz.lint.runner import LintOptions, lint_pipeline
+    from placeviz.lint.selection import select_rules
+    from placeviz.lint.suppression import Suppressor
+
+    cfg = load_config(config)
+    rules = load_rules()
+    selected = select_rules(rules, cfg.select or ["ALL"], cfg.extend_select, cfg.ignore, preview=cfg.preview)
+    options = LintOptions(placement_options=placement_options, sync=None, cluster=placement_options.cluster,
+                          thresholds=cfg.thresholds, severity=cfg.severity)
+    result = lint_pipeline(pipe, selected, options)
+    findings = Suppressor(list(cfg.per_node_ignores), {r.id: r for r in rules}).filter(result.findings)
+    return [f.to_json() for f in findings]

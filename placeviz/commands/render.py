@@ -50,7 +50,12 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
     say = progress if _is_big(model) else None
     pipe = run_pipeline(model, placement_options, sync, StepOptions(), tag=tag, progress=say)
     if fmt == "html":
-        write_report(pipe, output, focus=focus, depth=depth, max_nodes=max_nodes, timeout=layout_timeout,
+        from placeviz.commands.lint import findings_for_pipeline
+
+        if say:
+            say("linting for the report ...")
+        findings = findings_for_pipeline(pipe, placement_options)
+        write_report(pipe, output, findings, focus=focus, depth=depth, max_nodes=max_nodes, timeout=layout_timeout,
                      progress=say)
         return
     ctx = ViewContext(pipe)

@@ -114,13 +114,24 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
     except Exception as e:  # noqa: BLE001 - a pipeline bug: integrity findings may explain it, else exit 2
         error = PlacevizError(f"internal error in the pipeline: {type(e).__name__}: {e}")
         return _broken(result, rules, _context(model_path, None, raw, options), error)
-    ctx = _context(model_path, pipe, raw, options)
+    return _run_rules(_context(model_path, pipe, raw, options), rules, result)
+
+
+def lint_pipeline(pipe, rules: list[LoadedRule], options: LintOptions, model_path: str | None = None) -> ModelResult:
+    """Run ``rules`` on a pipeline already computed (``render``'s HTML report and the demo use this,
+    so the model is not loaded and placed twice). The graph loaded, so no integrity pre-pass."""
+    model_path = model_path or display_path(pipe.model.source)
+    raw = RawGraph.from_graph(pipe.model.graph, pipe.model.graph_def)
+    return _run_rules(_context(model_path, pipe, raw, options), rules, ModelResult())
+
+
+def _run_rules(ctx: LintContext, rules: list[LoadedRule], result: ModelResult) -> ModelResult:
     for r in rules:
         if r.rule.category == "meta":
             continue  # judged by the engine from the config, once per run
         missing = ctx.missing(r.rule)
         if missing:
-            result.skipped.append(Skipped(r.id, r.name, model_path, _reason(ctx, missing[0])))
+            result.skipped.append(Skipped(r.id, r.name, ctx.model_path, _reason(ctx, missing[0])))
         else:
             _run_rule(r, ctx, result)
     return result
