@@ -3,7 +3,9 @@
 It builds a real sample training graph with TensorFlow (an Inception-style CNN wrapped in
 ``SyncReplicasOptimizer`` with a backup worker, built *without* a device setter, as a
 single-machine program would be), then asks placeviz what ``replica_device_setter(ps_tasks=2)`` and
-TF's placer would do with it, and writes everything into one directory.
+TF's placer would do with it, partitions one worker step, lints the graph, draws it (overview SVG
+and the HTML report), and finally runs it on a loopback TF cluster of 2 ps and 3 workers to show
+by execution that each variable is updated once per global step. Everything lands in one directory.
 """
 
 from __future__ import annotations
