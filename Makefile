@@ -45,6 +45,7 @@ images: install
 	$(CURDIR)/$(BIN)/placeviz render mlp.meta -o $(IMAGES)/sync.png --view sync
 
 test: install
+	@scripts/ensure-chromium.sh
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
