@@ -292,6 +292,42 @@ def is_restore_or_init(ctx, writer: int, var: int) -> bool:
     return False
 
 
+# ----------------------------------------------------------------------------- sync proof
+
+
+def proof_violations(ctx, kinds: dict[str, str], anchors: Iterable[str], *, require_anchor: bool = False):
+    """``(violation, description, node)`` for each violation of the sync proof (``ctx.proof``)
+    whose kind is in ``kinds`` (kind -> description), once per (kind, node).
+
+    ``node`` is the first of the violation's ``anchors`` fields that names a node of the graph
+    (a field may hold one name or a list of names); None when none does, and then the violation
+    is skipped if ``require_anchor``.
+    """
+    proof = ctx.proof
+    if proof is None:
+        return
+    index = ctx.graph.index
+    seen = set()
+    for v in proof.violations:
+        what = kinds.get(v["kind"])
+        if what is None:
+            continue
+        node = next((n for n in _names(v, anchors) if n and n in index), None)
+        if (node is None and require_anchor) or (v["kind"], node) in seen:
+            continue
+        seen.add((v["kind"], node))
+        yield v, what, node
+
+
+def _names(v: dict, fields: Iterable[str]):
+    for field in fields:
+        value = v.get(field)
+        if isinstance(value, (list, tuple)):
+            yield from value
+        else:
+            yield value
+
+
 # ----------------------------------------------------------------------------- misc
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
+from rules._common import proof_violations
 
 WORKER_SIDE = {
     "worker_updates_trainable": "updates a trainable variable from every worker, on top of the chief's "
@@ -59,17 +60,8 @@ all gradients); increment the global step only through it.
 
 
 def check(ctx):
-    proof = ctx.proof
-    if proof is None:
-        return
     g = ctx.graph
-    seen = set()
-    for v in proof.violations:
-        what = WORKER_SIDE.get(v["kind"])
-        op = v.get("op")
-        if what is None or op is None or op not in g.index or (v["kind"], op) in seen:
-            continue
-        seen.add((v["kind"], op))
+    for v, what, op in proof_violations(ctx, WORKER_SIDE, ("op",), require_anchor=True):
         path = v.get("path") or []
         target = path[0] if path else None
         variable = v.get("variable")

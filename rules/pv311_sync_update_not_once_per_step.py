@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
+from rules._common import proof_violations
 
 CHIEF_SIDE = {
     "global_step_increments": "the global step is not incremented exactly once per step",
@@ -60,20 +61,8 @@ One SyncReplicasOptimizer and one `apply_gradients` call per model; build extra 
 
 
 def check(ctx):
-    proof = ctx.proof
-    if proof is None:
-        return
     g = ctx.graph
-    seen = set()
-    for v in proof.violations:
-        what = CHIEF_SIDE.get(v["kind"])
-        if what is None:
-            continue
-        candidates = [v.get("op"), *(v.get("ops") or ()), v.get("variable"), v.get("queue")]
-        node = next((n for n in candidates if n and n in g.index), None)
-        if (v["kind"], node) in seen:
-            continue
-        seen.add((v["kind"], node))
+    for v, what, node in proof_violations(ctx, CHIEF_SIDE, ("op", "ops", "variable", "queue")):
         yield ctx.finding(
             RULE, node, f"{what}: {v['message']}",
             related=[n for n in (v.get("ops") or ()) if n in g.index and n != node][:5],

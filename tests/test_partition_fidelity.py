@@ -32,6 +32,7 @@ from placeviz.io import model_from_proto
 from placeviz.partition import partition
 from placeviz.placement import PlacementOptions, place_graph
 from placeviz.placement.placer import PlacerConfig
+from placeviz.verify.compare import runtime_nodes, transfer_key
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -192,19 +193,10 @@ def _placed(case: dict) -> tuple[Graph, list[str]]:
     return result.graph, result.placement.devices
 
 
-def _ours_key(t: dict) -> str:
-    return f"^{t['src']}" if t["slot"] == "control" else f"{t['src']}:{t['slot']}"
-
-
 def compare_run(graph: Graph, devices: list[str], truth, index: int, feeds: list[str]) -> dict:
     run = truth.runs[index]
     result = partition(graph, devices, fetches=run["fetches"], targets=run["targets"], feeds=feeds)
-    original = set(graph.names)
-    theirs_nodes: dict[str, set[str]] = collections.defaultdict(set)
-    for device, nodes in run["partitions"].items():
-        for n in nodes:
-            if n["name"] in original:
-                theirs_nodes[device].add(n["name"])
+    theirs_nodes = runtime_nodes(graph, run)
     ours_nodes = {d: set(v) for d, v in result.original_nodes.items()}
     node_total = sum(len(v) for v in theirs_nodes.values())
     node_wrong = sorted(
@@ -212,10 +204,10 @@ def compare_run(graph: Graph, devices: list[str], truth, index: int, feeds: list
         for n in ours_nodes.get(d, set()) ^ theirs_nodes.get(d, set()))
     theirs_t = truth.transfers(index)
     loose_theirs = collections.Counter((t["tensor"], t["recv_device"]) for t in theirs_t)
-    loose_ours = collections.Counter((_ours_key(t), t["dst_device"]) for t in result.transfers)
+    loose_ours = collections.Counter((transfer_key(t), t["dst_device"]) for t in result.transfers)
     strict_theirs = collections.Counter((t["tensor"], t["send_device"], t["recv_device"], t["level"],
                                          t["send_op"], t["recv_op"]) for t in theirs_t)
-    strict_ours = collections.Counter((_ours_key(t), t["src_device"], t["dst_device"], t["level"], t["send_op"],
+    strict_ours = collections.Counter((transfer_key(t), t["src_device"], t["dst_device"], t["level"], t["send_op"],
                                        t["recv_op"]) for t in result.transfers)
     replicated_theirs: dict[str, set[str]] = collections.defaultdict(set)
     for name, kind in run["added_kinds"].items():

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 from placeviz.graph import CONTROL, Graph
 from placeviz.ops import DT_RESOURCE, REF_OFFSET, OpFactsError, load_op_table
+from placeviz.sync.reach import Reach
 
 # ----------------------------------------------------------------------------- op classes
 
@@ -399,25 +400,6 @@ def _forward(g: Graph, starts, *, data_only: bool = False, limit: int | None = N
             if data_only and in_slot[out_pos[e]] == CONTROL:
                 continue
             v = out_dst[e]
-            if v not in seen:
-                seen.add(v)
-                order.append(v)
-                if limit is not None and len(order) > limit:
-                    return order
-    return order
-
-
-def _backward(g: Graph, starts, *, limit: int | None = None) -> list[int]:
-    """Nodes upstream of ``starts`` over data and control edges (what runs to run them)."""
-    in_start, in_src = g.in_start, g.in_src
-    seen = set(starts)
-    order = list(dict.fromkeys(starts))
-    k = 0
-    while k < len(order):
-        u = order[k]
-        k += 1
-        for p in range(in_start[u], in_start[u + 1]):
-            v = in_src[p]
             if v not in seen:
                 seen.add(v)
                 order.append(v)
@@ -870,7 +852,7 @@ def _token_queue(g: Graph, idx: StateIndex, q: int, apply_owner: dict[int, int],
             vals = const_ints(g, fins[0][0]) if fins else None
             dims = vals[0] if vals and len(vals) == 1 else None
             value_var = idx.value_source(*fins[1]) if len(fins) > 1 else None
-        upstream = _backward(g, [e])
+        upstream = Reach(g, [e]).order
         has_take = any(ops[u] in ACCUMULATOR_TAKE_OPS for u in upstream)
         incs = [u for u in upstream if value_var is not None and any(s == value_var for s, _ in idx.writes.get(u, ()))]
         if (has_take or incs) and sync_enq is None:
@@ -912,7 +894,7 @@ def _token_queue(g: Graph, idx: StateIndex, q: int, apply_owner: dict[int, int],
     averages = []
     if sync_op is not None and sync_enq is not None and sync_op != sync_enq:
         after = set(_forward(g, [sync_enq]))
-        for u in _backward(g, [sync_op]):
+        for u in Reach(g, [sync_op]).order:
             if u in after:
                 for s, _ in idx.writes.get(u, ()):
                     averages.append((u, s))

@@ -50,52 +50,11 @@ from placeviz.sync.detect import (
     is_optimizer_apply,
     state_index,
 )
+from placeviz.sync.reach import Reach
 
 SCHEMA = "placeviz.sync_proof/1"
 ONCE = "once per worker run"
 PER_ITERATION = "per iteration, trip count unknown"
-
-
-# ----------------------------------------------------------------------------- reachability
-
-
-class _Reach:
-    """Reverse closure of some run targets, with the BFS tree to print paths."""
-
-    __slots__ = ("parent", "order")
-
-    def __init__(self, g: Graph, targets: list[int]):
-        parent = [-2] * len(g.names)
-        order = []
-        for t in targets:
-            if parent[t] == -2:
-                parent[t] = -1
-                order.append(t)
-        in_start, in_src = g.in_start, g.in_src
-        k = 0
-        while k < len(order):
-            u = order[k]
-            k += 1
-            for p in range(in_start[u], in_start[u + 1]):
-                v = in_src[p]
-                if parent[v] == -2:
-                    parent[v] = u
-                    order.append(v)
-        self.parent = parent
-        self.order = order
-
-    def __contains__(self, i: int) -> bool:
-        return self.parent[i] != -2
-
-    def path(self, names: list[str], i: int) -> list[str]:
-        """Node names from the run target down to ``i``."""
-        out = []
-        parent = self.parent
-        while i >= 0:
-            out.append(names[i])
-            i = parent[i]
-        out.reverse()
-        return out
 
 
 # ----------------------------------------------------------------------------- while-loop frames
@@ -277,7 +236,7 @@ def prove(graph: Graph, machinery: SyncMachinery, trainable=None) -> SyncProof:
     if not worker_targets:
         violation("no_worker_train_op", "no op assigns a dequeued token to a local step: the workers' "
                   "train op cannot be found")
-    W = _Reach(g, worker_targets)
+    W = Reach(g, worker_targets)
     frames = loop_frames(g)
     worker_writes: dict[int, list[int]] = {}
     per_worker: list[dict] = []
@@ -336,8 +295,8 @@ def prove(graph: Graph, machinery: SyncMachinery, trainable=None) -> SyncProof:
     # ---------------------------------------------------------------- chief side
     chief_writes: dict[int, list[tuple[int, int]]] = {}  # state -> [(writer, queue index)]
     sync_ops: list[str] = []
-    chief_reaches: list[_Reach | None] = []
-    enqueue_reaches: list[_Reach | None] = []
+    chief_reaches: list[Reach | None] = []
+    enqueue_reaches: list[Reach | None] = []
     takes_per_accum: dict[int, int] = {}
     for qi, q in enumerate(queues):
         if q.sync_op is None:
@@ -349,16 +308,16 @@ def prove(graph: Graph, machinery: SyncMachinery, trainable=None) -> SyncProof:
             enqueue_reaches.append(None)
             continue
         sync_ops.append(names[q.sync_op])
-        C = _Reach(g, [q.sync_op])
+        C = Reach(g, [q.sync_op])
         if q.sync_enqueue is None:
             violation("enqueue_not_after_increment",
                       f"no enqueue of token queue {names[q.queue]} depends on the update "
                       f"{names[q.sync_op]}: tokens do not wait for the step's update (and the init-tokens "
                       "enqueue cannot be told from the sync enqueue)", queue=names[q.queue],
                       variable=names[q.global_step] if q.global_step is not None else None)
-            E = _Reach(g, [])
+            E = Reach(g, [])
         else:
-            E = C if q.sync_op == q.sync_enqueue else _Reach(g, [q.sync_enqueue])
+            E = C if q.sync_op == q.sync_enqueue else Reach(g, [q.sync_enqueue])
         chief_reaches.append(C)
         enqueue_reaches.append(E)
         for u in C.order:

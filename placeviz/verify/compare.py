@@ -15,8 +15,20 @@ from placeviz.verify.runtime_truth import RuntimeTruth
 MAX_LISTED = 10
 
 
-def _ours_key(t: dict) -> str:
+def transfer_key(t: dict) -> str:
+    """A placeviz transfer's source as the runtime names the tensor: ``node:slot`` or ``^node``."""
     return f"^{t['src']}" if t["slot"] == "control" else f"{t['src']}:{t['slot']}"
+
+
+def runtime_nodes(graph, run: dict) -> dict[str, set[str]]:
+    """Per device, the nodes of ``graph`` the runtime ran there (the nodes it added left out)."""
+    original = set(graph.names)
+    out: dict[str, set[str]] = collections.defaultdict(set)
+    for device, nodes in run["partitions"].items():
+        for n in nodes:
+            if n["name"] in original:
+                out[device].add(n["name"])
+    return out
 
 
 def compare_run(graph, devices: list[str], run: dict, *, feeds: list[str], client_device: str | None) -> dict:
@@ -24,12 +36,7 @@ def compare_run(graph, devices: list[str], run: dict, *, feeds: list[str], clien
 
     result = partition(graph, devices, fetches=run["fetches"], targets=run["targets"], feeds=feeds,
                        level="device", client_device=client_device or None)
-    original = set(graph.names)
-    theirs: dict[str, set[str]] = collections.defaultdict(set)
-    for device, nodes in run["partitions"].items():
-        for n in nodes:
-            if n["name"] in original:
-                theirs[device].add(n["name"])
+    theirs = runtime_nodes(graph, run)
     ours = {d: set(v) for d, v in result.original_nodes.items()}
     node_total = sum(len(v) for v in theirs.values())
     only_ours = sorted((n, d) for d in ours for n in ours[d] - theirs.get(d, set()))
@@ -37,7 +44,7 @@ def compare_run(graph, devices: list[str], run: dict, *, feeds: list[str], clien
     node_agree = node_total - len(only_theirs)
     truth = RuntimeTruth(devices={}, partitions={}, added_nodes={}, fetches=[], targets=[], config={}, runs=[run])
     t_theirs = collections.Counter((t["tensor"], t["recv_device"]) for t in truth.transfers(0))
-    t_ours = collections.Counter((_ours_key(t), t["dst_device"]) for t in result.transfers)
+    t_ours = collections.Counter((transfer_key(t), t["dst_device"]) for t in result.transfers)
     t_total = sum(t_theirs.values())
     t_agree = sum((t_ours & t_theirs).values())
     agree, total = node_agree + t_agree, node_total + t_total

@@ -1,0 +1,58 @@
+"""Reverse reachability: what runs when a session runs some targets.
+
+TF prunes a graph to the reverse closure of the fetched ops over data and control edges; the sync
+detection (which enqueue depends on a TakeGradient, which writes come before the sync op) and the
+single-update proof (what each side runs) both walk that closure with this one breadth-first search.
+"""
+
+from __future__ import annotations
+
+from placeviz.graph import Graph
+
+_UNSEEN = -2
+_ROOT = -1
+
+
+class Reach:
+    """Reverse closure of ``targets`` over data and control edges (the targets included), with the
+    breadth-first tree to print paths.
+
+    ``order`` lists the nodes in breadth-first order (the targets first, duplicates dropped);
+    ``i in reach`` tells whether ``i`` runs; :meth:`path` gives the chain of inputs from a target
+    down to a node.
+    """
+
+    __slots__ = ("parent", "order")
+
+    def __init__(self, g: Graph, targets):
+        parent = [_UNSEEN] * len(g.names)
+        order = []
+        for t in targets:
+            if parent[t] == _UNSEEN:
+                parent[t] = _ROOT
+                order.append(t)
+        in_start, in_src = g.in_start, g.in_src
+        k = 0
+        while k < len(order):
+            u = order[k]
+            k += 1
+            for p in range(in_start[u], in_start[u + 1]):
+                v = in_src[p]
+                if parent[v] == _UNSEEN:
+                    parent[v] = u
+                    order.append(v)
+        self.parent = parent
+        self.order = order
+
+    def __contains__(self, i: int) -> bool:
+        return self.parent[i] != _UNSEEN
+
+    def path(self, names: list[str], i: int) -> list[str]:
+        """Node names from the run target down to ``i``."""
+        out = []
+        parent = self.parent
+        while i >= 0:
+            out.append(names[i])
+            i = parent[i]
+        out.reverse()
+        return out
