@@ -101,6 +101,7 @@ class Graph:
         self._graph_def: GraphDef | None = graph_def
         self._make_graph_def: Callable[[], GraphDef] | None = None
         self._attr_nodes = None  # None: graph_def.node
+        self._source: Graph | None = None  # the graph a derived one was made from (see ``derived``)
         with gc_paused():
             self._build(graph_def)
 
@@ -108,7 +109,9 @@ class Graph:
         names: list[str] = []
         ops: list[str] = []
         devices: list[str] = []
-        raw_inputs: list = []
+        flat: list[str] = []  # every input string, node after node
+        input_counts: list[int] = []
+        add_inputs, add_count = flat.extend, input_counts.append
         # Few distinct op types and devices repeat over millions of nodes: keep one string object
         # of each (127 MiB less at 1M nodes).
         op_strings: dict[str, str] = {}
@@ -120,8 +123,12 @@ class Graph:
             ops.append(intern_op(op, op))
             device = node.device
             devices.append(intern_device(device, device))
-            raw_inputs.append(node.input)
-        index = {name: i for i, name in enumerate(names)}
+            # Copied out right away: keeping a million ``input`` container objects alive until a
+            # later pass costs more than the copy (upb tracks every live wrapper).
+            inputs = node.input
+            add_inputs(inputs)
+            add_count(len(inputs))
+        index = dict(zip(names, range(len(names)), strict=True))  # a duplicate keeps its last id, as a dictcomp would
         if len(index) != len(names):
             _raise_duplicate(names)
         if "" in index or "" in op_strings:
@@ -134,16 +141,26 @@ class Graph:
         # Most inputs are a plain node name: look them all up at once (C-level map), then parse
         # the rest (``^name``, ``name:k``, errors) one by one. A plain lookup could be fooled only
         # by node names with ':' or a leading '^', which TF never makes; then parse everything.
-        flat = list(chain.from_iterable(raw_inputs))
         joined = "\0".join(names)
         if ":" in joined or "^" in joined:
             srcs: list[int | None] = [None] * len(flat)
         else:
             srcs = list(map(index.get, flat))
         in_slot = array("i", bytes(4 * len(flat)))  # all 0; an array raises on a huge slot right away
-        in_start = array("i", accumulate(chain((0,), map(len, raw_inputs))))
+        in_start = array("i", accumulate(chain((0,), input_counts)))
         get = index.get
-        for k in compress(count(), map(operator.is_, srcs, repeat(None))):
+        pending = list(compress(count(), map(operator.is_, srcs, repeat(None))))
+        # Control inputs (``^name``, most of the rest) in C-level maps too, unless one names no
+        # node: then the loop below sees them all, to report the first bad input in order.
+        texts = list(map(flat.__getitem__, pending))
+        is_control = list(map(str.startswith, texts, repeat("^")))
+        control_srcs = list(map(get, map(operator.getitem, compress(texts, is_control), repeat(slice(1, None)))))
+        if None not in control_srcs:
+            for k, src in zip(compress(pending, is_control), control_srcs, strict=True):
+                srcs[k] = src
+                in_slot[k] = CONTROL
+            pending = list(compress(pending, map(operator.not_, is_control)))
+        for k in pending:
             text = flat[k]
             if text[:1] == "^":
                 src = get(text[1:])
@@ -183,7 +200,8 @@ class Graph:
     def derived(cls, *, names: list[str], ops: list[str], devices: list[str], in_start: array,
                 in_src: array, in_slot: array, attr_nodes, make_graph_def: Callable[[], GraphDef],
                 index: dict[str, int] | None = None, colocation: dict[int, tuple[str, ...]] | None = None,
-                colocated_names: dict[int, tuple[str, ...]] | None = None) -> Graph:
+                colocated_names: dict[int, tuple[str, ...]] | None = None,
+                source: Graph | None = None) -> Graph:
         """A graph made from arrays computed from another graph, without a pass over protos.
 
         The caller guarantees what ``__init__`` checks (unique non-empty names, ops, valid inputs)
@@ -191,12 +209,17 @@ class Graph:
         ``i``'s name, op and attrs (its device and inputs may be stale), and ``make_graph_def()``
         builds the full GraphDef, on first use of ``graph_def``. ``index``, ``colocation`` and
         ``colocated_names``, when the caller has them, must equal what the graph would compute
-        (``colocation`` in id order); otherwise they are computed on first use.
+        (``colocation`` in id order); otherwise they are computed on first use. ``source``: the
+        graph this one was made from: its GraphDef's ``library`` is the new one's (so reading
+        ``library`` does not build the GraphDef), and when ``attr_nodes`` are its NodeDefs (the
+        same sequence, or a :class:`RemappedNodeDefs` over it) what :meth:`attr_keys` read there
+        is reused.
         """
         graph = cls.__new__(cls)
         graph._graph_def = None
         graph._make_graph_def = make_graph_def
         graph._attr_nodes = attr_nodes
+        graph._source = source
         graph.names, graph.ops, graph.devices = names, ops, devices
         graph.index = {name: i for i, name in enumerate(names)} if index is None else index
         graph.in_start, graph.in_src, graph.in_slot = in_start, in_src, in_slot
@@ -223,7 +246,7 @@ class Graph:
 
         graph = Graph.derived(names=self.names, ops=self.ops, devices=devices, in_start=self.in_start,
                               in_src=self.in_src, in_slot=self.in_slot, attr_nodes=self.attr_nodes,
-                              make_graph_def=make_graph_def, index=self.index)
+                              make_graph_def=make_graph_def, index=self.index, source=self)
         # What is already known about this graph holds for the copy: none of it depends on devices.
         for derived_structure in ("colocation", "colocated_names", "consumers", "topological_order"):
             if derived_structure in self.__dict__:
@@ -237,6 +260,13 @@ class Graph:
             self._graph_def = self._make_graph_def()
             self._make_graph_def = None
         return self._graph_def
+
+    @property
+    def library(self):
+        """The ``FunctionDefLibrary`` of the GraphDef; for a derived graph, without building it."""
+        if self._graph_def is None and self._source is not None:
+            return self._source.library
+        return self.graph_def.library
 
     @cached_property
     def colocation(self) -> dict[int, tuple[str, ...]]:
@@ -265,18 +295,83 @@ class Graph:
         return out
 
     def _read_colocation(self) -> None:
-        """Fill ``colocation`` and ``colocated_names`` from the ``_class`` attrs, in one pass.
+        """Fill ``colocation`` and ``colocated_names`` from the ``_class`` attrs, in one pass."""
+        self._scan_attrs(None)
+
+    def attr_keys(self, key_attrs: dict[str, tuple[str, ...]]) -> list:
+        """Per node, a hashable key of the values of the attrs ``key_attrs[op]`` names.
+
+        With one attr name: ``None`` if the node lacks it, its ``type`` if that is set, else its
+        serialized bytes; with several: a tuple of those; with none: ``None``. Equal keys mean
+        equal values. The placer keys op facts by them.
+
+        Reading attrs out of protos costs about 1 us per node and pass, most of it in making the
+        ``attr`` map object, so this pass also reads ``_class`` (``colocation``) when that was not
+        read yet, and the result is cached. A graph derived from another (the setter's result)
+        takes the values its source computed for the same ``key_attrs``, reading only the nodes
+        the derivation added.
+        """
+        cached = self.__dict__.get("_attr_keys")
+        if cached is not None and cached[0] == key_attrs:
+            return cached[1]
+        values = self._attr_keys_from_source(key_attrs)
+        if values is None:
+            values = self._scan_attrs(key_attrs)
+        self.__dict__["_attr_keys"] = (dict(key_attrs), values)
+        return values
+
+    def cached_attr_keys(self) -> tuple[dict[str, tuple[str, ...]], list] | None:
+        """``(key_attrs, values)`` of the last :meth:`attr_keys` call on this graph, or None."""
+        return self.__dict__.get("_attr_keys")
+
+    def _attr_keys_from_source(self, key_attrs: dict[str, tuple[str, ...]]) -> list | None:
+        source = self._source
+        cached = source.__dict__.get("_attr_keys") if source is not None else None
+        if cached is None:
+            return None
+        source_key_attrs, source_values = cached
+        if any(source_key_attrs.get(op, attrs) != attrs for op, attrs in key_attrs.items()):
+            return None  # some op's key attrs differ: read them here
+        nodes = self._attr_nodes
+        if nodes is source.attr_nodes:  # the same NodeDefs in the same order (with_devices)
+            return source_values
+        if not isinstance(nodes, RemappedNodeDefs) or nodes.base is not source.attr_nodes:
+            return None
+        # Node i is the source's node ids[i]; a negative id (an added node) indexes from the end
+        # here, and those few are read below.
+        values = list(map(source_values.__getitem__, nodes.ids))
+        for i in nodes._added:
+            values[i] = _attr_key(nodes[i].attr, key_attrs.get(self.ops[i], ()))
+        return values
+
+    def _scan_attrs(self, key_attrs: dict[str, tuple[str, ...]] | None) -> list | None:
+        """One pass over the NodeDefs: :meth:`attr_keys` values (if ``key_attrs`` is given) and,
+        unless already known, ``colocation`` and ``colocated_names`` from the ``_class`` attrs.
 
         The nodes colocated with one op have byte-identical ``_class`` values, so the value is
         decoded once per distinct serialized form (cheaper than reading the list of every node).
         """
+        read_class = "colocation" not in self.__dict__
         colocation: dict[int, tuple[str, ...]] = {}
         colocated_names: dict[int, tuple[str, ...]] = {}
         decoded: dict[bytes, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        values: list = []
+        append = values.append
+        # op -> its only key attr (the common case, inlined below), or None and all its key attrs
+        plan = {op: (attrs[0] if len(attrs) == 1 else None, attrs) for op, attrs in (key_attrs or {}).items()}
         with gc_paused():
-            for i, node in enumerate(self.attr_nodes):
+            for i, (node, op) in enumerate(zip(self.attr_nodes, self.ops, strict=True)):
                 attr = node.attr
-                if "_class" not in attr:  # `in` does not build the value; most nodes stop here
+                if key_attrs is not None:
+                    attr_name, attrs = plan.get(op, _NO_KEY_ATTRS)
+                    if attr_name is not None:
+                        av = attr.get(attr_name)
+                        append(None if av is None else av.type or av.SerializeToString())  # _attr_value_key
+                    elif attrs:
+                        append(tuple(map(_attr_value_key, map(attr.get, attrs))))
+                    else:
+                        append(None)
+                if not read_class or "_class" not in attr:  # `in` does not build the value
                     continue
                 value = attr["_class"]
                 raw = value.SerializeToString()
@@ -289,8 +384,10 @@ class Graph:
                     colocation[i] = groups
                     if located:
                         colocated_names[i] = located
-        self.__dict__["colocation"] = colocation
-        self.__dict__["colocated_names"] = colocated_names
+        if read_class:
+            self.__dict__["colocation"] = colocation
+            self.__dict__["colocated_names"] = colocated_names
+        return values if key_attrs is not None else None
 
     # ----------------------------------------------------------------- node-level access
     def __len__(self) -> int:
@@ -311,8 +408,13 @@ class Graph:
         return NodeView(self, key)
 
     def node_def(self, i: int) -> NodeDef:
-        """The NodeDef of node ``i`` (for attrs; do not mutate it)."""
-        return self.graph_def.node[i]
+        """A NodeDef with node ``i``'s name, op and attrs (do not mutate it).
+
+        It is ``attr_nodes[i]``: for a derived graph (the setter's result) that may be the source
+        graph's NodeDef, whose device and inputs are stale (read those from the Graph), so that
+        reading attrs never builds the derived graph's GraphDef.
+        """
+        return self.attr_nodes[i]
 
     @property
     def attr_nodes(self):
@@ -379,18 +481,22 @@ class Graph:
         Edges out of ``NextIteration`` are back edges of while loops and are ignored, as TF does.
         Any other cycle is an error that names some nodes on it.
         """
+        import numpy as np
+
         n = len(self.names)
         ops = self.ops
         in_start, in_src = self.in_start, self.in_src
-        back_edge_sources = [i for i, op in enumerate(ops) if op in BACK_EDGE_SOURCE_OPS]
+        back_edge_sources = list(compress(range(n), map(BACK_EDGE_SOURCE_OPS.__contains__, ops)))
         # TF writes a GraphDef in creation order, every input before its consumer. Then the
         # smallest id not yet ordered is always ready, and the order below is 0, 1, ..., n-1:
-        # check that (C-level passes over the edges) before doing the general work.
-        input_counts = list(map(operator.sub, in_start[1:], in_start[:-1]))
-        consumer_ids = chain.from_iterable(map(repeat, range(n), input_counts))
-        backward = list(compress(in_src, map(operator.ge, in_src, consumer_ids)))  # their sources
+        # check that (vectorised over the edges) before doing the general work.
+        src_np = np.frombuffer(in_src, dtype=np.int32)
+        input_counts_np = np.diff(np.frombuffer(in_start, dtype=np.int32))
+        consumer_ids = np.repeat(np.arange(n, dtype=np.int32), input_counts_np)
+        backward = src_np[src_np >= consumer_ids].tolist()  # their sources
         if not backward or set(backward) <= set(back_edge_sources):
             return list(range(n))
+        input_counts = input_counts_np.tolist()
         out_start, out_dst, _ = self.consumers
         # In-degrees are the input counts, less the edges out of back-edge sources (rare).
         indegree = input_counts
@@ -519,6 +625,29 @@ class NodeView:
 
     def __repr__(self) -> str:
         return f"<node {self.name} op={self.op} device={self.device!r}>"
+
+
+_NO_KEY_ATTRS = (None, ())  # the plan of an op that ``key_attrs`` does not name
+
+
+def _attr_value_key(av) -> object:
+    """A hashable stand-in for an AttrValue (or None): equal keys mean equal values.
+
+    A set ``type`` is the whole value (AttrValue is a oneof), and reading it is cheaper than
+    serializing; anything else is keyed by its serialized bytes.
+    """
+    if av is None:
+        return None
+    return av.type or av.SerializeToString()
+
+
+def _attr_key(attr, attrs: tuple[str, ...]) -> object:
+    """:meth:`Graph.attr_keys` of one node's ``attr`` map."""
+    if len(attrs) == 1:
+        return _attr_value_key(attr.get(attrs[0]))
+    if attrs:
+        return tuple(map(_attr_value_key, map(attr.get, attrs)))
+    return None
 
 
 def _located_names(groups: tuple[str, ...]) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from placeviz.devices import ClusterSpec, DeviceSet, PyDeviceSpec, parse_full_name
 from placeviz.graph import Graph
-from placeviz.placement.placer import Placement, PlacerConfig, place
+from placeviz.placement.placer import Placement, PlacerConfig, place, read_fact_attrs
 from placeviz.placement.setter import SetterConfig, SetterResult, run_setter
 from placeviz.protos import GraphDef
 
@@ -103,6 +103,13 @@ def place_graph(graph: Graph, options: PlacementOptions, op_table=None) -> Place
     setter_result = None
     if options.wants_setter and (options.replace_devices or not is_placed(graph)):
         source = strip_jobs(graph) if options.replace_devices else graph
+        if op_table is None:
+            from placeviz.ops import load_op_table
+
+            op_table = load_op_table()
+        # One pass over the NodeDefs reads `_class` (the setter needs it) and the attrs the op
+        # facts depend on (the placer needs them, on the setter's result, which shares NodeDefs).
+        read_fact_attrs(source, op_table)
         setter_result = run_setter(source, options.setter, op_table)
         graph = setter_result.graph
     cluster = cluster_for(graph, options)

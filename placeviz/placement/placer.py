@@ -33,12 +33,15 @@ For a graph built in Python this changes nothing; it matters for hand-edited or 
 GraphDefs. ``PlacerConfig(python_import=False)`` reads the devices as TF's C++ does
 (``ParseFullName``: case-sensitive types, no ``CPU:2`` local form).
 
-Speed (about 3.5 us per node at 200k nodes; TF's own placer takes 14). Per-node Python work is
-kept to list lookups; everything that depends on a few distinct values is computed once per value:
+Speed (about 3 us per node at 200k nodes, half of it reading attrs; TF's own placer takes 14).
+Per-node Python work is kept to list lookups, numpy does the passes that are the same for every
+node, and everything that depends on a few distinct values is computed once per value:
 
 * op facts (input/output types, supported device types) once per distinct (op type, values of the
-  attrs those facts depend on), see :func:`_key_attrs`; reading those attrs out of the protos is
-  the largest single cost left;
+  attrs those facts depend on), see :func:`_key_attrs`; the values come from
+  :meth:`placeviz.graph.Graph.attr_keys`, one pass over the protos shared with the ``_class`` read
+  (the largest single cost left);
+* nodes of groups that need no per-node decision placed in bulk (:meth:`_Placer.run`);
 * a colocation group's constraints (assigned, resource and requested device, supported types) as
   one interned int (:class:`_Constraints`), so merging two groups, placing a group and finding its
   candidates are dict lookups on ints instead of ``ParsedName`` arithmetic;
@@ -49,9 +52,10 @@ kept to list lookups; everything that depends on a few distinct values is comput
 from __future__ import annotations
 
 import operator
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import chain, compress, repeat
+from itertools import compress, count, repeat
 
 from placeviz.devices import (
     DeviceMergeError,
@@ -67,7 +71,7 @@ from placeviz.devices import (
     sort_devices,
 )
 from placeviz.errors import PlacevizError
-from placeviz.graph import CONTROL, Graph, gc_paused
+from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph, gc_paused
 
 EMPTY = ParsedName()
 METADATA_OPS = frozenset({"Shape", "Size", "Rank"})
@@ -129,7 +133,7 @@ def imported_devices(graph: Graph) -> list[str]:
                 canonical[device] = canonical_device(device)
             except DeviceSpecError as e:
                 canonical[device] = e
-    devices = [canonical[d] for d in graph.devices]
+    devices = list(map(canonical.__getitem__, graph.devices))
     for i, _ in colocated:
         devices[i] = ""
     if any(isinstance(c, DeviceSpecError) for c in canonical.values()):
@@ -137,16 +141,31 @@ def imported_devices(graph: Graph) -> list[str]:
             if isinstance(device, DeviceSpecError):
                 raise PlacementError(f"node {names[i]}: {device}") from None
     recanonical: dict[str, str] = {}
-    for i, others in colocated:
-        for name in others:
-            j = index.get(name)
+
+    def first_device(ids: list[int | None]) -> str | None:
+        for j in ids:
             if j is not None and devices[j]:
                 device = devices[j]
                 canon = recanonical.get(device)
                 if canon is None:
                     canon = recanonical[device] = canonical_device(device)
-                devices[i] = canon
-                break
+                return canon
+        return None
+
+    # Many ops name the same others (a variable's readers, assigns, slots). When none of those is
+    # colocated itself, their devices are final already and the answer is the same for all of them:
+    # it is computed once per tuple. Otherwise it depends on what earlier nodes took, in order.
+    colocated_ids = {i for i, _ in colocated}
+    static: dict[tuple[str, ...], str | None] = {}
+    for i, others in colocated:
+        device = static.get(others, static)  # the dict itself: not known yet
+        if device is static:
+            ids = list(map(index.get, others))
+            device = first_device(ids)
+            if colocated_ids.isdisjoint(ids):
+                static[others] = device
+        if device is not None:
+            devices[i] = device
     return devices
 
 
@@ -179,7 +198,28 @@ def place(graph: Graph, device_set: DeviceSet, config: PlacerConfig = PlacerConf
 
         op_table = load_op_table()
     with gc_paused():
+        read_fact_attrs(graph, op_table)
         return _Placer(graph, device_set, config, op_table).run()
+
+
+def fact_key_attrs(op_table, ops) -> dict[str, tuple[str, ...]]:
+    """op -> the attrs its facts depend on (:func:`_key_attrs`), for the ``ops`` the table knows."""
+    out = {}
+    for op in ops:
+        facts = op_table.get(op)
+        if facts is not None:
+            out[op] = _key_attrs(facts)
+    return out
+
+
+def read_fact_attrs(graph: Graph, op_table) -> None:
+    """Read what the placer needs from every node's attrs, in one pass cached on the graph.
+
+    That is :meth:`Graph.attr_keys` for the op facts and, if not read yet, ``_class``. Call it on
+    the setter's input before the setter runs: the setter's result then takes the values from it
+    instead of reading the NodeDefs again (``placeviz.placement.place_graph`` does).
+    """
+    graph.attr_keys(fact_key_attrs(op_table, set(graph.ops)))
 
 
 def _key_attrs(facts) -> tuple[str, ...]:
@@ -199,17 +239,6 @@ def _key_attrs(facts) -> tuple[str, ...]:
             if kernel.label:
                 names.add("_kernel")
     return tuple(sorted(names))
-
-
-def _attr_value_key(av) -> object:
-    """A hashable stand-in for an AttrValue: equal keys mean equal values.
-
-    A set ``type`` is the whole value (AttrValue is a oneof), and reading it is cheaper than
-    serializing; anything else is keyed by its serialized bytes.
-    """
-    if av is None:
-        return None
-    return av.type or av.SerializeToString()
 
 
 class _Cache(dict):
@@ -371,64 +400,81 @@ class _Placer:
                 requested_ids[device] = None if parsed is None else constraints.name_id(parsed)
         malformed = None in requested_ids.values()
 
-        # Op facts: ask the table for the first node (in id order) of every distinct key.
-        key_of_node, num_keys = self._fact_keys({op: _key_attrs(table.get(op)) for op in op_types})
-        facts: list[tuple | None] = [None] * num_keys
-        nodes, requested = graph.attr_nodes, self.requested
-        ref_inputs = self.ref_inputs
-        for i in self.order:
-            k = key_of_node[i]
-            node_facts = facts[k]
-            if node_facts is None:
-                node_facts = facts[k] = self._facts(nodes[i])
-            if malformed and requested_ids[requested[i]] is None:
-                raise PlacementError(f"Malformed device specification '{requested[i]}' in node {graph.names[i]}")
-            if node_facts[1]:
-                ref_inputs.append((i, node_facts[1]))
+        # Op facts: ask the table for the first node (in visit order) of every distinct key, in
+        # the order those first nodes are visited, so that the first failing node (facts first,
+        # then its requested device, as TF checks a node) raises.
+        import numpy as np
 
-        req = [requested_ids[d] for d in requested]
-        key_types = [f[0] for f in facts]
-        plain_state = _Cache(lambda key: constraints.state(0, 0, *key))  # (requested, type set) -> state
-        self.state = state = [plain_state[r, key_types[k]] for r, k in zip(req, key_of_node, strict=True)]
-        key_single_output = [f[2] for f in facts]
-        is_generator = self.is_generator
-        for i in _without_data_inputs(graph):
-            single_output = key_single_output[key_of_node[i]]
-            if single_output is None:
-                continue
-            if single_output > REF_OFFSET or single_output == RESOURCE:
-                # A generator of a ref or resource: its request is a resource device.
-                state[i] = constraints.state(0, req[i], req[i], key_types[key_of_node[i]])
-            if single_output < REF_OFFSET:
-                is_generator[i] = True
+        n = len(graph)
+        key_list, num_keys = self._fact_keys(fact_key_attrs(table, op_types))
+        key_of_node = np.asarray(key_list, dtype=np.int64)
+        order = np.asarray(self.order, dtype=np.int64)
+        key_in_order = key_of_node[order]
+        first_pos = np.full(num_keys, n, dtype=np.int64)
+        np.minimum.at(first_pos, key_in_order, np.arange(n, dtype=np.int64))
+        nodes, requested = graph.attr_nodes, self.requested
+        req = list(map(requested_ids.__getitem__, requested))
+        malformed_at = n  # position in visit order of the first node with a malformed device
+        if malformed:
+            bad = np.nonzero(np.frombuffer(bytes(map(operator.is_, req, repeat(None))), dtype=np.bool_)[order])[0]
+            malformed_at = int(bad[0])
+
+        def raise_malformed() -> None:
+            i = int(order[malformed_at])
+            raise PlacementError(f"Malformed device specification '{requested[i]}' in node {graph.names[i]}")
+
+        facts: list[tuple] = [()] * num_keys
+        for k in np.argsort(first_pos, kind="stable").tolist():
+            position = int(first_pos[k])
+            if malformed_at < position:
+                raise_malformed()
+            facts[k] = self._facts(nodes[int(order[position])])
+        if malformed:
+            raise_malformed()
+
+        # Nodes with ref or resource data inputs, in visit order.
+        has_ref = np.asarray([bool(f[1]) for f in facts], dtype=np.bool_)
+        with_ref = order[has_ref[key_in_order]].tolist()
+        ports = [f[1] for f in facts]
+        self.ref_inputs.extend(zip(with_ref, map(ports.__getitem__, key_of_node[with_ref].tolist()), strict=True))
+
+        # Initial states: (requested, type set) interned in node-id order of first use.
+        key_types = np.asarray([f[0] for f in facts], dtype=np.int64)
+        node_types = key_types[key_of_node]
+        pair = np.asarray(req, dtype=np.int64) * (len(constraints.type_sets) + 1) + node_types
+        distinct, first_use, inverse = np.unique(pair, return_index=True, return_inverse=True)
+        pair_state = np.zeros(len(distinct), dtype=np.int64)
+        for k in np.argsort(first_use).tolist():
+            i = int(first_use[k])
+            pair_state[k] = constraints.state(0, 0, req[i], int(node_types[i]))
+        self.state = state = pair_state[inverse.reshape(-1)].tolist()
+
+        # Generators: no data inputs and one output. Of a ref or resource, the request is also a
+        # resource device (node-id order, as states are interned).
+        single_output = np.asarray([-1 if f[2] is None else f[2] for f in facts], dtype=np.int64)[key_of_node]
+        no_data = _without_data_inputs_mask(np, graph)
+        generator = no_data & (single_output >= 0) & (single_output < REF_OFFSET)
+        self.is_generator = generator.tolist()
+        resource_generator = no_data & ((single_output > REF_OFFSET) | (single_output == RESOURCE))
+        for i in np.nonzero(resource_generator)[0].tolist():
+            state[i] = constraints.state(0, req[i], req[i], int(node_types[i]))
 
     def _fact_keys(self, key_attrs: dict[str, tuple[str, ...]]) -> tuple[list[int], int]:
         """Number every distinct (op, values of its key attrs); return each node's number and the count.
 
-        One pass over the NodeDefs; reading attrs out of protos is the expensive part. Numbers are
-        kept per op (a dict from the attr values to the number), and the common single-attr case
-        avoids the generic code.
+        The values come from :meth:`Graph.attr_keys` (one pass over the NodeDefs, shared with the
+        ``_class`` read and with the setter's source graph when :func:`placeviz.placement.
+        place_graph` asked for them there). Numbers are dense, in no particular order.
         """
-        count = 0
-        out: list[int] = []
-        append = out.append
-        # op -> (its only key attr or None, its key attrs, attr values -> number)
-        plan = {op: (attrs[0] if len(attrs) == 1 else None, attrs, {}) for op, attrs in key_attrs.items()}
-        for node, op in zip(self.graph.attr_nodes, self.graph.ops, strict=True):
-            attr_name, attrs, numbers = plan[op]
-            if attr_name is not None:
-                av = node.attr.get(attr_name)
-                value = None if av is None else av.type or av.SerializeToString()  # _attr_value_key, inlined
-            elif attrs:
-                value = tuple(map(_attr_value_key, map(node.attr.get, attrs)))
-            else:
-                value = None
-            k = numbers.get(value)
-            if k is None:
-                k = numbers[value] = count
-                count += 1
-            append(k)
-        return out, count
+        graph = self.graph
+        numbers: dict = {}
+        sparse = list(map(numbers.setdefault, zip(graph.ops, graph.attr_keys(key_attrs), strict=True), count()))
+        if len(numbers) == len(sparse):
+            return sparse, len(numbers)
+        import numpy as np
+
+        _, dense = np.unique(np.asarray(sparse, dtype=np.int64), return_inverse=True)
+        return dense.reshape(-1).tolist(), len(numbers)
 
     def _facts(self, node) -> tuple[int, tuple[int, ...], int | None]:
         """(supported type set id, ref/resource data-input ports, type of the only output or None)."""
@@ -513,26 +559,52 @@ class _Placer:
         Every node also joins the group of its own name, but only a name some ``loc:@`` names can
         ever be looked up again, so the others are skipped.
         """
+        import numpy as np
+
         g = self.graph
         roots: dict[str, int] = {}
         # The keys each node joins, in a list by node id (walked in order, it beats a dict lookup
         # per node at 1M nodes): its loc:@ names, then its own name if some loc:@ names it.
-        keys_of = [()] * len(g)
-        for i, located in g.colocated_names.items():
-            keys_of[i] = located
-        for name in {key for keys in set(g.colocated_names.values()) for key in keys}:
+        keys_of: list[tuple[str, ...]] = [()] * len(g)
+        colocated_names = g.colocated_names
+        deque(map(keys_of.__setitem__, colocated_names.keys(), colocated_names.values()), maxlen=0)  # C-level fill
+        for name in set().union(*set(colocated_names.values())):
             i = g.index.get(name)
             if i is not None:
                 keys_of[i] += (name,)
-        for i in self.order:
+        # Only nodes with keys, in visit order.
+        order = np.asarray(self.order, dtype=np.int64)
+        with_keys = np.frombuffer(bytes(map(bool, keys_of)), dtype=np.bool_)
+        # The union is :meth:`_colocate` inlined (100k+ calls): when the merged state of the two
+        # groups is already cached and valid, do what it does; otherwise call it, which computes
+        # the merge or returns the error message.
+        parent, rank, state, find = self.parent, self.rank, self.state, self.find
+        merged_states = self.constraints.merged
+        for i in order[with_keys[order]].tolist():
             for key in keys_of[i]:
                 root = roots.get(key)
                 if root is None:
                     roots[key] = i
                     continue
-                error = self._colocate(i, root)
-                if error and not self.soft:
-                    raise PlacementError(error)
+                xr = i if parent[i] < 0 else find(i)
+                yr = parent[root]  # the key's first node: a root, or (compressed) one step below one
+                if yr < 0:
+                    yr = root
+                elif parent[yr] >= 0:
+                    yr = find(root)
+                if xr == yr:
+                    continue
+                new, old = (yr, xr) if rank[xr] < rank[yr] else (xr, yr)
+                merged = merged_states.get((state[new], state[old]))
+                if merged is None:
+                    error = self._colocate(i, root)
+                    if error and not self.soft:
+                        raise PlacementError(error)
+                    continue
+                state[new] = merged
+                parent[old] = new
+                if rank[xr] == rank[yr]:
+                    rank[new] += 1
 
     # ------------------------------------------------------------------ candidates
     def _filtered(self, devices, types: tuple[tuple[str, int], ...]) -> list:
@@ -608,7 +680,7 @@ class _Placer:
                 f"{' ...' if len(members) > 6 else ''}). All available devices "
                 f"[{', '.join(self.device_set.names)}].")
 
-    def _follow_input(self, consumers: dict[int, list[int]]) -> list[int]:
+    def _follow_input(self, consumers: dict[int, list[int]], identity_candidates: list[int]) -> list[int]:
         """Per node: the reason code if it follows its input's device when it can, else -1.
 
         ``Shape``/``Size``/``Rank`` always try; an Identity tries when it passes a tensor between
@@ -619,10 +691,9 @@ class _Placer:
         follow = [-1] * len(g)
         requested = self.requested
         in_start, in_src = g.in_start, g.in_src
-        for i, op in enumerate(g.ops):
-            if op in METADATA_OPS:
-                follow[i] = WHY_METADATA
-        for i in self._identity_candidates():
+        for i in compress(range(len(g)), map(METADATA_OPS.__contains__, g.ops)):
+            follow[i] = WHY_METADATA
+        for i in identity_candidates:
             users = consumers[i]
             if len(users) > 1:
                 continue
@@ -632,46 +703,97 @@ class _Placer:
                 follow[i] = WHY_IDENTITY
         return follow
 
-    def _identity_candidates(self) -> list[int]:
+    def _identity_candidates(self, np) -> list[int]:
         """Identity nodes with no requested device and exactly one input (data or control)."""
-        g, requested, in_start = self.graph, self.requested, self.graph.in_start
-        return [i for i, op in enumerate(g.ops)
-                if op == "Identity" and not requested[i] and in_start[i + 1] - in_start[i] == 1]
+        g = self.graph
+        identity = np.frombuffer(bytes(map("Identity".__eq__, g.ops)), dtype=np.bool_)
+        unrequested = np.frombuffer(bytes(map(operator.not_, self.requested)), dtype=np.bool_)
+        one_input = np.diff(np.frombuffer(g.in_start, dtype=np.int32)) == 1
+        return np.nonzero(identity & unrequested & one_input)[0].tolist()
 
     # ------------------------------------------------------------------ run
     def run(self) -> Placement:
+        import numpy as np
+
         g = self.graph
         self._init_members()
         self._colocate_resource_edges()
         self._colocate_class_groups()
         n = len(g)
-        parent, find = self.parent, self.find
-        group_root = [i if p < 0 else find(i) for i, p in enumerate(parent)]  # groups are final now
+        group_root_np = _roots(np, self.parent)  # groups are final now
+        group_root = group_root_np.tolist()
         reason = [WHY_DEFAULT] * n
         assigned = [-1] * n  # device index per node, -1 until placed
-        # Per group root, the names of its first 8 candidates when the group is first visited.
-        candidates: dict[int, list[str]] = {}
-        candidate_names: dict[tuple[int, ...], tuple[str, ...]] = {}
         state, candidates_of, placed = self.state, self.candidates_of, self.constraints.placed
         device_names, device_name_id = self.device_names, self.device_name_id
         is_generator = self.is_generator
-        consumers = _consumers_of(g, [i for i, generator in enumerate(is_generator) if generator]
-                                  + self._identity_candidates())
-        follow = self._follow_input(consumers)
+        identity_candidates = self._identity_candidates(np)
+        consumers = _consumers_of(g, list(compress(range(n), is_generator)) + identity_candidates)
+        follow = self._follow_input(consumers, identity_candidates)
         in_start, in_src = g.in_start, g.in_src
+        # Per group root, the names of its first 8 candidates when the group is first visited;
+        # per candidate tuple, those names (shared).
+        first_names: dict[int, list[str]] = {}
+        candidate_names: dict[tuple[int, ...], tuple[str, ...]] = {}
+
+        def names_of(devices: tuple[int, ...]) -> tuple[str, ...]:
+            names = candidate_names.get(devices)
+            if names is None:
+                names = candidate_names[devices] = tuple(device_names[d] for d in devices[:8])
+            return names
+
+        order = np.asarray(self.order, dtype=np.int64)
+        generator_np = np.frombuffer(bytes(is_generator), dtype=np.bool_)
+        visits = [order[~generator_np[order]], order[generator_np[order]]]  # pass 1, pass 2
+
+        # Most nodes are in groups whose members are all "plain": not generators, not followers of
+        # their input, not a NextIteration (whose consumers may be visited before it). Each member
+        # of such a group takes the first candidate of the group's state, and placing the group
+        # there leaves a state whose first candidate is the same device: checked per distinct
+        # initial state (``settled``); groups whose state does not settle so go through the loop.
+        # Their members are placed here in bulk, before the loop, which reads their devices only
+        # through ``assigned``: with the same values it would have had, since pass 1 placed them
+        # before any later node in the order, and the only inputs visited after their consumer
+        # are NextIterations. A state without candidates leaves its groups to the loop, which
+        # raises TF's error for the first node in visit order.
+        plain = ~generator_np & (np.asarray(follow, dtype=np.int8) < 0)
+        plain &= ~np.frombuffer(bytes(map(BACK_EDGE_SOURCE_OPS.__contains__, g.ops)), dtype=np.bool_)
+        not_plain_members = np.bincount(group_root_np[~plain], minlength=n)
+        bulk = plain & (not_plain_members[group_root_np] == 0)
+        root_states = np.asarray(state, dtype=np.int64)[group_root_np]
+        distinct_states = np.unique(root_states[bulk]).tolist()
+        settled: dict[int, tuple[int, int]] = {}  # initial state -> (device, state once placed)
+        for st in distinct_states:
+            devices = candidates_of.get(st) or self._compute_candidates(st)
+            if not devices:
+                continue
+            candidates_of[st] = devices
+            placed_state = placed[st, device_name_id[devices[0]]]
+            after = candidates_of.get(placed_state) or self._compute_candidates(placed_state)
+            if after:
+                candidates_of[placed_state] = after
+                if after[0] == devices[0] and placed[placed_state, device_name_id[devices[0]]] == placed_state:
+                    settled[st] = (devices[0], placed_state)
+        if len(settled) < len(distinct_states):
+            bulk &= np.isin(root_states, np.asarray(list(settled), dtype=np.int64))
+        if bulk.any():
+            bulk_ids = np.nonzero(bulk)[0].tolist()
+            for i, st in zip(bulk_ids, root_states[bulk].tolist(), strict=True):
+                assigned[i] = settled[st][0]
+            for root in set(map(group_root.__getitem__, bulk_ids)):
+                st = state[root]
+                first_names[root] = names_of(candidates_of[st])
+                state[root] = settled[st][1]
+            visits = [v[~bulk[v]] for v in visits]
+
         # Pass 1 visits non-generators in node order; pass 2 the generators, after their consumers.
-        for generators in (False, True):
-            for i in self.order:
-                if is_generator[i] != generators:
-                    continue
+        for generators, visit in zip((False, True), visits, strict=True):
+            for i in visit.tolist():
                 root = group_root[i]
                 st = state[root]
                 devices = candidates_of.get(st) or self._candidates(i, root)
-                if root not in candidates:
-                    names = candidate_names.get(devices)
-                    if names is None:
-                        names = candidate_names[devices] = tuple(device_names[d] for d in devices[:8])
-                    candidates[root] = list(names)
+                if root not in first_names:
+                    first_names[root] = names_of(devices)
                 chosen = devices[0]
                 if not generators:
                     why = follow[i]
@@ -692,7 +814,28 @@ class _Placer:
                             reason[i] = WHY_GENERATOR
                 assigned[i] = chosen
                 state[root] = placed[st, device_name_id[chosen]]
+        # ``candidates`` in the order groups were first visited (pass 1, then pass 2), as the
+        # loop over every node would have filled it; each root gets its own list.
+        roots_visited = group_root_np[np.concatenate([order[~generator_np[order]], order[generator_np[order]]])]
+        _, first_visit = np.unique(roots_visited, return_index=True)
+        roots_in_order = roots_visited[np.sort(first_visit)].tolist()
+        candidates = dict(zip(roots_in_order, map(list, map(first_names.__getitem__, roots_in_order)), strict=True))
         return Placement(g, [device_names[d] if d >= 0 else "" for d in assigned], reason, group_root, candidates)
+
+
+def _roots(np, parent: list[int]):
+    """Union-find roots of every node (numpy array) from the parent list (-1 at roots).
+
+    Pointer jumping: each round replaces every node's pointer by its pointer's pointer, so the
+    rounds are logarithmic in the longest parent chain.
+    """
+    p = np.asarray(parent, dtype=np.int64)
+    root = np.where(p < 0, np.arange(len(p), dtype=np.int64), p)
+    while True:
+        jumped = root[root]
+        if np.array_equal(jumped, root):
+            return root
+        root = jumped
 
 
 def _consumers_of(graph: Graph, nodes: list[int]) -> dict[int, list[int]]:
@@ -704,24 +847,32 @@ def _consumers_of(graph: Graph, nodes: list[int]) -> dict[int, list[int]]:
     if "consumers" in graph.__dict__:
         out_start, out_dst, _ = graph.consumers
         return {i: list(out_dst[out_start[i]:out_start[i + 1]]) for i in nodes}
-    out: dict[int, list[int]] = {i: [] for i in nodes}
-    in_start, in_src = graph.in_start, graph.in_src
-    input_counts = map(operator.sub, in_start[1:], in_start[:-1])
-    consumer_ids = chain.from_iterable(map(repeat, range(len(graph)), input_counts))
-    for src, dst in compress(zip(in_src, consumer_ids, strict=True), map(out.__contains__, in_src)):
-        out[src].append(dst)
-    return out
+    # The edges out of the given nodes, grouped by source with a stable sort (so each group stays
+    # in edge order), then cut into one list per node.
+    import numpy as np
+
+    n = len(graph)
+    wanted = np.zeros(n, dtype=np.bool_)
+    wanted[np.asarray(nodes, dtype=np.int64)] = True
+    src = np.frombuffer(graph.in_src, dtype=np.int32)
+    dst = np.repeat(np.arange(n, dtype=np.int32), np.diff(np.frombuffer(graph.in_start, dtype=np.int32)))
+    picked = wanted[src]
+    src, dst = src[picked], dst[picked]
+    by_src = np.argsort(src, kind="stable")
+    src, dst = src[by_src], dst[by_src]
+    bounds = np.searchsorted(src, np.asarray(nodes, dtype=np.int32)).tolist()
+    ends = np.searchsorted(src, np.asarray(nodes, dtype=np.int32), side="right").tolist()
+    dst_list = dst.tolist()
+    return {i: dst_list[a:b] for i, a, b in zip(nodes, bounds, ends, strict=True)}
 
 
-def _without_data_inputs(graph: Graph) -> list[int]:
-    """Nodes without data inputs (none at all, or only control inputs), in id order."""
-    in_start, in_slot = graph.in_start, graph.in_slot
-    # Data inputs come first in a NodeDef, so "no inputs, or the first is a control input" finds
-    # them all (and in practice only them); those with inputs are then checked in full.
-    maybe = [i for i, (lo, hi) in enumerate(zip(in_start, in_start[1:], strict=False))
-             if lo == hi or in_slot[lo] == CONTROL]
-    return [i for i in maybe if in_start[i] == in_start[i + 1]
-            or all(in_slot[k] == CONTROL for k in range(in_start[i], in_start[i + 1]))]
+def _without_data_inputs_mask(np, graph: Graph):
+    """Per node (numpy bool array): whether it has no data inputs (none at all, or only control)."""
+    n = len(graph)
+    in_start = np.frombuffer(graph.in_start, dtype=np.int32)
+    data_edge = np.frombuffer(graph.in_slot, dtype=np.int32) != CONTROL
+    consumer = np.repeat(np.arange(n, dtype=np.int64), np.diff(in_start))
+    return np.bincount(consumer[data_edge], minlength=n) == 0
 
 
 def _merge_supported(a: tuple, b: tuple) -> tuple:

@@ -30,16 +30,19 @@ The result is a new Graph; the input is never modified. See tf-internals.md sect
 
 from __future__ import annotations
 
+import operator
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import compress, repeat
 
 from google.protobuf import unknown_fields
 
 from placeviz.devices import ClusterSpec, PyDeviceSpec
 from placeviz.errors import PlacevizError
-from placeviz.graph import CONTROL, Graph, RemappedNodeDefs, gc_paused
+from placeviz.graph import CONTROL, Graph, RemappedNodeDefs, _located_names, gc_paused
 from placeviz.placement import scopes
 from placeviz.protos import GraphDef, dtype_size
 
@@ -223,6 +226,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     hints = scopes.device_scope_hints(graph)
     device_none = scopes.device_none_nodes(graph)
     targets = _colocation_targets(graph)
+    is_resource_generator = _resource_generator_test(graph, op_table)
     rule = [RULE_WORKER] * n
     reference: dict[int, int] = {}
     devices: list[str | None] = [None] * n
@@ -245,7 +249,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
             # restores the setter; anything else built under colocate_with never reaches it.
             lo = in_start[i]
             has_data_input = in_start[i + 1] > lo and in_slot[lo] != CONTROL  # cheap common case
-            in_init_scope = not has_data_input and _is_resource_generator(graph, i, op_table)
+            in_init_scope = not has_data_input and is_resource_generator(i)
             advances = in_init_scope and (config.graph_as_default or ops[target] in ps_ops)
             if ops[i] in ps_ops and advances and ps_spec is not None:
                 current = PyDeviceSpec.parse(own)
@@ -312,6 +316,44 @@ def _is_resource_generator(graph: Graph, i: int, op_table) -> bool:
     return out is not None and len(out) == 1 and (out[0] > 100 or out[0] == 20)
 
 
+def _resource_generator_test(graph: Graph, op_table) -> Callable[[int], bool]:
+    """:func:`_is_resource_generator` as a function of the node id.
+
+    When the graph has its attr keys cached (``place_graph`` reads them before the setter runs)
+    and they are this table's op-fact attrs, which include every attr the io types depend on, the
+    table is asked once per (op, attr key) instead of reading each node's attrs again. The first
+    node of a key is asked first, so an error comes from the same node as without the cache.
+    """
+    cached = graph.cached_attr_keys()
+    if cached is None:
+        return partial(_is_resource_generator, graph, op_table=op_table)
+    from placeviz.placement.placer import _key_attrs
+
+    key_attrs, values = cached
+    in_start, in_slot, ops, nodes = graph.in_start, graph.in_slot, graph.ops, graph.attr_nodes
+    usable: dict[str, bool] = {}  # op -> whether the cached keys cover its io attrs
+    memo: dict = {}
+
+    def test(i: int) -> bool:
+        if any(in_slot[k] != CONTROL for k in range(in_start[i], in_start[i + 1])):
+            return False
+        op = ops[i]
+        ok = usable.get(op)
+        if ok is None:
+            facts = op_table.get(op)
+            ok = usable[op] = facts is not None and key_attrs.get(op) == _key_attrs(facts)
+        if ok:
+            key = (op, values[i])
+            out = memo.get(key, memo)
+            if out is memo:
+                out = memo[key] = op_table.output_types(nodes[i])
+        else:
+            out = op_table.output_types(nodes[i])
+        return out is not None and len(out) == 1 and (out[0] > 100 or out[0] == 20)
+
+    return test
+
+
 def _colocation_targets(graph: Graph) -> list[int | None]:
     """Per node: the node whose device it takes when built under colocate_with, DEVICE_NONE, or None.
 
@@ -329,6 +371,9 @@ def _colocation_targets(graph: Graph) -> list[int | None]:
     in_start, in_src, in_slot = graph.in_start, graph.in_src, graph.in_slot
     targets: list[int | None] = [None] * len(names)
     colocated_names = graph.colocated_names
+    # Per distinct tuple of names (shared by all the ops colocated with the same ops): each name
+    # with its node id and its initializers' prefix, looked up once.
+    resolved: dict[tuple[str, ...], list[tuple[str, int | None]]] = {}
     for i, groups in colocation.items():
         located = colocated_names.get(i, ())
         name = names[i]
@@ -339,11 +384,13 @@ def _colocation_targets(graph: Graph) -> list[int | None]:
             if any(g in groups for g in graph.colocation_groups(data)):
                 targets[i] = data
                 continue
-        for target_name in located:
-            if name.startswith(target_name) and name.startswith(target_name + "/Initializer/"):  # cheap test first
+        entries = resolved.get(located)
+        if entries is None:
+            entries = resolved[located] = [(t + "/Initializer/", index.get(t)) for t in located]
+        for initializer_prefix, target in entries:
+            if name.startswith(initializer_prefix):
                 targets[i] = scopes.DEVICE_NONE
                 break
-            target = index.get(target_name)
             if target is not None:
                 targets[i] = target
                 break
@@ -495,13 +542,16 @@ class _GroupRewrite:
 
     def result(self, reference: dict[int, int], strategy_calls: list[int]):
         g, old_to_new = self.graph, self.old_to_new
-        in_src = array("i", map(old_to_new.__getitem__, self.in_src))
+        import numpy as np
+
+        in_src = array("i", np.asarray(old_to_new, dtype=np.int32)[np.frombuffer(self.in_src, dtype=np.int32)].tobytes())
         colocation = _renumbered(g.colocation, old_to_new, keys_only=True)
-        colocated_names = None  # derived from colocation when first asked for, if NoOps have some
-        if self.noop_colocation:
-            colocation = dict(sorted([*colocation.items(), *self.noop_colocation]))
-        else:
-            colocated_names = _renumbered(g.colocated_names, old_to_new, keys_only=True)
+        colocated_names = _renumbered(g.colocated_names, old_to_new, keys_only=True)
+        if self.noop_colocation:  # NoOps built in a root's colocate_with carry its _class
+            colocation = _with_entries(colocation, self.noop_colocation)
+            located = [(i, names) for i, names in ((i, _located_names(groups)) for i, groups in self.noop_colocation)
+                       if names]
+            colocated_names = _with_entries(colocated_names, located)
         index = g.index
         if self.specials:  # ids before the first rewritten node are unchanged
             first = self.specials[0]
@@ -517,7 +567,7 @@ class _GroupRewrite:
             names=self.names, ops=self.ops, devices=self.new_devices, in_start=self.in_start, in_src=in_src,
             in_slot=self.in_slot, colocation=colocation,
             attr_nodes=RemappedNodeDefs(g.attr_nodes, self.noops.node, self.attr_ids),
-            make_graph_def=make_graph_def, index=index, colocated_names=colocated_names)
+            make_graph_def=make_graph_def, index=index, colocated_names=colocated_names, source=g)
         new_refs = _renumbered(reference, old_to_new)
         calls = [old_to_new[c] for c in strategy_calls if old_to_new[c] >= 0]
         return new_graph, self.new_rules, new_refs, calls
@@ -570,9 +620,33 @@ def _renumbered(mapping: dict[int, object], old_to_new: list[int], keys_only: bo
     that name a dropped node (new id -1) are left out. Order is kept."""
     keys = list(map(old_to_new.__getitem__, mapping))
     values = list(mapping.values()) if keys_only else list(map(old_to_new.__getitem__, mapping.values()))
-    if -1 not in keys and (keys_only or -1 not in values):  # the usual case, without a Python loop
+    if -1 not in keys and (keys_only or -1 not in values):  # the usual case
         return dict(zip(keys, values, strict=True))
-    return {k: v for k, v in zip(keys, values, strict=True) if k >= 0 and (keys_only or v >= 0)}
+    keep = map(operator.ge, keys, repeat(0))
+    if not keys_only:
+        keep = map(operator.and_, keep, map(operator.ge, values, repeat(0)))
+    return dict(compress(zip(keys, values, strict=True), keep))  # C-level filter, order kept
+
+
+def _with_entries(mapping: dict[int, object], entries: list[tuple[int, object]]) -> dict:
+    """``mapping`` (int keys, ascending) with a few ``entries`` (new keys, ascending) put in key order.
+
+    The long runs of ``mapping`` between the new keys are copied as slices, not sorted again.
+    """
+    keys, values = list(mapping), list(mapping.values())
+    out_keys: list[int] = []
+    out_values: list = []
+    start = 0
+    for key, value in entries:
+        cut = bisect_left(keys, key, start)
+        out_keys += keys[start:cut]
+        out_values += values[start:cut]
+        out_keys.append(key)
+        out_values.append(value)
+        start = cut
+    out_keys += keys[start:]
+    out_values += values[start:]
+    return dict(zip(out_keys, out_values, strict=True))
 
 
 def _group_key_node(graph: Graph, m: int) -> int:

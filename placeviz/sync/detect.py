@@ -220,7 +220,7 @@ def _build_state_index(g: Graph, table) -> StateIndex:
                 kind[i] = "variable"
     if not kind:
         return idx
-    library = {f.signature.name: f for f in g.graph_def.library.function}
+    library = {f.signature.name: f for f in g.library.function}
     funcs = _FunctionWrites(library, table)
     state_arg_ops: dict[str, bool] = {}
     for i, op in enumerate(ops):
