@@ -168,8 +168,9 @@ def test_tf_built_sync_mlp_2ps_3workers_passes_every_check(models, capsys):
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
 def test_backup_worker_at_least_r_gradients_of_the_step(models, capsys):
-    """R=2 of W=3: each step averages R gradients of that step, or all 3 when the backup worker's
-    arrives before the chief's TakeGrad (TF's accumulator averages everything it holds by then)."""
+    """R=2 of W=3: each step averages R gradients of that step, or more when others arrive before
+    the chief's TakeGrad (TF's accumulator averages everything it holds by then; with W tokens per
+    step a fast worker may even take two tokens of one step and contribute twice)."""
     code, report, _err, _s = verify(models, "mlp_r2w3", [models / "mlp_r2w3.meta", "--steps", 4], capsys)
     c = checks(report)
     assert code == 0, {k: v["summary"] for k, v in c.items() if v["status"] != "pass"}
@@ -177,12 +178,11 @@ def test_backup_worker_at_least_r_gradients_of_the_step(models, capsys):
     grads = c["gradients_per_step"]["evidence"]
     assert grads["R"] == 2 and len(grads["steps"]) == 4
     for step in grads["steps"]:
-        assert 2 <= len(step["averaged"]) <= 3
-        workers = [name.split("#")[0] for name in step["averaged"]]
-        assert len(set(workers)) == len(workers)  # one gradient per worker and step
+        assert len(step["averaged"]) >= 2
     for rows in grads["accumulators"].values():
         for row in rows:
-            assert row["ok"] and 2 <= len(row["used"]) <= 3
+            # The aggregated gradient is the mean of >= R captured gradients tagged with this step.
+            assert row["ok"] and len(row["used"]) >= 2 and set(row["used"]) <= set(row["candidates"])
     assert c["stale_gradient"]["status"] == "pass"
     assert c["values"]["status"] == "pass"
 

@@ -300,6 +300,11 @@ def check_gradients(plan: dict, result: dict, arrays: dict, matched: dict) -> Ch
     dropped_first = sum(len(row.get("dropped") or []) for row in first)
     extra = (f"; {dropped_first} late gradient(s) per accumulator, tagged with an already aggregated step, were "
              "dropped" if dropped_first else "")
+    twice = [row["step"] for row in first
+             if len({name.split("#")[0] for name in row.get("used") or []}) < len(row.get("used") or [])]
+    if twice:
+        extra += (f"; in step(s) {', '.join(map(str, twice))} one worker contributed more than one gradient "
+                  "(it took a second token of the same step: tokens per step exceed R)")
     sparse = sum(1 for a in plan["accumulators"] if a["sparse"])
     not_matched = f"; {sparse} sparse accumulator(s) not matched" if sparse else ""
     sizes = sorted({len(row.get("used") or []) for rows in matched.values() for row in rows})
