@@ -239,6 +239,16 @@ def _device_set(ctx: Context):
 def _place_setup(ctx: Context) -> None:
     # The placer reads them; computed untimed (colocation is timed in its own stage).
     ctx.graph.topological_order, ctx.graph.colocation, ctx.graph.colocated_names  # noqa: B018
+    _drop_attr_keys(ctx.graph)
+
+
+def _drop_attr_keys(graph) -> None:
+    """Forget the op-fact attr keys cached on the graph, so that every repetition reads them.
+
+    ``read_fact_attrs`` caches them on the graph it is given; without this, only the first
+    repetition of ``place`` and ``pipeline`` would pay for that pass over the NodeDefs.
+    """
+    graph.__dict__.pop("_attr_keys", None)
 
 
 PROVIDERS.update(device_set=_device_set)
@@ -253,8 +263,13 @@ def place_stage(ctx: Context):
     return place(ctx.graph, ctx.get("device_set"), op_table=ctx.get("op_table"))
 
 
+def _pipeline_setup(ctx: Context) -> None:
+    _setter_setup(ctx)
+    _drop_attr_keys(ctx.get("unplaced_model").graph)
+
+
 @stage("pipeline", "setter + placer: place_graph (unplaced)", modules=("placeviz.placement",),
-       needs=("unplaced_model", "op_table"), setup=_setter_setup)
+       needs=("unplaced_model", "op_table"), setup=_pipeline_setup)
 def pipeline_stage(ctx: Context):
     """placement.place_graph on the unplaced sibling with ps_tasks=4: the setter, then the placer
     on its result (including that graph's topological order); what `placeviz place` does."""

@@ -550,7 +550,7 @@ class RemappedNodeDefs:
 
     def __init__(self, base, extra, ids: array):
         self.base, self.extra, self.ids = base, extra, ids
-        self._added = [k for k, j in enumerate(ids) if j < 0] if ids and min(ids) < 0 else []
+        self._added = list(compress(count(), map((0).__gt__, ids)))  # C-level: the few negative ids
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -523,6 +523,7 @@ class _Placer:
         g, constraints, state = self.graph, self.constraints, self.state
         names, states, compatible = constraints.names, constraints.states, constraints.compatible
         in_start, in_src, in_slot = g.in_start, g.in_src, g.in_slot
+        parent, rank, find, merged_states = self.parent, self.rank, self.find, constraints.merged
         for dst, ref_ports in self.ref_inputs:  # node-id order
             port = -1
             for k in range(in_start[dst], in_start[dst + 1]):
@@ -532,7 +533,8 @@ class _Placer:
                 if port not in ref_ports:
                     continue
                 src = in_src[k]
-                sr, dr = self.find(src), self.find(dst)
+                sr = src if parent[src] < 0 else find(src)
+                dr = dst if parent[dst] < 0 else find(dst)
                 s, d = states[state[sr]], states[state[dr]]  # (assigned, resource, requested, types)
                 if not (compatible[s[0], d[0]] and compatible[s[1], d[1]]):
                     kind = "assigned" if not compatible[s[0], d[0]] else "resource"
@@ -547,6 +549,18 @@ class _Placer:
                     assigned, resource, _, types = d
                     requested = constraints.unset[resource, constraints.unset[assigned, s[2]]]
                     state[dr] = constraints.state(assigned, resource, requested, types)
+                # The union is :meth:`_colocate` inlined when the merged state is cached (see
+                # _colocate_class_groups); otherwise it computes the merge or the error.
+                if sr == dr:
+                    continue
+                new, old = (dr, sr) if rank[sr] < rank[dr] else (sr, dr)
+                merged = merged_states.get((state[new], state[old]))
+                if merged is not None:
+                    state[new] = merged
+                    parent[old] = new
+                    if rank[sr] == rank[dr]:
+                        rank[new] += 1
+                    continue
                 error = self._colocate(src, dst)
                 if error:
                     raise PlacementError(

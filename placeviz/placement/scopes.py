@@ -33,6 +33,7 @@ replay re-creates).
 from __future__ import annotations
 
 from collections import Counter
+from itertools import compress
 
 from placeviz.graph import CONTROL, Graph
 
@@ -54,7 +55,7 @@ def _nodes_with_ops(graph: Graph, wanted: frozenset[str]) -> list[int]:
     The recognizers look at a few op types only: one pass over the op names finds their nodes, so
     a graph without them costs one cheap pass, not a walk over every node's inputs.
     """
-    return [i for i, op in enumerate(graph.ops) if op in wanted]
+    return list(compress(range(len(graph.ops)), map(wanted.__contains__, graph.ops)))  # C-level filter
 
 
 def device_scope_hints(graph: Graph) -> dict[int, int]:
@@ -281,7 +282,7 @@ def group_roots(graph: Graph) -> dict[int, tuple[list[int], list[int]]]:
     # a control-only NoOp); then, only if there are any, how many consumers those have.
     roots: list[tuple[int, list[int], set[int]]] = []  # (NoOp, its inputs, inputs that may be children)
     candidates: set[int] = set()
-    for i in [i for i, op in enumerate(graph.ops) if op == "NoOp"]:
+    for i in compress(range(len(ops)), map("NoOp".__eq__, ops)):
         if not _control_only_noop(graph, i):
             continue
         prefix = names[i] + "/NoOp"

@@ -233,6 +233,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     colocated: list[tuple[int, int]] = []  # (node, target) resolved after the pass
     strategy_calls: list[int] = []
     worker_cache: dict[str, str] = {}  # own device -> worker_device merged under it
+    ps_cache: dict[tuple[int | None, str], str] = {}  # (task, own device) -> a ps op's device
     own_devices, in_start, in_slot = graph.devices, graph.in_start, graph.in_slot
     merge_devices = config.merge_devices
 
@@ -277,14 +278,18 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
             continue
         if ps_spec is not None and ops[i] in ps_ops:
             current = PyDeviceSpec.parse(own)
-            spec = ps_spec
+            task = None
             if ps_spec.job and (current.job is None or current.job == ps_spec.job):
-                spec = ps_spec.replace(task=int(strategy(i)))
+                task = int(strategy(i))
                 strategy_calls.append(i)
                 rule[i] = RULE_PS
             else:
                 rule[i] = RULE_PS_PINNED
-            devices[i] = spec.merged_with(current).to_string()
+            device = ps_cache.get((task, own))
+            if device is None:  # ps_device with the strategy's task (or as it is), merged under own
+                spec = ps_spec if task is None else ps_spec.replace(task=task)
+                device = ps_cache[task, own] = spec.merged_with(current).to_string()
+            devices[i] = device
             continue
         cached = worker_cache.get(own)
         if cached is None:
@@ -296,11 +301,16 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
         devices[i] = _resolve_colocated(i, target, devices, graph, colocated_targets)
     result_devices = [d or "" for d in devices]
 
+    plain_devices: dict[str, str] = {}
+
     def plain_device(own: str) -> str:
-        """The setter's answer for a non-ps op whose device scopes gave it ``own``."""
+        """The setter's answer for a non-ps op whose device scopes gave it ``own`` (once per string)."""
         if not merge_devices and own:
             return own
-        return worker_spec.merged_with(PyDeviceSpec.parse(own)).to_string()
+        device = plain_devices.get(own)
+        if device is None:
+            device = plain_devices[own] = worker_spec.merged_with(PyDeviceSpec.parse(own)).to_string()
+        return device
 
     new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,
                                                           strategy_calls, plain_device)
@@ -418,10 +428,12 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     plans: dict[int, list[tuple[str, list[int]]]] = {}
     dropped: set[int] = set()
     devices = list(devices)
+    ops, assign_ops = graph.ops, scopes.ASSIGN_VARIABLE_OPS
     for root, (children, members) in sorted(scopes.group_roots(graph).items()):  # creation order
         by_device: dict[str, list[int]] = {}
         for m in members:
-            by_device.setdefault(devices[_group_key_node(graph, m)], []).append(m)
+            key = devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)]
+            by_device.setdefault(key, []).append(m)
         if len(by_device) == 1:
             # One device: TF builds the root itself under device(<that device>).
             (device, _), = by_device.items()
@@ -492,15 +504,16 @@ class _GroupRewrite:
         self.in_src.extend(g.in_src[lo:hi])
         self.in_slot.extend(g.in_slot[lo:hi])
 
-    def _append(self, name: str, op: str, device: str, rule: int, attr_id: int, inputs) -> int:
+    def _append(self, name: str, op: str, device: str, rule: int, attr_id: int, srcs: list[int],
+                slots) -> int:
+        """Add one node with inputs ``srcs`` (with their ``slots``) at the end of the new graph."""
         self.names.append(name)
         self.ops.append(op)
         self.new_devices.append(device)
         self.new_rules.append(rule)
         self.attr_ids.append(attr_id)
-        for src, slot in inputs:
-            self.in_src.append(src)
-            self.in_slot.append(slot)
+        self.in_src.extend(srcs)
+        self.in_slot.extend(slots)
         self.in_start.append(len(self.in_src))
         return len(self.names) - 1
 
@@ -515,7 +528,7 @@ class _GroupRewrite:
                 name = _unique_name(g.names[root] + "/NoOp", self._name_taken)
                 self._added_names.add(name)
                 noop = self.noops.node.add(name=name, op="NoOp")
-                noop.input.extend("^" + g.names[m] for m in members)
+                noop.input.extend(map("^".__add__, map(g.names.__getitem__, members)))
                 if root in self.colocated_roots:
                     # Built inside the root's colocate_with: the colocation decides the device.
                     noop.device = self.devices[root]
@@ -524,16 +537,17 @@ class _GroupRewrite:
                     # Built under device(<that device>) inside the setter scope.
                     noop.device = plain_device(device)
                 k = len(self.noops.node) - 1
-                new = self._append(name, "NoOp", noop.device, RULE_GROUP, -1 - k,
-                                   [(m, CONTROL) for m in members])
+                new = self._append(name, "NoOp", noop.device, RULE_GROUP, -1 - k, members,
+                                   repeat(CONTROL, len(members)))
                 self.noop_ids.append(new)
                 if root in self.colocated_roots:
                     self.noop_colocation.append((new, g.colocation[root]))
                 controls.append(len(g) + k)
         lo, hi = g.in_start[root], g.in_start[root + 1]
-        data = [(g.in_src[k], g.in_slot[k]) for k in range(lo, hi) if g.in_slot[k] != CONTROL]
+        data = [k for k in range(lo, hi) if g.in_slot[k] != CONTROL]
         self.old_to_new[root] = self._append(g.names[root], g.ops[root], self.devices[root], self.rule[root], root,
-                                             data + [(c, CONTROL) for c in controls])
+                                             [g.in_src[k] for k in data] + list(controls),
+                                             [g.in_slot[k] for k in data] + [CONTROL] * len(controls))
 
     def _name_taken(self, name: str) -> bool:
         """Whether a node of the new graph already has this name (kept old nodes, new NoOps)."""
