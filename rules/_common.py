@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from placeviz.devices import parse_full_name
 from placeviz.graph import CONTROL
+from placeviz.sync.reach import forward_through
 
 VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"})
 """Ops that hold a variable (the node's name is the variable's name)."""
@@ -197,20 +198,7 @@ def partition_of(ctx) -> dict[int, tuple[str, int]]:
 def value_consumers(ctx, i: int) -> list[tuple[int, int]]:
     """(consumer, via) pairs of the ops that use variable ``i``'s value or ref/handle, looking
     through Identity/ReadVariableOp/Enter/Switch/Merge; ``via`` is the node the consumer reads."""
-    g = ctx.graph
-    out: list[tuple[int, int]] = []
-    seen = {i}
-    stack = [i]
-    while stack:
-        u = stack.pop()
-        for c, slot in g.consumers_of(u):
-            if slot == CONTROL or c in seen:
-                continue
-            seen.add(c)
-            if g.ops[c] in FORWARD_OPS:
-                stack.append(c)
-            out.append((c, u))
-    return out
+    return [(c, via) for c, via, _forwards in forward_through(ctx.graph, i, FORWARD_OPS)]
 
 
 def state_writers(ctx, i: int) -> list[int]:

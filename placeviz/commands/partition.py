@@ -9,6 +9,7 @@ from placeviz.commands.output import progress, to_json
 from placeviz.errors import PlacevizError
 from placeviz.io import atomic_write, load, save_proto
 from placeviz.partition import partition
+from placeviz.pipeline import client_device
 from placeviz.placement import place_graph
 
 
@@ -20,7 +21,7 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
     progress(f"partitioning ({level} level) ...")
     parts = partition(result.graph, result.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
                       level=level, replicate_constants=replicate_constants,
-                      client_device=_client_device(options.placer.master_task))
+                      client_device=client_device(options.placer.master_task))
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -38,15 +39,6 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
     total = sum(t["bytes"] or 0 for t in parts.transfers)
     progress(f"wrote {len(files)} partitions and index.json to {out}: {len(parts.transfers)} transfers, "
              f"{total:,} bytes per step where shapes are known")
-
-
-def _client_device(master_task: str | None) -> str | None:
-    from placeviz.devices import parse_full_name
-
-    parsed = parse_full_name(master_task) if master_task else None
-    if parsed is None or parsed.job is None:
-        return None
-    return f"/job:{parsed.job}/replica:{parsed.replica or 0}/task:{parsed.task or 0}/device:CPU:0"
 
 
 def partition_file_name(device: str) -> str:

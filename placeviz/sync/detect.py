@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 from placeviz.graph import CONTROL, Graph
 from placeviz.ops import DT_RESOURCE, REF_OFFSET, OpFactsError, load_op_table
-from placeviz.sync.reach import Reach
+from placeviz.sync.reach import Reach, forward_through
 
 # ----------------------------------------------------------------------------- op classes
 
@@ -765,20 +765,7 @@ _READ_AFTER_WRITE_OPS = frozenset({"ReadVariableOp", "Identity"})
 
 def _forward_handle_users(g: Graph, a: int) -> list[int]:
     """Consumers of a handle, looking through Identity-like forwarders."""
-    out = []
-    stack = [a]
-    seen = {a}
-    while stack:
-        u = stack.pop()
-        for c, slot in g.consumers_of(u):
-            if slot == CONTROL or c in seen:
-                continue
-            seen.add(c)
-            if g.ops[c] in FORWARD_INPUT0_OPS:
-                stack.append(c)
-            else:
-                out.append(c)
-    return sorted(out)
+    return sorted(c for c, _via, forwards in forward_through(g, a, FORWARD_INPUT0_OPS) if not forwards)
 
 
 def _primary_variable(g: Graph, written: dict[int, list[int]]) -> int | None:
@@ -929,29 +916,22 @@ def _token_queue(g: Graph, idx: StateIndex, q: int, apply_owner: dict[int, int],
     )
 
 
+_VALUE_FORWARD_OPS = frozenset({"Identity", "Cast", "Snapshot"})
+
+
 def _value_writes(g: Graph, idx: StateIndex, src: int) -> list[tuple[int, int]]:
     """(writer, variable) for writes whose *value* input is ``src``'s output (through Identity/Cast)."""
     out = []
-    stack = [src]
-    seen = {src}
-    while stack:
-        u = stack.pop()
-        for c, slot in g.consumers_of(u):
-            if slot == CONTROL or c in seen:
-                continue
-            seen.add(c)
-            if g.ops[c] in ("Identity", "Cast", "Snapshot"):
-                stack.append(c)
-                continue
-            writes = idx.writes.get(c)
-            if not writes:
-                continue
-            # the edge u -> c must land on a non-written input
-            positions = [p - g.in_start[c] for p in range(g.in_start[c], g.in_start[c + 1])
-                         if g.in_src[p] == u and g.in_slot[p] != CONTROL]
-            written_pos = {p for _, p in writes}
-            if any(p not in written_pos for p in positions):
-                out.extend((c, s) for s, _ in writes if idx.kind.get(s) == "variable")
+    for c, u, forwards in forward_through(g, src, _VALUE_FORWARD_OPS):
+        writes = idx.writes.get(c) if not forwards else None
+        if not writes:
+            continue
+        # the edge u -> c must land on a non-written input
+        positions = [p - g.in_start[c] for p in range(g.in_start[c], g.in_start[c + 1])
+                     if g.in_src[p] == u and g.in_slot[p] != CONTROL]
+        written_pos = {p for _, p in writes}
+        if any(p not in written_pos for p in positions):
+            out.extend((c, s) for s, _ in writes if idx.kind.get(s) == "variable")
     return out
 
 

@@ -7,7 +7,9 @@ single-update proof (what each side runs) both walk that closure with this one b
 
 from __future__ import annotations
 
-from placeviz.graph import Graph
+from collections.abc import Iterator
+
+from placeviz.graph import CONTROL, Graph
 
 _UNSEEN = -2
 _ROOT = -1
@@ -56,3 +58,25 @@ class Reach:
             i = parent[i]
         out.reverse()
         return out
+
+
+def forward_through(g: Graph, start: int, through) -> Iterator[tuple[int, int, bool]]:
+    """Data consumers of ``start``, looking through the ops in ``through`` (Identity-like forwarders).
+
+    Yields ``(consumer, via, forwards)`` once per consumer, depth first: ``via`` is the node whose
+    output it reads and ``forwards`` tells whether its op is in ``through`` (its own consumers follow).
+    The sync detection (handle users, where a value is written) and the lint rules (who reads a
+    variable) each keep what they need from this one walk.
+    """
+    seen = {start}
+    stack = [start]
+    while stack:
+        u = stack.pop()
+        for c, slot in g.consumers_of(u):
+            if slot == CONTROL or c in seen:
+                continue
+            seen.add(c)
+            forwards = g.ops[c] in through
+            if forwards:
+                stack.append(c)
+            yield c, u, forwards

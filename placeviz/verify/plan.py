@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from placeviz.devices import PyDeviceSpec
 from placeviz.graph import Graph
 from placeviz.protos import GraphDef
+from placeviz.sync.reach import Reach
 
 # Input roles of the wrapped optimizers whose update verify replays in numpy (same order for the
 # ref ops and their Resource* twins; training_ops.cc). State roles are variables, read from the
@@ -238,16 +239,7 @@ def _collection_initializers(model, key: str) -> list[str]:
 
 def placeholders(graph: Graph, targets: list[str]) -> list[str]:
     """Placeholders (with or without default) in the reverse closure of ``targets``, in graph order."""
-    stack = [graph.index[t] for t in targets if t in graph.index]
-    seen = set(stack)
-    in_start, in_src = graph.in_start, graph.in_src
-    while stack:
-        u = stack.pop()
-        for p in range(in_start[u], in_start[u + 1]):
-            v = in_src[p]
-            if v not in seen:
-                seen.add(v)
-                stack.append(v)
+    seen = Reach(graph, [graph.index[t] for t in targets if t in graph.index]).order
     return [graph.names[i] for i in sorted(seen)
             if graph.ops[i] in ("Placeholder", "PlaceholderV2", "PlaceholderWithDefault")]
 
