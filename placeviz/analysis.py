@@ -114,8 +114,12 @@ class Analysis:
         }
 
 
-def analyze(model: Model) -> Analysis:
-    """Summarise a loaded model as it is (no placement yet)."""
+def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
+    """Summarise a loaded model as it is (no placement yet).
+
+    ``with_sync=False`` leaves the ``sync`` section to the caller (the pipeline fills it from the
+    detection and proof it runs anyway, instead of running them twice on the same graph).
+    """
     graph = model.graph
     n = len(graph)
     try:
@@ -133,7 +137,7 @@ def analyze(model: Model) -> Analysis:
                    for i, op in enumerate(graph.ops) if op in OTHER_STATE_OPS]
     from placeviz.sync import sync_report
 
-    sync = sync_report(graph, model.collections if model.collections.present else None)
+    sync = sync_report(graph, model.collections if model.collections.present else None) if with_sync else None
     notes = []
     if not model.collections.present:
         notes.append("no MetaGraphDef collections: which variables are trainable is unknown")

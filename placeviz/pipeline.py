@@ -103,7 +103,7 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
                                collections=model.collections if model.meta_graph is not None else None)
         model = model_from_proto(model.source, model.kind,
                                  rewrite.meta_graph if rewrite.meta_graph is not None else rewrite.graph_def)
-    report = analyze(model)
+    report = analyze(model, with_sync=False)  # filled below from the one detection/proof of the model's graph
     pipe = Pipeline(model=model, analysis=report, rewrite=rewrite)
 
     wants_placement = placement_options is not None and (
@@ -123,13 +123,18 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
             ps_job = PyDeviceSpec.parse(placement_options.setter.ps_device).job or "ps"
             report.placement = placement_summary(pipe.placement, sizes, ps_job)
 
-    from placeviz.sync import detect, prove
+    from placeviz.sync import detect, prove, sync_report, sync_section
 
     collections = model.collections if model.collections.present else None
     pipe.machinery = detect(pipe.graph, collections)
     if pipe.machinery is not None:
         trainable = collections.trainable_variables if collections is not None else None
         pipe.proof = prove(pipe.graph, pipe.machinery, trainable=trainable or None)
+    if pipe.graph is model.graph:
+        report.sync = sync_section(pipe.machinery, pipe.proof) if pipe.machinery is not None else None
+    else:
+        # The setter added group NoOps: the report describes the graph as loaded, as analyze does.
+        report.sync = sync_report(model.graph, collections)
 
     if partition and pipe.placement is not None:
         step = step or StepOptions()

@@ -16,7 +16,7 @@ from __future__ import annotations
 from placeviz.sync.detect import SyncMachinery, detect
 from placeviz.sync.proof import SyncProof, prove
 
-__all__ = ["SyncMachinery", "SyncProof", "detect", "prove", "sync_report"]
+__all__ = ["SyncMachinery", "SyncProof", "detect", "prove", "sync_report", "sync_section"]
 
 
 def sync_report(graph, collections=None, trainable=None) -> dict | None:
@@ -31,7 +31,11 @@ def sync_report(graph, collections=None, trainable=None) -> dict | None:
         return None
     if trainable is None and collections is not None and collections.trainable_variables:
         trainable = collections.trainable_variables
-    proof = prove(graph, machinery, trainable=trainable)
+    return sync_section(machinery, prove(graph, machinery, trainable=trainable))
+
+
+def sync_section(machinery: SyncMachinery, proof: SyncProof) -> dict:
+    """The JSON-ready ``sync`` section from a detection and its proof."""
     out = proof.to_json()
     out["machinery"] = machinery.to_json()
     return out
