@@ -145,7 +145,7 @@ def _load_binary_graph(spec: str, data: bytes) -> Model:
         if alternative is not None:
             return alternative
         raise LoadError(spec, "no nodes: not a GraphDef, or an empty graph")
-    return _from_graph_def(spec, "graphdef", graph_def)
+    return _from_graph_def(spec, "graphdef", graph_def, wire=data)
 
 
 def _try_other_formats(spec: str, data: bytes) -> Model | None:
@@ -334,9 +334,11 @@ def _decode_problem(e: Exception) -> str:
 
 # ------------------------------------------------------------------------ graph validation
 def _from_graph_def(spec: str, kind: str, graph_def: GraphDef, meta=None, collections=None,
-                    tags=()) -> Model:
+                    tags=(), wire: bytes | None = None) -> Model:
+    """``wire``: the bytes ``graph_def`` was parsed from, if at hand: the IR is then read from them
+    (faster, same result), with the attr keys the placer's op facts need (see ``Graph``)."""
     try:
-        graph = Graph(graph_def)
+        graph = Graph(graph_def, wire=wire, key_attrs_for=_default_fact_key_attrs if wire is not None else None)
     except Exception as e:
         # An invalid name is reported first: it usually means the file is not a GraphDef at all.
         _check_node_names(spec, [node.name for node in graph_def.node])
@@ -346,6 +348,13 @@ def _from_graph_def(spec: str, kind: str, graph_def: GraphDef, meta=None, collec
     _check_node_names(spec, graph.names)
     return Model(source=spec, kind=kind, graph_def=graph_def, graph=graph, meta_graph=meta,
                  tags=tuple(tags), collections=collections or Collections())
+
+
+def _default_fact_key_attrs(ops: set[str]) -> dict[str, tuple[str, ...]]:
+    """The attrs the default op table's facts depend on, for these ops (what the placer reads)."""
+    from placeviz.ops import fact_key_attrs, load_op_table
+
+    return fact_key_attrs(load_op_table(), ops)
 
 
 def _check_node_names(spec: str, names: list[str]) -> None:

@@ -529,6 +529,35 @@ class OpTable:
 _KERNEL_ERROR = object()
 
 
+def fact_key_attrs(op_table, ops) -> dict[str, tuple[str, ...]]:
+    """op -> the attrs its facts depend on (:func:`key_attrs_of_facts`), for the ``ops`` the table knows."""
+    out = {}
+    for op in ops:
+        facts = op_table.get(op)
+        if facts is not None:
+            out[op] = key_attrs_of_facts(facts)
+    return out
+
+
+def key_attrs_of_facts(facts) -> tuple[str, ...]:
+    """The attrs a node's op facts depend on: its io types' attrs, kernel constraints, ``_kernel``.
+
+    :meth:`OpTable.io_types` reads the attrs named by the args (type, number and type-list attrs),
+    :meth:`OpTable.supported_device_types` the attrs any kernel constrains and, when some kernel
+    has a label, ``_kernel``. Two nodes of one op with equal values of these attrs get the same
+    answers, so the placer asks the table once per distinct combination.
+    """
+    names: set[str] = set()
+    for arg in facts.inputs + facts.outputs:
+        names.update(a for a in (arg.type_attr, arg.number_attr, arg.type_list_attr) if a)
+    for kernels in facts.kernels.values():
+        for kernel in kernels:
+            names.update(kernel.constraints)
+            if kernel.label:
+                names.add("_kernel")
+    return tuple(sorted(names))
+
+
 def _best_kernel(kernels, label: str, values: Mapping[str, Any]) -> Any:
     """TF's FindKernelRegistration loop over one (op, device type, label) key: the highest-priority
     compiled kernel whose constraints accept the values (KernelAttrsMatch), None if none does, or

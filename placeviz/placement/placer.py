@@ -38,7 +38,7 @@ Per-node Python work is kept to list lookups, numpy does the passes that are the
 node, and everything that depends on a few distinct values is computed once per value:
 
 * op facts (input/output types, supported device types) once per distinct (op type, values of the
-  attrs those facts depend on), see :func:`_key_attrs`; the values come from
+  attrs those facts depend on), see :func:`placeviz.ops.key_attrs_of_facts`; the values come from
   :meth:`placeviz.graph.Graph.attr_keys`, one pass over the protos shared with the ``_class`` read
   (the largest single cost left);
 * nodes of groups that need no per-node decision placed in bulk (:meth:`_Placer.run`);
@@ -72,6 +72,7 @@ from placeviz.devices import (
 )
 from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph, gc_paused
+from placeviz.ops import fact_key_attrs
 
 EMPTY = ParsedName()
 METADATA_OPS = frozenset({"Shape", "Size", "Rank"})
@@ -202,16 +203,6 @@ def place(graph: Graph, device_set: DeviceSet, config: PlacerConfig = PlacerConf
         return _Placer(graph, device_set, config, op_table).run()
 
 
-def fact_key_attrs(op_table, ops) -> dict[str, tuple[str, ...]]:
-    """op -> the attrs its facts depend on (:func:`_key_attrs`), for the ``ops`` the table knows."""
-    out = {}
-    for op in ops:
-        facts = op_table.get(op)
-        if facts is not None:
-            out[op] = _key_attrs(facts)
-    return out
-
-
 def read_fact_attrs(graph: Graph, op_table) -> None:
     """Read what the placer needs from every node's attrs, in one pass cached on the graph.
 
@@ -220,25 +211,6 @@ def read_fact_attrs(graph: Graph, op_table) -> None:
     instead of reading the NodeDefs again (``placeviz.placement.place_graph`` does).
     """
     graph.attr_keys(fact_key_attrs(op_table, set(graph.ops)))
-
-
-def _key_attrs(facts) -> tuple[str, ...]:
-    """The attrs a node's op facts depend on: its io types' attrs, kernel constraints, ``_kernel``.
-
-    :meth:`OpTable.io_types` reads the attrs named by the args (type, number and type-list attrs),
-    :meth:`OpTable.supported_device_types` the attrs any kernel constrains and, when some kernel
-    has a label, ``_kernel``. Two nodes of one op with equal values of these attrs get the same
-    answers, so the placer asks the table once per distinct combination.
-    """
-    names: set[str] = set()
-    for arg in facts.inputs + facts.outputs:
-        names.update(a for a in (arg.type_attr, arg.number_attr, arg.type_list_attr) if a)
-    for kernels in facts.kernels.values():
-        for kernel in kernels:
-            names.update(kernel.constraints)
-            if kernel.label:
-                names.add("_kernel")
-    return tuple(sorted(names))
 
 
 class _Cache(dict):

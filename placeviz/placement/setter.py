@@ -337,7 +337,7 @@ def _resource_generator_test(graph: Graph, op_table) -> Callable[[int], bool]:
     cached = graph.cached_attr_keys()
     if cached is None:
         return partial(_is_resource_generator, graph, op_table=op_table)
-    from placeviz.placement.placer import _key_attrs
+    from placeviz.ops import key_attrs_of_facts as _key_attrs
 
     key_attrs, values = cached
     in_start, in_slot, ops, nodes = graph.in_start, graph.in_slot, graph.ops, graph.attr_nodes

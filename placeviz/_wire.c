@@ -1,0 +1,727 @@
+/*
+ * placeviz._wire: read what the graph IR needs straight from a serialized GraphDef.
+ *
+ * Why this exists: building placeviz's Graph from upb messages costs about 4 us per node
+ * (a Python string for every name, op, device and input, plus making each NodeDef's `attr`
+ * map object to read `_class` and the op-fact attrs), against 0.6 us to parse. Reading the
+ * same fields from the bytes in C takes a fraction of that. The pure-Python path in
+ * placeviz/graph.py stays the reference: every function here returns None whenever the input
+ * is anything but the plain case (duplicate or empty names, unknown inputs, odd wire forms),
+ * and the caller then runs the Python path, which gives the exact result or error. The
+ * results are equal to the Python path's, node for node (tests/test_wire.py checks that).
+ *
+ * The bytes have already been parsed by upb when these run (so they are a valid GraphDef),
+ * but every read is still bounds-checked.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ wire format */
+
+static int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && p < end; shift += 7) {
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *pp = p;
+            *out = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Read one tag; 0 at the end or on a malformed tag. */
+static int read_tag(const uint8_t **pp, const uint8_t *end, uint32_t *field, int *wire_type)
+{
+    uint64_t tag;
+    if (*pp >= end || !read_varint(pp, end, &tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1fffffff)
+        return 0;
+    *field = (uint32_t)(tag >> 3);
+    *wire_type = (int)(tag & 7);
+    return 1;
+}
+
+/* A length-delimited payload: [*start, *start + *len). */
+static int read_len(const uint8_t **pp, const uint8_t *end, const uint8_t **start, uint32_t *len)
+{
+    uint64_t n;
+    if (!read_varint(pp, end, &n) || n > (uint64_t)(end - *pp))
+        return 0;
+    *start = *pp;
+    *len = (uint32_t)n;
+    *pp += n;
+    return 1;
+}
+
+/* Skip a field's value; 0 if malformed or a group (never in TF's protos). */
+static int skip_value(const uint8_t **pp, const uint8_t *end, int wire_type)
+{
+    uint64_t v;
+    const uint8_t *s;
+    uint32_t n;
+    switch (wire_type) {
+    case 0:
+        return read_varint(pp, end, &v);
+    case 1:
+        if (end - *pp < 8) return 0;
+        *pp += 8;
+        return 1;
+    case 2:
+        return read_len(pp, end, &s, &n);
+    case 5:
+        if (end - *pp < 4) return 0;
+        *pp += 4;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* ------------------------------------------------------------------ byte-string hash table */
+
+typedef struct {
+    uint32_t off, len;
+} Span;
+
+static uint64_t hash_bytes(const uint8_t *p, uint32_t n)
+{
+    /* 8 bytes at a time, multiply-xorshift mixing: node names are long and share prefixes. */
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 29;
+    h *= 0xff51afd7ed558ccdULL;
+    return h ^ (h >> 32);
+}
+
+/* Open addressing over spans of `base`. A slot holds the span, 32 bits of its hash and its
+ * entry number + 1 (0 = empty), so a probe touches one slot and compares bytes only when the
+ * hash bits match: at 200k+ names, cache misses are the cost of a lookup. */
+typedef struct {
+    uint32_t hash, len, off;
+    int32_t entry; /* entry number + 1; 0 = empty */
+} Slot;
+
+typedef struct {
+    const uint8_t *base;
+    Slot *slots;
+    uint64_t mask;
+    int32_t count;
+} Table;
+
+static int table_init(Table *t, const uint8_t *base, int32_t expected)
+{
+    uint64_t size = 16;
+    while (size < (uint64_t)expected * 2 + 2) size <<= 1;
+    t->base = base;
+    t->slots = calloc(size, sizeof(Slot));
+    t->mask = size - 1;
+    t->count = 0;
+    return t->slots != NULL;
+}
+
+static void table_free(Table *t)
+{
+    free(t->slots);
+}
+
+/* Entry number of these bytes, or -1. With `insert`, adds them if missing (*added = 1); -2 if
+ * out of memory. Entries are numbered in insertion order. */
+static int32_t table_find_hashed(Table *t, uint32_t off, uint32_t len, uint64_t h, int insert, int *added)
+{
+    const uint8_t *p = t->base + off;
+    uint32_t h32 = (uint32_t)(h >> 32);
+    uint64_t i = h & t->mask;
+    for (;;) {
+        Slot *s = &t->slots[i];
+        if (s->entry == 0) break;
+        if (s->hash == h32 && s->len == len && memcmp(t->base + s->off, p, len) == 0)
+            return s->entry - 1;
+        i = (i + 1) & t->mask;
+    }
+    if (!insert) return -1;
+    if ((uint64_t)(t->count + 1) * 2 > t->mask + 1) { /* grow and rehash */
+        uint64_t size = (t->mask + 1) * 2;
+        Slot *slots = calloc(size, sizeof(Slot));
+        if (!slots) return -2;
+        for (uint64_t k = 0; k <= t->mask; k++) {
+            Slot s = t->slots[k];
+            if (!s.entry) continue;
+            uint64_t j = hash_bytes(t->base + s.off, s.len) & (size - 1);
+            while (slots[j].entry) j = (j + 1) & (size - 1);
+            slots[j] = s;
+        }
+        free(t->slots);
+        t->slots = slots;
+        t->mask = size - 1;
+        i = h & t->mask;
+        while (t->slots[i].entry) i = (i + 1) & t->mask;
+    }
+    Slot *s = &t->slots[i];
+    s->hash = h32;
+    s->len = len;
+    s->off = off;
+    s->entry = ++t->count;
+    *added = 1;
+    return t->count - 1;
+}
+
+static int32_t table_find(Table *t, uint32_t off, uint32_t len, int insert, int *added)
+{
+    return table_find_hashed(t, off, len, hash_bytes(t->base + off, len), insert, added);
+}
+
+/* Warm the cache for a later lookup of hash h: its first slot and, when that slot's hash bits
+ * match, the bytes the lookup will compare. */
+static inline void table_prefetch(const Table *t, uint64_t h, int stage)
+{
+    const Slot *s = &t->slots[h & t->mask];
+    if (stage == 0)
+        __builtin_prefetch(s);
+    else if (s->entry && s->hash == (uint32_t)(h >> 32))
+        __builtin_prefetch(t->base + s->off);
+}
+
+/* ------------------------------------------------------------------ scan_graph */
+
+typedef struct {
+    Span node, name, op, device;
+    uint32_t first_input, num_inputs;
+} NodeRec;
+
+typedef struct {
+    NodeRec *nodes;
+    size_t n, cap;
+    Span *inputs;
+    size_t n_inputs, cap_inputs;
+} Scan;
+
+static void scan_free(Scan *s)
+{
+    free(s->nodes);
+    free(s->inputs);
+}
+
+/* 1 ok, 0 not the plain case (caller returns None), -1 out of memory. */
+static int scan_node(Scan *s, const uint8_t *base, const uint8_t *p, const uint8_t *end)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 1024;
+        NodeRec *grown = realloc(s->nodes, cap * sizeof(NodeRec));
+        if (!grown) return -1;
+        s->nodes = grown;
+        s->cap = cap;
+    }
+    NodeRec *r = &s->nodes[s->n];
+    memset(r, 0, sizeof(*r));
+    r->node.off = (uint32_t)(p - base);
+    r->node.len = (uint32_t)(end - p);
+    r->first_input = (uint32_t)s->n_inputs;
+    int has_name = 0, has_op = 0;
+    uint32_t field;
+    int wt;
+    while (p < end) {
+        if (!read_tag(&p, end, &field, &wt)) return 0;
+        if (field >= 1 && field <= 4) {
+            const uint8_t *v;
+            uint32_t n;
+            if (wt != 2 || !read_len(&p, end, &v, &n)) return 0;
+            Span sp = {(uint32_t)(v - base), n};
+            if (field == 1) { r->name = sp; has_name = 1; }
+            else if (field == 2) { r->op = sp; has_op = 1; }
+            else if (field == 4) r->device = sp;
+            else {
+                if (s->n_inputs == s->cap_inputs) {
+                    size_t cap = s->cap_inputs ? s->cap_inputs * 2 : 4096;
+                    Span *grown = realloc(s->inputs, cap * sizeof(Span));
+                    if (!grown) return -1;
+                    s->inputs = grown;
+                    s->cap_inputs = cap;
+                }
+                s->inputs[s->n_inputs++] = sp;
+                r->num_inputs++;
+            }
+        } else if (!skip_value(&p, end, wt)) {
+            return 0;
+        }
+    }
+    if (!has_name || !has_op || r->name.len == 0 || r->op.len == 0) return 0;
+    s->n++;
+    return 1;
+}
+
+static PyObject *decode(const uint8_t *base, Span s)
+{
+    return PyUnicode_DecodeUTF8((const char *)base + s.off, s.len, "strict");
+}
+
+/* Intern a field (op or device) through `t`, whose entries' objects are in `strings`. */
+static PyObject *intern(Table *t, PyObject *strings, const uint8_t *base, Span s, int32_t *id)
+{
+    int added = 0;
+    int32_t e = table_find(t, s.off, s.len, 1, &added);
+    if (e == -2) return PyErr_NoMemory();
+    if (added) {
+        PyObject *str = decode(base, s);
+        if (!str) return NULL;
+        int rc = PyList_Append(strings, str);
+        Py_DECREF(str);
+        if (rc < 0) return NULL;
+    }
+    if (id) *id = e;
+    PyObject *out = PyList_GET_ITEM(strings, e);
+    Py_INCREF(out);
+    return out;
+}
+
+static PyObject *bytes_of(const void *p, size_t n)
+{
+    return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
+}
+
+PyDoc_STRVAR(scan_graph_doc,
+"scan_graph(data) -> tuple | None\n\n"
+"Read a serialized GraphDef: (names, ops, devices, index, in_start, in_src, in_slot, spans,\n"
+"op_ids, distinct_ops). in_start/in_src/in_slot/op_ids are native int32 bytes, spans the\n"
+"NodeDefs' (offset, length) pairs as native uint32 bytes. None when the graph is not the plain\n"
+"case (duplicate or empty names or ops, a name with ':' or '^', an input that names no node or\n"
+"has a malformed or huge output index, invalid UTF-8, an odd wire form): the Python path then\n"
+"gives the exact result or error.");
+
+static PyObject *scan_graph(PyObject *self, PyObject *arg)
+{
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *base = buf.buf, *p = base, *end = base + buf.len;
+    PyObject *result = NULL, *names = NULL, *ops = NULL, *devices = NULL, *index = NULL;
+    PyObject *op_strings = NULL, *device_strings = NULL;
+    int32_t *in_start = NULL, *in_src = NULL, *in_slot = NULL, *op_ids = NULL;
+    uint64_t *hashes = NULL;
+    Span *node_spans = NULL;
+    Scan s = {0};
+    Table name_table = {0}, op_table = {0}, device_table = {0};
+    int plain = 1;
+
+    if (buf.len >= 0x7fffffff) { plain = 0; goto done; }
+    uint32_t field;
+    int wt;
+    while (p < end) {
+        if (!read_tag(&p, end, &field, &wt)) { plain = 0; goto done; }
+        if (field == 1) {
+            const uint8_t *v;
+            uint32_t n;
+            if (wt != 2 || !read_len(&p, end, &v, &n)) { plain = 0; goto done; }
+            int rc = scan_node(&s, base, v, v + n);
+            if (rc < 0) { PyErr_NoMemory(); goto done; }
+            if (rc == 0) { plain = 0; goto done; }
+        } else if (!skip_value(&p, end, wt)) {
+            plain = 0;
+            goto done;
+        }
+    }
+    size_t n = s.n;
+    if (n == 0 || n > 0x3fffffff) { plain = 0; goto done; }
+
+    if (!table_init(&name_table, base, (int32_t)n) || !table_init(&op_table, base, 64) ||
+        !table_init(&device_table, base, 64)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    names = PyList_New((Py_ssize_t)n);
+    ops = PyList_New((Py_ssize_t)n);
+    devices = PyList_New((Py_ssize_t)n);
+#if PY_VERSION_HEX < 0x030D0000
+    index = _PyDict_NewPresized((Py_ssize_t)n);
+#else
+    index = PyDict_New();
+#endif
+    op_strings = PyList_New(0);
+    device_strings = PyList_New(0);
+    op_ids = malloc(sizeof(int32_t) * n);
+    node_spans = malloc(sizeof(Span) * n);
+    if (!names || !ops || !devices || !index || !op_strings || !device_strings || !op_ids || !node_spans) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        NodeRec *r = &s.nodes[i];
+        const uint8_t *name = base + r->name.off;
+        if (memchr(name, ':', r->name.len) || memchr(name, '^', r->name.len)) { plain = 0; goto done; }
+        int added = 0;
+        int32_t e = table_find(&name_table, r->name.off, r->name.len, 1, &added);
+        if (e == -2) { PyErr_NoMemory(); goto done; }
+        if (!added) { plain = 0; goto done; } /* duplicate name */
+        PyObject *str = decode(base, r->name);
+        if (!str) { PyErr_Clear(); plain = 0; goto done; }
+        PyList_SET_ITEM(names, (Py_ssize_t)i, str);
+        PyObject *id = PyLong_FromSsize_t((Py_ssize_t)i);
+        if (!id || PyDict_SetItem(index, str, id) < 0) { Py_XDECREF(id); goto done; }
+        Py_DECREF(id);
+        PyObject *op = intern(&op_table, op_strings, base, r->op, &op_ids[i]);
+        if (!op) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); plain = 0; }
+            goto done;
+        }
+        PyList_SET_ITEM(ops, (Py_ssize_t)i, op);
+        PyObject *device = intern(&device_table, device_strings, base, r->device, NULL);
+        if (!device) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); plain = 0; }
+            goto done;
+        }
+        PyList_SET_ITEM(devices, (Py_ssize_t)i, device);
+        node_spans[i] = r->node;
+    }
+
+    size_t m = s.n_inputs;
+    in_start = malloc(sizeof(int32_t) * (n + 1));
+    in_src = malloc(sizeof(int32_t) * (m ? m : 1));
+    in_slot = malloc(sizeof(int32_t) * (m ? m : 1));
+    if (!in_start || !in_src || !in_slot) { PyErr_NoMemory(); goto done; }
+    for (size_t i = 0; i <= n; i++)
+        in_start[i] = i < n ? (int32_t)s.nodes[i].first_input : (int32_t)m;
+    /* Parse every input into (name span, slot) and hash the name; then look the names up, with
+     * the slots and name bytes of lookups a few steps ahead prefetched (the lookups are random
+     * accesses into tables larger than the cache). */
+    hashes = malloc(sizeof(uint64_t) * (m ? m : 1));
+    if (!hashes) { PyErr_NoMemory(); goto done; }
+    for (size_t k = 0; k < m; k++) {
+        Span *in = &s.inputs[k];
+        const uint8_t *t = base + in->off;
+        int32_t slot = 0;
+        if (in->len > 0 && t[0] == '^') {
+            in->off += 1;
+            in->len -= 1;
+            slot = -1;
+        } else {
+            const uint8_t *colon = memchr(t, ':', in->len);
+            if (colon) {
+                uint32_t name_len = (uint32_t)(colon - t), tail_len = in->len - name_len - 1;
+                if (tail_len == 0 || tail_len > 9) { plain = 0; goto done; }
+                for (uint32_t j = 0; j < tail_len; j++) {
+                    uint8_t c = colon[1 + j];
+                    if (c < '0' || c > '9') { plain = 0; goto done; }
+                    slot = slot * 10 + (c - '0');
+                }
+                in->len = name_len;
+            }
+        }
+        in_slot[k] = slot;
+        hashes[k] = hash_bytes(base + in->off, in->len);
+    }
+    for (size_t k = 0; k < m; k++) {
+        if (k + 16 < m) table_prefetch(&name_table, hashes[k + 16], 0);
+        if (k + 8 < m) table_prefetch(&name_table, hashes[k + 8], 1);
+        int added = 0;
+        int32_t src = table_find_hashed(&name_table, s.inputs[k].off, s.inputs[k].len, hashes[k], 0, &added);
+        if (src < 0) { plain = 0; goto done; }
+        in_src[k] = src;
+    }
+    result = Py_BuildValue("(OOOONNNNNO)", names, ops, devices, index,
+                           bytes_of(in_start, sizeof(int32_t) * (n + 1)),
+                           bytes_of(in_src, sizeof(int32_t) * m), bytes_of(in_slot, sizeof(int32_t) * m),
+                           bytes_of(node_spans, sizeof(Span) * n), bytes_of(op_ids, sizeof(int32_t) * n),
+                           op_strings);
+
+done:
+    if (!result && plain == 0 && !PyErr_Occurred()) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    Py_XDECREF(names);
+    Py_XDECREF(ops);
+    Py_XDECREF(devices);
+    Py_XDECREF(index);
+    Py_XDECREF(op_strings);
+    Py_XDECREF(device_strings);
+    free(hashes);
+    free(in_start);
+    free(in_src);
+    free(in_slot);
+    free(op_ids);
+    free(node_spans);
+    table_free(&name_table);
+    table_free(&op_table);
+    table_free(&device_table);
+    scan_free(&s);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* ------------------------------------------------------------------ read_attrs */
+
+/* The key of one AttrValue (Graph._attr_value_key): its `type` when that is the set member
+ * of the oneof and nonzero, else canon(raw) (the Python side: parse, then type or serialized
+ * bytes), memoised per distinct raw value in `memo`. A new reference, or NULL on error. */
+static PyObject *value_key(const uint8_t *v, uint32_t n, PyObject *canon, PyObject *memo)
+{
+    const uint8_t *p = v, *end = v + n;
+    uint32_t field, last = 0;
+    int wt;
+    uint64_t type = 0;
+    int odd = 0;
+    while (p < end) {
+        if (!read_tag(&p, end, &field, &wt)) { odd = 1; break; }
+        if (field == 6 && wt == 0) {
+            if (!read_varint(&p, end, &type)) { odd = 1; break; }
+            last = 6;
+            continue;
+        }
+        if (field >= 1 && field <= 10) last = field;
+        if (!skip_value(&p, end, wt)) { odd = 1; break; }
+    }
+    if (!odd && last == 6 && type >= 1 && type <= 0x7fffffff)
+        return PyLong_FromUnsignedLongLong(type);
+    PyObject *raw = bytes_of(v, n);
+    if (!raw) return NULL;
+    PyObject *out = PyDict_GetItemWithError(memo, raw);
+    if (out) {
+        Py_INCREF(out);
+    } else if (!PyErr_Occurred()) {
+        out = PyObject_CallOneArg(canon, raw);
+        if (out && PyDict_SetItem(memo, raw, out) < 0) Py_CLEAR(out);
+    }
+    Py_DECREF(raw);
+    return out;
+}
+
+#define MAX_KEY_ATTRS 16
+
+PyDoc_STRVAR(read_attrs_doc,
+"read_attrs(data, spans, op_ids, plans, canon, decode_class) -> tuple | None\n\n"
+"One pass over the NodeDefs' attr maps (spans and op_ids from scan_graph). plans[op id] is the\n"
+"tuple of attr names (as bytes) whose values key that op's facts, or None. Returns (values,\n"
+"colocation, colocated_names) as Graph.attr_keys and Graph.colocation give them: values[i] is\n"
+"None (no plan or an empty one), one attr's key or a tuple of keys; a key is None (attr\n"
+"missing), the AttrValue's nonzero `type`, or canon(raw AttrValue bytes). decode_class(raw\n"
+"_class value) -> (groups, located names). None when an attr map entry has an odd form.");
+
+static PyObject *read_attrs(PyObject *self, PyObject *args)
+{
+    PyObject *data, *spans_obj, *op_ids_obj, *plans, *canon, *decode_class;
+    if (!PyArg_ParseTuple(args, "OOOO!OO", &data, &spans_obj, &op_ids_obj, &PyList_Type, &plans, &canon,
+                          &decode_class))
+        return NULL;
+    Py_buffer buf, spans_buf, ids_buf;
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(spans_obj, &spans_buf, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(op_ids_obj, &ids_buf, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&buf);
+        PyBuffer_Release(&spans_buf);
+        return NULL;
+    }
+    const uint8_t *base = buf.buf;
+    const Span *spans = spans_buf.buf;
+    const int32_t *op_ids = ids_buf.buf;
+    size_t n = (size_t)spans_buf.len / sizeof(Span);
+    Py_ssize_t num_plans = PyList_GET_SIZE(plans);
+    PyObject *result = NULL, *values = NULL, *colocation = NULL, *colocated = NULL;
+    PyObject *key_memo = NULL, *class_memo = NULL;
+    int plain = 1;
+    /* The plans' names as raw bytes, flattened: plan p's names are [plan_first[p], plan_first[p+1]). */
+    Py_ssize_t *plan_first = NULL;
+    const char **plan_names = NULL;
+    Py_ssize_t *plan_lens = NULL;
+
+    if ((size_t)ids_buf.len / sizeof(int32_t) != n) {
+        PyErr_SetString(PyExc_ValueError, "spans and op_ids differ in length");
+        goto done;
+    }
+    plan_first = malloc(sizeof(Py_ssize_t) * (size_t)(num_plans + 1));
+    Py_ssize_t total = 0;
+    for (Py_ssize_t k = 0; k < num_plans; k++) {
+        PyObject *plan = PyList_GET_ITEM(plans, k);
+        if (plan != Py_None) {
+            if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) > MAX_KEY_ATTRS) { plain = 0; goto done; }
+            total += PyTuple_GET_SIZE(plan);
+        }
+    }
+    plan_names = malloc(sizeof(char *) * (size_t)(total + 1));
+    plan_lens = malloc(sizeof(Py_ssize_t) * (size_t)(total + 1));
+    if (!plan_first || !plan_names || !plan_lens) { PyErr_NoMemory(); goto done; }
+    total = 0;
+    for (Py_ssize_t k = 0; k < num_plans; k++) {
+        plan_first[k] = total;
+        PyObject *plan = PyList_GET_ITEM(plans, k);
+        if (plan == Py_None) continue;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(plan); j++) {
+            PyObject *name = PyTuple_GET_ITEM(plan, j);
+            if (!PyBytes_Check(name)) {
+                PyErr_SetString(PyExc_TypeError, "plan names must be bytes");
+                goto done;
+            }
+            plan_names[total] = PyBytes_AS_STRING(name);
+            plan_lens[total] = PyBytes_GET_SIZE(name);
+            total++;
+        }
+    }
+    plan_first[num_plans] = total;
+
+    values = PyList_New((Py_ssize_t)n);
+    colocation = PyDict_New();
+    colocated = PyDict_New();
+    key_memo = PyDict_New();
+    class_memo = PyDict_New();
+    if (!values || !colocation || !colocated || !key_memo || !class_memo) goto done;
+
+    for (size_t i = 0; i < n; i++) {
+        int32_t op_id = op_ids[i];
+        if (op_id < 0 || op_id >= num_plans) {
+            PyErr_SetString(PyExc_ValueError, "op id out of range");
+            goto done;
+        }
+        PyObject *plan = PyList_GET_ITEM(plans, op_id);
+        Py_ssize_t first = plan_first[op_id], count = plan == Py_None ? 0 : PyTuple_GET_SIZE(plan);
+        const uint8_t *found[MAX_KEY_ATTRS];
+        uint32_t found_len[MAX_KEY_ATTRS];
+        for (Py_ssize_t j = 0; j < count; j++) found[j] = NULL;
+        const uint8_t *class_value = NULL;
+        uint32_t class_len = 0;
+
+        const uint8_t *p = base + spans[i].off, *end = p + spans[i].len;
+        uint32_t field;
+        int wt;
+        while (p < end) {
+            if (!read_tag(&p, end, &field, &wt)) { plain = 0; goto done; }
+            if (field != 5) {
+                if (!skip_value(&p, end, wt)) { plain = 0; goto done; }
+                continue;
+            }
+            const uint8_t *entry, *q, *entry_end;
+            uint32_t entry_len;
+            if (wt != 2 || !read_len(&p, end, &entry, &entry_len)) { plain = 0; goto done; }
+            /* A map entry: key = 1, value = 2; each at most once here (a repeated value would merge). */
+            const uint8_t *key = (const uint8_t *)"", *value = (const uint8_t *)"";
+            uint32_t key_len = 0, value_len = 0;
+            int keys = 0, vals = 0;
+            q = entry;
+            entry_end = entry + entry_len;
+            while (q < entry_end) {
+                uint32_t f;
+                int w;
+                if (!read_tag(&q, entry_end, &f, &w)) { plain = 0; goto done; }
+                if (f == 1 && w == 2) {
+                    if (!read_len(&q, entry_end, &key, &key_len)) { plain = 0; goto done; }
+                    keys++;
+                } else if (f == 2 && w == 2) {
+                    if (!read_len(&q, entry_end, &value, &value_len)) { plain = 0; goto done; }
+                    vals++;
+                } else {
+                    plain = 0;
+                    goto done;
+                }
+            }
+            if (keys > 1 || vals > 1) { plain = 0; goto done; }
+            if (key_len == 6 && memcmp(key, "_class", 6) == 0) {
+                class_value = value;
+                class_len = value_len;
+            }
+            for (Py_ssize_t j = 0; j < count; j++) {
+                if ((Py_ssize_t)key_len == plan_lens[first + j] && memcmp(key, plan_names[first + j], key_len) == 0) {
+                    found[j] = value;
+                    found_len[j] = value_len;
+                }
+            }
+        }
+
+        PyObject *v;
+        if (count == 0) {
+            v = Py_None;
+            Py_INCREF(v);
+        } else if (count == 1) {
+            v = found[0] ? value_key(found[0], found_len[0], canon, key_memo) : (Py_INCREF(Py_None), Py_None);
+            if (!v) goto done;
+        } else {
+            v = PyTuple_New(count);
+            if (!v) goto done;
+            for (Py_ssize_t j = 0; j < count; j++) {
+                PyObject *k = found[j] ? value_key(found[j], found_len[j], canon, key_memo)
+                                       : (Py_INCREF(Py_None), Py_None);
+                if (!k) { Py_DECREF(v); goto done; }
+                PyTuple_SET_ITEM(v, j, k);
+            }
+        }
+        PyList_SET_ITEM(values, (Py_ssize_t)i, v);
+
+        if (class_value) {
+            PyObject *raw = bytes_of(class_value, class_len);
+            if (!raw) goto done;
+            PyObject *decoded = PyDict_GetItemWithError(class_memo, raw);
+            if (decoded) {
+                Py_INCREF(decoded);
+            } else if (!PyErr_Occurred()) {
+                decoded = PyObject_CallOneArg(decode_class, raw);
+                if (decoded && PyDict_SetItem(class_memo, raw, decoded) < 0) Py_CLEAR(decoded);
+            }
+            Py_DECREF(raw);
+            if (!decoded) goto done;
+            if (!PyTuple_Check(decoded) || PyTuple_GET_SIZE(decoded) != 2) {
+                Py_DECREF(decoded);
+                PyErr_SetString(PyExc_TypeError, "decode_class must return (groups, located)");
+                goto done;
+            }
+            PyObject *groups = PyTuple_GET_ITEM(decoded, 0), *located = PyTuple_GET_ITEM(decoded, 1);
+            if (PyObject_IsTrue(groups)) {
+                PyObject *id = PyLong_FromSsize_t((Py_ssize_t)i);
+                int rc = id ? PyDict_SetItem(colocation, id, groups) : -1;
+                if (rc == 0 && PyObject_IsTrue(located)) rc = PyDict_SetItem(colocated, id, located);
+                Py_XDECREF(id);
+                if (rc < 0) { Py_DECREF(decoded); goto done; }
+            }
+            Py_DECREF(decoded);
+        }
+    }
+    result = PyTuple_Pack(3, values, colocation, colocated);
+
+done:
+    if (!result && plain == 0 && !PyErr_Occurred()) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    Py_XDECREF(values);
+    Py_XDECREF(colocation);
+    Py_XDECREF(colocated);
+    Py_XDECREF(key_memo);
+    Py_XDECREF(class_memo);
+    free(plan_first);
+    free(plan_names);
+    free(plan_lens);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&spans_buf);
+    PyBuffer_Release(&ids_buf);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan_graph", scan_graph, METH_O, scan_graph_doc},
+    {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "placeviz._wire",
+    "Read the graph IR's fields straight from a serialized GraphDef (see placeviz/graph.py).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__wire(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,214 @@
+"""The C reader of serialized GraphDefs (``placeviz._wire``) against the Python path.
+
+``Graph(graph_def, wire=bytes)`` must build exactly what ``Graph(graph_def)`` builds (names, ops,
+devices, index, inputs, ``_class`` colocation, attr keys), or decline so that the Python path
+raises its own error. Compared on TF-built graphs, on hand-made wire forms TF never writes
+(merged messages, repeated singular fields, duplicate map keys, unknown fields) and on randomly
+mutated graphs.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from placeviz import graph as graph_module
+from placeviz.errors import GraphError
+from placeviz.graph import Graph
+from placeviz.io import _default_fact_key_attrs, load
+from placeviz.protos import GraphDef, MetaGraphDef
+from tests.test_fuzz_load import realistic_graph
+
+
+def test_the_extension_is_built():
+    # `make test` installs placeviz with `pip install -e .`, which compiles it (setup.py): a
+    # machine where that silently failed would run every command on the slow path.
+    assert graph_module._wire is not None, "placeviz._wire was not built: is a C compiler installed?"
+
+
+def _every_attr(ops: set[str]) -> dict[str, tuple[str, ...]]:
+    """Key attrs that exercise every shape of key: none, one, several, lists, absent ones."""
+    plans = [(), ("dtype",), ("T", "dtype"), ("_class", "shape", "value", "missing"), ("N",)]
+    return {op: plans[sum(map(ord, op)) % len(plans)] for op in sorted(ops)}
+
+
+def assert_same(graph_def: GraphDef, data: bytes | None = None, key_attrs_for=_default_fact_key_attrs) -> str:
+    """Build the IR both ways and compare; returns "equal", or the error both raised."""
+    data = graph_def.SerializeToString() if data is None else data
+    try:
+        expected = Graph(graph_def)
+        python_error = None
+    except GraphError as e:
+        python_error = str(e)
+    try:
+        got = Graph(graph_def, wire=data, key_attrs_for=key_attrs_for)
+        wire_error = None
+    except GraphError as e:
+        wire_error = str(e)
+    assert wire_error == python_error
+    if python_error is not None:
+        return python_error
+    for field in ("names", "ops", "devices", "in_start", "in_src", "in_slot"):
+        assert getattr(got, field) == getattr(expected, field), field
+    assert list(got.index.items()) == list(expected.index.items())
+    assert list(got.colocation.items()) == list(expected.colocation.items())
+    assert list(got.colocated_names.items()) == list(expected.colocated_names.items())
+    key_attrs = key_attrs_for(set(expected.ops))
+    want = expected.attr_keys(key_attrs)
+    cached = got.cached_attr_keys()
+    if cached is not None:  # the C reader declined the attrs only for odd map entries
+        assert cached[0] == key_attrs
+    have = got.attr_keys(key_attrs)
+    assert have == want
+    assert [type(v) for v in have] == [type(v) for v in want]
+    return "equal"
+
+
+def test_tf_built_graphs(tf_models):
+    graph_def = GraphDef()
+    graph_def.ParseFromString((tf_models / "setter.pb").read_bytes())
+    meta = MetaGraphDef()
+    meta.ParseFromString((tf_models / "setter.meta").read_bytes())
+    for g in (graph_def, meta.graph_def):
+        assert len(g.node) > 50
+        assert assert_same(g) == "equal"
+        assert assert_same(g, key_attrs_for=_every_attr) == "equal"
+
+
+def test_load_reads_a_binary_graph_def_with_the_c_reader(tmp_path):
+    path = tmp_path / "g.pb"
+    path.write_bytes(realistic_graph().SerializeToString())
+    graph = load(path).graph
+    # The attr keys the placer needs came with the load; the Python path leaves them unread.
+    assert graph.cached_attr_keys() is not None
+    assert graph.cached_attr_keys()[0] == _default_fact_key_attrs(set(graph.ops))
+    assert Graph(realistic_graph()).cached_attr_keys() is None
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def _node(*fields: tuple[int, bytes]) -> bytes:
+    return b"".join(_field(n, p) for n, p in fields)
+
+
+def _attr(key: str, value: bytes) -> tuple[int, bytes]:
+    return 5, _field(1, key.encode()) + _field(2, value)
+
+
+TYPE_FLOAT = b"\x30\x01"  # AttrValue{type: DT_FLOAT}
+
+
+@pytest.mark.parametrize("graph_bytes", [
+    # Two GraphDefs concatenated: the node lists merge.
+    _field(1, _node((1, b"a"), (2, b"Const"), _attr("dtype", TYPE_FLOAT)))
+    + _field(1, _node((1, b"b"), (2, b"Identity"), (3, b"a"), _attr("T", TYPE_FLOAT))),
+    # A singular field twice (the last wins), unknown fields, a library, versions.
+    _field(1, _node((1, b"first"), (1, b"a"), (2, b"NoOp"), (2, b"Const"), (4, b"/cpu:0"), (99, b"x"),
+                    _attr("dtype", TYPE_FLOAT)))
+    + _field(2, b"") + _field(4, _varint(1 << 3) + _varint(27)),
+    # A map key twice (the last wins), type 0 (not a type: keyed by bytes), a list value.
+    _field(1, _node((1, b"a"), (2, b"Const"), _attr("dtype", TYPE_FLOAT), _attr("dtype", b"\x30\x00"))),
+    _field(1, _node((1, b"a"), (2, b"Const"), _attr("dtype", b"\x30\x01\x18\x05")))
+    + _field(1, _node((1, b"c"), (2, b"Identity"), (3, b"a:0"), (3, b"^a"), _attr("T", b"\x18\x05\x30\x02"))),
+    # A map entry without a key, one without a value, one with its value twice (messages merge).
+    _field(1, _node((1, b"a"), (2, b"Const"), (5, _field(2, TYPE_FLOAT)), (5, _field(1, b"dtype")))),
+    _field(1, _node((1, b"a"), (2, b"Const"), (5, _field(1, b"_class") + _field(2, _field(1, _field(2, b"loc:@a")))
+                                              + _field(2, _field(1, _field(2, b"loc:@b")))))),
+    # _class forms: empty list, non-loc entries, invalid UTF-8 in a bytes list, two classes.
+    _field(1, _node((1, b"a"), (2, b"Const"), _attr("_class", _field(1, b""))))
+    + _field(1, _node((1, b"b"), (2, b"Const"), _attr("_class", _field(1, _field(2, b"xla:@a") + _field(2, b"loc:@a")))))
+    + _field(1, _node((1, b"c"), (2, b"Const"), _attr("_class", _field(1, _field(2, b"loc:@\xff") + _field(2, b"loc:@b"))))),
+    # Inputs: big slots, leading zeros, a control input naming a later node.
+    _field(1, _node((1, b"a"), (2, b"Split"), (3, b"^b")))
+    + _field(1, _node((1, b"b"), (2, b"Identity"), (3, b"a:007"), (3, b"a:123456789")))
+    + _field(1, _node((1, b"c"), (2, b"Identity"), (3, b"a:1234567890"))),
+    # Errors, which the Python path words: duplicate, empty and odd names, missing and malformed inputs.
+    _field(1, _node((1, b"a"), (2, b"Const"))) + _field(1, _node((1, b"a"), (2, b"Const"))),
+    _field(1, _node((2, b"Const"))),
+    _field(1, _node((1, b"a"))),
+    _field(1, _node((1, b"a:1"), (2, b"Const"))) + _field(1, _node((1, b"b"), (2, b"Identity"), (3, b"a:1"))),
+    _field(1, _node((1, b"^a"), (2, b"Const"))) + _field(1, _node((1, b"b"), (2, b"Identity"), (3, b"^a"))),
+    _field(1, _node((1, b"a"), (2, b"Const"), (3, b"nope"))),
+    _field(1, _node((1, b"a"), (2, b"Const"), (3, b"a:"))),
+    _field(1, _node((1, b"a"), (2, b"Const"), (3, b"a:1x"))),
+    _field(1, _node((1, b"a"), (2, b"Const"), (3, b"a:\xc2\xb2"))),
+    _field(1, _node((1, b"a"), (2, b"Const"), (3, b"a:2147483648"))),
+    _field(1, _node((1, b"a"), (2, b"Const"), (3, b"a:2147483647"))),
+    _field(1, _node((1, b"a"), (2, b"Const"), (3, b""))),
+    _field(1, _node((1, b"a"), (2, b"Const"), (3, b"^"))),
+])
+def test_wire_forms(graph_bytes):
+    graph_def = GraphDef()
+    graph_def.ParseFromString(graph_bytes)  # what io.load has done before building the IR
+    for key_attrs_for in (_default_fact_key_attrs, _every_attr, None):
+        assert_same(graph_def, graph_bytes, key_attrs_for or (lambda ops: {}))
+
+
+def test_an_attr_value_with_fixed_width_and_negative_type_fields():
+    value = b"\x25" + struct.pack("<f", 1.5) + b"\x30" + _varint((1 << 64) - 1)  # f then type = -1
+    data = _field(1, _node((1, b"a"), (2, b"Const"), _attr("dtype", value)))
+    graph_def = GraphDef()
+    graph_def.ParseFromString(data)
+    assert assert_same(graph_def, data) == "equal"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_mutated_graphs(data):
+    base = realistic_graph()
+    nodes = list(base.node)
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1)))
+    for _ in range(data.draw(st.integers(1, 6))):
+        kind = data.draw(st.sampled_from(["shuffle", "drop", "dup", "input", "name", "class", "attr", "op"]))
+        n = nodes[rng.randrange(len(nodes))]
+        if kind == "shuffle":
+            rng.shuffle(nodes)
+        elif kind == "drop" and len(nodes) > 1:
+            nodes.remove(n)
+        elif kind == "dup":
+            nodes.append(n)
+        elif kind == "input":
+            n.input.append(data.draw(st.sampled_from(
+                ["", "^", ":", "w0:", "w0:-1", "w0:99", "^nope", "h0:1x", "::", "w1", "^w2", "x:0", "x:00"])))
+        elif kind == "name":
+            n.name = data.draw(st.sampled_from(["", "a b", "é", "/x", "ok", "w0", "x:1", "^y"]))
+        elif kind == "class":
+            n.attr["_class"].list.s[:] = data.draw(st.lists(st.sampled_from(
+                [b"loc:@w0", b"loc:@w1", b"loc:@nope", b"", b"loc:@", b"xla", b"loc:@\xe9"]), max_size=3))
+        elif kind == "attr":
+            name = data.draw(st.sampled_from(["dtype", "T", "N", "shape", "_kernel"]))
+            value = n.attr[name]
+            choice = data.draw(st.integers(0, 4))
+            if choice == 0:
+                value.type = data.draw(st.integers(0, 30))
+            elif choice == 1:
+                value.i = data.draw(st.integers(-5, 5))
+            elif choice == 2:
+                value.list.type.extend([1, 3])
+            elif choice == 3:
+                value.s = b"x"
+            else:
+                del n.attr[name]
+        else:
+            n.op = data.draw(st.sampled_from(["", "Const", "Identity", "AddN", "NoSuchOp", "VariableV2"]))
+    out = GraphDef()
+    for n in nodes:
+        out.node.add().CopyFrom(n)
+    for key_attrs_for in (_default_fact_key_attrs, _every_attr):
+        assert_same(out, key_attrs_for=key_attrs_for)
