@@ -13,7 +13,7 @@ DEMO_DIR ?= placeviz-demo
 install: $(STAMP) graphviz
 
 # The virtualenv with placeviz (editable), TensorFlow (CPU) and the test tools.
-$(STAMP): pyproject.toml setup.py placeviz/_wire.c scripts/bootstrap-venv.sh
+$(STAMP): pyproject.toml setup.py $(wildcard placeviz/*.c placeviz/*/*.c) scripts/bootstrap-venv.sh
 	@bash scripts/bootstrap-venv.sh "$(PYTHON)" "$(VENV)"
 	@touch $@
 

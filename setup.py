@@ -1,11 +1,26 @@
-"""Build step for placeviz's one C module (everything else is in pyproject.toml).
+"""Build step for placeviz's C kernels (everything else is in pyproject.toml).
 
-``placeviz._wire`` reads the graph IR's fields straight from a serialized GraphDef (see
-placeviz/_wire.c). It is optional: when no C compiler is at hand the build skips it and
-placeviz uses its pure-Python path, which gives the same results, only slower.
+Each kernel module is an optional accelerator of one pure-Python path, which stays the
+reference: the C code gives the same results (the tests compare both paths) and declines
+anything unusual, which the Python path then handles. When no C compiler is at hand, the build
+skips them and placeviz runs on the Python paths only, slower.
+
+* ``placeviz._wire``: reads the graph IR's fields straight from a serialized GraphDef.
+* ``placeviz.placement._setter_kernels``, ``placeviz.placement._placer_kernels``: the setter's
+  and the placer's per-node loops.
+* ``placeviz._partition_kernels``: the partitioner's per-edge loops.
 """
+
+from pathlib import Path
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("placeviz._wire", ["placeviz/_wire.c"], optional=True,
-                             extra_compile_args=["-O2"])])
+KERNELS = {
+    "placeviz._wire": "placeviz/_wire.c",
+    "placeviz.placement._setter_kernels": "placeviz/placement/_setter_kernels.c",
+    "placeviz.placement._placer_kernels": "placeviz/placement/_placer_kernels.c",
+    "placeviz._partition_kernels": "placeviz/_partition_kernels.c",
+}
+
+setup(ext_modules=[Extension(name, [source], optional=True, extra_compile_args=["-O2"])
+                   for name, source in KERNELS.items() if Path(source).exists()])

@@ -359,12 +359,17 @@ static PyObject *scan_graph(PyObject *self, PyObject *arg)
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
+    hashes = malloc(sizeof(uint64_t) * (n > s.n_inputs ? n : s.n_inputs) + 8);
+    if (!hashes) { PyErr_NoMemory(); goto done; }
+    for (size_t i = 0; i < n; i++)
+        hashes[i] = hash_bytes(base + s.nodes[i].name.off, s.nodes[i].name.len);
     for (size_t i = 0; i < n; i++) {
         NodeRec *r = &s.nodes[i];
         const uint8_t *name = base + r->name.off;
         if (memchr(name, ':', r->name.len) || memchr(name, '^', r->name.len)) { plain = 0; goto done; }
+        if (i + 16 < n) table_prefetch(&name_table, hashes[i + 16], 0);
         int added = 0;
-        int32_t e = table_find(&name_table, r->name.off, r->name.len, 1, &added);
+        int32_t e = table_find_hashed(&name_table, r->name.off, r->name.len, hashes[i], 1, &added);
         if (e == -2) { PyErr_NoMemory(); goto done; }
         if (!added) { plain = 0; goto done; } /* duplicate name */
         PyObject *str = decode(base, r->name);
@@ -398,8 +403,6 @@ static PyObject *scan_graph(PyObject *self, PyObject *arg)
     /* Parse every input into (name span, slot) and hash the name; then look the names up, with
      * the slots and name bytes of lookups a few steps ahead prefetched (the lookups are random
      * accesses into tables larger than the cache). */
-    hashes = malloc(sizeof(uint64_t) * (m ? m : 1));
-    if (!hashes) { PyErr_NoMemory(); goto done; }
     for (size_t k = 0; k < m; k++) {
         Span *in = &s.inputs[k];
         const uint8_t *t = base + in->off;
@@ -498,6 +501,55 @@ static PyObject *value_key(const uint8_t *v, uint32_t n, PyObject *canon, PyObje
     }
     Py_DECREF(raw);
     return out;
+}
+
+/* (groups, located names) of a `_class` AttrValue that is exactly one `list` field whose
+ * ListValue holds only `s` entries: each entry decoded as UTF-8 with "replace", and the
+ * entries starting with "loc:@" without that prefix. Anything else (the oneof switching, other
+ * list fields, unknown fields) returns NULL without an error: the caller asks Python. */
+static PyObject *decode_class_fast(const uint8_t *v, uint32_t n)
+{
+    const uint8_t *p = v, *end = v + n, *list, *q, *list_end;
+    uint32_t field, list_len;
+    int wt;
+    if (!read_tag(&p, end, &field, &wt) || field != 1 || wt != 2 || !read_len(&p, end, &list, &list_len) || p != end)
+        return NULL;
+    Py_ssize_t count = 0, located_count = 0;
+    q = list;
+    list_end = list + list_len;
+    while (q < list_end) {
+        const uint8_t *e;
+        uint32_t e_len;
+        if (!read_tag(&q, list_end, &field, &wt) || field != 2 || wt != 2 || !read_len(&q, list_end, &e, &e_len))
+            return NULL;
+        count++;
+        if (e_len >= 5 && memcmp(e, "loc:@", 5) == 0) located_count++;
+    }
+    PyObject *groups = PyTuple_New(count), *located = PyTuple_New(located_count);
+    if (!groups || !located) goto fail;
+    Py_ssize_t k = 0, j = 0;
+    for (q = list; q < list_end;) {
+        const uint8_t *e;
+        uint32_t e_len;
+        read_tag(&q, list_end, &field, &wt);
+        read_len(&q, list_end, &e, &e_len);
+        PyObject *g = PyUnicode_DecodeUTF8((const char *)e, e_len, "replace");
+        if (!g) goto fail;
+        PyTuple_SET_ITEM(groups, k++, g);
+        if (e_len >= 5 && memcmp(e, "loc:@", 5) == 0) {
+            PyObject *name = PyUnicode_Substring(g, 5, PyUnicode_GET_LENGTH(g));
+            if (!name) goto fail;
+            PyTuple_SET_ITEM(located, j++, name);
+        }
+    }
+    PyObject *out = PyTuple_Pack(2, groups, located);
+    Py_DECREF(groups);
+    Py_DECREF(located);
+    return out;
+fail:
+    Py_XDECREF(groups);
+    Py_XDECREF(located);
+    return NULL;
 }
 
 #define MAX_KEY_ATTRS 16
@@ -668,7 +720,8 @@ static PyObject *read_attrs(PyObject *self, PyObject *args)
             if (decoded) {
                 Py_INCREF(decoded);
             } else if (!PyErr_Occurred()) {
-                decoded = PyObject_CallOneArg(decode_class, raw);
+                decoded = decode_class_fast(class_value, class_len);
+                if (!decoded && !PyErr_Occurred()) decoded = PyObject_CallOneArg(decode_class, raw);
                 if (decoded && PyDict_SetItem(class_memo, raw, decoded) < 0) Py_CLEAR(decoded);
             }
             Py_DECREF(raw);
@@ -710,9 +763,42 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(valid_node_names_doc,
+"valid_node_names(names) -> bool\n\n"
+"True if every name matches TF's node-name rule [A-Za-z0-9.][A-Za-z0-9_.\\-/>]* exactly (ASCII,\n"
+"nothing after). False does not mean invalid: the caller then applies its own regex.");
+
+static PyObject *valid_node_names(PyObject *self, PyObject *names)
+{
+    static uint8_t first[256], rest[256];
+    if (!rest['a']) {
+        for (int c = 0; c < 256; c++) {
+            int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+            first[c] = alnum || c == '.';
+            rest[c] = alnum || c == '.' || c == '_' || c == '-' || c == '/' || c == '>';
+        }
+    }
+    if (!PyList_Check(names)) {
+        PyErr_SetString(PyExc_TypeError, "names must be a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(names);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyList_GET_ITEM(names, i);
+        if (!PyUnicode_Check(name) || !PyUnicode_IS_ASCII(name)) Py_RETURN_FALSE;
+        Py_ssize_t len = PyUnicode_GET_LENGTH(name);
+        const uint8_t *c = PyUnicode_1BYTE_DATA(name);
+        if (len == 0 || !first[c[0]]) Py_RETURN_FALSE;
+        for (Py_ssize_t k = 1; k < len; k++)
+            if (!rest[c[k]]) Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"scan_graph", scan_graph, METH_O, scan_graph_doc},
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
+    {"valid_node_names", valid_node_names, METH_O, valid_node_names_doc},
     {NULL, NULL, 0, NULL},
 };
 

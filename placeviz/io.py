@@ -40,6 +40,11 @@ TEXT_SUFFIXES = {".pbtxt", ".pbtx", ".prototxt", ".txt"}
 _BUILDER_RE = re.compile(r"^(?P<target>[^:]+):(?P<func>[A-Za-z_][A-Za-z0-9_]*)$")
 _DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # TF's rule for node names (NodeDef name regex in graph_def validation).
+try:  # the C reader (see placeviz.graph); optional, same results
+    from placeviz import _wire
+except ImportError:  # pragma: no cover - only without a C compiler at install time
+    _wire = None
+
 _NODE_NAME_RE = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/>]*$")
 
 
@@ -360,6 +365,8 @@ def _default_fact_key_attrs(ops: set[str]) -> dict[str, tuple[str, ...]]:
 def _check_node_names(spec: str, names: list[str]) -> None:
     """LoadError for the first node whose name breaks TF's rule (checked on the Python strings:
     a second pass over the protos would cost more than the regex)."""
+    if _wire is not None and _wire.valid_node_names(names):  # the same rule, in C; False: ask the regex
+        return
     match = _NODE_NAME_RE.match
     if all(map(match, names)):
         return
