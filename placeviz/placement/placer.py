@@ -74,6 +74,11 @@ from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph, gc_paused
 from placeviz.ops import fact_key_attrs
 
+try:  # the per-node loops in C (setup.py builds them; optional, same results)
+    from placeviz.placement import _placer_kernels as _kernels
+except ImportError:  # pragma: no cover - only without a C compiler at install time
+    _kernels = None
+
 EMPTY = ParsedName()
 METADATA_OPS = frozenset({"Shape", "Size", "Rank"})
 # InputColocationExemptionRegistry: ops that forward resource inputs instead of dereferencing them.
@@ -492,52 +497,69 @@ class _Placer:
         return None
 
     def _colocate_resource_edges(self) -> None:
-        g, constraints, state = self.graph, self.constraints, self.state
-        names, states, compatible = constraints.names, constraints.states, constraints.compatible
+        """Join each node with the producers of its ref/resource data inputs, in node-id order."""
+        g = self.graph
         in_start, in_src, in_slot = g.in_start, g.in_src, g.in_slot
-        parent, rank, find, merged_states = self.parent, self.rank, self.find, constraints.merged
+        if _kernels is not None:
+            # The same loop in C, over what the caches settle; it stops at any other edge, which
+            # _colocate_ref_edge handles here.
+            constraints = self.constraints
+            ref_inputs = self.ref_inputs
+            pos, edge, port = 0, -1, 0
+            while (stop := _kernels.union_ref_edges(
+                    ref_inputs, in_start, in_src, in_slot, self.parent, self.rank, self.state,
+                    constraints.states, constraints.compatible, constraints.merged, pos, edge, port)) is not None:
+                pos, edge, port = stop
+                self._colocate_ref_edge(in_src[edge], ref_inputs[pos][0])
+                edge, port = edge + 1, port + 1
+            return
         for dst, ref_ports in self.ref_inputs:  # node-id order
             port = -1
             for k in range(in_start[dst], in_start[dst + 1]):
                 if in_slot[k] == CONTROL:
                     continue
                 port += 1
-                if port not in ref_ports:
-                    continue
-                src = in_src[k]
-                sr = src if parent[src] < 0 else find(src)
-                dr = dst if parent[dst] < 0 else find(dst)
-                s, d = states[state[sr]], states[state[dr]]  # (assigned, resource, requested, types)
-                if not (compatible[s[0], d[0]] and compatible[s[1], d[1]]):
-                    kind = "assigned" if not compatible[s[0], d[0]] else "resource"
-                    position = 0 if kind == "assigned" else 1
-                    raise PlacementError(
-                        f"Cannot place the graph because a reference or resource edge connects "
-                        f"colocation groups with incompatible {kind} devices: "
-                        f"{names[s[position]].to_string()} vs {names[d[position]].to_string()}. "
-                        f"The edge src node is {g.names[src]} , and the dst node is {g.names[dst]}")
-                if not compatible[s[2], d[2]]:
-                    # TF silently drops the consumer's request in favour of the producer's.
-                    assigned, resource, _, types = d
-                    requested = constraints.unset[resource, constraints.unset[assigned, s[2]]]
-                    state[dr] = constraints.state(assigned, resource, requested, types)
-                # The union is :meth:`_colocate` inlined when the merged state is cached (see
-                # _colocate_class_groups); otherwise it computes the merge or the error.
-                if sr == dr:
-                    continue
-                new, old = (dr, sr) if rank[sr] < rank[dr] else (sr, dr)
-                merged = merged_states.get((state[new], state[old]))
-                if merged is not None:
-                    state[new] = merged
-                    parent[old] = new
-                    if rank[sr] == rank[dr]:
-                        rank[new] += 1
-                    continue
-                error = self._colocate(src, dst)
-                if error:
-                    raise PlacementError(
-                        "Nodes were connected by a reference connection (requiring them to be on the same "
-                        f"device), but the two nodes were assigned two different devices: {error}")
+                if port in ref_ports:
+                    self._colocate_ref_edge(in_src[k], dst)
+
+    def _colocate_ref_edge(self, src: int, dst: int) -> None:
+        """One ref/resource edge src -> dst: check the groups' devices, then join them."""
+        g, constraints, state = self.graph, self.constraints, self.state
+        names, states, compatible = constraints.names, constraints.states, constraints.compatible
+        parent, rank, find = self.parent, self.rank, self.find
+        sr = src if parent[src] < 0 else find(src)
+        dr = dst if parent[dst] < 0 else find(dst)
+        s, d = states[state[sr]], states[state[dr]]  # (assigned, resource, requested, types)
+        if not (compatible[s[0], d[0]] and compatible[s[1], d[1]]):
+            kind = "assigned" if not compatible[s[0], d[0]] else "resource"
+            position = 0 if kind == "assigned" else 1
+            raise PlacementError(
+                f"Cannot place the graph because a reference or resource edge connects "
+                f"colocation groups with incompatible {kind} devices: "
+                f"{names[s[position]].to_string()} vs {names[d[position]].to_string()}. "
+                f"The edge src node is {g.names[src]} , and the dst node is {g.names[dst]}")
+        if not compatible[s[2], d[2]]:
+            # TF silently drops the consumer's request in favour of the producer's.
+            assigned, resource, _, types = d
+            requested = constraints.unset[resource, constraints.unset[assigned, s[2]]]
+            state[dr] = constraints.state(assigned, resource, requested, types)
+        # The union is :meth:`_colocate` inlined when the merged state is cached (see
+        # _colocate_class_groups); otherwise it computes the merge or the error.
+        if sr == dr:
+            return
+        new, old = (dr, sr) if rank[sr] < rank[dr] else (sr, dr)
+        merged = constraints.merged.get((state[new], state[old]))
+        if merged is not None:
+            state[new] = merged
+            parent[old] = new
+            if rank[sr] == rank[dr]:
+                rank[new] += 1
+            return
+        error = self._colocate(src, dst)
+        if error:
+            raise PlacementError(
+                "Nodes were connected by a reference connection (requiring them to be on the same "
+                f"device), but the two nodes were assigned two different devices: {error}")
 
     def _colocate_class_groups(self) -> None:
         """Join ``loc:@X`` groups in node-id order; the first node with a key is the group's root.
@@ -566,7 +588,20 @@ class _Placer:
         # the merge or returns the error message.
         parent, rank, state, find = self.parent, self.rank, self.state, self.find
         merged_states = self.constraints.merged
-        for i in order[with_keys[order]].tolist():
+        visit = order[with_keys[order]].tolist()
+        if _kernels is not None:
+            # The same loop in C; it stops where a merge is not cached, which _colocate does here.
+            pos, key_pos = 0, 0
+            while (stop := _kernels.union_by_keys(visit, keys_of, roots, parent, rank, state, merged_states,
+                                                  pos, key_pos)) is not None:
+                pos, key_pos = stop
+                i = visit[pos]
+                error = self._colocate(i, roots[keys_of[i][key_pos]])
+                if error and not self.soft:
+                    raise PlacementError(error)
+                key_pos += 1
+            return
+        for i in visit:
             for key in keys_of[i]:
                 root = roots.get(key)
                 if root is None:
@@ -772,34 +807,49 @@ class _Placer:
                 state[root] = settled[st][1]
             visits = [v[~bulk[v]] for v in visits]
 
+        def assign(i: int, generators: bool) -> None:
+            root = group_root[i]
+            st = state[root]
+            devices = candidates_of.get(st) or self._candidates(i, root)
+            if root not in first_names:
+                first_names[root] = names_of(devices)
+            chosen = devices[0]
+            if not generators:
+                why = follow[i]
+                if why >= 0:  # Shape/Size/Rank, pass-through Identity: their input's device
+                    lo = in_start[i]
+                    if in_start[i + 1] > lo:
+                        src_device = assigned[in_src[lo]]
+                        if src_device >= 0 and src_device in devices:
+                            chosen = src_device
+                            reason[i] = why
+            else:  # a generator: the device of all its consumers, if they share one
+                users = consumers[i]
+                if users:
+                    first = assigned[users[0]]
+                    if first >= 0 and first in devices and (
+                            len(users) == 1 or len(set(map(assigned.__getitem__, users))) == 1):
+                        chosen = first
+                        reason[i] = WHY_GENERATOR
+            assigned[i] = chosen
+            state[root] = placed[st, device_name_id[chosen]]
+
         # Pass 1 visits non-generators in node order; pass 2 the generators, after their consumers.
         for generators, visit in zip((False, True), visits, strict=True):
-            for i in visit.tolist():
-                root = group_root[i]
-                st = state[root]
-                devices = candidates_of.get(st) or self._candidates(i, root)
-                if root not in first_names:
-                    first_names[root] = names_of(devices)
-                chosen = devices[0]
-                if not generators:
-                    why = follow[i]
-                    if why >= 0:  # Shape/Size/Rank, pass-through Identity: their input's device
-                        lo = in_start[i]
-                        if in_start[i + 1] > lo:
-                            src_device = assigned[in_src[lo]]
-                            if src_device >= 0 and src_device in devices:
-                                chosen = src_device
-                                reason[i] = why
-                else:  # a generator: the device of all its consumers, if they share one
-                    users = consumers[i]
-                    if users:
-                        first = assigned[users[0]]
-                        if first >= 0 and first in devices and (
-                                len(users) == 1 or len(set(map(assigned.__getitem__, users))) == 1):
-                            chosen = first
-                            reason[i] = WHY_GENERATOR
-                assigned[i] = chosen
-                state[root] = placed[st, device_name_id[chosen]]
+            visit_list = visit.tolist()
+            if _kernels is None:
+                for i in visit_list:
+                    assign(i, generators)
+                continue
+            # The same loop in C over what the caches settle; it stops before any node that needs
+            # a candidate list, names or placed state not computed yet, which assign() does here.
+            pos = 0
+            while (pos := _kernels.assign_nodes(
+                    visit_list, generators, group_root, state, candidates_of, first_names, candidate_names,
+                    assigned, reason, follow, in_start, in_src, consumers, placed, device_name_id,
+                    WHY_GENERATOR, pos)) is not None:
+                assign(visit_list[pos], generators)
+                pos += 1
         # ``candidates`` in the order groups were first visited (pass 1, then pass 2), as the
         # loop over every node would have filled it; each root gets its own list.
         roots_visited = group_root_np[np.concatenate([order[~generator_np[order]], order[generator_np[order]]])]
