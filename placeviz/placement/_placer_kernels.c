@@ -406,10 +406,136 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(colocated_others_doc,
+"colocated_others(colocated_names, names) -> list[(node, names)]\n\n"
+"The first loop of imported_devices: per node of colocated_names (in its order), the names it\n"
+"is colocated with other than its own, for the nodes that have some.");
+
+static PyObject *colocated_others(PyObject *self, PyObject *args)
+{
+    PyObject *colocated_names, *names;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &colocated_names, &PyList_Type, &names)) return NULL;
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    Py_ssize_t it = 0, n = PyList_GET_SIZE(names);
+    PyObject *key, *located;
+    while (PyDict_Next(colocated_names, &it, &key, &located)) {
+        long i = PyLong_AsLong(key);
+        if (i < 0 || i >= n || !PyTuple_Check(located)) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad colocated_names entry");
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *own = PyList_GET_ITEM(names, i), *others = located;
+        Py_INCREF(others);
+        int has_own = PySequence_Contains(located, own);
+        if (has_own < 0) goto fail;
+        if (has_own) { /* the same names without its own, in order */
+            Py_DECREF(others);
+            others = PyList_New(0);
+            if (!others) goto fail_nothing;
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(located); j++) {
+                PyObject *name = PyTuple_GET_ITEM(located, j);
+                int same = PyObject_RichCompareBool(name, own, Py_EQ);
+                if (same < 0 || (!same && PyList_Append(others, name) < 0)) goto fail;
+            }
+            PyObject *t = PyList_AsTuple(others);
+            Py_DECREF(others);
+            if (!(others = t)) goto fail_nothing;
+        }
+        if (PyTuple_GET_SIZE(others) > 0) {
+            PyObject *pair = PyTuple_Pack(2, key, others);
+            if (!pair || PyList_Append(out, pair) < 0) {
+                Py_XDECREF(pair);
+                goto fail;
+            }
+            Py_DECREF(pair);
+        }
+        Py_DECREF(others);
+        continue;
+    fail:
+        Py_DECREF(others);
+    fail_nothing:
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+PyDoc_STRVAR(apply_colocated_devices_doc,
+"apply_colocated_devices(colocated, static, devices, index, colocated_ids, recanonical, pos) -> None | pos\n\n"
+"The last loop of imported_devices from colocated[pos]: each node takes the (re-canonicalised)\n"
+"device of the first op it names that has one, answered once per tuple of names when none of\n"
+"them is colocated itself (`static`). Stops at the first node that needs a device not in\n"
+"`recanonical` yet and returns its position: the caller does that node and resumes at pos + 1.");
+
+static PyObject *apply_colocated_devices(PyObject *self, PyObject *args)
+{
+    PyObject *colocated, *stat, *devices, *index, *colocated_ids, *recanonical;
+    Py_ssize_t pos;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!n", &PyList_Type, &colocated, &PyDict_Type, &stat, &PyList_Type,
+                          &devices, &PyDict_Type, &index, &PySet_Type, &colocated_ids, &PyDict_Type, &recanonical,
+                          &pos))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(devices);
+    for (Py_ssize_t p = pos; p < PyList_GET_SIZE(colocated); p++) {
+        PyObject *pair = PyList_GET_ITEM(colocated, p), *others;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyTuple_Check(others = PyTuple_GET_ITEM(pair, 1))) {
+            PyErr_SetString(PyExc_TypeError, "colocated items must be (node, names)");
+            return NULL;
+        }
+        long i = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+        if (i < 0 || i >= n) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "node id out of range");
+            return NULL;
+        }
+        PyObject *device = PyDict_GetItemWithError(stat, others);
+        if (!device) {
+            if (PyErr_Occurred()) return NULL;
+            /* first_device(ids), and whether the answer holds for every node naming these ops */
+            int found = 0, disjoint = 1;
+            device = Py_None;
+            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(others); k++) {
+                PyObject *id = PyDict_GetItemWithError(index, PyTuple_GET_ITEM(others, k));
+                if (!id) {
+                    if (PyErr_Occurred()) return NULL;
+                    continue; /* no such op: skipped, and never colocated */
+                }
+                int c = PySet_Contains(colocated_ids, id);
+                if (c < 0) return NULL;
+                if (c) disjoint = 0;
+                if (found) continue;
+                long j = PyLong_AsLong(id);
+                if (j < 0 || j >= n) {
+                    if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "node id out of range");
+                    return NULL;
+                }
+                PyObject *dj = PyList_GET_ITEM(devices, j);
+                if (!PyUnicode_Check(dj)) return PyLong_FromSsize_t(p);
+                if (PyUnicode_GET_LENGTH(dj) == 0) continue;
+                PyObject *canon = PyDict_GetItemWithError(recanonical, dj);
+                if (!canon) {
+                    if (PyErr_Occurred()) return NULL;
+                    return PyLong_FromSsize_t(p);
+                }
+                device = canon;
+                found = 1;
+            }
+            if (disjoint && PyDict_SetItem(stat, others, device) < 0) return NULL;
+        }
+        if (device == Py_None) continue;
+        Py_INCREF(device);
+        if (PyList_SetItem(devices, i, device) < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"union_by_keys", union_by_keys, METH_VARARGS, union_by_keys_doc},
     {"union_ref_edges", union_ref_edges, METH_VARARGS, union_ref_edges_doc},
     {"assign_nodes", assign_nodes, METH_VARARGS, assign_nodes_doc},
+    {"colocated_others", colocated_others, METH_VARARGS, colocated_others_doc},
+    {"apply_colocated_devices", apply_colocated_devices, METH_VARARGS, apply_colocated_devices_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -124,12 +124,16 @@ def imported_devices(graph: Graph) -> list[str]:
     takes the device of the first op it names that has one (names of missing ops are skipped).
     """
     names, index = graph.names, graph.index
-    colocated: list[tuple[int, tuple[str, ...]]] = []  # (node, names of the other ops it is colocated with)
-    for i, located in graph.colocated_names.items():  # node-id order
-        if names[i] in located:  # loc:@<own name> does not count
-            located = tuple(name for name in located if name != names[i])
-        if located:
-            colocated.append((i, located))
+    # (node, names of the other ops it is colocated with), node-id order; loc:@<own name> does not count
+    colocated: list[tuple[int, tuple[str, ...]]] = []
+    if _kernels is not None:
+        colocated = _kernels.colocated_others(graph.colocated_names, names)
+    else:
+        for i, located in graph.colocated_names.items():
+            if names[i] in located:
+                located = tuple(name for name in located if name != names[i])
+            if located:
+                colocated.append((i, located))
     # Canonicalise once per distinct device string; a malformed one is an error only on a node
     # that keeps its device (the first such node in id order is reported).
     canonical: dict[str, str | DeviceSpecError] = {"": ""}
@@ -163,7 +167,8 @@ def imported_devices(graph: Graph) -> list[str]:
     # it is computed once per tuple. Otherwise it depends on what earlier nodes took, in order.
     colocated_ids = {i for i, _ in colocated}
     static: dict[tuple[str, ...], str | None] = {}
-    for i, others in colocated:
+
+    def take_device(i: int, others: tuple[str, ...]) -> None:
         device = static.get(others, static)  # the dict itself: not known yet
         if device is static:
             ids = list(map(index.get, others))
@@ -172,6 +177,17 @@ def imported_devices(graph: Graph) -> list[str]:
                 static[others] = device
         if device is not None:
             devices[i] = device
+
+    if _kernels is None:
+        for i, others in colocated:
+            take_device(i, others)
+        return devices
+    # The same loop in C; it stops where a device has not been re-canonicalised yet, done here.
+    pos = 0
+    while (pos := _kernels.apply_colocated_devices(colocated, static, devices, index, colocated_ids,
+                                                   recanonical, pos)) is not None:
+        take_device(*colocated[pos])
+        pos += 1
     return devices
 
 
