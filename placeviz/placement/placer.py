@@ -814,13 +814,22 @@ class _Placer:
         if len(settled) < len(distinct_states):
             bulk &= np.isin(root_states, np.asarray(list(settled), dtype=np.int64))
         if bulk.any():
-            bulk_ids = np.nonzero(bulk)[0].tolist()
-            for i, st in zip(bulk_ids, root_states[bulk].tolist(), strict=True):
-                assigned[i] = settled[st][0]
-            for root in set(map(group_root.__getitem__, bulk_ids)):
-                st = state[root]
-                first_names[root] = names_of(candidates_of[st])
-                state[root] = settled[st][1]
+            # Per settled state, as arrays indexed by the state's position in `settled_states`.
+            settled_states = np.asarray(list(settled), dtype=np.int64)
+            settled_device = np.asarray([d for d, _ in settled.values()], dtype=np.int64)
+            position = np.searchsorted(np.sort(settled_states), root_states[bulk])
+            by_position = np.argsort(settled_states)
+            assigned_np = np.full(n, -1, dtype=np.int64)
+            assigned_np[bulk] = settled_device[by_position[position]]
+            assigned = assigned_np.tolist()
+            bulk_roots = np.unique(group_root_np[bulk])
+            root_settled = [settled[st] for st in map(state.__getitem__, bulk_roots.tolist())]
+            names_by_state = {st: names_of(candidates_of[st]) for st in settled}
+            bulk_root_list = bulk_roots.tolist()
+            first_names.update(zip(bulk_root_list, map(names_by_state.__getitem__,
+                                                       map(state.__getitem__, bulk_root_list)), strict=True))
+            for root, (_, placed_state) in zip(bulk_root_list, root_settled, strict=True):
+                state[root] = placed_state
             visits = [v[~bulk[v]] for v in visits]
 
         def assign(i: int, generators: bool) -> None:
@@ -872,7 +881,8 @@ class _Placer:
         _, first_visit = np.unique(roots_visited, return_index=True)
         roots_in_order = roots_visited[np.sort(first_visit)].tolist()
         candidates = dict(zip(roots_in_order, map(list, map(first_names.__getitem__, roots_in_order)), strict=True))
-        return Placement(g, [device_names[d] if d >= 0 else "" for d in assigned], reason, group_root, candidates)
+        device_or_empty = [*device_names, ""]  # index -1 (not placed): ""
+        return Placement(g, list(map(device_or_empty.__getitem__, assigned)), reason, group_root, candidates)
 
 
 def _roots(np, parent: list[int]):
