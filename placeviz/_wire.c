@@ -795,10 +795,49 @@ static PyObject *valid_node_names(PyObject *self, PyObject *names)
     Py_RETURN_TRUE;
 }
 
+PyDoc_STRVAR(field_spans_doc,
+"field_spans(data, field) -> list[(offset, length)]\n\n"
+"The payloads of every length-delimited occurrence of a top-level field of a serialized message,\n"
+"in order (to find the GraphDef inside a MetaGraphDef or SavedModel). Empty if the message has\n"
+"an odd wire form.");
+
+static PyObject *field_spans(PyObject *self, PyObject *args)
+{
+    PyObject *data;
+    unsigned int wanted;
+    if (!PyArg_ParseTuple(args, "OI", &data, &wanted)) return NULL;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *base = buf.buf, *p = base, *end = base + buf.len;
+    PyObject *out = PyList_New(0);
+    while (out && p < end) {
+        uint32_t field;
+        int wt;
+        const uint8_t *v;
+        uint32_t n;
+        if (!read_tag(&p, end, &field, &wt)) goto odd;
+        if (field == wanted && wt == 2) {
+            if (!read_len(&p, end, &v, &n)) goto odd;
+            PyObject *span = Py_BuildValue("(nI)", (Py_ssize_t)(v - base), n);
+            if (!span || PyList_Append(out, span) < 0) Py_CLEAR(out);
+            Py_XDECREF(span);
+        } else if (!skip_value(&p, end, wt)) {
+            goto odd;
+        }
+    }
+    PyBuffer_Release(&buf);
+    return out;
+odd:
+    PyBuffer_Release(&buf);
+    Py_DECREF(out);
+    return PyList_New(0);
+}
+
 static PyMethodDef methods[] = {
     {"scan_graph", scan_graph, METH_O, scan_graph_doc},
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
     {"valid_node_names", valid_node_names, METH_O, valid_node_names_doc},
+    {"field_spans", field_spans, METH_VARARGS, field_spans_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -104,7 +104,7 @@ def parse_input(text: str) -> Input:
 class Graph:
     """Index over a GraphDef: node ids, parsed edges, colocation groups. Never mutated."""
 
-    def __init__(self, graph_def: GraphDef, *, wire: bytes | None = None,
+    def __init__(self, graph_def: GraphDef, *, wire: bytes | memoryview | None = None,
                  key_attrs_for: Callable[[set[str]], dict[str, tuple[str, ...]]] | None = None):
         """Index ``graph_def``.
 
@@ -124,7 +124,7 @@ class Graph:
             if wire is None or _wire is None or not self._build_from_wire(wire, key_attrs_for):
                 self._build(graph_def)
 
-    def _build_from_wire(self, wire: bytes, key_attrs_for) -> bool:
+    def _build_from_wire(self, wire: bytes | memoryview, key_attrs_for) -> bool:
         """:meth:`_build` (and the ``_class`` and attr-key reads) by the C reader; False if it declined."""
         scanned = _wire.scan_graph(wire)
         if scanned is None:

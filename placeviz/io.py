@@ -99,7 +99,7 @@ def load(spec: str | os.PathLike, *, tag: str | None = None) -> Model:
     suffix = path.suffix.lower()
     if suffix == ".meta":
         meta = _parse_meta_graph(spec, data)
-        return _from_meta_graph(spec, "metagraph", meta)
+        return _from_meta_graph(spec, "metagraph", meta, wire=_graph_def_wire(data))
     if suffix in TEXT_SUFFIXES:
         return _load_text(spec, data)
     return _load_binary_graph(spec, data)
@@ -161,9 +161,9 @@ def _try_other_formats(spec: str, data: bytes) -> Model | None:
         except (pb_message.DecodeError, RuntimeError, ValueError):
             continue
         if kind == "metagraph" and msg.graph_def.node and msg.HasField("meta_info_def"):
-            return _from_meta_graph(spec, kind, msg)
+            return _from_meta_graph(spec, kind, msg, wire=_graph_def_wire(data))
         if kind == "savedmodel" and msg.meta_graphs and msg.meta_graphs[0].graph_def.node:
-            return _choose_meta_graph(spec, msg, None)
+            return _choose_meta_graph(spec, msg, None, data)
     if _looks_like_text(data):
         try:
             return _load_text(spec, data)
@@ -246,11 +246,13 @@ def _load_saved_model_dir(spec: str, directory: Path, tag: str | None, file: Pat
                 except (pb_message.DecodeError, RuntimeError, ValueError) as e:
                     raise LoadError(spec, f"{candidate.name} is not a valid SavedModel "
                                           f"({_decode_problem(e)})") from None
-            return _choose_meta_graph(spec, saved, tag)
+            return _choose_meta_graph(spec, saved, tag, data if candidate.suffix != ".pbtxt" else None)
     raise LoadError(spec, "a directory without saved_model.pb: not a SavedModel")
 
 
-def _choose_meta_graph(spec: str, saved, tag: str | None) -> Model:
+def _choose_meta_graph(spec: str, saved, tag: str | None, data: bytes | None = None) -> Model:
+    """The MetaGraph of the SavedModel to load (``tag``, or the one tagged 'train'); ``data``: the
+    SavedModel's bytes, if binary (the GraphDef is then read from them, see ``_graph_def_wire``)."""
     metas = list(saved.meta_graphs)
     if not metas:
         raise LoadError(spec, "the SavedModel holds no MetaGraphs")
@@ -268,7 +270,13 @@ def _choose_meta_graph(spec: str, saved, tag: str | None) -> Model:
     meta = chosen[0]
     if not meta.graph_def.node:
         raise LoadError(spec, "the chosen MetaGraph holds no graph nodes")
-    return _from_meta_graph(spec, "savedmodel", meta)
+    wire = None
+    if data is not None and _wire is not None:
+        spans = _wire.field_spans(data, 2)  # SavedModel.meta_graphs
+        if len(spans) == len(metas):
+            offset, length = spans[next(k for k, m in enumerate(metas) if m is meta)]
+            wire = _graph_def_wire(memoryview(data)[offset:offset + length])
+    return _from_meta_graph(spec, "savedmodel", meta, wire=wire)
 
 
 def _fmt_tags(all_tags) -> str:
@@ -339,7 +347,7 @@ def _decode_problem(e: Exception) -> str:
 
 # ------------------------------------------------------------------------ graph validation
 def _from_graph_def(spec: str, kind: str, graph_def: GraphDef, meta=None, collections=None,
-                    tags=(), wire: bytes | None = None) -> Model:
+                    tags=(), wire=None) -> Model:
     """``wire``: the bytes ``graph_def`` was parsed from, if at hand: the IR is then read from them
     (faster, same result), with the attr keys the placer's op facts need (see ``Graph``)."""
     try:
@@ -374,10 +382,23 @@ def _check_node_names(spec: str, names: list[str]) -> None:
     raise LoadError(spec, f"node #{i} has an invalid name {names[i][:60]!r}: not a GraphDef, or a corrupt one")
 
 
-def _from_meta_graph(spec: str, kind: str, meta: MetaGraphDef) -> Model:
+def _from_meta_graph(spec: str, kind: str, meta: MetaGraphDef, wire=None) -> Model:
+    """``wire``: the bytes ``meta.graph_def`` was parsed from, if at hand (see ``_from_graph_def``)."""
     collections = read_collections(meta)
     return _from_graph_def(spec, kind, meta.graph_def, meta=meta, collections=collections,
-                           tags=meta.meta_info_def.tags)
+                           tags=meta.meta_info_def.tags, wire=wire)
+
+
+def _graph_def_wire(meta_graph_bytes) -> memoryview | None:
+    """The bytes of the ``graph_def`` field of a serialized MetaGraphDef, when it occurs once (twice
+    would merge: then the IR is read from the parsed messages instead)."""
+    if _wire is None:
+        return None
+    spans = _wire.field_spans(meta_graph_bytes, 2)  # MetaGraphDef.graph_def
+    if len(spans) != 1:
+        return None
+    offset, length = spans[0]
+    return memoryview(meta_graph_bytes)[offset:offset + length]
 
 
 def _op_name(tensor_or_op_name: str) -> str:

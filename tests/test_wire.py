@@ -212,3 +212,16 @@ def test_mutated_graphs(data):
         out.node.add().CopyFrom(n)
     for key_attrs_for in (_default_fact_key_attrs, _every_attr):
         assert_same(out, key_attrs_for=key_attrs_for)
+
+
+@pytest.mark.parametrize("spec, tag", [("setter.meta", None), ("saved_tf1", None), ("saved_tf1", "serve"),
+                                       ("saved_tf2", None)])
+def test_load_reads_meta_graphs_and_saved_models_with_the_c_reader(tf_models, spec, tag):
+    model = load(tf_models / spec, tag=tag)
+    assert model.graph.cached_attr_keys() is not None  # read from the file's bytes
+    expected = Graph(model.graph_def)  # the Python path, from the parsed messages
+    for field in ("names", "ops", "devices", "in_start", "in_src", "in_slot"):
+        assert getattr(model.graph, field) == getattr(expected, field), field
+    assert list(model.graph.colocation.items()) == list(expected.colocation.items())
+    key_attrs = _default_fact_key_attrs(set(expected.ops))
+    assert model.graph.attr_keys(key_attrs) == expected.attr_keys(key_attrs)
