@@ -165,7 +165,7 @@ def imported_devices(graph: Graph) -> list[str]:
     # Many ops name the same others (a variable's readers, assigns, slots). When none of those is
     # colocated itself, their devices are final already and the answer is the same for all of them:
     # it is computed once per tuple. Otherwise it depends on what earlier nodes took, in order.
-    colocated_ids = {i for i, _ in colocated}
+    colocated_ids = set(map(operator.itemgetter(0), colocated))
     static: dict[tuple[str, ...], str | None] = {}
 
     def take_device(i: int, others: tuple[str, ...]) -> None:
@@ -348,6 +348,7 @@ class _Placer:
         self.parent = [-1] * n  # union-find: parent id, or -1 for a group root
         self.rank = [0] * n
         self.order = graph.topological_order
+        self._order_np = None  # see _order_array
         self.requested = imported_devices(graph) if config.python_import else graph.devices
         self.constraints = _Constraints(self.soft)
         self.state: list[int] = []  # filled by _init_members
@@ -361,6 +362,12 @@ class _Placer:
             self.device_index.setdefault(d.name, k)
         self.device_name_id = [self.constraints.name_id(d.parsed) for d in devices]
         self.candidates_of: dict[int, tuple[int, ...]] = {}  # state -> candidate device indices
+
+    def _order_array(self, np):
+        """The visit order as a numpy array (made once: three passes use it)."""
+        if self._order_np is None:
+            self._order_np = np.asarray(self.order, dtype=np.int64)
+        return self._order_np
 
     # ------------------------------------------------------------------ union-find
     def find(self, i: int) -> int:
@@ -401,7 +408,7 @@ class _Placer:
         n = len(graph)
         key_list, num_keys = self._fact_keys(fact_key_attrs(table, op_types))
         key_of_node = np.asarray(key_list, dtype=np.int64)
-        order = np.asarray(self.order, dtype=np.int64)
+        order = self._order_array(np)
         key_in_order = key_of_node[order]
         first_pos = np.full(num_keys, n, dtype=np.int64)
         np.minimum.at(first_pos, key_in_order, np.arange(n, dtype=np.int64))
@@ -597,7 +604,7 @@ class _Placer:
             if i is not None:
                 keys_of[i] += (name,)
         # Only nodes with keys, in visit order.
-        order = np.asarray(self.order, dtype=np.int64)
+        order = self._order_array(np)
         with_keys = np.frombuffer(bytes(map(bool, keys_of)), dtype=np.bool_)
         # The union is :meth:`_colocate` inlined (100k+ calls): when the merged state of the two
         # groups is already cached and valid, do what it does; otherwise call it, which computes
@@ -779,7 +786,7 @@ class _Placer:
                 names = candidate_names[devices] = tuple(device_names[d] for d in devices[:8])
             return names
 
-        order = np.asarray(self.order, dtype=np.int64)
+        order = self._order_array(np)
         generator_np = np.frombuffer(bytes(is_generator), dtype=np.bool_)
         visits = [order[~generator_np[order]], order[generator_np[order]]]  # pass 1, pass 2
 
