@@ -123,3 +123,15 @@ def test_mutated_graphs(monkeypatch, data):
     for options in CONFIGS[:2]:
         got, want = both_ways(out, monkeypatch, options)
         assert got == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["Const", "Identity", "AddN"]),
+                          st.one_of(st.none(), st.integers(-2, 3), st.booleans(), st.binary(max_size=2),
+                                    st.tuples(st.integers(0, 1), st.none()))), max_size=40))
+def test_fact_key_numbers(pairs):
+    """number_keys numbers (op, key) pairs in order of first occurrence, as _fact_keys' Python path."""
+    ops, values = [op for op, _ in pairs], [v for _, v in pairs]
+    first: dict = {}
+    want = [first.setdefault(pair, len(first)) for pair in zip(ops, values, strict=True)]
+    assert placer._kernels.number_keys(ops, values) == (want, len(first))

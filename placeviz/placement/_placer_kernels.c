@@ -530,10 +530,56 @@ static PyObject *apply_colocated_devices(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(number_keys_doc,
+"number_keys(ops, values) -> (numbers, count)\n\n"
+"Number each distinct (ops[i], values[i]) pair in order of first occurrence: what\n"
+"Placer._fact_keys computes (a dict per op, so no pair tuple is made per node).");
+
+static PyObject *number_keys(PyObject *self, PyObject *args)
+{
+    PyObject *ops, *values;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &ops, &PyList_Type, &values)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ops);
+    if (PyList_GET_SIZE(values) != n) {
+        PyErr_SetString(PyExc_ValueError, "ops and values differ in length");
+        return NULL;
+    }
+    PyObject *by_op = PyDict_New(), *numbers = PyList_New(n), *out = NULL;
+    Py_ssize_t count = 0;
+    if (!by_op || !numbers) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *op = PyList_GET_ITEM(ops, i), *value = PyList_GET_ITEM(values, i);
+        PyObject *ids = PyDict_GetItemWithError(by_op, op);
+        if (!ids) {
+            if (PyErr_Occurred() || !(ids = PyDict_New())) goto done;
+            int rc = PyDict_SetItem(by_op, op, ids);
+            Py_DECREF(ids); /* by_op holds it */
+            if (rc < 0) goto done;
+        }
+        PyObject *id = PyDict_GetItemWithError(ids, value);
+        if (id) {
+            Py_INCREF(id);
+        } else {
+            if (PyErr_Occurred() || !(id = PyLong_FromSsize_t(count++))) goto done;
+            if (PyDict_SetItem(ids, value, id) < 0) {
+                Py_DECREF(id);
+                goto done;
+            }
+        }
+        PyList_SET_ITEM(numbers, i, id);
+    }
+    out = Py_BuildValue("(On)", numbers, count);
+done:
+    Py_XDECREF(by_op);
+    Py_XDECREF(numbers);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"union_by_keys", union_by_keys, METH_VARARGS, union_by_keys_doc},
     {"union_ref_edges", union_ref_edges, METH_VARARGS, union_ref_edges_doc},
     {"assign_nodes", assign_nodes, METH_VARARGS, assign_nodes_doc},
+    {"number_keys", number_keys, METH_VARARGS, number_keys_doc},
     {"colocated_others", colocated_others, METH_VARARGS, colocated_others_doc},
     {"apply_colocated_devices", apply_colocated_devices, METH_VARARGS, apply_colocated_devices_doc},
     {NULL, NULL, 0, NULL},

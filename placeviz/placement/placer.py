@@ -467,6 +467,8 @@ class _Placer:
         place_graph` asked for them there). Numbers are dense, in no particular order.
         """
         graph = self.graph
+        if _kernels is not None:  # numbered in order of first occurrence, as below
+            return _kernels.number_keys(graph.ops, graph.attr_keys(key_attrs))
         numbers: dict = {}
         sparse = list(map(numbers.setdefault, zip(graph.ops, graph.attr_keys(key_attrs), strict=True), count()))
         if len(numbers) == len(sparse):
