@@ -49,19 +49,31 @@ _IDENTITY_OPS = frozenset({"Identity", "ReadVariableOp"})
 _VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"})
 
 
-def _nodes_with_ops(graph: Graph, wanted: frozenset[str]) -> list[int]:
+def _nodes_with_ops(graph: Graph, wanted: frozenset[str], kernels=None, suffixes: dict[str, str] | None = None
+                    ) -> list[int]:
     """Ids (ascending) of the nodes whose op is in ``wanted``.
 
     The recognizers look at a few op types only: one pass over the op names finds their nodes, so
     a graph without them costs one cheap pass, not a walk over every node's inputs.
+
+    With ``kernels`` (``_setter_kernels``), the pass is in C, and the nodes whose op is a key of
+    ``suffixes`` are left out unless their name ends with ``suffixes[op]`` (the caller's loop
+    skips those); without, ``suffixes`` is not applied.
     """
+    if kernels is not None:
+        found = kernels.nodes_with_ops(graph.ops, wanted, graph.names, suffixes or {})
+        if found is not None:
+            return found
     return list(compress(range(len(graph.ops)), map(wanted.__contains__, graph.ops)))  # C-level filter
 
 
-def device_scope_hints(graph: Graph) -> dict[int, int]:
-    """node -> node whose device the op was built under (``device(that.device)``)."""
+def device_scope_hints(graph: Graph, kernels=None) -> dict[int, int]:
+    """node -> node whose device the op was built under (``device(that.device)``).
+
+    ``kernels``: ``_setter_kernels`` when the setter runs with its C kernels (same result).
+    """
     hints: dict[int, int] = {}
-    found = _nodes_with_ops(graph, _HINT_OPS)
+    found = _nodes_with_ops(graph, _HINT_OPS, kernels)
     if found:
         _resource_variable_init_ops(graph, found, hints)
         _initialized_value_conds(graph, found, hints)
@@ -72,12 +84,16 @@ def device_scope_hints(graph: Graph) -> dict[int, int]:
 ASSIGN_VARIABLE_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
 
 
-def device_none_nodes(graph: Graph) -> set[int]:
-    """Nodes TF library code builds with the device stack cleared: they keep no device."""
+def device_none_nodes(graph: Graph, kernels=None) -> set[int]:
+    """Nodes TF library code builds with the device stack cleared: they keep no device.
+
+    ``kernels``: ``_setter_kernels`` when the setter runs with its C kernels (same result).
+    """
     out = set()
     names, ops, index = graph.names, graph.ops, graph.index
     token_fill_readers = None
-    for i in _nodes_with_ops(graph, _DEVICE_NONE_CANDIDATE_OPS):
+    # With the kernels, the candidates leave out the Identity ops the loop skips (most of them).
+    for i in _nodes_with_ops(graph, _DEVICE_NONE_CANDIDATE_OPS, kernels, {"Identity": "/Read/Identity"}):
         op = ops[i]
         if op == "ReadVariableOp" and not names[i].endswith("/Read/ReadVariableOp"):
             if not _is_read_after_assign(graph, i):
@@ -269,20 +285,26 @@ def _control_only_noop(graph: Graph, i: int) -> bool:
     return graph.ops[i] == "NoOp" and hi > lo and graph.in_slot[lo:hi].count(CONTROL) == hi - lo
 
 
-def group_roots(graph: Graph) -> dict[int, tuple[list[int], list[int]]]:
+def group_roots(graph: Graph, kernels=None) -> dict[int, tuple[list[int], list[int]]]:
     """NoOps built by ``control_flow_ops.group``: root -> (per-device NoOps, grouped ops).
 
     A group built on one device is a NoOp with only control inputs (the grouped ops). Built on
     several devices it is a root NoOp whose control inputs are per-device NoOps named
     ``<root>/NoOp``, ``<root>/NoOp_1``..., each consumed by the root alone; the grouped ops are
     their inputs. Children of a root are not roots themselves.
+
+    ``kernels``: ``_setter_kernels`` when the setter runs with its C kernels; ``group_noops`` is the
+    first loop below and ``group_members`` the rest (each returns None when Python must run it).
     """
     names, ops, in_start, in_src = graph.names, graph.ops, graph.in_start, graph.in_src
     # First the control-only NoOps and, among their inputs, the would-be children (the right name,
     # a control-only NoOp); then, only if there are any, how many consumers those have.
     roots: list[tuple[int, list[int], set[int]]] = []  # (NoOp, its inputs, inputs that may be children)
     candidates: set[int] = set()
-    for i in compress(range(len(ops)), map("NoOp".__eq__, ops)):
+    scanned = kernels.group_noops(names, ops, in_start, in_src, graph.in_slot) if kernels is not None else None
+    if scanned is not None:  # the loop below, in C
+        roots, candidates = scanned
+    for i in compress(range(len(ops)), map("NoOp".__eq__, ops)) if scanned is None else ():
         if not _control_only_noop(graph, i):
             continue
         prefix = names[i] + "/NoOp"
@@ -298,6 +320,10 @@ def group_roots(graph: Graph) -> dict[int, tuple[list[int], list[int]]]:
                 maybe.add(src)
         roots.append((i, inputs, maybe))
         candidates |= maybe
+    if scanned is not None:
+        out = kernels.group_members(roots, candidates, in_start, in_src)  # the rest, in C
+        if out is not None:
+            return out
     # How many edges leave each would-be child: a C-level filter over the edges, then a count.
     consumers = Counter(filter(candidates.__contains__, in_src)) if candidates else Counter()
     out: dict[int, tuple[list[int], list[int]]] = {}

@@ -26,6 +26,13 @@ it, placeviz reconstructs what it would have written into every ``NodeDef.device
   ``<group>/NoOp_1``, ... in sorted device order) and rewires the group onto them.
 
 The result is a new Graph; the input is never modified. See tf-internals.md section 1.
+
+The per-node loops run in C when ``placeviz.placement._setter_kernels`` is built: the replay loop
+(:func:`_kernel_stops`), the colocation targets, the ``group`` recognizer, the member split and
+the renumbering of the result. Each kernel transliterates the Python loop next to it, which stays
+the reference: a kernel settles only the plain case and leaves the rest (errors, cache misses,
+the greedy strategy, odd types) to that loop, so the results are the same node for node
+(``tests/test_setter_kernels.py`` runs both; ``_kernels = None`` runs only the Python loops).
 """
 
 from __future__ import annotations
@@ -45,6 +52,11 @@ from placeviz.errors import PlacevizError
 from placeviz.graph import CONTROL, Graph, RemappedNodeDefs, _located_names, gc_paused
 from placeviz.placement import scopes
 from placeviz.protos import GraphDef, dtype_size
+
+try:  # the setter's per-node loops in C (setup.py builds it; optional, same results)
+    from placeviz.placement import _setter_kernels as _kernels
+except ImportError:  # pragma: no cover - only without a C compiler at install time
+    _kernels = None
 
 # Why a node got its setter-stage device (``SetterResult.rule``).
 RULE_WORKER = 0  # worker_device merged under the node's own device
@@ -223,8 +235,8 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
 
     ps_spec = PyDeviceSpec.parse(config.ps_device) if config.ps_device else None
     worker_spec = PyDeviceSpec.parse(config.worker_device or "")
-    hints = scopes.device_scope_hints(graph)
-    device_none = scopes.device_none_nodes(graph)
+    hints = scopes.device_scope_hints(graph, _kernels)
+    device_none = scopes.device_none_nodes(graph, _kernels)
     targets = _colocation_targets(graph)
     is_resource_generator = _resource_generator_test(graph, op_table)
     rule = [RULE_WORKER] * n
@@ -236,8 +248,17 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     ps_cache: dict[tuple[int | None, str], str] = {}  # (task, own device) -> a ps op's device
     own_devices, in_start, in_slot = graph.devices, graph.in_start, graph.in_slot
     merge_devices = config.merge_devices
+    calls_for_own: dict[str, bool] = {}  # own device -> whether a ps op there calls the strategy
 
-    for i in range(n):
+    positions = range(n)
+    if _kernels is not None and isinstance(ps_ops, (set, frozenset)):
+        # The C loop settles the plain nodes and stops at the others, which this loop handles
+        # (see _kernel_stops); it reads the caches this loop fills.
+        positions = _kernel_stops(n, own_devices, targets, hints, device_none, in_start, in_slot, ops, ps_ops,
+                                  config, ps_spec is not None, strategy, calls_for_own, ps_cache, worker_cache,
+                                  getattr(is_resource_generator, "kernel_state", None), devices, rule,
+                                  reference, colocated, strategy_calls)
+    for i in positions:
         own = own_devices[i]
         target = targets[i]
         if target == scopes.DEVICE_NONE or i in device_none:
@@ -254,7 +275,8 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
             advances = in_init_scope and (config.graph_as_default or ops[target] in ps_ops)
             if ops[i] in ps_ops and advances and ps_spec is not None:
                 current = PyDeviceSpec.parse(own)
-                if ps_spec.job and (current.job is None or current.job == ps_spec.job):
+                calls = calls_for_own[own] = bool(ps_spec.job and (current.job is None or current.job == ps_spec.job))
+                if calls:
                     strategy(i)
                     strategy_calls.append(i)
             target_device = devices[target]
@@ -279,7 +301,8 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
         if ps_spec is not None and ops[i] in ps_ops:
             current = PyDeviceSpec.parse(own)
             task = None
-            if ps_spec.job and (current.job is None or current.job == ps_spec.job):
+            calls = calls_for_own[own] = bool(ps_spec.job and (current.job is None or current.job == ps_spec.job))
+            if calls:
                 task = int(strategy(i))
                 strategy_calls.append(i)
                 rule[i] = RULE_PS
@@ -315,6 +338,43 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,
                                                           strategy_calls, plain_device)
     return SetterResult(new_graph, new_rules, new_refs, calls, ps_tasks)
+
+
+def _kernel_stops(n: int, own_devices: list[str], targets: list, hints: dict[int, int], device_none: set[int],
+                  in_start: array, in_slot: array, ops: list[str], ps_ops, config: SetterConfig, ps_present: bool,
+                  strategy, calls_for_own: dict, ps_cache: dict, worker_cache: dict, generator_state,
+                  devices: list, rule: list[int], reference: dict, colocated: list, strategy_calls: list):
+    """The node ids the replay loop must handle itself: ``_kernels.replay`` settles every other node,
+    in order, as the loop would, and stops at a node it leaves to Python (a hinted op, a cache
+    miss, a strategy other than round-robin, an uncached resource-constructor test, ...).
+
+    A generator: the loop handles node ``i`` between two ``next`` calls, so when the C loop
+    resumes it sees that node's writes and the caches it filled (and the round-robin counter).
+    """
+    flags = bytearray(n)  # 1: built under device(None); 2: a scope hint (Python merges it)
+    for i in device_none:
+        if 0 <= i < n:
+            flags[i] |= 1
+    for i in hints:
+        if 0 <= i < n:
+            flags[i] |= 2
+    flags = bytes(flags)
+    round_robin = isinstance(strategy, RoundRobin)
+    switches = (1 if config.graph_as_default else 0) | (2 if ps_present else 0) | (4 if config.merge_devices else 0)
+    usable, memo, values = generator_state if generator_state is not None else (None, None, None)
+    replay = _kernels.replay
+    i = 0
+    while i < n:
+        i, next_task = replay(i, n, own_devices, targets, flags, in_start, in_slot, ops, ps_ops, switches,
+                              strategy.next_task if round_robin else 0, strategy.num_tasks if round_robin else 0,
+                              calls_for_own, ps_cache, worker_cache, usable, memo, values,
+                              devices, rule, reference, colocated, strategy_calls)
+        if round_robin:
+            strategy.next_task = next_task
+        if i >= n:
+            return
+        yield i
+        i += 1
 
 
 def _is_resource_generator(graph: Graph, i: int, op_table) -> bool:
@@ -361,6 +421,7 @@ def _resource_generator_test(graph: Graph, op_table) -> Callable[[int], bool]:
             out = op_table.output_types(nodes[i])
         return out is not None and len(out) == 1 and (out[0] > 100 or out[0] == 20)
 
+    test.kernel_state = (usable, memo, values)  # what _kernels.replay reads (and never writes)
     return test
 
 
@@ -384,7 +445,13 @@ def _colocation_targets(graph: Graph) -> list[int | None]:
     # Per distinct tuple of names (shared by all the ops colocated with the same ops): each name
     # with its node id and its initializers' prefix, looked up once.
     resolved: dict[tuple[str, ...], list[tuple[str, int | None]]] = {}
-    for i, groups in colocation.items():
+    items = colocation.items()
+    if _kernels is not None:
+        # The C loop settles every node but the ones it leaves here (Switch ops, odd types).
+        left = _kernels.colocation_targets(colocation, colocated_names, names, ops, index, targets, resolved,
+                                           scopes.DEVICE_NONE)
+        items = [(i, colocation[i]) for i in left]
+    for i, groups in items:
         located = colocated_names.get(i, ())
         name = names[i]
         if name in located:  # loc:@<own name>
@@ -429,11 +496,16 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     dropped: set[int] = set()
     devices = list(devices)
     ops, assign_ops = graph.ops, scopes.ASSIGN_VARIABLE_OPS
-    for root, (children, members) in sorted(scopes.group_roots(graph).items()):  # creation order
-        by_device: dict[str, list[int]] = {}
-        for m in members:
-            key = devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)]
-            by_device.setdefault(key, []).append(m)
+    roots = scopes.group_roots(graph, _kernels)
+    for root, (children, members) in sorted(roots.items()):  # creation order
+        by_device: dict[str, list[int]] | None = None
+        if _kernels is not None and type(members) is list:
+            by_device = _kernels.by_device(members, devices, ops, assign_ops)  # None: an assign op, ...
+        if by_device is None:
+            by_device = {}
+            for m in members:
+                key = devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)]
+                by_device.setdefault(key, []).append(m)
         if len(by_device) == 1:
             # One device: TF builds the root itself under device(<that device>).
             (device, _), = by_device.items()
@@ -497,10 +569,18 @@ class _GroupRewrite:
         self.ops += g.ops[a:b]
         self.new_devices += self.devices[a:b]
         self.new_rules += self.rule[a:b]
-        self.attr_ids.extend(range(a, b))
+        ids = _kernels.id_range(a, b) if _kernels is not None else None
+        if ids is not None:  # the same ids, made in C
+            self.attr_ids.frombytes(ids)
+        else:
+            self.attr_ids.extend(range(a, b))
         lo, hi = g.in_start[a], g.in_start[b]
         shift = len(self.in_src) - lo
-        self.in_start.extend(g.in_start[a + 1:b + 1] if not shift else map(shift.__add__, g.in_start[a + 1:b + 1]))
+        stretch = _kernels.shifted(g.in_start, a + 1, b + 1, shift) if _kernels is not None and shift else None
+        if stretch is not None:  # the same items, shifted in C
+            self.in_start.frombytes(stretch)
+        else:
+            self.in_start.extend(g.in_start[a + 1:b + 1] if not shift else map(shift.__add__, g.in_start[a + 1:b + 1]))
         self.in_src.extend(g.in_src[lo:hi])
         self.in_slot.extend(g.in_slot[lo:hi])
 
@@ -632,6 +712,10 @@ def _rewritten_graph_def(source: Graph, names: list[str], devices: list[str], in
 def _renumbered(mapping: dict[int, object], old_to_new: list[int], keys_only: bool = False) -> dict:
     """``mapping`` with its node-id keys (and values, unless ``keys_only``) renumbered; entries
     that name a dropped node (new id -1) are left out. Order is kept."""
+    if _kernels is not None and type(mapping) is dict and type(old_to_new) is list:
+        out = _kernels.renumbered(mapping, old_to_new, keys_only)  # None: not the plain case
+        if out is not None:
+            return out
     keys = list(map(old_to_new.__getitem__, mapping))
     values = list(mapping.values()) if keys_only else list(map(old_to_new.__getitem__, mapping.values()))
     if -1 not in keys and (keys_only or -1 not in values):  # the usual case

@@ -1,0 +1,396 @@
+"""The setter's C kernels (``placeviz.placement._setter_kernels``) against the Python loops.
+
+``run_setter`` must give exactly the same result with the kernels as without them
+(``setter._kernels = None`` runs the reference Python loops): the devices, rules, references (in
+order), strategy calls, explanations, the result graph's arrays, colocation and GraphDef, and the
+same error when there is one. Compared on TF-built graphs (the setter fixture, every sample
+unplaced, with and without SyncReplicas and resource variables), on a hand-made graph with every
+case the replay knows (and randomly mutated copies of it), under several ``SetterConfig``s, with
+and without the op-fact attr keys cached (``place_graph`` caches them before the setter runs).
+Also each kernel on its own, on inputs it must decline.
+"""
+
+from __future__ import annotations
+
+import random
+from array import array
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from placeviz.devices import ClusterSpec
+from placeviz.errors import PlacevizError
+from placeviz.graph import Graph
+from placeviz.io import model_from_proto
+from placeviz.ops import load_op_table
+from placeviz.placement import PlacementOptions, place_graph, scopes, setter
+from placeviz.placement.placer import read_fact_attrs
+from placeviz.placement.setter import SetterConfig, run_setter
+from placeviz.protos import GraphDef, MetaGraphDef
+
+OP_TABLE = load_op_table()
+KERNELS = setter._kernels
+CLUSTER = ClusterSpec.from_dict({"ps": ["ps0:2222", "ps1:2222"], "worker": ["w0:2222"]})
+CONFIGS = {
+    "ps1": SetterConfig(ps_tasks=1),
+    "ps2": SetterConfig(ps_tasks=2, worker_device="/job:worker/task:0"),
+    "ps3": SetterConfig(ps_tasks=3, worker_device="/job:worker/task:1/device:CPU:0"),
+    "greedy3": SetterConfig(ps_tasks=3, strategy="greedy"),
+    "greedy2-tf1": SetterConfig(ps_tasks=2, strategy="greedy", tf_major="1"),
+    "no-merge": SetterConfig(ps_tasks=2, merge_devices=False),
+    "cluster": SetterConfig(cluster=CLUSTER, worker_device="/job:worker/task:0"),
+    "global-graph": SetterConfig(ps_tasks=2, graph_as_default=False),
+    "global-graph-ps3": SetterConfig(ps_tasks=3, graph_as_default=False, merge_devices=False),
+    "ps-device-no-job": SetterConfig(ps_tasks=2, ps_device="/task:1"),
+    "no-ps-device": SetterConfig(ps_tasks=2, ps_device=""),
+    "ps-ops-set": SetterConfig(ps_tasks=2, ps_ops=frozenset({"VariableV2", "Const", "NoOp"})),
+    "ps-ops-tuple": SetterConfig(ps_tasks=2, ps_ops=("VariableV2", "VarHandleOp")),
+    "no-worker-device": SetterConfig(ps_tasks=2, worker_device=""),
+    "no-setter": SetterConfig(ps_tasks=0),
+}
+
+
+def test_the_extension_is_built():
+    assert KERNELS is not None, "placeviz.placement._setter_kernels was not built: is a C compiler installed?"
+
+
+def _snapshot(result, graph_def: bool) -> tuple:
+    g = result.graph
+    out = (list(g.names), list(g.ops), list(g.devices), g.in_start.tolist(), g.in_src.tolist(), g.in_slot.tolist(),
+           list(g.index.items()), list(g.colocation.items()), list(g.colocated_names.items()),
+           list(result.rule), list(result.reference.items()), list(result.strategy_calls), result.ps_tasks,
+           [result.explain(i) for i in range(len(g))], [type(x) for x in result.rule])
+    if graph_def:
+        out += (g.graph_def.SerializeToString(deterministic=True),)
+    return out
+
+
+def _run(graph: Graph, config: SetterConfig, graph_def: bool):
+    try:
+        return _snapshot(run_setter(graph, config, OP_TABLE), graph_def)
+    except (PlacevizError, ValueError, KeyError, IndexError, TypeError) as e:
+        return ("error", type(e).__name__, str(e))
+
+
+def assert_same(graph: Graph, configs=CONFIGS, graph_def: bool = True) -> list[str]:
+    """Run every config with and without the kernels, first without the attr keys cached, then with
+    them; returns the outcomes (``ok`` or the error both raised)."""
+    outcomes = []
+    for cached in (False, True):
+        if cached:
+            try:
+                read_fact_attrs(graph, OP_TABLE)
+            except PlacevizError:
+                continue
+        for name, config in configs.items():
+            with_kernels = _run(graph, config, graph_def)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(setter, "_kernels", None)
+                reference = _run(graph, config, graph_def)
+            assert with_kernels == reference, (name, cached)
+            outcomes.append("ok" if with_kernels[0] != "error" else with_kernels[2])
+    return outcomes
+
+
+# ----------------------------------------------------------------------------- a hand-made graph
+def setter_graph() -> GraphDef:
+    """An unplaced training-like graph with every case the replay handles: variables and their
+    ``get_variable`` initializers, optimizer slots colocated with them, resource variables (scope
+    hints, reads under device(None)), a cond Switch colocated with its input, inner device scopes
+    (one naming another job), multi- and single-device ``group`` NoOps, a TensorArray."""
+    g = GraphDef()
+
+    def add(name, op, inputs=(), device="", cls=None, dtype=1, shape=(8, 4)):
+        n = g.node.add(name=name, op=op, input=list(inputs), device=device)
+        n.attr["dtype"].type = dtype
+        if shape is not None:
+            n.attr["shape"].shape.SetInParent()  # a scalar too
+            for d in shape:
+                n.attr["shape"].shape.dim.add(size=d)
+        if cls:
+            n.attr["_class"].list.s.extend(c.encode() for c in cls)
+        return n
+
+    add("global_step", "VariableV2", dtype=9, shape=(), cls=["loc:@global_step"])
+    add("global_step/Initializer/zeros", "Const", cls=["loc:@global_step"], dtype=9, shape=())
+    add("global_step/Assign", "Assign", ["global_step", "global_step/Initializer/zeros"], cls=["loc:@global_step"])
+    for k in range(3):
+        device = ["", "/device:CPU:0", "/job:other/task:1"][k]
+        add(f"w{k}", "VariableV2", device=device, cls=[f"loc:@w{k}"])
+        add(f"w{k}/Initializer/zeros", "Const", cls=[f"loc:@w{k}"])
+        add(f"w{k}/Assign", "Assign", [f"w{k}", f"w{k}/Initializer/zeros"], cls=[f"loc:@w{k}"])
+        add(f"w{k}/read", "Identity", [f"w{k}"], cls=[f"loc:@w{k}"])
+    add("v", "VarHandleOp", dtype=1, shape=(4,))
+    add("v/Initializer/ones", "Const", cls=["loc:@v"], shape=(4,))
+    add("v/Assign", "AssignVariableOp", ["v", "v/Initializer/ones"])
+    add("v/Read/ReadVariableOp", "ReadVariableOp", ["v"])
+    add("v/value", "ReadVariableOp", ["v"])
+    add("x", "Placeholder", device="/device:GPU:0")
+    add("h0", "MatMul", ["x", "w0/read"])
+    add("h1", "MatMul", ["h0", "w1/read"], device="/job:worker/task:2")
+    add("h2", "MatMul", ["h1:0", "w2/read", "^w0/Assign"])
+    add("pred", "Placeholder", dtype=10, shape=())
+    add("cond/Switch", "Switch", ["h2", "pred"], cls=["loc:@h2"])
+    add("cond/Identity", "Identity", ["cond/Switch:1"])
+    add("ta", "TensorArrayV3", ["pred"])
+    for k in range(3):
+        add(f"w{k}/Adam", "VariableV2", cls=[f"loc:@w{k}"])
+        add(f"w{k}/Adam/Initializer/zeros", "Const", cls=[f"loc:@w{k}"])
+        add(f"w{k}/Adam/Assign", "Assign", [f"w{k}/Adam", f"w{k}/Adam/Initializer/zeros"], cls=[f"loc:@w{k}"])
+        add(f"update_w{k}", "ApplyAdam", [f"w{k}", f"w{k}/Adam", "h2"], cls=[f"loc:@w{k}"])
+    add("later", "Identity", ["late_var"], cls=["loc:@late_var"])  # colocated with a later node
+    add("late_var", "VariableV2")
+    add("update/NoOp", "NoOp", ["^update_w0", "^update_w1"])
+    add("update/NoOp_1", "NoOp", ["^update_w2", "^v/Assign"])
+    add("update", "NoOp", ["^update/NoOp", "^update/NoOp_1"])
+    add("init", "NoOp", ["^w0/Assign", "^w1/Assign", "^w2/Assign", "^v/Assign", "^global_step/Assign"])
+    add("init_local", "NoOp", ["^w0/Adam/Assign", "^w1/Adam/Assign"], cls=["loc:@w0"])
+    add("train", "NoOp", ["^update", "^h2"])
+    return g
+
+
+def _graph(graph_def: GraphDef) -> Graph | None:
+    try:
+        return Graph(graph_def)
+    except PlacevizError:
+        return None
+
+
+def test_the_hand_made_graph():
+    outcomes = assert_same(_graph(setter_graph()))
+    assert outcomes.count("ok") >= len(CONFIGS)
+
+
+def test_group_names_the_kernel_must_match_like_str_isdigit():
+    base = setter_graph()
+    for child_name in ("update/NoOp_2", "update/NoOp_\u00b2", "update/NoOp_\u0663", "update/NoOp_", "update/NoOp_1a",
+                       "update/NoOpX", "update/NoOp_01", "update/NoO"):
+        g = GraphDef()
+        g.CopyFrom(base)
+        for n in g.node:
+            if n.name == "update/NoOp_1":
+                n.name = child_name
+            n.input[:] = ["^" + child_name if x == "^update/NoOp_1" else x for x in n.input]
+        graph = _graph(g)
+        roots = scopes.group_roots(graph)
+        assert list(roots.items()) == list(scopes.group_roots(graph, KERNELS).items())
+        assert_same(graph, {k: CONFIGS[k] for k in ("ps2", "greedy3", "no-merge")})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_mutated_graphs(data):
+    nodes = list(setter_graph().node)
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1)))
+    names = [n.name for n in nodes]
+    for _ in range(data.draw(st.integers(1, 6))):
+        kind = data.draw(st.sampled_from(["shuffle", "swap", "drop", "device", "class", "op", "input", "name",
+                                          "attr"]))
+        n = nodes[rng.randrange(len(nodes))]
+        if kind == "shuffle":
+            rng.shuffle(nodes)
+        elif kind == "swap":
+            a, b = rng.randrange(len(nodes)), rng.randrange(len(nodes))
+            nodes[a], nodes[b] = nodes[b], nodes[a]
+        elif kind == "drop" and len(nodes) > 1:
+            nodes.remove(n)
+        elif kind == "device":
+            n.device = data.draw(st.sampled_from(["", "/job:ps", "/job:ps/task:1", "/job:other", "/device:GPU:1",
+                                                  "/job:worker/task:0", "/task:3", "/cpu:0", "bad device", "/job:"]))
+        elif kind == "class":
+            n.attr["_class"].list.s[:] = [f"loc:@{x}".encode() for x in data.draw(st.lists(
+                st.sampled_from(names + ["nope", n.name]), max_size=3))]
+        elif kind == "op":
+            n.op = data.draw(st.sampled_from(["VariableV2", "VarHandleOp", "Const", "NoOp", "Identity", "Switch",
+                                              "AssignVariableOp", "ReadVariableOp", "NoSuchOp", "MutableHashTable",
+                                              "ConditionalAccumulator", "TensorArrayV3"]))
+        elif kind == "input":
+            src = data.draw(st.sampled_from(names))
+            if data.draw(st.booleans()):
+                n.input.append("^" + src)
+            else:
+                n.input.insert(0, src)
+        elif kind == "name":
+            old = n.name
+            n.name = data.draw(st.sampled_from(["update/NoOp_2", "update/NoOp_", "w0/Initializer/x", "fresh",
+                                                "w1/Adam_1", "init/NoOp", "init/NoOp_1"]))
+            for m in nodes:
+                m.input[:] = [x.replace(old, n.name) if x.lstrip("^").split(":")[0] == old else x for x in m.input]
+        else:
+            name = data.draw(st.sampled_from(["dtype", "shape", "_output_shapes"]))
+            choice = data.draw(st.integers(0, 3))
+            if choice == 0:
+                n.attr[name].type = data.draw(st.sampled_from([1, 7, 9, 20, 101, 0]))
+            elif choice == 1:
+                n.attr[name].shape.unknown_rank = True
+            elif choice == 2:
+                n.attr[name].shape.dim.add(size=-1)
+            elif name in n.attr:
+                del n.attr[name]
+    out = GraphDef()
+    for n in nodes:
+        out.node.add().CopyFrom(n)
+    graph = _graph(out)
+    if graph is not None:
+        assert_same(graph)
+
+
+# ----------------------------------------------------------------------------- TF-built graphs
+@pytest.mark.tf
+def test_tf_fixture_graphs(tf_models):
+    graph_def = GraphDef()
+    graph_def.ParseFromString((tf_models / "setter.pb").read_bytes())
+    meta = MetaGraphDef()
+    meta.ParseFromString((tf_models / "setter.meta").read_bytes())
+    for g in (graph_def, meta.graph_def):
+        unplaced = GraphDef()
+        unplaced.CopyFrom(g)
+        for n in unplaced.node:
+            n.device = ""
+        for source in (g, unplaced):
+            assert "ok" in assert_same(Graph(source))
+
+
+SAMPLE_BUILDS = [
+    ("mlp", {}), ("mlp", {"sync_replicas": True, "total_replicas": 3}),
+    ("mlp", {"resource_variables": True, "sync_replicas": True}),
+    ("inception", {}), ("inception", {"sync_replicas": True, "resource_variables": True}),
+    ("wide_deep", {}), ("wide_deep", {"resource_variables": True}),
+    ("lstm", {"sync_replicas": True}), ("hashtable", {}), ("hashtable", {"resource_variables": True}),
+    ("misconfigured", {}), ("transformer", {"resource_variables": True}),
+]
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("sample,options", SAMPLE_BUILDS,
+                         ids=[f"{s}-{'-'.join(sorted(o)) or 'plain'}" for s, o in SAMPLE_BUILDS])
+def test_tf_built_samples(sample, options):
+    tf = pytest.importorskip("tensorflow")
+    from sample_graphs import BuildOptions, build_graph
+
+    graph = build_graph(sample, BuildOptions(ps_tasks=0, **options))  # unplaced: no setter
+    with graph.as_default():
+        meta = tf.compat.v1.train.export_meta_graph(graph=graph)
+    model = model_from_proto(f"sample:{sample}", "sample", meta)
+    configs = CONFIGS if sample != "transformer" else {k: CONFIGS[k] for k in ("ps2", "greedy3", "global-graph")}
+    assert "ok" in assert_same(model.graph, configs, graph_def=sample != "transformer")
+    # The whole pipeline, as `placeviz place` runs it.
+    results = []
+    for kernels in (KERNELS, None):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(setter, "_kernels", kernels)
+            try:
+                placed = place_graph(model_from_proto(f"sample:{sample}", "sample", meta).graph,
+                                     PlacementOptions(setter=SetterConfig(ps_tasks=2)), OP_TABLE)
+                results.append((placed.graph.names, placed.placement.devices, placed.setter.rule))
+            except PlacevizError as e:  # the misconfigured sample's colocation conflict
+                results.append(("error", type(e).__name__, str(e)))
+    assert results[0] == results[1]
+
+
+# ----------------------------------------------------------------------------- each kernel alone
+def test_renumbered_declines_what_it_cannot_map():
+    old_to_new = [0, -1, 1, 2]
+    assert KERNELS.renumbered({0: 2, 1: 0, 3: 3}, old_to_new, False) == {0: 1, 2: 2}
+    assert KERNELS.renumbered({3: "x", 1: "y", 0: "z"}, old_to_new, True) == {2: "x", 0: "z"}
+    assert list(KERNELS.renumbered({3: "x", 0: "z"}, old_to_new, True)) == [2, 0]  # order kept
+    assert KERNELS.renumbered({4: 0}, old_to_new, True) is None  # out of range: Python raises
+    assert KERNELS.renumbered({-1: 0}, old_to_new, True) is None  # Python indexes from the end
+    assert KERNELS.renumbered({0: 1}, [-2, 0], True) is None  # not a -1: Python keeps it
+    assert KERNELS.renumbered({0: "a"}, old_to_new, False) is None
+    for mapping, keys_only in (({0: 2, 1: 0, 3: 3}, False), ({0: 1}, True), ({1: 0, 2: 2}, True)):
+        got = setter._renumbered(mapping, old_to_new, keys_only)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(setter, "_kernels", None)
+            assert list(setter._renumbered(mapping, old_to_new, keys_only).items()) == list(got.items())
+
+
+def test_by_device_leaves_assign_ops_to_python():
+    ops = ["NoOp", "AssignVariableOp", "Identity"]
+    devices = ["/a", "/b", "/a"]
+    assert KERNELS.by_device([2, 0], devices, ops, scopes.ASSIGN_VARIABLE_OPS) == {"/a": [2, 0]}
+    assert KERNELS.by_device([0, 1], devices, ops, scopes.ASSIGN_VARIABLE_OPS) is None
+    assert KERNELS.by_device([3], devices, ops, scopes.ASSIGN_VARIABLE_OPS) is None
+    assert KERNELS.by_device([-1], devices, ops, scopes.ASSIGN_VARIABLE_OPS) is None
+
+
+def test_group_noops_declines_out_of_range_inputs():
+    names, ops = ["a", "g"], ["NoOp", "NoOp"]
+    good = KERNELS.group_noops(names, ops, array("i", [0, 0, 1]), array("i", [0]), array("i", [-1]))
+    assert good == ([(1, [0], set())], set())
+    assert KERNELS.group_noops(names, ops, array("i", [0, 0, 1]), array("i", [5]), array("i", [-1])) is None
+    assert KERNELS.group_noops(names, ops, array("i", [0, 0, 2]), array("i", [0]), array("i", [-1])) is None
+
+
+def test_colocation_targets_leaves_switches_and_odd_keys():
+    targets = [None] * 3
+    resolved: dict = {}
+    left = KERNELS.colocation_targets({0: ("loc:@a",), 1: ("loc:@a",), 2: ("loc:@a",), "x": ("loc:@a",)},
+                                      {0: ("a",), 1: ("a",), 2: ("a",), "x": ("a",)}, ["a", "b", "c"],
+                                      ["Const", "Switch", "Id"], {"a": 0, "b": 1, "c": 2}, targets, resolved,
+                                      scopes.DEVICE_NONE)
+    assert left == [1, "x"]  # a Switch, a key that is no node id
+    assert targets == [None, None, 0]
+    assert resolved == {("a",): [("a/Initializer/", 0)]}
+
+
+@pytest.mark.parametrize("device", ["bad device", "/job:ps/task:x", "/job:", "/job:ps", "/job:other/task:2", "/task:3"])
+def test_odd_own_devices_give_the_same_result_or_error(device):
+    # On a ps op, a plain op, a slot variable (colocated, calls the strategy) and a hinted op.
+    for name in ("w1", "h0", "w0/Adam", "v/Assign", "global_step"):
+        g = setter_graph()
+        for n in g.node:
+            if n.name == name:
+                n.device = device
+        outcomes = assert_same(_graph(g))
+        if device in ("bad device", "/job:ps/task:x"):
+            assert any(o != "ok" for o in outcomes)
+
+
+def test_greedy_errors_are_the_same():
+    for broken in ("w1/Adam", "w0"):  # a slot with an unknown dimension; a variable of unknown rank
+        g = setter_graph()
+        for n in g.node:
+            if n.name == broken == "w1/Adam":
+                n.attr["shape"].shape.dim.add(size=-1)
+            elif n.name == broken:
+                n.attr["shape"].shape.unknown_rank = True
+        outcomes = assert_same(_graph(g), {k: CONFIGS[k] for k in ("greedy3", "greedy2-tf1", "ps-ops-set", "ps2")})
+        assert any("greedy strategy" in o for o in outcomes), broken
+
+
+def test_nodes_with_ops_and_its_name_filter():
+    ops = ["Identity", "Const", "Identity", "ReadVariableOp", "Identity"]
+    names = ["a/Read/Identity", "b", "c", "d", "Read/Identity"]
+    wanted = frozenset({"Identity", "ReadVariableOp"})
+    assert KERNELS.nodes_with_ops(ops, wanted, names, {}) == [0, 2, 3, 4]
+    assert KERNELS.nodes_with_ops(ops, wanted, names, {"Identity": "/Read/Identity"}) == [0, 3]
+    assert KERNELS.nodes_with_ops(ops + [None], wanted, names, {}) is None
+    assert KERNELS.nodes_with_ops(ops, ["Identity"], names, {}) is None  # not a set: the Python filter
+    graph = _graph(setter_graph())
+    for wanted in (scopes._HINT_OPS, scopes._DEVICE_NONE_CANDIDATE_OPS):
+        assert scopes._nodes_with_ops(graph, wanted, KERNELS) == scopes._nodes_with_ops(graph, wanted)
+    assert scopes.device_none_nodes(graph, KERNELS) == scopes.device_none_nodes(graph)
+    assert list(scopes.device_scope_hints(graph, KERNELS).items()) == list(scopes.device_scope_hints(graph).items())
+
+
+def test_shifted_declines_out_of_range():
+    values = array("i", [0, 3, 2**31 - 2])
+    assert KERNELS.shifted(values, 0, 2, 5) == array("i", [5, 8]).tobytes()
+    assert KERNELS.shifted(values, 1, 3, -1) == array("i", [2, 2**31 - 3]).tobytes()
+    assert KERNELS.shifted(values, 0, 3, 5) is None  # does not fit an int: Python raises OverflowError
+    assert KERNELS.shifted(values, 2, 4, 0) is None
+    assert KERNELS.shifted([0, 1], 0, 1, 1) is None  # not an array('i')
+
+
+def test_group_members_and_id_range():
+    # Node 2 is a root with children 0 and 1 (consumed once each); 3 consumes 1 too, so 1 is no child.
+    in_start, in_src = array("i", [0, 0, 0, 2, 3]), array("i", [0, 1, 1])
+    roots = [(2, [0, 1], {0, 1}), (3, [1], set())]
+    assert KERNELS.group_members(roots, {0, 1}, in_start, in_src) == {2: ([0], [1])}
+    assert KERNELS.group_members([(2, [0, 9], set())], set(), in_start, in_src) is None
+    assert KERNELS.group_members(roots, {7}, in_start, in_src) is None
+    assert KERNELS.id_range(3, 6) == array("i", [3, 4, 5]).tobytes()
+    assert KERNELS.id_range(5, 5) == b""
+    assert KERNELS.id_range(0, 2**31 + 1) is None
