@@ -60,8 +60,10 @@ send may then read a merged twin). Memory types on GPU come from the op table, w
 only: on other device types int32 counts as host memory (TF's rule for kernels it cannot find).
 
 Speed: everything runs on the Graph's int arrays (vectorised with numpy where it pays); per-edge
-Python work happens only for edges that cross partitions. NodeDefs are built only when
-:attr:`PartitionResult.partitions` is read (or ``materialize=True``).
+work happens only for edges that cross partitions, in C when ``placeviz._partition_kernels`` is
+built (a transliteration of the Python loop, which stays the reference; ``_kernels = None`` runs
+the Python code). NodeDefs are built only when :attr:`PartitionResult.partitions` is read (or
+``materialize=True``).
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
 from placeviz.protos import GraphDef, NodeDef, dtype_name, dtype_size
 from placeviz.prune import PLACEHOLDER_OPS, PruneError, RunSignature, parse_run, prune_mask
+
+try:  # the C loop over cut edges (optional; the Python loop below is the reference)
+    from placeviz import _partition_kernels as _kernels
+except ImportError:  # pragma: no cover - built without a C compiler
+    _kernels = None
 
 SCHEMA = "placeviz.partition/1"
 
@@ -176,6 +183,24 @@ class _New:
         self.meta = meta  # send/recv: (tensor_name, send dev, recv dev, _src, _dst, client); else attrs
         self.frame = ""  # while-loop frame (cloop nodes)
         self.copy_of = -1  # replicated Const: the original
+
+
+# What ``_New.__init__`` stores: its arguments in order, then the slots it sets to constants. The
+# C kernel makes ``_New`` objects by setting these slots directly (keep in step with __init__; the
+# kernel tests compare every field of every added node with the Python path's).
+_NEW_ARGS = ("name", "op", "dev", "inputs", "kind", "origin", "oslot", "dtype", "major", "minor", "meta")
+_NEW_CONSTANTS = (("frame", ""), ("copy_of", -1))
+
+
+def _codes(items: list, mapping: dict):
+    """int32 array of ``mapping[x]`` for each ``x`` of ``items`` (writable), by the C kernel when
+    it is built and takes them."""
+    import numpy as np
+
+    buf = _kernels.index_codes(items, mapping) if _kernels is not None else None
+    if buf is not None:
+        return np.frombuffer(buf, dtype=np.int32)
+    return np.fromiter(map(mapping.__getitem__, items), dtype=np.int32, count=len(items))
 
 
 def _host_positions(args, facts, nd, hms: set[str], total: int) -> list[bool]:
@@ -551,16 +576,17 @@ class _Partitioner:
             res = ((), ())
         else:
             in_t, out_t = io
-            nd = self.nodes_pb[i]
-            attr = nd.attr
+            # The NodeDef's attrs only when needed (reading them is most of the cost here).
             if sp.io_only:
                 key = (self.ops[i], device_type, in_t, out_t)
             else:
+                attr = self.nodes_pb[i].attr
                 key = (self.ops[i], device_type, in_t, out_t, *[_attr_key(attr.get(a)) for a in sp.attrs])
             res = self._mem.get(key)
             if res is None:
-                res = self._mem[key] = self._compute_mem(nd, sp, device_type, in_t, out_t)
-            if self.hostmem_attrs and ("_input_hostmem" in attr or "_output_hostmem" in attr):
+                res = self._mem[key] = self._compute_mem(self.nodes_pb[i], sp, device_type, in_t, out_t)
+            if self.hostmem_attrs and ("_input_hostmem" in (attr := self.nodes_pb[i].attr)
+                                       or "_output_hostmem" in attr):
                 ins, outs = list(res[0]), list(res[1])
                 for name, vec in (("_input_hostmem", ins), ("_output_hostmem", outs)):
                     if name in attr:
@@ -662,7 +688,7 @@ class _Partitioner:
         # Op types as small ints, for vectorised "which nodes are X" questions.
         op_index = {op: k for k, op in enumerate(sorted(set(graph.ops)))}
         self.op_index = op_index
-        self.op_codes = np.fromiter(map(op_index.__getitem__, graph.ops), dtype=np.int32, count=n)
+        self.op_codes = _codes(graph.ops, op_index)
 
         # Client order (node ids of TF's client graph): GraphDef order if it is topological,
         # else the graph's topological order (what TF's graph constructor gives).
@@ -680,7 +706,7 @@ class _Partitioner:
         # Devices of the nodes the run keeps.
         devs = self.devs
         mapping = {d: devs.intern(d) for d in set(self.in_devices)}
-        dev_np = np.fromiter(map(mapping.__getitem__, self.in_devices), dtype=np.int32, count=n)
+        dev_np = _codes(self.in_devices, mapping)
         bad = np.nonzero((dev_np < 0) & self.keep_np)[0]
         if len(bad):
             i = int(bad[0])
@@ -774,6 +800,9 @@ class _Partitioner:
         np = self.np
         if not self.added:
             return self.dev_np
+        added_devs = _kernels.attr_ints(self.added, "dev") if _kernels is not None else None
+        if added_devs is not None:
+            return np.concatenate([self.dev_np, np.frombuffer(added_devs, dtype=np.int32)])
         return np.concatenate([self.dev_np, np.fromiter((a.dev for a in self.added), dtype=np.int32,
                                                          count=len(self.added))])
 
@@ -831,15 +860,14 @@ class _Partitioner:
             if elements > REPLICATE_MAX_ELEMENTS:
                 continue
             pos = edges[by_const[np.searchsorted(c_sorted, ci):np.searchsorted(c_sorted, ci, side="right")]]
-            groups: dict[int, list[int]] = {}
-            for p, d in zip(pos.tolist(), self.dev_np[self.e_dst[pos]].tolist(), strict=True):
-                groups.setdefault(int(tgt_of_dev[d]), []).append(p)
+            tgts = tgt_of_dev[self.dev_np[self.e_dst[pos]]]  # target CPU of each out-edge
+            groups = {tt: pos[tgts == tt] for tt in np.unique(tgts).tolist()}
             fetch_users: dict[int, list[int]] = {}
             for k, a in extra:
                 if a.inputs[0][0] == ci:
                     fetch_users.setdefault(int(tgt_of_dev[a.dev]), []).append(k)
             for tt in fetch_users:
-                groups.setdefault(tt, [])
+                groups.setdefault(tt, pos[:0])
             lo, hi = self.in_start[ci], self.in_start[ci + 1]
             ctrl_in = [int(s) for s in self.e_src[lo:hi].tolist()]
             dtype = self.out_type(ci, 0)
@@ -850,8 +878,8 @@ class _Partitioner:
                 copy = self._add(name, ops[ci], tt, [[s, CONTROL] for s in ctrl_in], "replicate", ci, 0, dtype,
                                  int(self.rank[ci]))
                 self.added[-1].copy_of = ci
-                if groups[tt]:
-                    self.e_src[np.asarray(groups[tt], dtype=np.int64)] = copy
+                if len(groups[tt]):
+                    self.e_src[groups[tt]] = copy
                 for k in fetch_users.get(tt, ()):
                     self.added[k].inputs[0][0] = copy
                 placed.append(devs.names[tt])
@@ -1146,8 +1174,9 @@ class _Partitioner:
 
     def _split_originals(self, pos, writes: tuple[list, list, list]) -> None:
         """The cut edges into original nodes, in order. The common case (a CPU destination, no
-        ref-typed source, no control loop) is handled inline here, written for speed (this loop
-        is most of the time of a large partition); the rest goes to :meth:`_cut_dst`."""
+        ref-typed source, no control loop) is handled inline, written for speed (this loop is most
+        of the time of a large partition): by the C kernel when it is built, else by
+        :meth:`_split_plain_py`, its reference; the rest goes to :meth:`_cut_dst`."""
         pos_l = pos.tolist()
         src_l = self.e_src[pos].tolist()
         slot_l = self.e_slot[pos].tolist()
@@ -1159,6 +1188,45 @@ class _Partitioner:
             w_src.append(s)
             w_slot.append(sl)
 
+        if _kernels is not None and pos_l and self._split_plain_c(pos_l, src_l, slot_l, dst_l, writes, write):
+            return
+        self._split_plain_py(pos_l, src_l, slot_l, dst_l, writes, write)
+
+    def _split_plain_c(self, pos_l: list[int], src_l: list[int], slot_l: list[int], dst_l: list[int],
+                       writes: tuple[list, list, list], write) -> bool:
+        """:meth:`_split_plain_py` in C (``placeviz._partition_kernels.split_plain``, a
+        transliteration that calls the same methods for types, memory types and shapes). Each group
+        of edges into one destination that is not the plain case comes back here for
+        :meth:`_cut_dst`, in order. False (nothing done) when the kernel declines the arguments."""
+        devs = self.devs
+        suffix = "/_" if self.level == 2 else ("_S" if self.level == 0 else "_G")
+        ctx = (pos_l, src_l, slot_l, dst_l, self.n, self.level, self.part, devs.is_cpu, devs.task, devs.names,
+               self.dev_l, self.names, self.added, self.cloop_ctrl, self.dup, self._types, self._shapes,
+               self.out_type, self.in_type, self.out_host, self.in_host, self.shape, dtype_size, _DTYPE_NAMES,
+               dtype_name, _New, self.transfers, self._counter_g, writes[0], writes[1], writes[2], suffix,
+               self.rank, self.in_start, self.ops, devs.type, self._specs, self._node_mem, self._mem,
+               bool(self.hostmem_attrs), _PASS_THROUGH_OPS, CONST_OPS, _SHAPE_ATTR_OPS, self.graph.in_src,
+               self.graph.in_slot, bool(self.output_shapes), _NEW_ARGS, _NEW_CONSTANTS)
+        k, total = 0, len(pos_l)
+        while k < total:
+            res = _kernels.split_plain(ctx, k, self._seq, self._counter_s, self.edge_id)
+            if res is None:
+                if k:  # the kernel checks its arguments before doing anything, so only at k == 0
+                    raise AssertionError("placeviz._partition_kernels declined its arguments midway")
+                return False
+            k, j, self._seq, self._counter_s, self.edge_id = res
+            if k < total:
+                dst = dst_l[k]
+                base = self.in_start[dst]
+                self._cut_dst(dst, [(pos_l[q], src_l[q], slot_l[q], pos_l[q] - base) for q in range(k, j)], write)
+                k = j
+        return True
+
+    def _split_plain_py(self, pos_l: list[int], src_l: list[int], slot_l: list[int], dst_l: list[int],
+                        writes: tuple[list, list, list], write) -> None:
+        """The loop of :meth:`_split_originals`: plain groups inline, the others to
+        :meth:`_cut_dst` (the reference of the C kernel, which transliterates it)."""
+        w_pos, w_src, w_slot = writes
         in_start = self.in_start
         n = self.n
         level = self.level
@@ -1438,21 +1506,23 @@ class _Partitioner:
             a = self.added[i - self.n]
             return self.shape(a.origin, a.oslot, depth) if a.origin >= 0 else None
         key = (i, slot)
-        if key in self._shapes:
-            return self._shapes[key]
+        result = self._shapes.get(key, False)
+        if result is not False:
+            return result
         result = None
-        attr = self.nodes_pb[i].attr
         op = self.ops[i]
+        # The NodeDef's attrs are read only for the ops that need them (most of the cost).
         if self.output_shapes:
-            av = attr.get("_output_shapes")
+            av = self.nodes_pb[i].attr.get("_output_shapes")
             if av is not None and slot < len(av.list.shape):
                 result = _shape_list(av.list.shape[slot])
         if (result is None or None in result) and depth < 32:
             if op in CONST_OPS:
-                value = attr.get("value")
+                value = self.nodes_pb[i].attr.get("value")
                 if value is not None:
                     result = _shape_list(value.tensor.tensor_shape)
             elif op in _SHAPE_ATTR_OPS:
+                attr = self.nodes_pb[i].attr
                 sav = attr.get("shape")
                 if sav is not None:
                     result = _shape_list(sav.shape)

@@ -1,0 +1,1294 @@
+/*
+ * placeviz._partition_kernels: the partitioner's per-edge and per-node loops, in C.
+ *
+ * Why this exists: at 200k nodes a train step cuts about 29k edges and adds 37k nodes and 14k
+ * transfer records. The Python loop that does it (_Partitioner._split_plain_py in
+ * placeviz/partition.py) was most of the time of a partition, and most of that was interpreter
+ * overhead: tuples for dict keys, f-strings, attribute loads, _New.__init__, the transfer dicts,
+ * and the methods it asks for memory types and shapes. split_plain is a direct transliteration of
+ * that loop, and the Python loop stays the reference and the fallback:
+ *
+ * - every fact that needs protobufs or the op table (output types, kernels' memory types, shapes
+ *   from attrs, dtype sizes and names) still comes from the same Python methods; the C code reads
+ *   their caches where the method would return the cached value itself (io types, op specs, memory
+ *   types, shapes), and follows the shape of pass-through ops (Identity...) to their input as the
+ *   method does. Everything else goes to the method, in the order the Python loop calls it;
+ * - a group of edges into one destination that is not the plain case (a non-CPU destination, a
+ *   control loop gating it, a ref-typed source) is handed back to Python (_cut_dst) before
+ *   anything of it is done, exactly where the Python loop would hand it to _cut_dst;
+ * - when the arguments are not of the expected kinds, the function returns None at once, and the
+ *   caller runs the Python loop.
+ *
+ * Three small helpers: index_codes and attr_ints (int32 arrays of dict values / attributes, for
+ * np.fromiter over 1M items) and reach (prune_mask's reverse walk, placeviz/prune.py).
+ *
+ * The results are equal to the Python code's, object for object (tests/test_partition_kernels.py
+ * checks that). Every index into a list or buffer is bounds-checked: a bad index raises IndexError
+ * (split_plain) or declines (the helpers).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define CONTROL (-1)
+#define REF_OFFSET 100
+#define NEW_FIELDS 13 /* slots of partition._New */
+
+/* Interned strings: attribute names of _New, transfer keys, op names and kinds. */
+static PyObject *s_dev, *s_name, *s_origin, *s_oslot, *s_dtype;
+static PyObject *s_send_op, *s_hostsend_op, *s_recv_op, *s_hostrecv_op, *s_const_op, *s_identity_op;
+static PyObject *s_kind_send, *s_kind_recv, *s_ctrl_const, *s_ctrl_identity;
+static PyObject *s_apply;
+static PyObject *s_control, *s_device, *s_task, *s_host_in, *s_host_out, *s_kernel_known, *s_io_only;
+static PyObject *k_src, *k_slot, *k_src_device, *k_dst_device, *k_dtype, *k_shape, *k_bytes, *k_level;
+static PyObject *k_send, *k_recv, *k_send_op, *k_recv_op, *k_tensor_name, *k_dst;
+/* A transfer dict with its keys in the Python loop's order; each transfer is a copy of it. */
+static PyObject *transfer_template;
+
+typedef struct {
+    PyObject *pos_l, *src_l, *slot_l, *dst_l;
+    Py_ssize_t n, level;
+    PyObject *part, *is_cpu, *dev_task, *dev_names, *dev_l, *names, *added;
+    PyObject *cloops, *dup, *types_cache, *shapes_cache;
+    PyObject *out_type, *in_type, *out_host, *in_host, *shape_of, *dtype_size;
+    PyObject *dtype_names, *dtype_name, *new_type;
+    PyObject *transfers, *counters, *w_pos, *w_src, *w_slot, *suffix;
+    Py_buffer rank, in_start; /* int64 client order per node; int32 CSR input starts */
+    PyObject *ops, *dev_type, *specs, *node_mem, *mem; /* for the memory types (see host_of) */
+    int hostmem_attrs;
+    PyObject *pass_ops, *const_ops, *shape_attr_ops; /* for the shapes (see shape_of) */
+    Py_buffer g_in_src, g_in_slot; /* the graph's own inputs (int32), as _input_shape reads them */
+    int output_shapes;
+    int new_fast; /* see add_node and new_slots */
+    PyObject *new_slots[NEW_FIELDS], *new_values;
+} Ctx;
+
+/* ------------------------------------------------------------------ small helpers */
+
+/* list[i] (borrowed), IndexError when out of range. */
+static PyObject *item(PyObject *list, Py_ssize_t i)
+{
+    if (i < 0 || i >= PyList_GET_SIZE(list)) {
+        PyErr_SetString(PyExc_IndexError, "_partition_kernels: index out of range");
+        return NULL;
+    }
+    return PyList_GET_ITEM(list, i);
+}
+
+/* list[i] as a C integer; -1 with an exception set on error (callers check PyErr_Occurred). */
+static Py_ssize_t item_index(PyObject *list, Py_ssize_t i)
+{
+    PyObject *o = item(list, i);
+    return o == NULL ? -1 : PyLong_AsSsize_t(o);
+}
+
+static int append_new_ref(PyObject *list, PyObject *o)
+{
+    if (o == NULL)
+        return -1;
+    int rc = PyList_Append(list, o);
+    Py_DECREF(o);
+    return rc;
+}
+
+static int append_ssize(PyObject *list, Py_ssize_t v)
+{
+    return append_new_ref(list, PyLong_FromSsize_t(v));
+}
+
+static PyObject *call2(PyObject *f, PyObject *a, PyObject *b)
+{
+    PyObject *args[2] = {a, b};
+    return PyObject_Vectorcall(f, args, 2, NULL);
+}
+
+static PyObject *call3(PyObject *f, PyObject *a, PyObject *b, PyObject *c)
+{
+    PyObject *args[3] = {a, b, c};
+    return PyObject_Vectorcall(f, args, 3, NULL);
+}
+
+/* truth of f(a, b) or f(a, b, c); -1 on error */
+static int call_truth(PyObject *res)
+{
+    if (res == NULL)
+        return -1;
+    int t = PyObject_IsTrue(res);
+    Py_DECREF(res);
+    return t;
+}
+
+/* _Partitioner.out_type(i, slot) for a data edge: an added node's dtype, else output `slot` of
+ * the node's cached io types; when they are not cached yet (or look unusual), the Python method,
+ * which computes and caches them. New reference. */
+static PyObject *out_type(Ctx *c, PyObject *src, Py_ssize_t i, PyObject *slot, Py_ssize_t sl)
+{
+    if (i >= c->n) {
+        PyObject *a = item(c->added, i - c->n);
+        return a == NULL ? NULL : PyObject_GetAttr(a, s_dtype);
+    }
+    PyObject *io = PyDict_GetItemWithError(c->types_cache, src);
+    if (io == NULL && PyErr_Occurred())
+        return NULL;
+    if (io == Py_None)
+        return PyLong_FromLong(0);
+    if (io != NULL && sl >= 0 && PyTuple_CheckExact(io) && PyTuple_GET_SIZE(io) == 2 &&
+        PyTuple_CheckExact(PyTuple_GET_ITEM(io, 1))) {
+        PyObject *outs = PyTuple_GET_ITEM(io, 1);
+        if (sl >= PyTuple_GET_SIZE(outs))
+            return PyLong_FromLong(0);
+        PyObject *t = PyTuple_GET_ITEM(outs, sl);
+        Py_INCREF(t);
+        return t;
+    }
+    return call2(c->out_type, src, slot);
+}
+
+/* _Partitioner.shape(i, slot, depth), transliterated for what needs no protobuf: the cached
+ * value, an op without a static shape (None), and the pass-through ops (Identity, Apply*:0...),
+ * which take their first data input's shape, followed here. Everything else (Consts, variables,
+ * placeholders, _output_shapes, VarHandleOp inputs, added nodes) is the method's. New reference. */
+static PyObject *shape_of(Ctx *c, PyObject *i_o, Py_ssize_t i, PyObject *slot_o, Py_ssize_t depth)
+{
+    if (i < 0 || i >= c->n || c->output_shapes || depth >= 32)
+        goto python;
+    PyObject *key = PyTuple_Pack(2, i_o, slot_o);
+    if (key == NULL)
+        return NULL;
+    PyObject *v = PyDict_GetItemWithError(c->shapes_cache, key);
+    if (v != NULL || PyErr_Occurred()) {
+        Py_DECREF(key);
+        Py_XINCREF(v);
+        return v;
+    }
+    PyObject *op = item(c->ops, i);
+    Py_ssize_t slot = PyLong_AsSsize_t(slot_o);
+    if (op == NULL || (slot == -1 && PyErr_Occurred())) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    int from_attrs = PySet_Contains(c->const_ops, op), pass = 0;
+    if (from_attrs == 0)
+        from_attrs = PySet_Contains(c->shape_attr_ops, op);
+    if (from_attrs == 0) {
+        pass = PySet_Contains(c->pass_ops, op);
+        if (pass == 0 && PyUnicode_CheckExact(op)) {
+            pass = PyUnicode_CompareWithASCIIString(op, "ReadVariableOp") == 0;
+            if (!pass && slot == 0)
+                pass = PyUnicode_Tailmatch(op, s_apply, 0, PY_SSIZE_T_MAX, -1);
+        }
+    }
+    if (from_attrs != 0 || pass < 0 || (pass == 0 && !PyUnicode_CheckExact(op))) {
+        Py_DECREF(key);
+        if (from_attrs < 0 || pass < 0)
+            return NULL;
+        goto python;
+    }
+    PyObject *result = Py_None;
+    Py_INCREF(result);
+    if (pass) { /* result = self._input_shape(i, depth) or None */
+        const int32_t *in_start = c->in_start.buf, *g_src = c->g_in_src.buf, *g_slot = c->g_in_slot.buf;
+        Py_ssize_t lo = in_start[i], hi = in_start[i + 1];
+        if (lo < hi && (lo < 0 || hi > c->g_in_src.len / 4 || hi > c->g_in_slot.len / 4)) {
+            PyErr_SetString(PyExc_IndexError, "_partition_kernels: input out of range");
+            Py_DECREF(key);
+            Py_DECREF(result);
+            return NULL;
+        }
+        if (lo < hi && g_slot[lo] != CONTROL) {
+            PyObject *src_op = item(c->ops, g_src[lo]);
+            if (src_op == NULL) {
+                Py_DECREF(key);
+                Py_DECREF(result);
+                return NULL;
+            }
+            if (!PyUnicode_CheckExact(src_op) || PyUnicode_CompareWithASCIIString(src_op, "VarHandleOp") == 0) {
+                Py_DECREF(key);
+                Py_DECREF(result);
+                goto python; /* its shape attr */
+            }
+            PyObject *src_o = PyLong_FromLong(g_src[lo]), *sl_o = PyLong_FromLong(g_slot[lo]), *inner = NULL;
+            if (src_o != NULL && sl_o != NULL)
+                inner = shape_of(c, src_o, g_src[lo], sl_o, depth + 1);
+            Py_XDECREF(src_o);
+            Py_XDECREF(sl_o);
+            int truth = inner == NULL ? -1 : PyObject_IsTrue(inner);
+            if (truth < 0) {
+                Py_XDECREF(inner);
+                Py_DECREF(key);
+                Py_DECREF(result);
+                return NULL;
+            }
+            if (truth)
+                Py_SETREF(result, inner);
+            else
+                Py_DECREF(inner);
+        }
+    }
+    int rc = PyDict_SetItem(c->shapes_cache, key, result);
+    Py_DECREF(key);
+    if (rc < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    return result;
+python:;
+    PyObject *depth_o = PyLong_FromSsize_t(depth);
+    if (depth_o == NULL)
+        return NULL;
+    PyObject *res = call3(c->shape_of, i_o, slot_o, depth_o);
+    Py_DECREF(depth_o);
+    return res;
+}
+
+/* getattr(o, name) is true: 1, 0, or -1 on error. */
+static int attr_true(PyObject *o, PyObject *name)
+{
+    return call_truth(PyObject_GetAttr(o, name));
+}
+
+/* dtype in _ALWAYS_ON_HOST (DT_STRING, its ref, DT_RESOURCE): 1, 0, or -1 on error. */
+static int always_on_host(PyObject *dtype)
+{
+    long t = PyLong_AsLong(dtype);
+    if (t == -1 && PyErr_Occurred())
+        return -1;
+    return t == 7 || t == 107 || t == 20;
+}
+
+/* The memory types _Partitioner._node_mem_types(i) returns, when it would return a cached
+ * value: its own cache, or (for kernels chosen by io types only, without the XLA hostmem attrs)
+ * the value cached for (op, device type, input types, output types), which it then caches for i
+ * too. Borrowed reference; NULL without an exception when only the method itself can tell. */
+static PyObject *cached_mem_types(Ctx *c, PyObject *i_o, PyObject *op, PyObject *dev_type, PyObject *sp)
+{
+    PyObject *res = PyDict_GetItemWithError(c->node_mem, i_o);
+    if (res != NULL || PyErr_Occurred() || c->hostmem_attrs)
+        return res;
+    PyObject *io = PyDict_GetItemWithError(c->types_cache, i_o);
+    if (io == NULL || !PyTuple_CheckExact(io) || PyTuple_GET_SIZE(io) != 2)
+        return NULL;
+    int io_only = attr_true(sp, s_io_only);
+    if (io_only <= 0)
+        return NULL;
+    PyObject *key = PyTuple_Pack(4, op, dev_type, PyTuple_GET_ITEM(io, 0), PyTuple_GET_ITEM(io, 1));
+    if (key == NULL)
+        return NULL;
+    res = PyDict_GetItemWithError(c->mem, key);
+    Py_DECREF(key);
+    if (res == NULL)
+        return NULL;
+    if (PyDict_SetItem(c->node_mem, i_o, res) < 0)
+        return NULL;
+    return res;
+}
+
+/* _Partitioner.out_host(i, slot) (out = 1) or in_host(i, idx, dtype) (out = 0) of an original
+ * node, when the op spec is cached: output/input `pos` on host? 1, 0, -1 on error, -2 when the
+ * Python method must decide (nothing cached to decide from). `type` is the edge's dtype for an
+ * input, NULL for an output (then out_type gives it). */
+static int host_of(Ctx *c, int out, PyObject *i_o, Py_ssize_t i, PyObject *pos_o, Py_ssize_t pos, PyObject *type)
+{
+    if (i < 0 || i >= c->n || pos < 0)
+        return -2;
+    PyObject *op = item(c->ops, i);
+    Py_ssize_t dev = item_index(c->dev_l, i);
+    if (op == NULL || (dev == -1 && PyErr_Occurred()))
+        return -1;
+    PyObject *dev_type = item(c->dev_type, dev);
+    if (dev_type == NULL)
+        return -1;
+    PyObject *key = PyTuple_Pack(2, op, dev_type);
+    if (key == NULL)
+        return -1;
+    PyObject *sp = PyDict_GetItemWithError(c->specs, key); /* spec(op, device type) */
+    Py_DECREF(key);
+    if (sp == NULL)
+        return PyErr_Occurred() ? -1 : -2;
+    if (sp == Py_None || !PyObject_HasAttr(sp, s_kernel_known))
+        return -2;
+    int on_host = attr_true(sp, out ? s_host_out : s_host_in), known = attr_true(sp, s_kernel_known);
+    if (on_host < 0 || known < 0)
+        return -1;
+    Py_INCREF(sp); /* the callbacks below may touch the caches */
+    int rc;
+    PyObject *t = type;
+    if (!on_host && known) { /* the kernel has no HostMemory arg on this side: the dtype decides */
+        if (out)
+            t = out_type(c, i_o, i, pos_o, pos);
+        else
+            Py_INCREF(t);
+        rc = t == NULL ? -1 : always_on_host(t);
+        Py_XDECREF(t);
+        Py_DECREF(sp);
+        return rc;
+    }
+    PyObject *res = cached_mem_types(c, i_o, op, dev_type, sp);
+    Py_DECREF(sp);
+    if (res == NULL)
+        return PyErr_Occurred() ? -1 : -2;
+    PyObject *side = PyTuple_CheckExact(res) && PyTuple_GET_SIZE(res) == 2 ? PyTuple_GET_ITEM(res, out) : NULL;
+    if (side == NULL || !PyTuple_CheckExact(side))
+        return -2;
+    if (pos < PyTuple_GET_SIZE(side))
+        return PyObject_IsTrue(PyTuple_GET_ITEM(side, pos));
+    if (out)
+        t = out_type(c, i_o, i, pos_o, pos);
+    else
+        Py_INCREF(t);
+    rc = t == NULL ? -1 : always_on_host(t);
+    Py_XDECREF(t);
+    return rc;
+}
+
+/* bytes per step: size * prod(shape), or None when the shape or size is unknown. New reference. */
+static PyObject *nbytes_of(PyObject *shape, PyObject *size)
+{
+    if (shape == Py_None || size == Py_None)
+        Py_RETURN_NONE;
+    PyObject *fast = PySequence_Fast(shape, "shape is not a sequence");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+    PyObject **dims = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t d = 0; d < len; d++) {
+        int eq = PyObject_RichCompareBool(dims[d], Py_None, Py_EQ); /* `None in shape` */
+        if (eq != 0) {
+            Py_DECREF(fast);
+            if (eq < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *nbytes = size;
+    Py_INCREF(nbytes);
+    for (Py_ssize_t d = 0; d < len && nbytes != NULL; d++) {
+        PyObject *next = PyNumber_Multiply(nbytes, dims[d]);
+        Py_DECREF(nbytes);
+        nbytes = next;
+    }
+    Py_DECREF(fast);
+    return nbytes;
+}
+
+/* _New(name, op, dev, inputs, kind, origin, oslot, dtype, major, minor[, meta]); steals `name`
+ * and `inputs`, appended to `added`. 0 or -1. Calling the class runs its Python __init__, which is
+ * a good part of the cost of a transfer; when the class is the plain slotted class that
+ * partition.py declares (_NEW_ARGS, _NEW_CONSTANTS, see new_slots), the object is allocated and
+ * its slots are set through their member descriptors here instead, to the same values. */
+static int add_node(Ctx *c, PyObject *name, PyObject *op, PyObject *dev, PyObject *inputs, PyObject *kind,
+                    PyObject *origin, PyObject *oslot, PyObject *dtype, PyObject *major, Py_ssize_t minor,
+                    PyObject *meta)
+{
+    PyObject *minor_o = PyLong_FromSsize_t(minor);
+    PyObject *node = NULL;
+    if (name != NULL && inputs != NULL && minor_o != NULL) {
+        PyObject *args[11] = {name, op, dev, inputs, kind, origin, oslot, dtype, major, minor_o, meta};
+        if (c->new_fast) {
+            PyTypeObject *tp = (PyTypeObject *)c->new_type;
+            args[10] = meta != NULL ? meta : Py_None; /* __init__'s default */
+            node = tp->tp_alloc(tp, 0);
+            for (int k = 0; node != NULL && k < NEW_FIELDS; k++) {
+                PyObject *d = c->new_slots[k], *v = k < 11 ? args[k] : PyTuple_GET_ITEM(c->new_values, k - 11);
+                if (Py_TYPE(d)->tp_descr_set(d, node, v) < 0)
+                    Py_CLEAR(node);
+            }
+        } else {
+            node = PyObject_Vectorcall(c->new_type, args, meta != NULL ? 11 : 10, NULL);
+        }
+    }
+    Py_XDECREF(name);
+    Py_XDECREF(inputs);
+    Py_XDECREF(minor_o);
+    return append_new_ref(c->added, node);
+}
+
+/* The member descriptors of _New's slots, in the order of _NEW_ARGS then _NEW_CONSTANTS (their
+ * values in c->new_values), when the class is exactly a plain slotted class with those 13 slots
+ * and object's __new__ (so that allocating and setting every slot makes the same object as calling
+ * it). 1 if so; 0 (no exception) if not, and the class is called instead. */
+static int new_slots(Ctx *c, PyObject *arg_names, PyObject *constants)
+{
+    PyTypeObject *tp = (PyTypeObject *)c->new_type;
+    if (!PyTuple_CheckExact(arg_names) || PyTuple_GET_SIZE(arg_names) != 11 || !PyTuple_CheckExact(constants) ||
+        PyTuple_GET_SIZE(constants) != NEW_FIELDS - 11 || tp->tp_new != PyBaseObject_Type.tp_new ||
+        tp->tp_dictoffset != 0 || tp->tp_weaklistoffset != 0 || tp->tp_alloc == NULL ||
+        tp->tp_basicsize != PyBaseObject_Type.tp_basicsize + NEW_FIELDS * (Py_ssize_t)sizeof(PyObject *))
+        return 0;
+    c->new_values = PyTuple_New(NEW_FIELDS - 11);
+    if (c->new_values == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    for (int k = 0; k < NEW_FIELDS; k++) {
+        PyObject *name = k < 11 ? PyTuple_GET_ITEM(arg_names, k) : NULL;
+        if (k >= 11) {
+            PyObject *pair = PyTuple_GET_ITEM(constants, k - 11);
+            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+                return 0;
+            name = PyTuple_GET_ITEM(pair, 0);
+            Py_INCREF(PyTuple_GET_ITEM(pair, 1));
+            PyTuple_SET_ITEM(c->new_values, k - 11, PyTuple_GET_ITEM(pair, 1));
+        }
+        if (!PyUnicode_CheckExact(name))
+            return 0;
+        /* the class's own attribute (not an instance's), a slot's member descriptor */
+        PyObject *d = PyDict_GetItemWithError(tp->tp_dict, name);
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) || Py_TYPE(d)->tp_descr_set == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        for (int j = 0; j < k; j++)
+            if (c->new_slots[j] == d)
+                return 0;
+        c->new_slots[k] = d; /* borrowed: the class holds it */
+    }
+    return 1;
+}
+
+/* [[a, b]] with a, b ints given as objects or C values (fresh lists: the caller mutates inputs). */
+static PyObject *one_input(PyObject *a, PyObject *b)
+{
+    PyObject *pair = PyList_New(2);
+    if (pair == NULL)
+        return NULL;
+    Py_INCREF(a);
+    Py_INCREF(b);
+    PyList_SET_ITEM(pair, 0, a);
+    PyList_SET_ITEM(pair, 1, b);
+    PyObject *outer = PyList_New(1);
+    if (outer == NULL) {
+        Py_DECREF(pair);
+        return NULL;
+    }
+    PyList_SET_ITEM(outer, 0, pair);
+    return outer;
+}
+
+static PyObject *one_input_ids(Py_ssize_t a, Py_ssize_t b)
+{
+    PyObject *ao = PyLong_FromSsize_t(a), *bo = PyLong_FromSsize_t(b), *res = NULL;
+    if (ao != NULL && bo != NULL)
+        res = one_input(ao, bo);
+    Py_XDECREF(ao);
+    Py_XDECREF(bo);
+    return res;
+}
+
+/* ------------------------------------------------------------------ names */
+
+/* Decimal digits of v into buf (at least 24 bytes); returns the length. */
+static Py_ssize_t format_int(char *buf, Py_ssize_t v)
+{
+    char tmp[24];
+    Py_ssize_t len = 0;
+    size_t u = v < 0 ? (size_t)0 - (size_t)v : (size_t)v;
+    do {
+        tmp[len++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    Py_ssize_t out = 0;
+    if (v < 0)
+        buf[out++] = '-';
+    while (len)
+        buf[out++] = tmp[--len];
+    return out;
+}
+
+static int is_ascii(PyObject *s)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+#endif
+    return PyUnicode_IS_ASCII(s);
+}
+
+/* f"{a}{lit}{b}{num}" (b may be NULL); names are ASCII in practice, built here without
+ * PyUnicode_FromFormat (which formats ints through vsprintf), else by PyUnicode_FromFormat. */
+static PyObject *name_num(PyObject *a, const char *lit, PyObject *b, Py_ssize_t num)
+{
+    if (!PyUnicode_Check(a) || (b != NULL && !PyUnicode_Check(b))) {
+        PyErr_SetString(PyExc_TypeError, "_partition_kernels: names must be str");
+        return NULL;
+    }
+    /* str subclasses, non-ASCII names: the general path */
+    if (!PyUnicode_CheckExact(a) || (b != NULL && !PyUnicode_CheckExact(b)) || !is_ascii(a) ||
+        (b != NULL && !is_ascii(b)))
+        return b != NULL ? PyUnicode_FromFormat("%U%s%U%zd", a, lit, b, num)
+                         : PyUnicode_FromFormat("%U%s%zd", a, lit, num);
+    char digits[24];
+    Py_ssize_t nd = format_int(digits, num), la = PyUnicode_GET_LENGTH(a), ll = (Py_ssize_t)strlen(lit);
+    Py_ssize_t lb = b != NULL ? PyUnicode_GET_LENGTH(b) : 0;
+    PyObject *out = PyUnicode_New(la + ll + lb + nd, 127);
+    if (out == NULL)
+        return NULL;
+    char *p = (char *)PyUnicode_DATA(out);
+    memcpy(p, PyUnicode_DATA(a), la);
+    memcpy(p + la, lit, ll);
+    if (lb)
+        memcpy(p + la + ll, PyUnicode_DATA(b), lb);
+    memcpy(p + la + ll + lb, digits, nd);
+    return out;
+}
+
+/* f"edge_{num}_{name}" */
+static PyObject *edge_name(Py_ssize_t num, PyObject *name)
+{
+    if (!PyUnicode_Check(name)) {
+        PyErr_SetString(PyExc_TypeError, "_partition_kernels: names must be str");
+        return NULL;
+    }
+    if (!PyUnicode_CheckExact(name) || !is_ascii(name))
+        return PyUnicode_FromFormat("edge_%zd_%U", num, name);
+    char digits[24];
+    Py_ssize_t nd = format_int(digits, num), ln = PyUnicode_GET_LENGTH(name);
+    PyObject *out = PyUnicode_New(5 + nd + 1 + ln, 127);
+    if (out == NULL)
+        return NULL;
+    char *p = (char *)PyUnicode_DATA(out);
+    memcpy(p, "edge_", 5);
+    memcpy(p + 5, digits, nd);
+    p[5 + nd] = '_';
+    memcpy(p + 6 + nd, PyUnicode_DATA(name), ln);
+    return out;
+}
+
+/* ------------------------------------------------------------------ the loop */
+
+/* One cut edge of a plain group (the body of the Python loop). 0 or -1. */
+static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ssize_t dst_i, PyObject *dst_dev,
+                    Py_ssize_t dst_dev_i, PyObject *dpart, PyObject *dst_name, PyObject *task, PyObject *major,
+                    PyObject *recv_device, Py_ssize_t same_task_dst, Py_ssize_t *seq, Py_ssize_t *counter_s,
+                    Py_ssize_t *edge_id)
+{
+    PyObject *src = PyList_GET_ITEM(c->src_l, q), *slot = PyList_GET_ITEM(c->slot_l, q);
+    PyObject *r = PyList_GET_ITEM(c->pos_l, q);
+    Py_ssize_t src_i = PyLong_AsSsize_t(src), sl = PyLong_AsSsize_t(slot), r_i = PyLong_AsSsize_t(r);
+    if (PyErr_Occurred())
+        return -1;
+    int data = sl != CONTROL;
+    PyObject *key = NULL, *src_dev = NULL, *src_name = NULL, *origin = NULL, *oslot = NULL, *tname = NULL;
+    PyObject *meta = NULL, *dtype = NULL, *shape = NULL, *nbytes = NULL, *out = NULL, *tr = NULL;
+    PyObject *send_name = NULL, *recv_name = NULL, *size = NULL, *dname = NULL, *origin_name = NULL;
+    PyObject *send_op, *recv_op, *slot_out;
+    int rc = -1;
+
+    key = PyTuple_Pack(4, src, slot, dpart, Py_True);
+    if (key == NULL)
+        goto done;
+    PyObject *hit = PyDict_GetItemWithError(c->dup, key);
+    if (hit != NULL) { /* the receive already made for this tensor and partition */
+        if (append_ssize(c->w_pos, r_i) < 0 || PyList_Append(c->w_src, hit) < 0)
+            goto done;
+        rc = data ? append_ssize(c->w_slot, 0) : PyList_Append(c->w_slot, slot);
+        goto done;
+    }
+    if (PyErr_Occurred())
+        goto done;
+
+    if (src_i < c->n) {
+        PyObject *d = item(c->dev_l, src_i), *nm = item(c->names, src_i);
+        if (d == NULL || nm == NULL)
+            goto done;
+        src_dev = Py_NewRef(d);
+        src_name = Py_NewRef(nm);
+        origin = src;
+        oslot = slot;
+        Py_INCREF(origin);
+        Py_INCREF(oslot);
+    } else {
+        PyObject *a = item(c->added, src_i - c->n);
+        if (a == NULL || (src_dev = PyObject_GetAttr(a, s_dev)) == NULL ||
+            (src_name = PyObject_GetAttr(a, s_name)) == NULL || (origin = PyObject_GetAttr(a, s_origin)) == NULL)
+            goto done;
+        Py_ssize_t ao = PyLong_AsSsize_t(origin);
+        if (ao == -1 && PyErr_Occurred())
+            goto done;
+        if (ao < 0) {
+            Py_SETREF(origin, Py_NewRef(src));
+            oslot = Py_NewRef(slot);
+        } else if (!data) {
+            oslot = Py_NewRef(slot);
+        } else if ((oslot = PyObject_GetAttr(a, s_oslot)) == NULL) {
+            goto done;
+        }
+    }
+    Py_ssize_t src_dev_i = PyLong_AsSsize_t(src_dev), origin_i = PyLong_AsSsize_t(origin);
+    if (PyErr_Occurred())
+        goto done;
+
+    Py_ssize_t cnt;
+    if (c->level == 1) {
+        PyObject *have = PyDict_GetItemWithError(c->counters, task);
+        if (have == NULL && PyErr_Occurred())
+            goto done;
+        cnt = have == NULL ? 0 : PyLong_AsSsize_t(have);
+        if (cnt == -1 && PyErr_Occurred())
+            goto done;
+        *edge_id += 1;
+        tname = edge_name(*edge_id, src_name);
+    } else {
+        cnt = *counter_s;
+        tname = edge_name(r_i, src_name);
+    }
+    if (tname == NULL)
+        goto done;
+    meta = PyTuple_Pack(6, tname, src_dev, dst_dev, src_name, dst_name, Py_False);
+    if (meta == NULL)
+        goto done;
+
+    if (data) {
+        Py_ssize_t idx = r_i - ((const int32_t *)c->in_start.buf)[dst_i];
+        dtype = Py_NewRef(type_q);
+        int truth = PyObject_IsTrue(dtype);
+        if (truth < 0)
+            goto done;
+        if (!truth) { /* dtype = self.in_type(dst, idx) or DT_FLOAT */
+            PyObject *idx_o = PyLong_FromSsize_t(idx);
+            if (idx_o == NULL)
+                goto done;
+            PyObject *t = call2(c->in_type, dst, idx_o);
+            Py_DECREF(idx_o);
+            if (t == NULL)
+                goto done;
+            truth = PyObject_IsTrue(t);
+            if (truth < 0) {
+                Py_DECREF(t);
+                goto done;
+            }
+            if (truth) {
+                Py_SETREF(dtype, t);
+            } else {
+                Py_DECREF(t);
+                Py_SETREF(dtype, PyLong_FromLong(1));
+                if (dtype == NULL)
+                    goto done;
+            }
+        }
+        int host_send = host_of(c, 1, src, src_i, slot, sl, NULL);
+        if (host_send == -2)
+            host_send = call_truth(call2(c->out_host, src, slot));
+        if (host_send < 0)
+            goto done;
+        PyObject *idx_o = PyLong_FromSsize_t(idx);
+        if (idx_o == NULL)
+            goto done;
+        int host_recv = host_of(c, 0, dst, dst_i, idx_o, idx, dtype);
+        if (host_recv == -2)
+            host_recv = call_truth(call3(c->in_host, dst, idx_o, dtype));
+        Py_DECREF(idx_o);
+        if (host_recv < 0)
+            goto done;
+        send_op = host_send ? s_hostsend_op : s_send_op;
+        recv_op = host_recv ? s_hostrecv_op : s_recv_op;
+        send_name = name_num(src_name, "", c->suffix, cnt);
+        recv_name = name_num(src_name, "", c->suffix, cnt + 1);
+        if (send_name == NULL || recv_name == NULL)
+            goto done;
+        cnt += 2;
+        Py_INCREF(send_name);
+        if (add_node(c, send_name, send_op, src_dev, one_input(src, slot), s_kind_send, origin, oslot, dtype,
+                     major, *seq + 1, meta) < 0)
+            goto done;
+        Py_INCREF(recv_name);
+        if (add_node(c, recv_name, recv_op, dst_dev, PyList_New(0), s_kind_recv, origin, oslot, dtype, major,
+                     *seq + 2, meta) < 0)
+            goto done;
+        *seq += 2;
+        if ((out = PyLong_FromSsize_t(c->n + PyList_GET_SIZE(c->added) - 1)) == NULL)
+            goto done;
+        if (append_ssize(c->w_slot, 0) < 0)
+            goto done;
+        if ((shape = shape_of(c, origin, origin_i, oslot, 0)) == NULL)
+            goto done;
+        if ((size = PyObject_CallOneArg(c->dtype_size, dtype)) == NULL)
+            goto done;
+        if ((nbytes = nbytes_of(shape, size)) == NULL)
+            goto done;
+        slot_out = oslot;
+    } else {
+        PyObject *const_name = name_num(src_name, "/ctrl", c->suffix, cnt);
+        send_name = name_num(src_name, "", c->suffix, cnt + 1);
+        recv_name = name_num(src_name, "", c->suffix, cnt + 2);
+        PyObject *ident_name = name_num(src_name, "", c->suffix, cnt + 3);
+        if (const_name == NULL || send_name == NULL || recv_name == NULL || ident_name == NULL) {
+            Py_XDECREF(const_name);
+            Py_XDECREF(ident_name);
+            goto done;
+        }
+        cnt += 4;
+        if ((dtype = PyLong_FromLong(1)) == NULL) { /* DT_FLOAT */
+            Py_DECREF(const_name);
+            Py_DECREF(ident_name);
+            goto done;
+        }
+        send_op = s_send_op;
+        recv_op = s_recv_op;
+        Py_ssize_t base_id = c->n + PyList_GET_SIZE(c->added);
+        if (add_node(c, const_name, s_const_op, src_dev, one_input(src, slot), s_ctrl_const, origin, slot, dtype,
+                     major, *seq + 1, NULL) < 0) {
+            Py_DECREF(ident_name);
+            goto done;
+        }
+        Py_INCREF(send_name);
+        if (add_node(c, send_name, send_op, src_dev, one_input_ids(base_id, 0), s_kind_send, origin, oslot, dtype,
+                     major, *seq + 2, meta) < 0) {
+            Py_DECREF(ident_name);
+            goto done;
+        }
+        Py_INCREF(recv_name);
+        if (add_node(c, recv_name, recv_op, dst_dev, PyList_New(0), s_kind_recv, origin, oslot, dtype, major,
+                     *seq + 3, meta) < 0) {
+            Py_DECREF(ident_name);
+            goto done;
+        }
+        if (add_node(c, ident_name, s_identity_op, dst_dev, one_input_ids(base_id + 2, 0), s_ctrl_identity,
+                     origin, slot, dtype, major, *seq + 4, NULL) < 0)
+            goto done;
+        *seq += 4;
+        if ((out = PyLong_FromSsize_t(base_id + 3)) == NULL)
+            goto done;
+        if (PyList_Append(c->w_slot, slot) < 0)
+            goto done;
+        shape = PyList_New(1);
+        if (shape == NULL)
+            goto done;
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL)
+            goto done;
+        PyList_SET_ITEM(shape, 0, zero);
+        nbytes = PyLong_FromLong(0);
+        if (nbytes == NULL)
+            goto done;
+        slot_out = s_control;
+    }
+    if (c->level == 1) {
+        PyObject *cnt_o = PyLong_FromSsize_t(cnt);
+        if (cnt_o == NULL || PyDict_SetItem(c->counters, task, cnt_o) < 0) {
+            Py_XDECREF(cnt_o);
+            goto done;
+        }
+        Py_DECREF(cnt_o);
+    } else {
+        *counter_s = cnt;
+    }
+    if (append_ssize(c->w_pos, r_i) < 0 || PyList_Append(c->w_src, out) < 0 || PyDict_SetItem(c->dup, key, out) < 0)
+        goto done;
+
+    /* dname = _DTYPE_NAMES.get(dtype), computed (dtype_name) and cached when missing */
+    dname = PyDict_GetItemWithError(c->dtype_names, dtype);
+    if (dname != NULL) {
+        Py_INCREF(dname);
+    } else {
+        if (PyErr_Occurred() || (dname = PyObject_CallOneArg(c->dtype_name, dtype)) == NULL ||
+            PyDict_SetItem(c->dtype_names, dtype, dname) < 0)
+            goto done;
+    }
+    if (origin_i < c->n) {
+        if ((origin_name = item(c->names, origin_i)) == NULL)
+            goto done;
+        Py_INCREF(origin_name);
+    } else {
+        PyObject *a = item(c->added, origin_i - c->n);
+        if (a == NULL || (origin_name = PyObject_GetAttr(a, s_name)) == NULL)
+            goto done;
+    }
+    PyObject *src_device = item(c->dev_names, src_dev_i);
+    Py_ssize_t src_task = item_index(c->dev_task, src_dev_i);
+    if (src_device == NULL || (src_task == -1 && PyErr_Occurred()))
+        goto done;
+    tr = PyDict_Copy(transfer_template);
+    if (tr == NULL || PyDict_SetItem(tr, k_src, origin_name) < 0 || PyDict_SetItem(tr, k_slot, slot_out) < 0 ||
+        PyDict_SetItem(tr, k_src_device, src_device) < 0 || PyDict_SetItem(tr, k_dst_device, recv_device) < 0 ||
+        PyDict_SetItem(tr, k_dtype, dname) < 0 || PyDict_SetItem(tr, k_shape, shape) < 0 ||
+        PyDict_SetItem(tr, k_bytes, nbytes) < 0 ||
+        PyDict_SetItem(tr, k_level, src_task == same_task_dst ? s_device : s_task) < 0 ||
+        PyDict_SetItem(tr, k_send, send_name) < 0 || PyDict_SetItem(tr, k_recv, recv_name) < 0 ||
+        PyDict_SetItem(tr, k_send_op, send_op) < 0 || PyDict_SetItem(tr, k_recv_op, recv_op) < 0 ||
+        PyDict_SetItem(tr, k_tensor_name, tname) < 0 || PyDict_SetItem(tr, k_dst, dst_name) < 0)
+        goto done;
+    rc = PyList_Append(c->transfers, tr);
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(src_dev);
+    Py_XDECREF(src_name);
+    Py_XDECREF(origin);
+    Py_XDECREF(oslot);
+    Py_XDECREF(tname);
+    Py_XDECREF(meta);
+    Py_XDECREF(dtype);
+    Py_XDECREF(shape);
+    Py_XDECREF(nbytes);
+    Py_XDECREF(out);
+    Py_XDECREF(tr);
+    Py_XDECREF(send_name);
+    Py_XDECREF(recv_name);
+    Py_XDECREF(size);
+    Py_XDECREF(dname);
+    Py_XDECREF(origin_name);
+    return rc;
+}
+
+/* A C-contiguous buffer of at least `count` native signed ints of `itemsize` bytes ("i" int32,
+ * "l"/"q" int64, maybe with a native-order prefix): 1 (view held) or 0 (not held, no exception). */
+static int int_buffer(PyObject *o, Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t count)
+{
+    if (PyObject_GetBuffer(o, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        memset(view, 0, sizeof(*view));
+        return 0;
+    }
+    const char *f = view->format ? view->format : "B";
+    f += (f[0] == '@' || f[0] == '=');
+    int ok = view->itemsize == itemsize && view->len / itemsize >= count &&
+             (itemsize == 4 ? strcmp(f, "i") == 0 : (strcmp(f, "l") == 0 || strcmp(f, "q") == 0));
+    if (!ok) {
+        PyBuffer_Release(view);
+        memset(view, 0, sizeof(*view));
+    }
+    return ok;
+}
+
+/* Release the views parse_ctx took (a view never taken is zeroed: PyBuffer_Release skips it). */
+static void release_ctx(Ctx *c)
+{
+    Py_CLEAR(c->new_values);
+    PyBuffer_Release(&c->rank);
+    PyBuffer_Release(&c->in_start);
+    PyBuffer_Release(&c->g_in_src);
+    PyBuffer_Release(&c->g_in_slot);
+}
+
+static int parse_ctx(PyObject *t, Ctx *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 48)
+        return 0;
+    PyObject **f = &PyTuple_GET_ITEM(t, 0);
+    /* lists and dicts the loop indexes or fills */
+    int lists[] = {0, 1, 2, 3, 6, 7, 8, 9, 10, 11, 12, 26, 28, 29, 30, 34, 35};
+    int dicts[] = {13, 14, 15, 16, 23, 27, 36, 37, 38};
+    for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++)
+        if (!PyList_CheckExact(f[lists[k]]))
+            return 0;
+    for (size_t k = 0; k < sizeof(dicts) / sizeof(dicts[0]); k++)
+        if (!PyDict_CheckExact(f[dicts[k]]))
+            return 0;
+    if (!PyLong_CheckExact(f[4]) || !PyLong_CheckExact(f[5]) || !PyUnicode_CheckExact(f[31]) ||
+        !PyType_Check(f[25]))
+        return 0;
+    c->pos_l = f[0], c->src_l = f[1], c->slot_l = f[2], c->dst_l = f[3];
+    c->n = PyLong_AsSsize_t(f[4]);
+    c->level = PyLong_AsSsize_t(f[5]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    c->part = f[6], c->is_cpu = f[7], c->dev_task = f[8], c->dev_names = f[9], c->dev_l = f[10];
+    c->names = f[11], c->added = f[12], c->cloops = f[13], c->dup = f[14], c->types_cache = f[15];
+    c->shapes_cache = f[16], c->out_type = f[17], c->in_type = f[18], c->out_host = f[19], c->in_host = f[20];
+    c->shape_of = f[21], c->dtype_size = f[22], c->dtype_names = f[23], c->dtype_name = f[24];
+    c->new_type = f[25], c->transfers = f[26], c->counters = f[27], c->w_pos = f[28], c->w_src = f[29];
+    c->w_slot = f[30], c->suffix = f[31];
+    c->ops = f[34], c->dev_type = f[35], c->specs = f[36], c->node_mem = f[37], c->mem = f[38];
+    if (!PyBool_Check(f[39]))
+        return 0;
+    c->hostmem_attrs = f[39] == Py_True;
+    if (!PyAnySet_Check(f[40]) || !PyAnySet_Check(f[41]) || !PyAnySet_Check(f[42]) || !PyBool_Check(f[45]))
+        return 0;
+    c->pass_ops = f[40], c->const_ops = f[41], c->shape_attr_ops = f[42];
+    c->output_shapes = f[45] == Py_True;
+    c->new_fast = new_slots(c, f[46], f[47]);
+    Py_ssize_t total = PyList_GET_SIZE(c->pos_l);
+    if (PyList_GET_SIZE(c->src_l) != total || PyList_GET_SIZE(c->slot_l) != total ||
+        PyList_GET_SIZE(c->dst_l) != total)
+        return 0;
+    /* rank: one int64 per original node; in_start: n + 1 int32; the graph's in_src/in_slot: int32 */
+    if (!int_buffer(f[32], &c->rank, 8, c->n) || !int_buffer(f[33], &c->in_start, 4, c->n + 1) ||
+        !int_buffer(f[43], &c->g_in_src, 4, 0) || !int_buffer(f[44], &c->g_in_slot, 4, 0)) {
+        release_ctx(c);
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(split_plain_doc,
+"split_plain(ctx, k, seq, counter_s, edge_id) -> (k, j, seq, counter_s, edge_id) or None\n\n"
+"The Python loop of _Partitioner._split_plain_py from cut edge k on: handles the plain groups of\n"
+"edges into one destination and stops at the first other one, [k, j), for _cut_dst (k == j ==\n"
+"len(edges) at the end). seq, counter_s and edge_id are the partitioner's counters, returned\n"
+"updated. None when ctx is not what the loop expects (then nothing was done).");
+
+static PyObject *split_plain(PyObject *self, PyObject *args)
+{
+    PyObject *ctx_t;
+    Py_ssize_t k, seq, counter_s, edge_id;
+    if (!PyArg_ParseTuple(args, "Onnnn", &ctx_t, &k, &seq, &counter_s, &edge_id))
+        return NULL;
+    Ctx c;
+    if (!parse_ctx(ctx_t, &c))
+        Py_RETURN_NONE;
+    Py_ssize_t total = PyList_GET_SIZE(c.pos_l), j = k, cap = 0;
+    PyObject **types = NULL; /* out types of the current group's edges (0 for control edges) */
+    PyObject *result = NULL;
+    const int64_t *rank = (const int64_t *)c.rank.buf;
+    if (k < 0)
+        k = j = total;
+    while (k < total) {
+        PyObject *dst = PyList_GET_ITEM(c.dst_l, k);
+        j = k + 1;
+        while (j < total) {
+            int eq = PyObject_RichCompareBool(PyList_GET_ITEM(c.dst_l, j), dst, Py_EQ);
+            if (eq < 0)
+                goto error;
+            if (!eq)
+                break;
+            j++;
+        }
+        Py_ssize_t dst_i = PyLong_AsSsize_t(dst);
+        if (dst_i == -1 && PyErr_Occurred())
+            goto error;
+        if (dst_i < 0 || dst_i >= c.n) {
+            PyErr_SetString(PyExc_IndexError, "_partition_kernels: destination out of range");
+            goto error;
+        }
+        PyObject *dst_dev = item(c.dev_l, dst_i);
+        if (dst_dev == NULL)
+            goto error;
+        Py_ssize_t dst_dev_i = PyLong_AsSsize_t(dst_dev);
+        if (dst_dev_i == -1 && PyErr_Occurred())
+            goto error;
+        if (j - k > cap) {
+            PyObject **grown = PyMem_Realloc(types, sizeof(PyObject *) * (size_t)(j - k));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto error;
+            }
+            types = grown;
+            cap = j - k;
+        }
+        /* types = [out_type(src, slot) if slot != CONTROL else 0 ...], in order */
+        Py_ssize_t got = 0;
+        long max_type = LONG_MIN;
+        for (Py_ssize_t q = k; q < j; q++, got++) {
+            PyObject *src = PyList_GET_ITEM(c.src_l, q), *slot = PyList_GET_ITEM(c.slot_l, q);
+            Py_ssize_t src_i = PyLong_AsSsize_t(src), sl = PyLong_AsSsize_t(slot);
+            if (PyErr_Occurred())
+                break;
+            types[got] = sl == CONTROL ? PyLong_FromLong(0) : out_type(&c, src, src_i, slot, sl);
+            if (types[got] == NULL)
+                break;
+            long t = PyLong_AsLong(types[got]);
+            if (t == -1 && PyErr_Occurred()) {
+                got++;
+                break;
+            }
+            if (t > max_type)
+                max_type = t;
+        }
+        int ok = got == j - k && !PyErr_Occurred();
+        int plain = 0;
+        if (ok) {
+            PyObject *cpu = item(c.is_cpu, dst_dev_i);
+            int in_cloop = PyDict_Contains(c.cloops, dst);
+            int is_cpu = cpu == NULL ? -1 : PyObject_IsTrue(cpu);
+            ok = is_cpu >= 0 && in_cloop >= 0;
+            plain = ok && is_cpu && !in_cloop && max_type <= REF_OFFSET;
+        }
+        if (ok && plain) {
+            PyObject *dpart = item(c.part, dst_dev_i), *dst_name = item(c.names, dst_i);
+            PyObject *task = item(c.dev_task, dst_dev_i), *recv_device = item(c.dev_names, dst_dev_i);
+            PyObject *major = PyLong_FromLongLong(rank[dst_i]);
+            Py_ssize_t same_task_dst = task == NULL ? -1 : PyLong_AsSsize_t(task);
+            ok = dpart != NULL && dst_name != NULL && recv_device != NULL && major != NULL && !PyErr_Occurred();
+            for (Py_ssize_t q = k; ok && q < j; q++)
+                ok = cut_edge(&c, q, types[q - k], dst, dst_i, dst_dev, dst_dev_i, dpart, dst_name, task, major,
+                              recv_device, same_task_dst, &seq, &counter_s, &edge_id) == 0;
+            Py_XDECREF(major);
+        }
+        for (Py_ssize_t q = 0; q < got; q++)
+            Py_DECREF(types[q]);
+        if (!ok)
+            goto error;
+        if (!plain)
+            break; /* [k, j) goes to _cut_dst */
+        k = j;
+    }
+    if (k >= total)
+        k = j = total;
+    result = Py_BuildValue("nnnnn", k, j, seq, counter_s, edge_id);
+error:
+    PyMem_Free(types);
+    release_ctx(&c);
+    return result;
+}
+
+/* ------------------------------------------------------------------ int arrays */
+
+/* A bytearray of n int32 (zeroed), or NULL. */
+static PyObject *int32_buffer(Py_ssize_t n)
+{
+    if (n > PY_SSIZE_T_MAX / 4) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, n * 4);
+    if (out != NULL && n)
+        memset(PyByteArray_AS_STRING(out), 0, (size_t)n * 4);
+    return out;
+}
+
+/* v as an int32; 0 (no exception) when it is not an int in range. */
+static int as_int32(PyObject *v, int32_t *out)
+{
+    if (!PyLong_CheckExact(v))
+        return 0;
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred()) || x < INT32_MIN || x > INT32_MAX) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = (int32_t)x;
+    return 1;
+}
+
+PyDoc_STRVAR(index_codes_doc,
+"index_codes(items, mapping) -> bytearray or None\n\n"
+"int32 mapping[x] for each x of the list or tuple items (what\n"
+"np.fromiter(map(mapping.__getitem__, items), np.int32) holds). None when an item is not a key,\n"
+"or a value not an int32: the caller's Python path then raises the error.");
+
+static PyObject *index_codes(PyObject *self, PyObject *args)
+{
+    PyObject *items, *mapping;
+    if (!PyArg_ParseTuple(args, "OO!", &items, &PyDict_Type, &mapping))
+        return NULL;
+    if (!PyDict_CheckExact(mapping) || !(PyList_CheckExact(items) || PyTuple_CheckExact(items)))
+        Py_RETURN_NONE;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
+    PyObject *out = int32_buffer(n);
+    if (out == NULL)
+        return NULL;
+    int32_t *codes = (int32_t *)PyByteArray_AS_STRING(out);
+    /* a list cannot change size here: dict lookups of str keys run no Python code */
+    for (Py_ssize_t i = 0; i < n && i < PySequence_Fast_GET_SIZE(items); i++) {
+        PyObject *v = PyDict_GetItemWithError(mapping, PySequence_Fast_GET_ITEM(items, i));
+        if (v == NULL || !as_int32(v, &codes[i])) {
+            Py_DECREF(out);
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    if (PySequence_Fast_GET_SIZE(items) != n) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
+PyDoc_STRVAR(attr_ints_doc,
+"attr_ints(objects, name) -> bytearray or None\n\n"
+"int32 getattr(o, name) for each o of the list objects (the partitioner's added nodes' devices).\n"
+"None when a value is not an int32 (the caller's Python path then decides).");
+
+static PyObject *attr_ints(PyObject *self, PyObject *args)
+{
+    PyObject *objects, *name;
+    if (!PyArg_ParseTuple(args, "O!U", &PyList_Type, &objects, &name))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(objects);
+    PyObject *out = int32_buffer(n);
+    if (out == NULL)
+        return NULL;
+    int32_t *vals = (int32_t *)PyByteArray_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i >= PyList_GET_SIZE(objects)) { /* shrunk by a __getattr__: not the plain case */
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        PyObject *v = PyObject_GetAttr(PyList_GET_ITEM(objects, i), name);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        int ok = as_int32(v, &vals[i]);
+        Py_DECREF(v);
+        if (!ok) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+    }
+    if (PyList_GET_SIZE(objects) != n) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
+PyDoc_STRVAR(reach_doc,
+"reach(in_start, in_src, starts, mask, edge_ok) -> bool\n\n"
+"Mark in mask (a writable buffer of one byte per node, zeroed) every node that the node ids in\n"
+"starts reach backwards over the graph's input edges (in CSR form: int32 in_start, n + 1 of them,\n"
+"and int32 in_src), using only the edges whose byte in edge_ok is nonzero (None: all). This is\n"
+"prune_mask's walk (placeviz/prune.py). False, with the mask unspecified, when the arrays are not\n"
+"of those kinds or an id is out of range: the caller then runs its Python walk.");
+
+static PyObject *reach(PyObject *self, PyObject *args)
+{
+    PyObject *start_o, *src_o, *starts, *mask_o, *ok_o;
+    if (!PyArg_ParseTuple(args, "OOOOO", &start_o, &src_o, &starts, &mask_o, &ok_o))
+        return NULL;
+    if (!PyList_CheckExact(starts))
+        Py_RETURN_FALSE;
+    Py_buffer st, sr, mk, ok;
+    int have_ok = ok_o != Py_None, got = 0, result = 0, nomem = 0;
+    int32_t *stack = NULL;
+    if (PyObject_GetBuffer(start_o, &st, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        goto release;
+    got = 1;
+    if (PyObject_GetBuffer(src_o, &sr, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        goto release;
+    got = 2;
+    if (PyObject_GetBuffer(mask_o, &mk, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        goto release;
+    got = 3;
+    if (have_ok) {
+        if (PyObject_GetBuffer(ok_o, &ok, PyBUF_C_CONTIGUOUS) < 0)
+            goto release;
+        got = 4;
+    }
+    const char *sf = st.format ? st.format : "B", *rf = sr.format ? sr.format : "B";
+    if (st.itemsize != 4 || sr.itemsize != 4 || strcmp(sf + (sf[0] == '@' || sf[0] == '='), "i") != 0 ||
+        strcmp(rf + (rf[0] == '@' || rf[0] == '='), "i") != 0)
+        goto release;
+    Py_ssize_t n = mk.len, edges = sr.len / 4;
+    const int32_t *in_start = st.buf, *in_src = sr.buf;
+    uint8_t *mask = mk.buf;
+    const uint8_t *edge_ok = have_ok ? ok.buf : NULL;
+    if (st.len / 4 != n + 1 || (have_ok && ok.len != edges))
+        goto release;
+    /* Every node is pushed at most once (when first marked): the stack holds at most n ids. */
+    stack = PyMem_Malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    if (stack == NULL) {
+        PyErr_NoMemory();
+        nomem = 1;
+        goto release;
+    }
+    Py_ssize_t top = 0;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(starts); k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(starts, k));
+        if (i == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto release;
+        }
+        if (i < 0 || i >= n)
+            goto release;
+        if (!mask[i]) {
+            mask[i] = 1;
+            stack[top++] = (int32_t)i;
+        }
+    }
+    while (top) {
+        int32_t i = stack[--top];
+        int32_t lo = in_start[i], hi = in_start[i + 1];
+        if (lo < 0 || hi > edges || lo > hi)
+            goto release;
+        for (int32_t e = lo; e < hi; e++) {
+            int32_t s = in_src[e];
+            if (s < 0 || s >= n)
+                goto release;
+            if (!mask[s] && (edge_ok == NULL || edge_ok[e])) {
+                mask[s] = 1;
+                stack[top++] = s;
+            }
+        }
+    }
+    result = 1;
+release:
+    PyMem_Free(stack);
+    if (got >= 4)
+        PyBuffer_Release(&ok);
+    if (got >= 3)
+        PyBuffer_Release(&mk);
+    if (got >= 2)
+        PyBuffer_Release(&sr);
+    if (got >= 1)
+        PyBuffer_Release(&st);
+    if (nomem)
+        return NULL;
+    PyErr_Clear(); /* an argument without the buffer interface: not the plain case */
+    return PyBool_FromLong(result);
+}
+
+static PyMethodDef methods[] = {
+    {"split_plain", split_plain, METH_VARARGS, split_plain_doc},
+    {"index_codes", index_codes, METH_VARARGS, index_codes_doc},
+    {"attr_ints", attr_ints, METH_VARARGS, attr_ints_doc},
+    {"reach", reach, METH_VARARGS, reach_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "placeviz._partition_kernels",
+    "The partitioner's loop over cut edges (see placeviz/partition.py).", -1, methods,
+};
+
+#define INTERN(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+
+PyMODINIT_FUNC PyInit__partition_kernels(void)
+{
+    INTERN(s_dev, "dev");
+    INTERN(s_name, "name");
+    INTERN(s_origin, "origin");
+    INTERN(s_oslot, "oslot");
+    INTERN(s_dtype, "dtype");
+    INTERN(s_send_op, "_Send");
+    INTERN(s_hostsend_op, "_HostSend");
+    INTERN(s_recv_op, "_Recv");
+    INTERN(s_hostrecv_op, "_HostRecv");
+    INTERN(s_const_op, "Const");
+    INTERN(s_identity_op, "Identity");
+    INTERN(s_kind_send, "send");
+    INTERN(s_kind_recv, "recv");
+    INTERN(s_ctrl_const, "ctrl_const");
+    INTERN(s_ctrl_identity, "ctrl_identity");
+    INTERN(s_control, "control");
+    INTERN(s_device, "device");
+    INTERN(s_task, "task");
+    INTERN(s_host_in, "host_in");
+    INTERN(s_host_out, "host_out");
+    INTERN(s_kernel_known, "kernel_known");
+    INTERN(s_io_only, "io_only");
+    INTERN(s_apply, "Apply");
+    INTERN(k_src, "src");
+    INTERN(k_slot, "slot");
+    INTERN(k_src_device, "src_device");
+    INTERN(k_dst_device, "dst_device");
+    INTERN(k_dtype, "dtype");
+    INTERN(k_shape, "shape");
+    INTERN(k_bytes, "bytes");
+    INTERN(k_level, "level");
+    INTERN(k_send, "send");
+    INTERN(k_recv, "recv");
+    INTERN(k_send_op, "send_op");
+    INTERN(k_recv_op, "recv_op");
+    INTERN(k_tensor_name, "tensor_name");
+    INTERN(k_dst, "dst");
+    /* the Python loop's key order, which the JSON output shows */
+    PyObject *keys[] = {k_src, k_slot, k_src_device, k_dst_device, k_dtype, k_shape, k_bytes, k_level,
+                        k_send, k_recv, k_send_op, k_recv_op, k_tensor_name, k_dst};
+    transfer_template = PyDict_New();
+    if (transfer_template == NULL)
+        return NULL;
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+        if (PyDict_SetItem(transfer_template, keys[k], Py_None) < 0)
+            return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,401 @@
+"""The C kernels of the partitioner (``placeviz._partition_kernels``) against the Python code they
+transliterate: every partition is made twice, with the kernels and with ``_kernels = None`` in
+:mod:`placeviz.partition` and :mod:`placeviz.prune` (the reference), and everything must be equal:
+the JSON form (transfers with all their attributes, partitions, replicated Consts, moved nodes,
+control loops), the node lists, every added node's fields, the rewritten edges, the GraphDefs (both
+forms, byte for byte) and the errors. Graphs: TF-built sample models (built by TensorFlow in a
+subprocess, placed by placeviz), the fidelity test's hand-built TF graphs (nested while loops over
+three devices, host memory, feeds, moved control flow), the same graphs with devices randomly
+reassigned (GPUs, ref edges and host memory everywhere), and random graphs. No timing here.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from placeviz import partition as partition_mod
+from placeviz import prune as prune_mod
+from placeviz.errors import PlacevizError
+from placeviz.graph import Graph
+from placeviz.partition import partition
+from placeviz.protos import GraphDef, NodeDef
+from placeviz.prune import RunSignature, prune_mask
+
+kernels = pytest.importorskip("placeviz._partition_kernels")
+
+ROOT = Path(__file__).resolve().parent.parent
+PS0, PS1 = "/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"
+W0, W1, WG = ("/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:1",
+              "/job:worker/replica:0/task:0/device:GPU:0")
+DEVICES = [PS0, PS1, W0, W1, WG]
+DT_FLOAT, DT_INT32, DT_STRING = 1, 3, 7
+
+
+# ------------------------------------------------------------------------------------ comparing
+class _Spy:
+    """Stands in for the kernel module and counts the calls that did the work (not declined)."""
+
+    def __init__(self):
+        self.done: dict[str, int] = {}
+
+    def __getattr__(self, name):
+        func = getattr(kernels, name)
+
+        def call(*args):
+            res = func(*args)
+            if res is not None and res is not False:
+                self.done[name] = self.done.get(name, 0) + 1
+            return res
+
+        return call
+
+
+def _snapshot(result) -> dict:
+    b = result._builder
+    return {
+        "json": result.to_json(),
+        "nodes": result.nodes,
+        "original_nodes": result.original_nodes,
+        "added": [(a.name, a.op, a.dev, a.inputs, a.kind, a.origin, a.oslot, a.dtype, a.major, a.minor, a.meta,
+                   a.frame, a.copy_of) for a in b.added],
+        "edges": (b.e_src.tolist(), b.e_slot.tolist(), b.dev_np.tolist(), b.keep_np.tolist()),
+        "counters": (b._seq, b._counter_s, b._counter_g, b.edge_id, sorted(b.dup.items())),
+        "graph_defs": {k: gd.SerializeToString(deterministic=True) for k, gd in result.partitions.items()},
+        "raw_graph_defs": {k: gd.SerializeToString(deterministic=True)
+                           for k, gd in result.graph_defs(importable=False).items()},
+    }
+
+
+def _outcome(monkeypatch, fast: bool, graph: Graph, devices: list[str], kw: dict):
+    spy = _Spy()
+    with monkeypatch.context() as m:
+        m.setattr(partition_mod, "_kernels", spy if fast else None)
+        m.setattr(prune_mod, "_kernels", spy if fast else None)
+        try:
+            return ("ok", _snapshot(partition(graph, devices, **kw))), spy.done
+        except PlacevizError as e:
+            return ("error", type(e).__name__, str(e)), spy.done
+
+
+def assert_same(monkeypatch, graph: Graph, devices: list[str], what: str = "", **kw) -> tuple:
+    """Partition with and without the kernels; equal outcomes. Returns (outcome, kernel calls)."""
+    fast, done = _outcome(monkeypatch, True, graph, devices, kw)
+    ref, ref_done = _outcome(monkeypatch, False, graph, devices, kw)
+    assert not ref_done
+    if fast != ref:  # say where, not just that
+        assert fast[0] == ref[0], (what, kw, fast[:3], ref[:3])
+        if fast[0] == "error":
+            assert fast == ref, (what, kw)
+        for key in fast[1]:
+            assert fast[1][key] == ref[1][key], (what, kw, key)
+    return fast, done
+
+
+# -------------------------------------------------------------------------------- TF-built graphs
+_BUILD = r"""
+import os, pickle, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path[:0] = [sys.argv[2], os.path.join(sys.argv[2], "tests")]
+import tensorflow as tf
+import test_partition_fidelity as fid
+
+cases = {}
+for name in ["mlp", "inception", "wide_deep", "lstm", "hashtable", "transformer", "misconfigured"]:
+    for config in (["ps2", "sync", "resource"] if name in ("mlp", "lstm", "transformer") else ["ps2"]):
+        cases[f"{name} {config}"] = fid._build_sample(name, config)
+tf.compat.v1.disable_control_flow_v2()
+cases["loops"] = fid._build_loops()
+cases["moves"] = fid._build_moves()
+out = {k: {key: (list(v) if key == "feeds" else v) for key, v in c.items() if key != "meta"} for k, c in cases.items()}
+with open(sys.argv[1], "wb") as f:
+    pickle.dump(out, f)
+"""
+
+
+@pytest.fixture(scope="module")
+def tf_cases(tmp_path_factory) -> dict:
+    """TF-built graphs (sample models in three configs, the fidelity test's hand-built ones), built
+    in a subprocess: this process never imports TensorFlow."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed")
+    path = tmp_path_factory.mktemp("kernel_cases") / "cases.pkl"
+    proc = subprocess.run([sys.executable, "-c", _BUILD, str(path), str(ROOT)], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def _placed(case: dict) -> tuple[Graph, list[str]]:
+    from placeviz.devices import ClusterSpec
+    from placeviz.io import model_from_proto
+    from placeviz.placement import PlacementOptions, place_graph
+    from placeviz.placement.placer import PlacerConfig
+
+    model = model_from_proto("tf", "case", GraphDef.FromString(case["graph_def"]))
+    options = PlacementOptions(cluster=ClusterSpec.from_ps_tasks(2), cpus_per_task=case["cpus"],
+                               placer=PlacerConfig(allow_soft_placement=case["soft"]))
+    result = place_graph(model.graph, options)
+    return result.graph, list(result.placement.devices)
+
+
+def _runs(case: dict, graph: Graph) -> list[dict]:
+    """The case's init and train runs, a run of everything, and one with a fetch and a feed."""
+    feeds = [f"{k}:0" if ":" not in k else k for k in case["feeds"]]
+    runs = [dict(targets=case["init"]), dict(targets=case["targets"], fetches=case["fetches"], feeds=feeds), {}]
+    names = graph.names
+    rng = random.Random(len(names))
+    picks = [names[rng.randrange(len(names))] for _ in range(3)]
+    runs.append(dict(fetches=[picks[0]], targets=case["targets"], feeds=[f"{picks[1]}:0"]))
+    return runs
+
+
+def _reassigned(graph: Graph, devices: list[str], seed: int, share: float) -> list[str]:
+    """``devices`` with a random share of nodes moved to random devices (a GPU included)."""
+    rng = random.Random(seed)
+    pool = sorted(set(devices)) + [WG, W1]
+    return [rng.choice(pool) if rng.random() < share else d for d in devices]
+
+
+def test_tf_graphs_partition_identically(monkeypatch, tf_cases):
+    done_total: dict[str, int] = {}
+    results = 0
+    for label, case in tf_cases.items():
+        graph, devices = _placed(case)
+        for run in _runs(case, graph):
+            for kw in (dict(level="device"), dict(level="task"), dict(session="direct"),
+                       dict(level="device", replicate_constants=False)):
+                outcome, done = assert_same(monkeypatch, graph, devices, label, **run, **kw)
+                results += 1
+                for k, v in done.items():
+                    done_total[k] = done_total.get(k, 0) + v
+    assert results == len(tf_cases) * 16
+    assert done_total.get("split_plain", 0) > len(tf_cases)  # the kernels did the work
+    assert done_total.get("reach", 0) and done_total.get("index_codes", 0) and done_total.get("attr_ints", 0)
+
+
+@pytest.mark.parametrize("share", [0.05, 0.3])
+def test_tf_graphs_with_moved_devices_partition_identically(monkeypatch, tf_cases, share):
+    """Devices shuffled: GPU destinations, ref edges and host memory in every pass (the groups the
+    kernel hands back to the Python code), control loops over more devices, and errors."""
+    outcomes = {"ok": 0, "error": 0}
+    for k, (label, case) in enumerate(sorted(tf_cases.items())):
+        graph, devices = _placed(case)
+        for seed in range(2):
+            moved = _reassigned(graph, devices, seed * 100 + k, share)
+            for run in _runs(case, graph)[1:3]:
+                for kw in (dict(level="device"), dict(session="direct", replicate_constants=False)):
+                    outcome, _done = assert_same(monkeypatch, graph, moved, f"{label} {seed}", **run, **kw)
+                    outcomes[outcome[0]] += 1
+    assert outcomes["ok"] > 10
+
+
+# -------------------------------------------------------------------------------- random graphs
+def _node(name: str, op: str, inputs: list[str], device: str, **attrs) -> NodeDef:
+    nd = NodeDef(name=name, op=op, input=inputs, device=device)
+    for key, value in attrs.items():
+        if key in ("T", "dtype", "out_type"):
+            nd.attr[key].type = value
+        elif key == "shape":
+            for d in value:
+                nd.attr[key].shape.dim.add().size = d
+        else:
+            nd.attr[key].i = value
+    return nd
+
+
+def random_graph(seed: int) -> tuple[Graph, list[str], dict]:
+    """A random DAG of Consts (small, large, int32, string), ref variables with Assign/Identity,
+    adds, Shape (int32: host memory on the GPU), NoOps and control edges, on random devices."""
+    rng = random.Random(seed)
+    nodes: list[NodeDef] = []
+    floats: list[str] = []
+    refs: list[str] = []
+    ints: list[str] = []
+    strings: list[str] = []
+    ops: list[str] = []
+    n = rng.randrange(8, 60)
+    devices = DEVICES if rng.random() < 0.7 else DEVICES[:2] + [W0]
+    for k in range(n):
+        name = f"n{k}" if rng.random() < 0.9 else f"_n{k}"
+        dev = rng.choice(devices)
+        kind = rng.choice(["const", "const", "var", "identity", "add", "add", "assign", "shape", "noop",
+                           "string", "placeholder"])
+        if kind in ("identity", "add", "shape") and not (floats or refs):
+            kind = "const"
+        if kind == "assign" and not (refs and floats):
+            kind = "var"
+        if kind == "const":
+            nd = _node(name, "Const", [], dev, dtype=rng.choice([DT_FLOAT, DT_FLOAT, DT_INT32]))
+            tensor = nd.attr["value"].tensor
+            tensor.dtype = nd.attr["dtype"].type
+            for d in rng.choice([(), (2,), (4, 4), (3, 7)]):
+                tensor.tensor_shape.dim.add().size = d
+            (ints if tensor.dtype == DT_INT32 else floats).append(name)
+        elif kind == "string":
+            nd = _node(name, "Const", [], dev, dtype=DT_STRING)
+            nd.attr["value"].tensor.dtype = DT_STRING
+            strings.append(name)
+        elif kind == "placeholder":
+            nd = _node(name, "Placeholder", [], dev, dtype=DT_FLOAT, shape=[rng.choice([1, 2, 3])])
+            floats.append(name)
+        elif kind == "var":
+            nd = _node(name, "VariableV2", [], dev, dtype=DT_FLOAT, shape=[2])
+            refs.append(name)
+        elif kind == "identity":
+            nd = _node(name, "Identity", [rng.choice(floats + refs)], dev, T=DT_FLOAT)
+            floats.append(name)
+        elif kind == "add":
+            pick = floats + refs
+            nd = _node(name, "AddV2", [rng.choice(pick), rng.choice(pick)], dev, T=DT_FLOAT)
+            floats.append(name)
+        elif kind == "assign":
+            nd = _node(name, "Assign", [rng.choice(refs), rng.choice(floats)], dev, T=DT_FLOAT)
+            refs.append(name)
+        elif kind == "shape":
+            nd = _node(name, "Shape", [rng.choice(floats + refs)], dev, T=DT_FLOAT, out_type=DT_INT32)
+            ints.append(name)
+        else:
+            nd = _node(name, "NoOp", [], dev)
+        if nodes and rng.random() < 0.3:
+            nd.input.extend(f"^{nodes[rng.randrange(len(nodes))].name}" for _ in range(rng.randrange(1, 3)))
+        nodes.append(nd)
+        ops.append(kind)
+    gd = GraphDef()
+    gd.node.extend(nodes)
+    graph = Graph(gd)
+    names = [nd.name for nd in nodes]
+    run: dict = {}
+    if rng.random() < 0.8:
+        run["targets"] = rng.sample(names, rng.randrange(1, 4))
+    if rng.random() < 0.5 and floats:
+        run["fetches"] = rng.sample(floats, min(len(floats), rng.randrange(1, 3)))
+    if rng.random() < 0.4 and floats:
+        fed = rng.sample(floats, min(len(floats), rng.randrange(1, 3)))
+        run["feeds"] = [f for f in fed if f not in run.get("fetches", ())][:2]
+    return graph, [nd.device for nd in nodes], run
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_graphs_partition_identically(monkeypatch, seed):
+    graph, devices, run = random_graph(seed)
+    for kw in (dict(level="device"), dict(level="task"), dict(session="direct"),
+               dict(level="device", replicate_constants=False)):
+        assert_same(monkeypatch, graph, devices, f"seed {seed}", **run, **kw)
+
+
+def test_random_graphs_use_the_kernels_and_hand_groups_back(monkeypatch):
+    """Across the random graphs the kernel ran, and handed groups back (GPU/ref destinations)."""
+    calls = 0
+    back = 0
+    real = kernels.split_plain
+
+    def counting(ctx, k, *rest):
+        nonlocal calls, back
+        res = real(ctx, k, *rest)
+        calls += 1
+        if res is not None and res[0] < len(ctx[0]):
+            back += 1
+        return res
+
+    class Counting:
+        def __getattr__(self, name):
+            return counting if name == "split_plain" else getattr(kernels, name)
+
+    monkeypatch.setattr(partition_mod, "_kernels", Counting())
+    for seed in range(60):
+        graph, devices, run = random_graph(seed)
+        try:
+            partition(graph, devices, **run)
+        except PlacevizError:
+            pass
+    assert calls > 30 and back > 5
+
+
+# ------------------------------------------------------------------------------------ prune
+@pytest.mark.parametrize("seed", range(20))
+def test_prune_walk_matches_numpy_walk(monkeypatch, seed):
+    rng = random.Random(seed)
+    n = rng.randrange(1, 3000)
+    gd = GraphDef()
+    for k in range(n):
+        nd = gd.node.add(name=f"n{k}", op="NoOp")
+        for _ in range(rng.randrange(0, 4) if k else 0):
+            src = rng.randrange(k) if rng.random() < 0.9 else max(0, k - 1)
+            nd.input.append(f"n{src}" if rng.random() < 0.7 else f"^n{src}")
+    graph = Graph(gd)
+    starts = tuple(sorted(rng.sample(range(n), min(n, rng.randrange(1, 5)))))
+    feeds = tuple((i, 0) for i in rng.sample(range(n), min(n, rng.randrange(0, 4))))
+    for run in (RunSignature(targets=starts), RunSignature(targets=starts, feeds=feeds), RunSignature()):
+        fast = prune_mask(graph, run)
+        monkeypatch.setattr(prune_mod, "_kernels", None)
+        ref = prune_mask(graph, run)
+        monkeypatch.undo()
+        assert fast == ref
+
+
+# ------------------------------------------------------------------------ the kernels' edge cases
+def test_small_kernels_decline_what_they_do_not_handle():
+    import numpy as np
+
+    assert kernels.index_codes(["a", "b"], {"a": 1, "b": -1}) == np.asarray([1, -1], np.int32).tobytes()
+    assert kernels.index_codes(("a",), {"a": 7}) == np.asarray([7], np.int32).tobytes()
+    assert kernels.index_codes(["a", "c"], {"a": 1}) is None  # missing: the Python path raises
+    assert kernels.index_codes(["a"], {"a": 2**40}) is None
+    assert kernels.index_codes(["a"], {"a": "x"}) is None
+    assert kernels.index_codes(iter(["a"]), {"a": 1}) is None
+    assert kernels.index_codes([], {}) == b""
+
+    class Obj:
+        def __init__(self, dev):
+            self.dev = dev
+
+    assert kernels.attr_ints([Obj(3), Obj(-1)], "dev") == np.asarray([3, -1], np.int32).tobytes()
+    assert kernels.attr_ints([Obj(None)], "dev") is None
+    with pytest.raises(AttributeError):
+        kernels.attr_ints([object()], "dev")
+    from array import array
+
+    starts, srcs = array("i", [0, 1, 2]), array("i", [1, 0])
+    mask = bytearray(2)
+    assert kernels.reach(starts, srcs, [0], mask, None) and mask == bytearray([1, 1])
+    mask = bytearray(2)
+    assert kernels.reach(starts, srcs, [0], mask, bytes([0, 1])) and mask == bytearray([1, 0])
+    assert not kernels.reach(starts, srcs, [5], bytearray(2), None)  # out of range
+    assert not kernels.reach(starts, array("i", [9, 0]), [0], bytearray(2), None)
+    assert not kernels.reach(array("q", [0, 1, 2]), srcs, [0], bytearray(2), None)  # not int32
+    assert not kernels.reach(starts, srcs, [0], b"\0\0", None)  # read-only mask
+    assert not kernels.reach(starts, srcs, [0], bytearray(2), bytes(1))  # edge_ok of the wrong size
+    assert kernels.split_plain((), 0, 0, 0, 0) is None
+
+
+def test_new_node_declaration_matches_its_init():
+    """The kernel sets ``_New``'s slots from ``_NEW_ARGS``/``_NEW_CONSTANTS`` instead of calling
+    ``__init__``: the declaration must say what ``__init__`` does, for every slot."""
+    New = partition_mod._New
+    args = [object() for _ in partition_mod._NEW_ARGS]
+    node = New(*args)
+    for name, value in zip(partition_mod._NEW_ARGS, args, strict=True):
+        assert getattr(node, name) is value
+    for name, value in partition_mod._NEW_CONSTANTS:
+        assert getattr(node, name) == value
+    assert New(*args[:10]).meta is None
+    declared = list(partition_mod._NEW_ARGS) + [k for k, _ in partition_mod._NEW_CONSTANTS]
+    assert sorted(New.__slots__) == sorted(declared)
+
+
+def test_kernel_builds_new_nodes_from_the_declaration(monkeypatch):
+    """The fast path is the one taken (a changed constant shows in the kernel's nodes only)."""
+    graph, devices, run = random_graph(3)
+    monkeypatch.setattr(partition_mod, "_NEW_CONSTANTS", (("frame", "from-the-kernel"), ("copy_of", -1)))
+    result = partition(graph, devices, **run)
+    frames = {a.frame for a in result._builder.added if a.kind in ("send", "recv")}
+    assert "from-the-kernel" in frames  # (the groups handed back to Python have "")
