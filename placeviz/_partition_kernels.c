@@ -187,7 +187,7 @@ static PyObject *shape_of(Ctx *c, PyObject *i_o, Py_ssize_t i, PyObject *slot_o,
     }
     PyObject *result = Py_None;
     Py_INCREF(result);
-    if (pass) { /* result = self._input_shape(i, depth) or None */
+    if (pass) { /* result = _known_first(self._input_shape(i, depth), None) */
         const int32_t *in_start = c->in_start.buf, *g_src = c->g_in_src.buf, *g_slot = c->g_in_slot.buf;
         Py_ssize_t lo = in_start[i], hi = in_start[i + 1];
         if (lo < hi && (lo < 0 || hi > c->g_in_src.len / 4 || hi > c->g_in_slot.len / 4)) {
@@ -213,17 +213,12 @@ static PyObject *shape_of(Ctx *c, PyObject *i_o, Py_ssize_t i, PyObject *slot_o,
                 inner = shape_of(c, src_o, g_src[lo], sl_o, depth + 1);
             Py_XDECREF(src_o);
             Py_XDECREF(sl_o);
-            int truth = inner == NULL ? -1 : PyObject_IsTrue(inner);
-            if (truth < 0) {
-                Py_XDECREF(inner);
+            if (inner == NULL) {
                 Py_DECREF(key);
                 Py_DECREF(result);
                 return NULL;
             }
-            if (truth)
-                Py_SETREF(result, inner);
-            else
-                Py_DECREF(inner);
+            Py_SETREF(result, inner); /* _known_first(inner, None): a scalar's [] is known too */
         }
     }
     int rc = PyDict_SetItem(c->shapes_cache, key, result);

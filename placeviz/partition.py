@@ -230,6 +230,11 @@ def _host_positions(args, facts, nd, hms: set[str], total: int) -> list[bool]:
     return out[:total]
 
 
+def _known_first(shape, fallback):
+    """``shape`` when it is known (a scalar's ``[]`` included), else ``fallback``."""
+    return shape if shape is not None else fallback
+
+
 def _shape_list(shape_proto) -> list[int | None] | None:
     if shape_proto.unknown_rank:
         return None
@@ -1527,9 +1532,9 @@ class _Partitioner:
                 if sav is not None:
                     result = _shape_list(sav.shape)
                 if op == "PlaceholderWithDefault" and (result is None or None in result):
-                    result = self._input_shape(i, depth) or result
+                    result = _known_first(self._input_shape(i, depth), result)
             elif op in _PASS_THROUGH_OPS or op == "ReadVariableOp" or (op.startswith("Apply") and slot == 0):
-                result = self._input_shape(i, depth) or result
+                result = _known_first(self._input_shape(i, depth), result)
         self._shapes[key] = result
         return result
 

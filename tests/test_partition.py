@@ -558,3 +558,18 @@ def test_functional_ops_are_noted_and_direct_session_is_one_level():
     assert r.notes and "StatefulPartitionedCall" in r.notes[0]
     with pytest.raises(ValueError, match="by device only"):
         run(g, level="task")
+
+
+@pytest.mark.parametrize("kernels", [True, False])
+def test_a_scalar_through_an_identity_keeps_its_shape(kernels, monkeypatch):
+    """The shape of a pass-through op is its input's: a scalar's [] is a known shape (4 bytes), not
+    unknown (an `or` once turned it into None)."""
+    import placeviz.partition as partition_module
+
+    if not kernels:
+        monkeypatch.setattr(partition_module, "_kernels", None)
+    g = graph_of(const("A1", shape=(2, 3)), const("A2"), node("A3", "Identity", "A2", T=DT_FLOAT),
+                 add("B1", "A3", "A3"), node("A4", "Identity", "A1", T=DT_FLOAT), add("B2", "A4", "A4"))
+    r = run(g)
+    shapes = {t["src"]: (t["shape"], t["bytes"]) for t in r.transfers}
+    assert shapes == {"A3": ([], 4), "A4": ([2, 3], 24)}
