@@ -38,12 +38,10 @@ from functools import cached_property
 from itertools import accumulate, chain, compress, count, repeat
 
 from placeviz.errors import GraphError
+from placeviz.native import kernels
 from placeviz.protos import AttrValue, GraphDef, NodeDef
 
-try:  # the C reader of serialized GraphDefs (setup.py builds it; optional, same results)
-    from placeviz import _wire
-except ImportError:  # pragma: no cover - only without a C compiler at install time
-    _wire = None
+_wire = kernels("_wire")  # the C reader of serialized GraphDefs (see placeviz.native)
 
 CONTROL = -1
 """``in_slot`` value of a control input (``^name``)."""

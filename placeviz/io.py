@@ -34,17 +34,14 @@ from google.protobuf import text_format
 from placeviz import protos
 from placeviz.errors import GraphError, LoadError
 from placeviz.graph import Graph
+from placeviz.native import kernels
 from placeviz.protos import GraphDef, MetaGraphDef, SavedModel
 
 TEXT_SUFFIXES = {".pbtxt", ".pbtx", ".prototxt", ".txt"}
 _BUILDER_RE = re.compile(r"^(?P<target>[^:]+):(?P<func>[A-Za-z_][A-Za-z0-9_]*)$")
 _DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_wire = kernels("_wire")  # the C reader (see placeviz.graph, placeviz.native)
 # TF's rule for node names (NodeDef name regex in graph_def validation).
-try:  # the C reader (see placeviz.graph); optional, same results
-    from placeviz import _wire
-except ImportError:  # pragma: no cover - only without a C compiler at install time
-    _wire = None
-
 _NODE_NAME_RE = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/>]*$")
 
 

@@ -75,13 +75,11 @@ from typing import Any
 from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
+from placeviz.native import kernels
 from placeviz.protos import GraphDef, NodeDef, dtype_name, dtype_size
 from placeviz.prune import PLACEHOLDER_OPS, PruneError, RunSignature, parse_run, prune_mask
 
-try:  # the C loop over cut edges (optional; the Python loop below is the reference)
-    from placeviz import _partition_kernels as _kernels
-except ImportError:  # pragma: no cover - built without a C compiler
-    _kernels = None
+_kernels = kernels("_partition_kernels")  # the cut-edge loop in C (see placeviz.native)
 
 SCHEMA = "placeviz.partition/1"
 

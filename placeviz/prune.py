@@ -29,11 +29,9 @@ from dataclasses import dataclass
 
 from placeviz.errors import PlacevizError
 from placeviz.graph import CONTROL, Graph
+from placeviz.native import kernels
 
-try:  # the C walk (optional; the numpy/Python walk below is the reference)
-    from placeviz import _partition_kernels as _kernels
-except ImportError:  # pragma: no cover - built without a C compiler
-    _kernels = None
+_kernels = kernels("_partition_kernels")  # the C walk (see placeviz.native)
 
 PLACEHOLDER_OPS = frozenset({"Placeholder", "PlaceholderV2"})
 
@@ -157,9 +155,7 @@ def prune_mask(graph: Graph, run: RunSignature) -> bytearray:
         return bytearray(b"\x01") * n
     import numpy as np
 
-    in_start = np.frombuffer(graph.in_start, dtype=np.int32).astype(np.int64)
     in_src = np.frombuffer(graph.in_src, dtype=np.int32)
-    keep = np.zeros(n, dtype=bool)
     edge_ok = None
     if run.feeds:
         cut = fed_edge_cut(graph, run.feeds)
@@ -174,6 +170,8 @@ def prune_mask(graph: Graph, run: RunSignature) -> bytearray:
         ok_bytes = None if edge_ok is None else edge_ok.view(np.uint8)
         if _kernels.reach(graph.in_start, graph.in_src, starts, mask, ok_bytes):
             return mask
+    in_start = np.frombuffer(graph.in_start, dtype=np.int32).astype(np.int64)
+    keep = np.zeros(n, dtype=bool)
     frontier = np.unique(np.asarray(starts, dtype=np.int64))
     keep[frontier] = True
     small = 0

@@ -72,12 +72,10 @@ from placeviz.devices import (
 )
 from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph, gc_paused
+from placeviz.native import kernels
 from placeviz.ops import fact_key_attrs
 
-try:  # the per-node loops in C (setup.py builds them; optional, same results)
-    from placeviz.placement import _placer_kernels as _kernels
-except ImportError:  # pragma: no cover - only without a C compiler at install time
-    _kernels = None
+_kernels = kernels("placement._placer_kernels")  # the per-node loops in C (see placeviz.native)
 
 EMPTY = ParsedName()
 METADATA_OPS = frozenset({"Shape", "Size", "Rank"})
@@ -823,22 +821,19 @@ class _Placer:
         if len(settled) < len(distinct_states):
             bulk &= np.isin(root_states, np.asarray(list(settled), dtype=np.int64))
         if bulk.any():
-            # Per settled state, as arrays indexed by the state's position in `settled_states`.
-            settled_states = np.asarray(list(settled), dtype=np.int64)
-            settled_device = np.asarray([d for d, _ in settled.values()], dtype=np.int64)
-            position = np.searchsorted(np.sort(settled_states), root_states[bulk])
-            by_position = np.argsort(settled_states)
+            # Each bulk node takes its group state's device (a lookup array indexed by state id).
+            device_of_state = np.full(len(self.constraints.states), -1, dtype=np.int64)
+            device_of_state[list(settled)] = [device for device, _ in settled.values()]
             assigned_np = np.full(n, -1, dtype=np.int64)
-            assigned_np[bulk] = settled_device[by_position[position]]
+            assigned_np[bulk] = device_of_state[root_states[bulk]]
             assigned = assigned_np.tolist()
-            bulk_roots = np.unique(group_root_np[bulk])
-            root_settled = [settled[st] for st in map(state.__getitem__, bulk_roots.tolist())]
+            # Each bulk group root: its first candidates' names, then its state once placed.
             names_by_state = {st: names_of(candidates_of[st]) for st in settled}
-            bulk_root_list = bulk_roots.tolist()
-            first_names.update(zip(bulk_root_list, map(names_by_state.__getitem__,
-                                                       map(state.__getitem__, bulk_root_list)), strict=True))
-            for root, (_, placed_state) in zip(bulk_root_list, root_settled, strict=True):
-                state[root] = placed_state
+            bulk_roots = np.unique(group_root_np[bulk]).tolist()
+            root_states_before = list(map(state.__getitem__, bulk_roots))
+            first_names.update(zip(bulk_roots, map(names_by_state.__getitem__, root_states_before), strict=True))
+            for root, st in zip(bulk_roots, root_states_before, strict=True):
+                state[root] = settled[st][1]
             visits = [v[~bulk[v]] for v in visits]
 
         def assign(i: int, generators: bool) -> None:

@@ -56,15 +56,20 @@ def _nodes_with_ops(graph: Graph, wanted: frozenset[str], kernels=None, suffixes
     The recognizers look at a few op types only: one pass over the op names finds their nodes, so
     a graph without them costs one cheap pass, not a walk over every node's inputs.
 
-    With ``kernels`` (``_setter_kernels``), the pass is in C, and the nodes whose op is a key of
-    ``suffixes`` are left out unless their name ends with ``suffixes[op]`` (the caller's loop
-    skips those); without, ``suffixes`` is not applied.
+    The nodes whose op is a key of ``suffixes`` are left out unless their name ends with
+    ``suffixes[op]`` (the caller's loop would skip them). With ``kernels`` (``_setter_kernels``)
+    the pass is in C.
     """
+    suffixes = suffixes or {}
     if kernels is not None:
-        found = kernels.nodes_with_ops(graph.ops, wanted, graph.names, suffixes or {})
+        found = kernels.nodes_with_ops(graph.ops, wanted, graph.names, suffixes)
         if found is not None:
             return found
-    return list(compress(range(len(graph.ops)), map(wanted.__contains__, graph.ops)))  # C-level filter
+    found = list(compress(range(len(graph.ops)), map(wanted.__contains__, graph.ops)))  # C-level filter
+    if not suffixes:
+        return found
+    ops, names = graph.ops, graph.names
+    return [i for i in found if ops[i] not in suffixes or names[i].endswith(suffixes[ops[i]])]
 
 
 def device_scope_hints(graph: Graph, kernels=None) -> dict[int, int]:
@@ -92,7 +97,7 @@ def device_none_nodes(graph: Graph, kernels=None) -> set[int]:
     out = set()
     names, ops, index = graph.names, graph.ops, graph.index
     token_fill_readers = None
-    # With the kernels, the candidates leave out the Identity ops the loop skips (most of them).
+    # The candidates leave out the Identity ops the loop would skip (most of them).
     for i in _nodes_with_ops(graph, _DEVICE_NONE_CANDIDATE_OPS, kernels, {"Identity": "/Read/Identity"}):
         op = ops[i]
         if op == "ReadVariableOp" and not names[i].endswith("/Read/ReadVariableOp"):
@@ -285,26 +290,13 @@ def _control_only_noop(graph: Graph, i: int) -> bool:
     return graph.ops[i] == "NoOp" and hi > lo and graph.in_slot[lo:hi].count(CONTROL) == hi - lo
 
 
-def group_roots(graph: Graph, kernels=None) -> dict[int, tuple[list[int], list[int]]]:
-    """NoOps built by ``control_flow_ops.group``: root -> (per-device NoOps, grouped ops).
-
-    A group built on one device is a NoOp with only control inputs (the grouped ops). Built on
-    several devices it is a root NoOp whose control inputs are per-device NoOps named
-    ``<root>/NoOp``, ``<root>/NoOp_1``..., each consumed by the root alone; the grouped ops are
-    their inputs. Children of a root are not roots themselves.
-
-    ``kernels``: ``_setter_kernels`` when the setter runs with its C kernels; ``group_noops`` is the
-    first loop below and ``group_members`` the rest (each returns None when Python must run it).
-    """
+def _group_noops(graph: Graph) -> tuple[list[tuple[int, list[int], set[int]]], set[int]]:
+    """The first loop of :func:`group_roots`: the control-only NoOps as (NoOp, its inputs, inputs
+    that may be its per-device children), and all those would-be children."""
     names, ops, in_start, in_src = graph.names, graph.ops, graph.in_start, graph.in_src
-    # First the control-only NoOps and, among their inputs, the would-be children (the right name,
-    # a control-only NoOp); then, only if there are any, how many consumers those have.
-    roots: list[tuple[int, list[int], set[int]]] = []  # (NoOp, its inputs, inputs that may be children)
+    roots: list[tuple[int, list[int], set[int]]] = []
     candidates: set[int] = set()
-    scanned = kernels.group_noops(names, ops, in_start, in_src, graph.in_slot) if kernels is not None else None
-    if scanned is not None:  # the loop below, in C
-        roots, candidates = scanned
-    for i in compress(range(len(ops)), map("NoOp".__eq__, ops)) if scanned is None else ():
+    for i in compress(range(len(ops)), map("NoOp".__eq__, ops)):
         if not _control_only_noop(graph, i):
             continue
         prefix = names[i] + "/NoOp"
@@ -320,10 +312,31 @@ def group_roots(graph: Graph, kernels=None) -> dict[int, tuple[list[int], list[i
                 maybe.add(src)
         roots.append((i, inputs, maybe))
         candidates |= maybe
+    return roots, candidates
+
+
+def group_roots(graph: Graph, kernels=None) -> dict[int, tuple[list[int], list[int]]]:
+    """NoOps built by ``control_flow_ops.group``: root -> (per-device NoOps, grouped ops).
+
+    A group built on one device is a NoOp with only control inputs (the grouped ops). Built on
+    several devices it is a root NoOp whose control inputs are per-device NoOps named
+    ``<root>/NoOp``, ``<root>/NoOp_1``..., each consumed by the root alone; the grouped ops are
+    their inputs. Children of a root are not roots themselves.
+
+    ``kernels``: ``_setter_kernels`` when the setter runs with its C kernels; ``group_noops`` is the
+    first loop below and ``group_members`` the rest (each returns None when Python must run it).
+    """
+    in_start, in_src = graph.in_start, graph.in_src
+    # First the control-only NoOps and, among their inputs, the would-be children (the right name,
+    # a control-only NoOp); then, only if there are any, how many consumers those have.
+    scanned = kernels.group_noops(graph.names, graph.ops, in_start, in_src, graph.in_slot) if kernels else None
     if scanned is not None:
+        roots, candidates = scanned
         out = kernels.group_members(roots, candidates, in_start, in_src)  # the rest, in C
         if out is not None:
             return out
+    else:
+        roots, candidates = _group_noops(graph)
     # How many edges leave each would-be child: a C-level filter over the edges, then a count.
     consumers = Counter(filter(candidates.__contains__, in_src)) if candidates else Counter()
     out: dict[int, tuple[list[int], list[int]]] = {}

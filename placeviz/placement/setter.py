@@ -50,13 +50,11 @@ from google.protobuf import unknown_fields
 from placeviz.devices import ClusterSpec, PyDeviceSpec
 from placeviz.errors import PlacevizError
 from placeviz.graph import CONTROL, Graph, RemappedNodeDefs, _located_names, gc_paused
+from placeviz.native import kernels
 from placeviz.placement import scopes
 from placeviz.protos import GraphDef, dtype_size
 
-try:  # the setter's per-node loops in C (setup.py builds it; optional, same results)
-    from placeviz.placement import _setter_kernels as _kernels
-except ImportError:  # pragma: no cover - only without a C compiler at install time
-    _kernels = None
+_kernels = kernels("placement._setter_kernels")  # the per-node loops in C (see placeviz.native)
 
 # Why a node got its setter-stage device (``SetterResult.rule``).
 RULE_WORKER = 0  # worker_device merged under the node's own device
