@@ -8,7 +8,7 @@ Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from placeviz.devices import parse_full_name
 from placeviz.graph import CONTROL
@@ -317,6 +317,22 @@ def _names(v: dict, fields: Iterable[str]):
 
 
 # ----------------------------------------------------------------------------- misc
+
+
+def shared_name_clashes(ctx, ids: Iterable[int]) -> Iterator[tuple[str, str, int, list[int]]]:
+    """Stateful ops that TF's resource manager makes one at run time: for each op in ``ids`` with a
+    ``shared_name`` used by an earlier op of ``ids`` on the same (effective) device, yield
+    ``(shared_name, device, op, the other ops of its group)``. Ops without a shared_name never clash.
+    """
+    devices = effective_devices(ctx)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i in ids:
+        shared = ctx.attr_str(i, "shared_name")
+        if shared:
+            groups.setdefault((shared, devices[i]), []).append(i)
+    for (shared, device), members in groups.items():
+        for i in members[1:]:
+            yield shared, device, i, [j for j in members if j != i]
 
 
 def shown(names: Iterable[str], limit: int = 5) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
-from rules._common import effective_devices, shown
+from rules._common import shared_name_clashes, shown
 
 TOKEN_QUEUE_NAME = "sync_token_q"
 QUEUE_OPS = ("FIFOQueue", "FIFOQueueV2")
@@ -52,21 +52,16 @@ the losses or concatenate the (gradient, variable) lists.
 
 def check(ctx):
     g = ctx.graph
-    devices = effective_devices(ctx)
     queues = [i for i in ctx.nodes_by_op(*QUEUE_OPS) if ctx.attr_str(i, "shared_name") == TOKEN_QUEUE_NAME]
     m = ctx.machinery
     if m is not None:
         queues = sorted(set(queues) | {q.queue for q in m.token_queues if ctx.attr_str(q.queue, "shared_name")})
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i in queues:
-        groups.setdefault((ctx.attr_str(i, "shared_name"), devices[i]), []).append(i)
-    for (shared, device), members in groups.items():
-        for i in members[1:]:
-            yield ctx.finding(
-                RULE, i,
-                f"token queue {g.names[i]!r} and {shown(repr(g.names[j]) for j in members if j != i)} share "
-                f"shared_name {shared!r} on {device or 'the same device'}: at run time they are one queue, "
-                "so the tokens of either SyncReplicasOptimizer's sync op release either one's workers",
-                related=[j for j in members if j != i],
-                suggestion="use a single SyncReplicasOptimizer and one apply_gradients call for all gradients",
-            )
+    for shared, device, i, others in shared_name_clashes(ctx, queues):
+        yield ctx.finding(
+            RULE, i,
+            f"token queue {g.names[i]!r} and {shown(repr(g.names[j]) for j in others)} share "
+            f"shared_name {shared!r} on {device or 'the same device'}: at run time they are one queue, "
+            "so the tokens of either SyncReplicasOptimizer's sync op release either one's workers",
+            related=others,
+            suggestion="use a single SyncReplicasOptimizer and one apply_gradients call for all gradients",
+        )

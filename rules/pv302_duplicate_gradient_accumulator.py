@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
-from rules._common import effective_devices, shown
+from rules._common import shared_name_clashes, shown
 
 ACCUMULATOR_OPS = ("ConditionalAccumulator", "ResourceConditionalAccumulator", "SparseConditionalAccumulator")
 
@@ -47,19 +47,12 @@ Call `apply_gradients` once with every (gradient, variable) pair.
 
 def check(ctx):
     g = ctx.graph
-    devices = effective_devices(ctx)
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i in ctx.nodes_by_op(*ACCUMULATOR_OPS):
-        shared = ctx.attr_str(i, "shared_name")
-        if shared:
-            groups.setdefault((shared, devices[i]), []).append(i)
-    for (shared, device), members in groups.items():
-        for i in members[1:]:
-            yield ctx.finding(
-                RULE, i,
-                f"accumulator {g.names[i]!r} and {shown(repr(g.names[j]) for j in members if j != i)} share "
-                f"shared_name {shared!r} on {device or 'the same device'}: at run time they are one "
-                "accumulator fed and drained by two sync paths",
-                related=[j for j in members if j != i],
-                suggestion="call apply_gradients once, with every (gradient, variable) pair",
-            )
+    for shared, device, i, others in shared_name_clashes(ctx, ctx.nodes_by_op(*ACCUMULATOR_OPS)):
+        yield ctx.finding(
+            RULE, i,
+            f"accumulator {g.names[i]!r} and {shown(repr(g.names[j]) for j in others)} share "
+            f"shared_name {shared!r} on {device or 'the same device'}: at run time they are one "
+            "accumulator fed and drained by two sync paths",
+            related=others,
+            suggestion="call apply_gradients once, with every (gradient, variable) pair",
+        )

@@ -26,33 +26,27 @@ SHAPES = {"variable": "cylinder", "table": "cylinder", "queue": "cds", "update":
 
 def upstream(graph, start: list[int], depth: int | None) -> dict[int, int]:
     """Node -> hops, for everything ``start`` depends on (data and control) within ``depth``."""
+    return _hops(start, depth, graph.in_start, graph.in_src)
+
+
+def downstream(graph, start: int, depth: int) -> dict[int, int]:
+    """Node -> hops, for everything that consumes ``start`` (data and control) within ``depth``."""
+    out_start, out_dst, _ = graph.consumers
+    return _hops([start], depth, out_start, out_dst)
+
+
+def _hops(start: list[int], depth: int | None, edge_start, edge_node) -> dict[int, int]:
+    """Breadth-first hops from ``start`` over CSR edges (node i's neighbours are
+    ``edge_node[edge_start[i]:edge_start[i + 1]]``), up to ``depth`` (None: no limit)."""
     seen = {s: 0 for s in start}
     queue = deque(start)
-    in_start, in_src = graph.in_start, graph.in_src
     while queue:
         i = queue.popleft()
         h = seen[i]
         if depth is not None and h >= depth:
             continue
-        for k in range(in_start[i], in_start[i + 1]):
-            s = in_src[k]
-            if s not in seen:
-                seen[s] = h + 1
-                queue.append(s)
-    return seen
-
-
-def downstream(graph, start: int, depth: int) -> dict[int, int]:
-    seen = {start: 0}
-    queue = deque([start])
-    out_start, out_dst, _ = graph.consumers
-    while queue:
-        i = queue.popleft()
-        h = seen[i]
-        if h >= depth:
-            continue
-        for k in range(out_start[i], out_start[i + 1]):
-            s = out_dst[k]
+        for k in range(edge_start[i], edge_start[i + 1]):
+            s = edge_node[k]
             if s not in seen:
                 seen[s] = h + 1
                 queue.append(s)
