@@ -239,17 +239,22 @@ class Graph:
     @classmethod
     def derived(cls, *, names: list[str], ops: list[str], devices: list[str], in_start: array,
                 in_src: array, in_slot: array, attr_nodes, make_graph_def: Callable[[], GraphDef],
-                index: dict[str, int] | None = None, colocation: dict[int, tuple[str, ...]] | None = None,
+                index: dict[str, int] | Callable[[], dict[str, int]] | None = None,
+                ids_of: Callable[[set[str]], dict[str, int]] | None = None,
+                colocation: dict[int, tuple[str, ...]] | None = None,
                 colocated_names: dict[int, tuple[str, ...]] | None = None,
-                source: Graph | None = None) -> Graph:
+                located_names: set[str] | None = None, source: Graph | None = None) -> Graph:
         """A graph made from arrays computed from another graph, without a pass over protos.
 
         The caller guarantees what ``__init__`` checks (unique non-empty names, ops, valid inputs)
         and passes what ``__init__`` would have read: ``attr_nodes[i]`` is a NodeDef with node
         ``i``'s name, op and attrs (its device and inputs may be stale), and ``make_graph_def()``
-        builds the full GraphDef, on first use of ``graph_def``. ``index``, ``colocation`` and
-        ``colocated_names``, when the caller has them, must equal what the graph would compute
-        (``colocation`` in id order); otherwise they are computed on first use. ``source``: the
+        builds the full GraphDef, on first use of ``graph_def``. ``index`` may also be a function
+        that builds it on first use, and ``ids_of`` one that answers :meth:`ids_of` without it
+        (a million-entry name index costs a third of a second to build, and the placer only looks
+        up the names ``_class`` attrs name). ``index``, ``colocation``,
+        ``colocated_names`` and ``located_names``, when the caller has them, must equal what the
+        graph would compute (``colocation`` in id order); otherwise they are computed on first use. ``source``: the
         graph this one was made from: its GraphDef's ``library`` is the new one's (so reading
         ``library`` does not build the GraphDef), and when ``attr_nodes`` are its NodeDefs (the
         same sequence, or a :class:`RemappedNodeDefs` over it) what :meth:`attr_keys` read there
@@ -261,12 +266,18 @@ class Graph:
         graph._attr_nodes = attr_nodes
         graph._source = source
         graph.names, graph.ops, graph.devices = names, ops, devices
-        graph.index = {name: i for i, name in enumerate(names)} if index is None else index
+        if isinstance(index, dict):
+            graph.index = index
+        else:  # built on first use (see the ``index`` property)
+            graph._make_index = index
+            graph._ids_of = ids_of
         graph.in_start, graph.in_src, graph.in_slot = in_start, in_src, in_slot
         if colocation is not None:  # the cached_properties' slots
             graph.__dict__["colocation"] = colocation
             if colocated_names is not None:
                 graph.__dict__["colocated_names"] = colocated_names
+                if located_names is not None:
+                    graph.__dict__["located_names"] = located_names
         return graph
 
     def with_devices(self, devices: list[str]) -> Graph:
@@ -286,9 +297,12 @@ class Graph:
 
         graph = Graph.derived(names=self.names, ops=self.ops, devices=devices, in_start=self.in_start,
                               in_src=self.in_src, in_slot=self.in_slot, attr_nodes=self.attr_nodes,
-                              make_graph_def=make_graph_def, index=self.index, source=self)
+                              make_graph_def=make_graph_def,
+                              index=self.__dict__["index"] if "index" in self.__dict__ else (lambda: self.index),
+                              ids_of=self.ids_of, source=self)
         # What is already known about this graph holds for the copy: none of it depends on devices.
-        for derived_structure in ("colocation", "colocated_names", "consumers", "topological_order"):
+        for derived_structure in ("colocation", "colocated_names", "located_names", "colocated_name_ids",
+                                  "consumers", "topological_order"):
             if derived_structure in self.__dict__:
                 graph.__dict__[derived_structure] = self.__dict__[derived_structure]
         return graph
@@ -307,6 +321,42 @@ class Graph:
         if self._graph_def is None and self._source is not None:
             return self._source.library
         return self.graph_def.library
+
+    # A derived graph may build its name index on first use (see ``derived``); these stay None
+    # for a graph that was given one.
+    _make_index: Callable[[], dict[str, int]] | None = None
+    _ids_of: Callable[[set[str]], dict[str, int]] | None = None
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Node name -> node id (set when the graph is built; a derived graph may build it here)."""
+        make, self._make_index, self._ids_of = self._make_index, None, None
+        return make() if make is not None else dict(zip(self.names, range(len(self.names)), strict=True))
+
+    def ids_of(self, names: set[str]) -> dict[str, int]:
+        """Node name -> id for those of ``names`` that are nodes of this graph.
+
+        The same as looking each name up in :attr:`index`, without building that index when a
+        derived graph can answer from the graph it was made from.
+        """
+        if self._ids_of is not None and "index" not in self.__dict__:
+            return self._ids_of(names)
+        get = self.index.get
+        return {name: i for name in names if (i := get(name)) is not None}
+
+    @cached_property
+    def located_names(self) -> set[str]:
+        """Every name some node's ``loc:@`` groups name (see ``colocated_names``)."""
+        return set().union(*set(self.colocated_names.values()))
+
+    @cached_property
+    def colocated_name_ids(self) -> dict[str, int]:
+        """Name -> id of the nodes :attr:`located_names` names (names of no node left out).
+
+        The setter and the placer look up only these names: colocation targets,
+        ``import_graph_def``'s device rewrite and the ``_class`` groups.
+        """
+        return self.ids_of(self.located_names)
 
     @cached_property
     def colocation(self) -> dict[int, tuple[str, ...]]:
@@ -588,9 +638,10 @@ class RemappedNodeDefs:
 
     __slots__ = ("base", "extra", "ids", "_added")
 
-    def __init__(self, base, extra, ids: array):
+    def __init__(self, base, extra, ids: array, added: list[int] | None = None):
+        """``added``: the positions of the negative ids, ascending, when the caller knows them."""
         self.base, self.extra, self.ids = base, extra, ids
-        self._added = list(compress(count(), map((0).__gt__, ids)))  # C-level: the few negative ids
+        self._added = list(compress(count(), map((0).__gt__, ids))) if added is None else added
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -66,9 +66,32 @@ def _snapshot(result, graph_def: bool) -> tuple:
     return out
 
 
+def assert_lookups_like_a_fresh_graph(result, source: Graph) -> None:
+    """The result graph answers name lookups as a graph read from its own GraphDef does.
+
+    Checked before its name index is made (the result graph builds it on first use and answers
+    ``ids_of`` and ``colocated_name_ids`` from the source graph's ids until then), then after.
+    """
+    g = result.graph
+    if "index" in g.__dict__:
+        return  # the setter reused the source's index (nothing renumbered)
+    fresh = Graph(g.graph_def)
+    probe = set(source.names) | set(fresh.names) | {"no/such/node", ""}
+    assert g.located_names == fresh.located_names
+    assert g.colocated_name_ids == fresh.colocated_name_ids
+    assert g.ids_of(probe) == fresh.ids_of(probe)
+    assert g.ids_of(set(source.names[::2])) == fresh.ids_of(set(source.names[::2]))
+    assert "index" not in g.__dict__
+    assert g.index == fresh.index
+    assert g.ids_of(probe) == fresh.ids_of(probe)
+
+
 def _run(graph: Graph, config: SetterConfig, graph_def: bool):
     try:
-        return _snapshot(run_setter(graph, config, OP_TABLE), graph_def)
+        result = run_setter(graph, config, OP_TABLE)
+        if graph_def:
+            assert_lookups_like_a_fresh_graph(result, graph)
+        return _snapshot(result, graph_def)
     except (PlacevizError, ValueError, KeyError, IndexError, TypeError) as e:
         return ("error", type(e).__name__, str(e))
 

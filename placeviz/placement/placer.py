@@ -55,6 +55,7 @@ import operator
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property, partial
 from itertools import compress, count, repeat
 
 from placeviz.devices import (
@@ -121,7 +122,7 @@ def imported_devices(graph: Graph) -> list[str]:
     ``_class`` (names other than their own) first lose their device; then, in node order, each
     takes the device of the first op it names that has one (names of missing ops are skipped).
     """
-    names, index = graph.names, graph.index
+    names, index = graph.names, graph.colocated_name_ids  # only names some _class names are looked up
     # (node, names of the other ops it is colocated with), node-id order; loc:@<own name> does not count
     colocated: list[tuple[int, tuple[str, ...]]] = []
     if _kernels is not None:
@@ -142,8 +143,8 @@ def imported_devices(graph: Graph) -> list[str]:
             except DeviceSpecError as e:
                 canonical[device] = e
     devices = list(map(canonical.__getitem__, graph.devices))
-    for i, _ in colocated:
-        devices[i] = ""
+    colocated_ids = list(map(operator.itemgetter(0), colocated))
+    deque(map(devices.__setitem__, colocated_ids, repeat("")), maxlen=0)  # C-level: each loses its device
     if any(isinstance(c, DeviceSpecError) for c in canonical.values()):
         for i, device in enumerate(devices):
             if isinstance(device, DeviceSpecError):
@@ -163,7 +164,7 @@ def imported_devices(graph: Graph) -> list[str]:
     # Many ops name the same others (a variable's readers, assigns, slots). When none of those is
     # colocated itself, their devices are final already and the answer is the same for all of them:
     # it is computed once per tuple. Otherwise it depends on what earlier nodes took, in order.
-    colocated_ids = set(map(operator.itemgetter(0), colocated))
+    colocated_ids = set(colocated_ids)
     static: dict[tuple[str, ...], str | None] = {}
 
     def take_device(i: int, others: tuple[str, ...]) -> None:
@@ -197,7 +198,14 @@ class Placement:
     devices: list[str]
     reason: list[int]
     group_root: list[int]  # colocation group representative per node
-    candidates: dict[int, list[str]] = field(default_factory=dict)  # group root -> ordered candidates
+    # group root -> its first candidates (up to 8, TF's order) when the group was first visited,
+    # in the order groups were first visited; made on first use by this function (a dict entry
+    # per group costs a quarter of a second at 1M nodes, and only ``explain`` reads it)
+    make_candidates: Callable[[], dict[int, list[str]]] = field(default=dict, repr=False, compare=False)
+
+    @cached_property
+    def candidates(self) -> dict[int, list[str]]:
+        return self.make_candidates()
 
     def explain(self, i: int) -> dict:
         root = self.group_root[i]
@@ -445,17 +453,24 @@ class _Placer:
         for k in np.argsort(first_use).tolist():
             i = int(first_use[k])
             pair_state[k] = constraints.state(0, 0, req[i], int(node_types[i]))
-        self.state = state = pair_state[inverse.reshape(-1)].tolist()
+        state = pair_state[inverse.reshape(-1)]
 
         # Generators: no data inputs and one output. Of a ref or resource, the request is also a
-        # resource device (node-id order, as states are interned).
+        # resource device; their states are interned after the others, in node-id order of first use.
         single_output = np.asarray([-1 if f[2] is None else f[2] for f in facts], dtype=np.int64)[key_of_node]
         no_data = _without_data_inputs_mask(np, graph)
         generator = no_data & (single_output >= 0) & (single_output < REF_OFFSET)
         self.is_generator = generator.tolist()
-        resource_generator = no_data & ((single_output > REF_OFFSET) | (single_output == RESOURCE))
-        for i in np.nonzero(resource_generator)[0].tolist():
-            state[i] = constraints.state(0, req[i], req[i], int(node_types[i]))
+        resource_generator = np.nonzero(no_data & ((single_output > REF_OFFSET) | (single_output == RESOURCE)))[0]
+        if len(resource_generator):
+            distinct, first_use, inverse = np.unique(pair[resource_generator], return_index=True,
+                                                     return_inverse=True)
+            pair_state = np.zeros(len(distinct), dtype=np.int64)
+            for k in np.argsort(first_use).tolist():
+                i = int(resource_generator[first_use[k]])
+                pair_state[k] = constraints.state(0, req[i], req[i], int(node_types[i]))
+            state[resource_generator] = pair_state[inverse.reshape(-1)]
+        self.state = state.tolist()
 
     def _fact_keys(self, key_attrs: dict[str, tuple[str, ...]]) -> tuple[list[int], int]:
         """Number every distinct (op, values of its key attrs); return each node's number and the count.
@@ -599,10 +614,8 @@ class _Placer:
         keys_of: list[tuple[str, ...]] = [()] * len(g)
         colocated_names = g.colocated_names
         deque(map(keys_of.__setitem__, colocated_names.keys(), colocated_names.values()), maxlen=0)  # C-level fill
-        for name in set().union(*set(colocated_names.values())):
-            i = g.index.get(name)
-            if i is not None:
-                keys_of[i] += (name,)
+        for name, i in g.colocated_name_ids.items():
+            keys_of[i] += (name,)
         # Only nodes with keys, in visit order.
         order = self._order_array(np)
         with_keys = np.frombuffer(bytes(map(bool, keys_of)), dtype=np.bool_)
@@ -777,7 +790,8 @@ class _Placer:
         in_start, in_src = g.in_start, g.in_src
         # Per group root, the names of its first 8 candidates when the group is first visited;
         # per candidate tuple, those names (shared).
-        first_names: dict[int, list[str]] = {}
+        first_names: dict[int, tuple[str, ...]] = {}
+        bulk_names = None  # see the bulk placement below
         candidate_names: dict[tuple[int, ...], tuple[str, ...]] = {}
 
         def names_of(devices: tuple[int, ...]) -> tuple[str, ...]:
@@ -829,11 +843,16 @@ class _Placer:
             assigned = assigned_np.tolist()
             # Each bulk group root: its first candidates' names, then its state once placed.
             names_by_state = {st: names_of(candidates_of[st]) for st in settled}
-            bulk_roots = np.unique(group_root_np[bulk]).tolist()
-            root_states_before = list(map(state.__getitem__, bulk_roots))
-            first_names.update(zip(bulk_roots, map(names_by_state.__getitem__, root_states_before), strict=True))
-            for root, st in zip(bulk_roots, root_states_before, strict=True):
-                state[root] = settled[st][1]
+            is_bulk_root = np.zeros(n, dtype=np.bool_)
+            is_bulk_root[group_root_np[bulk]] = True
+            bulk_roots = np.flatnonzero(is_bulk_root)
+            root_states_before = root_states[bulk_roots]  # a root's own state
+            # The loop never visits a bulk group, so their names are left out of ``first_names``
+            # (the candidates table takes them from here).
+            bulk_names = (bulk_roots, root_states_before, names_by_state)
+            state_after = np.full(len(self.constraints.states), -1, dtype=np.int64)
+            state_after[list(settled)] = [after for _, after in settled.values()]
+            deque(map(state.__setitem__, bulk_roots.tolist(), state_after[root_states_before].tolist()), maxlen=0)
             visits = [v[~bulk[v]] for v in visits]
 
         def assign(i: int, generators: bool) -> None:
@@ -879,14 +898,27 @@ class _Placer:
                     WHY_GENERATOR, pos)) is not None:
                 assign(visit_list[pos], generators)
                 pos += 1
-        # ``candidates`` in the order groups were first visited (pass 1, then pass 2), as the
-        # loop over every node would have filled it; each root gets its own list.
-        roots_visited = group_root_np[np.concatenate([order[~generator_np[order]], order[generator_np[order]]])]
-        _, first_visit = np.unique(roots_visited, return_index=True)
-        roots_in_order = roots_visited[np.sort(first_visit)].tolist()
-        candidates = dict(zip(roots_in_order, map(list, map(first_names.__getitem__, roots_in_order)), strict=True))
         device_or_empty = [*device_names, ""]  # index -1 (not placed): ""
-        return Placement(g, list(map(device_or_empty.__getitem__, assigned)), reason, group_root, candidates)
+        return Placement(g, list(map(device_or_empty.__getitem__, assigned)), reason, group_root,
+                         partial(_candidates_table, np, group_root_np, order, generator_np, first_names, bulk_names))
+
+
+def _candidates_table(np, group_root, order, generator, first_names: dict[int, tuple[str, ...]],
+                      bulk_names) -> dict[int, list[str]]:
+    """``Placement.candidates``: in the order groups were first visited (pass 1, then pass 2), as
+    the loop over every node would have filled it; each root gets its own list.
+
+    ``first_names``: the names the loop recorded per root; ``bulk_names``: (roots, their states,
+    names per state) of the groups placed in bulk, or None.
+    """
+    names = dict(first_names)
+    if bulk_names is not None:
+        roots, states, names_by_state = bulk_names
+        names.update(zip(roots.tolist(), map(names_by_state.__getitem__, states.tolist()), strict=True))
+    roots_visited = group_root[np.concatenate([order[~generator[order]], order[generator[order]]])]
+    _, first_visit = np.unique(roots_visited, return_index=True)
+    roots_in_order = roots_visited[np.sort(first_visit)].tolist()
+    return dict(zip(roots_in_order, map(list, map(names.__getitem__, roots_in_order)), strict=True))
 
 
 def _roots(np, parent: list[int]):

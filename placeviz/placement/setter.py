@@ -436,7 +436,8 @@ def _colocation_targets(graph: Graph) -> list[int | None]:
     group names. (TF uses the innermost colocation scope with a device, which a GraphDef no
     longer records.)
     """
-    names, ops, index, colocation = graph.names, graph.ops, graph.index, graph.colocation
+    names, ops, colocation = graph.names, graph.ops, graph.colocation
+    index = graph.colocated_name_ids  # only names some _class names are looked up (the placer reuses it)
     in_start, in_src, in_slot = graph.in_start, graph.in_src, graph.in_slot
     targets: list[int | None] = [None] * len(names)
     colocated_names = graph.colocated_names
@@ -627,6 +628,10 @@ class _GroupRewrite:
                                              [g.in_src[k] for k in data] + list(controls),
                                              [g.in_slot[k] for k in data] + [CONTROL] * len(controls))
 
+    def names_added(self) -> list[str]:
+        """The names of the new per-device NoOps, in order."""
+        return [node.name for node in self.noops.node]
+
     def _name_taken(self, name: str) -> bool:
         """Whether a node of the new graph already has this name (kept old nodes, new NoOps)."""
         i = self.graph.index.get(name)
@@ -636,21 +641,28 @@ class _GroupRewrite:
         g, old_to_new = self.graph, self.old_to_new
         import numpy as np
 
-        in_src = array("i", np.asarray(old_to_new, dtype=np.int32)[np.frombuffer(self.in_src, dtype=np.int32)].tobytes())
+        new_id = np.asarray(old_to_new, dtype=np.int32)  # by old id (new NoOps: n + k)
+        in_src = array("i", new_id[np.frombuffer(self.in_src, dtype=np.int32)].tobytes())
         colocation = _renumbered(g.colocation, old_to_new, keys_only=True)
         colocated_names = _renumbered(g.colocated_names, old_to_new, keys_only=True)
+        # The names _class attrs name: the old graph's, when no dropped node named any (a new
+        # NoOp names what its root names).
+        located_names = None
+        if "located_names" in g.__dict__ and not any(i in g.colocated_names for i in self.dropped):
+            located_names = g.located_names
         if self.noop_colocation:  # NoOps built in a root's colocate_with carry its _class
             colocation = _with_entries(colocation, self.noop_colocation)
             located = [(i, names) for i, names in ((i, _located_names(groups)) for i, groups in self.noop_colocation)
                        if names]
             colocated_names = _with_entries(colocated_names, located)
-        index = g.index
-        if self.specials:  # ids before the first rewritten node are unchanged
-            first = self.specials[0]
-            index = index.copy()
-            for i in self.dropped:
-                del index[g.names[i]]
-            index.update(zip(self.names[first:], range(first, len(self.names)), strict=True))
+            if located_names is not None and located:
+                located_names = located_names.union(*(names for _, names in located))
+        # The name index is made on first use; until then names are looked up in the old graph's.
+        index, ids_of = g.__dict__.get("index"), None
+        if self.specials or index is None:
+            index = partial(_new_index, g, self.names, self.dropped, self.specials[0] if self.specials else len(g))
+            added = dict(zip(self.names_added(), self.noop_ids, strict=True))
+            ids_of = partial(_new_ids_of, g, new_id[:len(g)], added)
         # Only what the GraphDef needs is kept for it (not this object, with its renumbering).
         make_graph_def = partial(_rewritten_graph_def, g, self.names, self.new_devices, self.in_start, in_src,
                                  self.in_slot, self.attr_ids, frozenset(self.plans), self.noops,
@@ -658,11 +670,40 @@ class _GroupRewrite:
         new_graph = Graph.derived(
             names=self.names, ops=self.ops, devices=self.new_devices, in_start=self.in_start, in_src=in_src,
             in_slot=self.in_slot, colocation=colocation,
-            attr_nodes=RemappedNodeDefs(g.attr_nodes, self.noops.node, self.attr_ids),
-            make_graph_def=make_graph_def, index=index, colocated_names=colocated_names, source=g)
+            attr_nodes=RemappedNodeDefs(g.attr_nodes, self.noops.node, self.attr_ids, self.noop_ids),
+            make_graph_def=make_graph_def, index=index, ids_of=ids_of, colocated_names=colocated_names,
+            located_names=located_names, source=g)
         new_refs = _renumbered(reference, old_to_new)
         calls = [old_to_new[c] for c in strategy_calls if old_to_new[c] >= 0]
         return new_graph, self.new_rules, new_refs, calls
+
+def _new_index(source: Graph, names: list[str], dropped: set[int], first: int) -> dict[str, int]:
+    """The setter's result graph's name index: the old one, ids from ``first`` on renumbered."""
+    index = source.index.copy()
+    for i in dropped:
+        del index[source.names[i]]
+    index.update(zip(names[first:], range(first, len(names)), strict=True))
+    return index
+
+
+def _new_ids_of(source: Graph, new_id, added: dict[str, int], names: set[str]) -> dict[str, int]:
+    """:meth:`Graph.ids_of` of the setter's result graph, from the old graph's ids.
+
+    ``new_id``: the new id of each old node (-1 if dropped); ``added``: name -> new id of the new
+    NoOps (a NoOp may take the name of a dropped node).
+    """
+    if names <= source.located_names:  # the usual case: the placer asks for the names _class names
+        found = source.colocated_name_ids  # computed already: the setter looked them up
+        if len(names) < len(source.located_names):
+            found = {name: i for name, i in found.items() if name in names}
+    else:
+        found = source.ids_of(names)
+    out = dict(zip(found, new_id[list(found.values())].tolist(), strict=True))
+    if len(out) and -1 in out.values():
+        out = {name: i for name, i in out.items() if i >= 0}
+    out.update((name, i) for name, i in added.items() if name in names)
+    return out
+
 
 def _rewritten_graph_def(source: Graph, names: list[str], devices: list[str], in_start: array, in_src: array,
                          in_slot: array, attr_ids: array, rewired: frozenset[int], noops: GraphDef,
