@@ -241,7 +241,7 @@ class Graph:
                 in_src: array, in_slot: array, attr_nodes, make_graph_def: Callable[[], GraphDef],
                 index: dict[str, int] | Callable[[], dict[str, int]] | None = None,
                 ids_of: Callable[[set[str]], dict[str, int]] | None = None,
-                colocation: dict[int, tuple[str, ...]] | None = None,
+                colocation: dict[int, tuple[str, ...]] | Callable[[], dict[int, tuple[str, ...]]] | None = None,
                 colocated_names: dict[int, tuple[str, ...]] | None = None,
                 located_names: set[str] | None = None, source: Graph | None = None) -> Graph:
         """A graph made from arrays computed from another graph, without a pass over protos.
@@ -273,7 +273,10 @@ class Graph:
             graph._ids_of = ids_of
         graph.in_start, graph.in_src, graph.in_slot = in_start, in_src, in_slot
         if colocation is not None:  # the cached_properties' slots
-            graph.__dict__["colocation"] = colocation
+            if callable(colocation):
+                graph._make_colocation = colocation  # made on first use
+            else:
+                graph.__dict__["colocation"] = colocation
             if colocated_names is not None:
                 graph.__dict__["colocated_names"] = colocated_names
                 if located_names is not None:
@@ -305,6 +308,8 @@ class Graph:
                                   "consumers", "topological_order"):
             if derived_structure in self.__dict__:
                 graph.__dict__[derived_structure] = self.__dict__[derived_structure]
+        if "colocation" not in self.__dict__ and self._make_colocation is not None:
+            graph._make_colocation = lambda: self.colocation  # shared once made
         return graph
 
     @property
@@ -326,6 +331,7 @@ class Graph:
     # for a graph that was given one.
     _make_index: Callable[[], dict[str, int]] | None = None
     _ids_of: Callable[[set[str]], dict[str, int]] | None = None
+    _make_colocation: Callable[[], dict[int, tuple[str, ...]]] | None = None
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -361,6 +367,9 @@ class Graph:
     @cached_property
     def colocation(self) -> dict[int, tuple[str, ...]]:
         """node id -> the group names of its ``_class`` attr (only nodes that have one), in id order."""
+        make, self._make_colocation = self._make_colocation, None
+        if make is not None:  # a derived graph's, from the graph it was made from
+            return make()
         self._read_colocation()
         return self.__dict__["colocation"]
 

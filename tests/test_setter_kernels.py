@@ -67,15 +67,17 @@ def _snapshot(result, graph_def: bool) -> tuple:
 
 
 def assert_lookups_like_a_fresh_graph(result, source: Graph) -> None:
-    """The result graph answers name lookups as a graph read from its own GraphDef does.
+    """The result graph answers name lookups and colocation as a graph read from its own GraphDef does.
 
     Checked before its name index is made (the result graph builds it on first use and answers
     ``ids_of`` and ``colocated_name_ids`` from the source graph's ids until then), then after.
     """
     g = result.graph
+    fresh = Graph(g.graph_def)
+    assert list(g.colocation.items()) == list(fresh.colocation.items())  # made on first use
+    assert list(g.colocated_names.items()) == list(fresh.colocated_names.items())
     if "index" in g.__dict__:
         return  # the setter reused the source's index (nothing renumbered)
-    fresh = Graph(g.graph_def)
     probe = set(source.names) | set(fresh.names) | {"no/such/node", ""}
     assert g.located_names == fresh.located_names
     assert g.colocated_name_ids == fresh.colocated_name_ids
@@ -338,6 +340,45 @@ def test_by_device_leaves_assign_ops_to_python():
     assert KERNELS.by_device([-1], devices, ops, scopes.ASSIGN_VARIABLE_OPS) is None
 
 
+def test_single_device_groups_settles_the_usual_root_and_stops_at_the_others():
+    ops = ["Identity", "AssignVariableOp", "Identity", "NoOp", "NoOp", "Identity"]
+    rule = [setter.RULE_WORKER] * 6
+    cache = {"/a": "/job:worker/a"}
+
+    def run(items, devices, merge_devices=True, colocated=(), pos=0):
+        rules = [setter.RULE_COLOCATED if i in colocated else r for i, r in enumerate(rule)]
+        return KERNELS.single_device_groups(items, devices, ops, scopes.ASSIGN_VARIABLE_OPS, rules,
+                                            setter.RULE_COLOCATED, cache, merge_devices, pos)
+
+    devices = ["/a", "/b", "/a", "", "", "/a"]
+    assert run([(3, ([], [0, 2])), (4, ((), [5]))], devices) is None
+    assert devices[3:5] == ["/job:worker/a", "/job:worker/a"]
+    devices = ["/a", "/b", "/a", "", "", "/a"]
+    assert run([(3, ([], [0, 2]))], devices, colocated={3}) is None and devices[3] == ""  # colocated: kept
+    assert run([(3, ([], [0, 2]))], devices, merge_devices=False) is None and devices[3] == "/a"
+    stops = {
+        "several devices": [(3, ([], [0, 5])), (4, ([], [2, 0]))],
+        "children": [(3, ([1], [0, 2]))],
+        "an assign op": [(3, ([], [0, 1]))],
+        "no members": [(3, ([], []))],
+        "members not a list": [(3, ([], (0, 2)))],
+        "out of range": [(3, ([], [0, 9]))],
+        "root out of range": [(9, ([], [0]))],
+        "plain device not cached": [(3, ([], [5]))],
+        "not an item": [(3, [], [0])],
+    }
+    for why, items in stops.items():
+        devices = ["/a", "/b", "/a", "", "", "/c" if why == "plain device not cached" else "/a"]
+        if why == "several devices":
+            devices[5] = "/d"
+        before = list(devices)
+        assert run(items, devices) == 0, why
+        assert devices == before, why
+    devices = ["/a", "/b", "/a", "", "", "/a"]
+    assert run([(3, ([], [0])), (4, ([0], [2]))], devices) == 1 and devices[3] == "/job:worker/a"
+    assert run([(3, ([], [0]))], devices, pos=1) is None
+
+
 def test_group_noops_declines_out_of_range_inputs():
     names, ops = ["a", "g"], ["NoOp", "NoOp"]
     good = KERNELS.group_noops(names, ops, array("i", [0, 0, 1]), array("i", [0]), array("i", [-1]))
@@ -417,3 +458,23 @@ def test_group_members_and_id_range():
     assert KERNELS.id_range(3, 6) == array("i", [3, 4, 5]).tobytes()
     assert KERNELS.id_range(5, 5) == b""
     assert KERNELS.id_range(0, 2**31 + 1) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_renumbering_by_an_id_array_is_renumbering_by_a_list(data):
+    """The tables the setter makes on first use (``reference``, ``colocation``) are renumbered from
+    a numpy array of new ids; the list-based ``_renumbered`` is the reference."""
+    import numpy as np
+
+    n = data.draw(st.integers(1, 40))
+    old_to_new = data.draw(st.lists(st.integers(-1, 60), min_size=n, max_size=n))
+    keys = data.draw(st.lists(st.integers(0, n - 1), unique=True, max_size=n))
+    values = data.draw(st.lists(st.integers(0, n - 1), min_size=len(keys), max_size=len(keys)))
+    mapping = dict(zip(keys, values))
+    new_id = np.asarray(old_to_new, dtype=np.int32)
+    for keys_only in (False, True):
+        expected = setter._renumbered(mapping, old_to_new, keys_only)
+        got = setter._renumbered_by(mapping, new_id, keys_only)
+        assert list(got.items()) == list(expected.items())
+        assert all(type(k) is int and (keys_only or type(v) is int) for k, v in got.items())

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from placeviz.devices import ClusterSpec, DeviceSet, PyDeviceSpec, parse_full_name
-from placeviz.graph import Graph
+from placeviz.graph import Graph, gc_paused
 from placeviz.placement.placer import Placement, PlacerConfig, place, read_fact_attrs
 from placeviz.placement.setter import SetterConfig, SetterResult, run_setter
 from placeviz.protos import GraphDef
@@ -100,6 +100,11 @@ def cluster_for(graph: Graph, options: PlacementOptions) -> ClusterSpec:
 
 def place_graph(graph: Graph, options: PlacementOptions, op_table=None) -> PlacementResult:
     """Run the setter (when it applies) and the placer; see the module docstring."""
+    with gc_paused():  # the whole pipeline: a collection between the stages would walk both graphs
+        return _place_graph(graph, options, op_table)
+
+
+def _place_graph(graph: Graph, options: PlacementOptions, op_table) -> PlacementResult:
     setter_result = None
     if options.wants_setter and (options.replace_devices or not is_placed(graph)):
         source = strip_jobs(graph) if options.replace_devices else graph

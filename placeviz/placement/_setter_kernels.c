@@ -690,6 +690,106 @@ error:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ single_device_groups */
+
+PyDoc_STRVAR(single_device_groups_doc,
+"single_device_groups(items, devices, ops, assign_ops, rule, colocated_rule, plain_devices, merge_devices,\n"
+"                     pos) -> int or None\n"
+"\n"
+"The loop of setter._split_groups over (root, (children, members)) items from position pos, for\n"
+"the usual root: its members all on one device, no per-device children. Such a root, unless its\n"
+"rule is colocated_rule, gets that device's plain device (the device itself when merge_devices is\n"
+"false and it is not empty, else plain_devices[device]) written into devices[root]. Returns the\n"
+"position of the first other item (several devices, children, an assign op among the members, no\n"
+"members, a plain device not cached yet, anything out of range), which the Python loop handles;\n"
+"None at the end.");
+
+static PyObject *single_device_groups(PyObject *self, PyObject *args)
+{
+    PyObject *items, *devices, *ops, *assign_ops, *rule, *plain_devices;
+    long colocated_rule;
+    int merge_devices;
+    Py_ssize_t pos;
+    if (!PyArg_ParseTuple(args, "O!O!O!OO!lO!pn", &PyList_Type, &items, &PyList_Type, &devices, &PyList_Type, &ops,
+                          &assign_ops, &PyList_Type, &rule, &colocated_rule, &PyDict_Type, &plain_devices,
+                          &merge_devices, &pos))
+        return NULL;
+    if (!PyAnySet_Check(assign_ops) || pos < 0)
+        return PyLong_FromSsize_t(pos);
+    for (; pos < PyList_GET_SIZE(items); pos++) {
+        PyObject *item = PyList_GET_ITEM(items, pos);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2)
+            break;
+        PyObject *pair = PyTuple_GET_ITEM(item, 1);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2)
+            break;
+        PyObject *children = PyTuple_GET_ITEM(pair, 0), *members = PyTuple_GET_ITEM(pair, 1);
+        long root;
+        if (!small_int(PyTuple_GET_ITEM(item, 0), &root) || root < 0 || root >= PyList_GET_SIZE(devices) ||
+            root >= PyList_GET_SIZE(rule))
+            break;
+        int has_children = PyObject_IsTrue(children);
+        if (has_children < 0)
+            return NULL;
+        if (has_children || !PyList_Check(members) || PyList_GET_SIZE(members) == 0)
+            break;
+        /* The members' one device (compared as by_device's dict keys compare), or a stop. */
+        PyObject *device = NULL;
+        int single = 1;
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(members); k++) {
+            long i;
+            if (!small_int(PyList_GET_ITEM(members, k), &i) || i < 0 || i >= PyList_GET_SIZE(devices) ||
+                i >= PyList_GET_SIZE(ops)) {
+                single = 0;
+                break;
+            }
+            int assign = PySet_Contains(assign_ops, PyList_GET_ITEM(ops, i));
+            if (assign < 0)
+                return NULL;
+            PyObject *d = PyList_GET_ITEM(devices, i);
+            if (assign || !PyUnicode_CheckExact(d)) {
+                single = 0;
+                break;
+            }
+            if (device == NULL) {
+                device = d;
+            } else if (d != device) {
+                int same = PyObject_RichCompareBool(d, device, Py_EQ);
+                if (same < 0)
+                    return NULL;
+                if (!same) {
+                    single = 0;
+                    break;
+                }
+            }
+        }
+        if (!single)
+            break;
+        long root_rule;
+        if (!small_int(PyList_GET_ITEM(rule, root), &root_rule))
+            break;
+        if (root_rule == colocated_rule)
+            continue;
+        PyObject *plain;
+        if (!merge_devices && PyUnicode_GET_LENGTH(device) > 0) {
+            plain = device;
+        } else {
+            plain = PyDict_GetItemWithError(plain_devices, device);
+            if (plain == NULL) {
+                if (PyErr_Occurred())
+                    return NULL;
+                break;  /* not cached yet: the Python loop computes it */
+            }
+        }
+        Py_INCREF(plain);
+        if (PyList_SetItem(devices, root, plain) < 0)  /* steals plain */
+            return NULL;
+    }
+    if (pos >= PyList_GET_SIZE(items))
+        Py_RETURN_NONE;
+    return PyLong_FromSsize_t(pos);
+}
+
 /* ------------------------------------------------------------------ renumbered */
 
 PyDoc_STRVAR(renumbered_doc,
@@ -1005,6 +1105,7 @@ static PyMethodDef methods[] = {
     {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL, replay_doc},
     {"group_noops", group_noops, METH_VARARGS, group_noops_doc},
     {"by_device", by_device, METH_VARARGS, by_device_doc},
+    {"single_device_groups", single_device_groups, METH_VARARGS, single_device_groups_doc},
     {"renumbered", renumbered, METH_VARARGS, renumbered_doc},
     {"nodes_with_ops", nodes_with_ops, METH_VARARGS, nodes_with_ops_doc},
     {"shifted", shifted, METH_VARARGS, shifted_doc},

@@ -42,7 +42,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from itertools import compress, repeat
 
 from google.protobuf import unknown_fields
@@ -105,9 +105,15 @@ class SetterConfig:
 class SetterResult:
     graph: Graph  # the graph with the setter's devices (and added group NoOps)
     rule: list[int]  # RULE_* per node of ``graph``
-    reference: dict[int, int] = field(default_factory=dict)  # node -> node whose device it took
+    # node -> node whose device it took, made on first use by this function (renumbering half a
+    # million entries is not worth it when only ``explain`` reads them)
+    make_reference: Callable[[], dict[int, int]] = field(default=dict, repr=False, compare=False)
     strategy_calls: list[int] = field(default_factory=list)  # nodes that called the strategy, in order
     ps_tasks: int = 0
+
+    @cached_property
+    def reference(self) -> dict[int, int]:
+        return self.make_reference()
 
     def explain(self, i: int) -> str:
         rule = self.rule[i]
@@ -118,7 +124,7 @@ class SetterResult:
             text += f" (strategy call #{self._call_index[i] + 1})"
         return text
 
-    @property
+    @cached_property
     def _call_index(self) -> dict[int, int]:
         return {node: k for k, node in enumerate(self.strategy_calls)}
 
@@ -221,7 +227,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     ps_tasks = num_ps_tasks(config)
     if ps_tasks <= 0:
         # replica_device_setter returned None: `with device(None)` hides every device scope.
-        return SetterResult(graph.with_devices([""] * n), [RULE_NO_SETTER] * n, {}, [], 0)
+        return SetterResult(graph.with_devices([""] * n), [RULE_NO_SETTER] * n, dict, [], 0)
 
     ps_ops = config.ps_ops if config.ps_ops is not None else op_table.ps_ops()
     if config.strategy == "greedy":
@@ -320,19 +326,9 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     colocated_targets = dict(colocated)
     for i, target in colocated:
         devices[i] = _resolve_colocated(i, target, devices, graph, colocated_targets)
-    result_devices = [d or "" for d in devices]
+    result_devices = devices if None not in devices else [d or "" for d in devices]  # usually none is None
 
-    plain_devices: dict[str, str] = {}
-
-    def plain_device(own: str) -> str:
-        """The setter's answer for a non-ps op whose device scopes gave it ``own`` (once per string)."""
-        if not merge_devices and own:
-            return own
-        device = plain_devices.get(own)
-        if device is None:
-            device = plain_devices[own] = worker_spec.merged_with(PyDeviceSpec.parse(own)).to_string()
-        return device
-
+    plain_device = _PlainDevice(worker_spec, merge_devices)
     new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,
                                                           strategy_calls, plain_device)
     return SetterResult(new_graph, new_rules, new_refs, calls, ps_tasks)
@@ -483,8 +479,24 @@ def _resolve_colocated(i: int, target: int, devices: list, graph: Graph, colocat
     return device if device else graph.devices[i]
 
 
+class _PlainDevice:
+    """The setter's answer for a non-ps op whose device scopes gave it ``own`` (once per string)."""
+
+    def __init__(self, worker_spec: PyDeviceSpec, merge_devices: bool):
+        self.worker_spec, self.merge_devices = worker_spec, merge_devices
+        self.cache: dict[str, str] = {}  # own -> device (read by the C kernel too)
+
+    def __call__(self, own: str) -> str:
+        if not self.merge_devices and own:
+            return own
+        device = self.cache.get(own)
+        if device is None:
+            device = self.cache[own] = self.worker_spec.merged_with(PyDeviceSpec.parse(own)).to_string()
+        return device
+
+
 def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: dict[int, int],
-                  strategy_calls: list[int], plain_device: Callable[[str], str]):
+                  strategy_calls: list[int], plain_device: _PlainDevice):
     """Rebuild ``control_flow_ops.group`` NoOps for the devices their grouped ops now have.
 
     TF's ``group`` makes one NoOp per device of the grouped ops (sorted by device string) under the
@@ -495,8 +507,18 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     dropped: set[int] = set()
     devices = list(devices)
     ops, assign_ops = graph.ops, scopes.ASSIGN_VARIABLE_OPS
-    roots = scopes.group_roots(graph, _kernels)
-    for root, (children, members) in sorted(roots.items()):  # creation order
+    items = sorted(scopes.group_roots(graph, _kernels).items())  # creation order
+    pos = 0
+    while pos < len(items):
+        if _kernels is not None:
+            # The same loop in C for the usual root (one device, no children); it stops at any
+            # other, which the loop below handles.
+            pos = _kernels.single_device_groups(items, devices, ops, assign_ops, rule, RULE_COLOCATED,
+                                                plain_device.cache, plain_device.merge_devices, pos)
+            if pos is None:
+                break
+        root, (children, members) = items[pos]
+        pos += 1
         by_device: dict[str, list[int]] | None = None
         if _kernels is not None and type(members) is list:
             by_device = _kernels.by_device(members, devices, ops, assign_ops)  # None: an assign op, ...
@@ -643,7 +665,8 @@ class _GroupRewrite:
 
         new_id = np.asarray(old_to_new, dtype=np.int32)  # by old id (new NoOps: n + k)
         in_src = array("i", new_id[np.frombuffer(self.in_src, dtype=np.int32)].tobytes())
-        colocation = _renumbered(g.colocation, old_to_new, keys_only=True)
+        # ``colocation`` is made on first use (the placer reads only ``colocated_names``).
+        colocation = partial(_new_colocation, g.colocation, new_id, self.noop_colocation)
         colocated_names = _renumbered(g.colocated_names, old_to_new, keys_only=True)
         # The names _class attrs name: the old graph's, when no dropped node named any (a new
         # NoOp names what its root names).
@@ -651,7 +674,6 @@ class _GroupRewrite:
         if "located_names" in g.__dict__ and not any(i in g.colocated_names for i in self.dropped):
             located_names = g.located_names
         if self.noop_colocation:  # NoOps built in a root's colocate_with carry its _class
-            colocation = _with_entries(colocation, self.noop_colocation)
             located = [(i, names) for i, names in ((i, _located_names(groups)) for i, groups in self.noop_colocation)
                        if names]
             colocated_names = _with_entries(colocated_names, located)
@@ -673,9 +695,8 @@ class _GroupRewrite:
             attr_nodes=RemappedNodeDefs(g.attr_nodes, self.noops.node, self.attr_ids, self.noop_ids),
             make_graph_def=make_graph_def, index=index, ids_of=ids_of, colocated_names=colocated_names,
             located_names=located_names, source=g)
-        new_refs = _renumbered(reference, old_to_new)
         calls = [old_to_new[c] for c in strategy_calls if old_to_new[c] >= 0]
-        return new_graph, self.new_rules, new_refs, calls
+        return new_graph, self.new_rules, partial(_renumbered_by, reference, new_id), calls
 
 def _new_index(source: Graph, names: list[str], dropped: set[int], first: int) -> dict[str, int]:
     """The setter's result graph's name index: the old one, ids from ``first`` on renumbered."""
@@ -763,6 +784,29 @@ def _renumbered(mapping: dict[int, object], old_to_new: list[int], keys_only: bo
     if not keys_only:
         keep = map(operator.and_, keep, map(operator.ge, values, repeat(0)))
     return dict(compress(zip(keys, values, strict=True), keep))  # C-level filter, order kept
+
+
+def _renumbered_by(mapping: dict[int, object], new_id, keys_only: bool = False) -> dict:
+    """``_renumbered(mapping, old_to_new, keys_only)`` with the new ids as a numpy array
+    (``new_id[old]``), which is what the setter keeps for the tables it makes on first use: a
+    list of a million ints costs 36 MB."""
+    import numpy as np
+
+    keys = new_id[np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))].tolist()
+    values = (list(mapping.values()) if keys_only else
+              new_id[np.fromiter(mapping.values(), dtype=np.int64, count=len(mapping))].tolist())
+    pairs = zip(keys, values, strict=True)
+    if -1 in keys or (not keys_only and -1 in values):  # entries naming a dropped node are left out
+        return {key: value for key, value in pairs if key >= 0 and (keys_only or value >= 0)}
+    return dict(pairs)
+
+
+def _new_colocation(colocation: dict[int, tuple[str, ...]], new_id,
+                    added: list[tuple[int, tuple[str, ...]]]) -> dict[int, tuple[str, ...]]:
+    """The setter's result graph's ``colocation``: the old one renumbered, with the ``_class`` of
+    the new NoOps (``added``) in id order."""
+    out = _renumbered_by(colocation, new_id, keys_only=True)
+    return _with_entries(out, added) if added else out
 
 
 def _with_entries(mapping: dict[int, object], entries: list[tuple[int, object]]) -> dict:
