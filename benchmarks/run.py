@@ -223,6 +223,7 @@ PROVIDERS.update(unplaced_model=_load_unplaced, op_table=_op_table)
 def _setter_setup(ctx: Context) -> None:
     graph = ctx.get("unplaced_model").graph
     graph.colocation, graph.colocated_names  # noqa: B018 - see the colocation stage; computed untimed
+    _drop_name_lookups(graph)
 
 
 @stage("setter", "replica_device_setter replay (unplaced)", modules=("placeviz.placement.setter",),
@@ -246,6 +247,7 @@ def _place_setup(ctx: Context) -> None:
     # The placer reads them; computed untimed (colocation is timed in its own stage).
     ctx.graph.topological_order, ctx.graph.colocation, ctx.graph.colocated_names  # noqa: B018
     _drop_attr_keys(ctx.graph)
+    _drop_name_lookups(ctx.graph)
 
 
 def _drop_attr_keys(graph) -> None:
@@ -279,6 +281,14 @@ def place_stage(ctx: Context):
 def _pipeline_setup(ctx: Context) -> None:
     _setter_setup(ctx)
     _drop_attr_keys(ctx.get("unplaced_model").graph)
+
+
+def _drop_name_lookups(graph) -> None:
+    """Forget the ids of the names ``_class`` attrs name (``Graph.located_names`` and
+    ``colocated_name_ids``), cached on the graph by the first repetition: the setter and the
+    placer look them up, so every repetition pays for that as a command does."""
+    graph.__dict__.pop("located_names", None)
+    graph.__dict__.pop("colocated_name_ids", None)
 
 
 @stage("pipeline", "setter + placer: place_graph (unplaced)", modules=("placeviz.placement",),

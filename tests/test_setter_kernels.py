@@ -316,19 +316,24 @@ def test_tf_built_samples(sample, options):
 
 # ----------------------------------------------------------------------------- each kernel alone
 def test_renumbered_declines_what_it_cannot_map():
-    old_to_new = [0, -1, 1, 2]
-    assert KERNELS.renumbered({0: 2, 1: 0, 3: 3}, old_to_new, False) == {0: 1, 2: 2}
-    assert KERNELS.renumbered({3: "x", 1: "y", 0: "z"}, old_to_new, True) == {2: "x", 0: "z"}
-    assert list(KERNELS.renumbered({3: "x", 0: "z"}, old_to_new, True)) == [2, 0]  # order kept
-    assert KERNELS.renumbered({4: 0}, old_to_new, True) is None  # out of range: Python raises
-    assert KERNELS.renumbered({-1: 0}, old_to_new, True) is None  # Python indexes from the end
-    assert KERNELS.renumbered({0: 1}, [-2, 0], True) is None  # not a -1: Python keeps it
-    assert KERNELS.renumbered({0: "a"}, old_to_new, False) is None
+    import numpy as np
+
+    new_id = np.asarray([0, -1, 1, 2], dtype=np.int32)
+    assert KERNELS.renumbered({0: 2, 1: 0, 3: 3}, new_id, False) == {0: 1, 2: 2}
+    assert KERNELS.renumbered({3: "x", 1: "y", 0: "z"}, new_id, True) == {2: "x", 0: "z"}
+    assert list(KERNELS.renumbered({3: "x", 0: "z"}, new_id, True)) == [2, 0]  # order kept
+    assert KERNELS.renumbered({4: 0}, new_id, True) is None  # out of range: Python raises
+    assert KERNELS.renumbered({-1: 0}, new_id, True) is None  # Python indexes from the end
+    assert KERNELS.renumbered({0: 1}, np.asarray([-2, 0], dtype=np.int32), True) is None  # not a -1
+    assert KERNELS.renumbered({0: "a"}, new_id, False) is None
+    assert KERNELS.renumbered({0: 1}, [0, 1], True) is None  # not a buffer
+    assert KERNELS.renumbered({0: 1}, np.asarray([0, 1], dtype=np.int64), True) is None  # not int32
+    assert KERNELS.renumbered({0: 1}, np.arange(4, dtype=np.int32)[::2], True) is None  # strided
     for mapping, keys_only in (({0: 2, 1: 0, 3: 3}, False), ({0: 1}, True), ({1: 0, 2: 2}, True)):
-        got = setter._renumbered(mapping, old_to_new, keys_only)
+        got = setter._renumbered(mapping, new_id, keys_only)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(setter, "_kernels", None)
-            assert list(setter._renumbered(mapping, old_to_new, keys_only).items()) == list(got.items())
+            assert list(setter._renumbered(mapping, new_id, keys_only).items()) == list(got.items())
 
 
 def test_by_device_leaves_assign_ops_to_python():
@@ -462,19 +467,26 @@ def test_group_members_and_id_range():
 
 @settings(max_examples=200, deadline=None)
 @given(st.data())
-def test_renumbering_by_an_id_array_is_renumbering_by_a_list(data):
-    """The tables the setter makes on first use (``reference``, ``colocation``) are renumbered from
-    a numpy array of new ids; the list-based ``_renumbered`` is the reference."""
+def test_renumbered_is_a_renumbering(data):
+    """``_renumbered`` (C and numpy paths) against the plain definition: each key (and value) mapped
+    through the new ids, entries naming a dropped node (-1) left out, order kept, ints out."""
     import numpy as np
 
     n = data.draw(st.integers(1, 40))
-    old_to_new = data.draw(st.lists(st.integers(-1, 60), min_size=n, max_size=n))
+    # A renumbering: distinct new ids, -1 for dropped nodes.
+    kept = data.draw(st.lists(st.integers(0, 60), unique=True, min_size=n, max_size=n))
+    dropped = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    old_to_new = [-1 if drop else new for new, drop in zip(kept, dropped)]
     keys = data.draw(st.lists(st.integers(0, n - 1), unique=True, max_size=n))
     values = data.draw(st.lists(st.integers(0, n - 1), min_size=len(keys), max_size=len(keys)))
     mapping = dict(zip(keys, values))
     new_id = np.asarray(old_to_new, dtype=np.int32)
     for keys_only in (False, True):
-        expected = setter._renumbered(mapping, old_to_new, keys_only)
-        got = setter._renumbered_by(mapping, new_id, keys_only)
-        assert list(got.items()) == list(expected.items())
-        assert all(type(k) is int and (keys_only or type(v) is int) for k, v in got.items())
+        expected = [(old_to_new[k], v if keys_only else old_to_new[v]) for k, v in mapping.items()]
+        expected = [(k, v) for k, v in expected if k >= 0 and (keys_only or v >= 0)]
+        for kernels in (KERNELS, None):
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(setter, "_kernels", kernels)
+                got = setter._renumbered(mapping, new_id, keys_only)
+            assert list(got.items()) == expected
+            assert all(type(k) is int and (keys_only or type(v) is int) for k, v in got.items())

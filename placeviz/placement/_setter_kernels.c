@@ -793,50 +793,66 @@ static PyObject *single_device_groups(PyObject *self, PyObject *args)
 /* ------------------------------------------------------------------ renumbered */
 
 PyDoc_STRVAR(renumbered_doc,
-"renumbered(mapping, old_to_new, keys_only) -> dict or None\n"
+"renumbered(mapping, new_id, keys_only) -> dict or None\n"
 "\n"
-"setter._renumbered in one pass: keys (and values unless keys_only) mapped through old_to_new,\n"
-"entries with a -1 dropped, order kept. None when an id is not an int in range or maps to a\n"
-"negative number other than -1 (the Python function then runs).");
+"setter._renumbered in one pass: keys (and values unless keys_only) mapped through new_id (a\n"
+"C-contiguous int32 buffer: the new id of each old one, -1 if dropped), entries with a -1\n"
+"dropped, order kept. None when new_id is not such a buffer, an id is not an int in range, or it\n"
+"maps to a negative number other than -1 (the Python function then runs).");
 
 static PyObject *renumbered(PyObject *self, PyObject *args)
 {
-    PyObject *mapping, *old_to_new;
+    PyObject *mapping, *new_id_obj;
     int keys_only;
-    if (!PyArg_ParseTuple(args, "O!O!p", &PyDict_Type, &mapping, &PyList_Type, &old_to_new, &keys_only))
+    if (!PyArg_ParseTuple(args, "O!Op", &PyDict_Type, &mapping, &new_id_obj, &keys_only))
         return NULL;
-    Py_ssize_t size = PyList_GET_SIZE(old_to_new);
-    PyObject *out = PyDict_New();
+    Py_buffer view;
+    if (PyObject_GetBuffer(new_id_obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *out = NULL;
+    if (view.itemsize != 4 || view.format == NULL || strcmp(view.format, "i") != 0)
+        goto decline;
+    const int *new_id = (const int *)view.buf;
+    Py_ssize_t size = view.len / 4;
+    out = PyDict_New();
     if (out == NULL)
-        return NULL;
+        goto error;
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (PyDict_Next(mapping, &pos, &key, &value)) {
         long old, new_key, new_value = 0;
         if (!small_int(key, &old) || old < 0 || old >= size)
             goto decline;
-        PyObject *new_key_obj = PyList_GET_ITEM(old_to_new, old);
-        if (!small_int(new_key_obj, &new_key) || new_key < -1)
-            goto decline;
-        PyObject *new_value_obj = value;
+        new_key = new_id[old];
         if (!keys_only) {
             if (!small_int(value, &old) || old < 0 || old >= size)
                 goto decline;
-            new_value_obj = PyList_GET_ITEM(old_to_new, old);
-            if (!small_int(new_value_obj, &new_value) || new_value < -1)
-                goto decline;
+            new_value = new_id[old];
         }
+        if (new_key < -1 || new_value < -1)
+            goto decline;
         if (new_key == -1 || new_value == -1)
             continue;  /* names a dropped node */
-        if (PyDict_SetItem(out, new_key_obj, new_value_obj) < 0) {
-            Py_DECREF(out);
-            return NULL;
-        }
+        PyObject *k = PyLong_FromLong(new_key);
+        PyObject *v = keys_only ? (Py_INCREF(value), value) : PyLong_FromLong(new_value);
+        int failed = k == NULL || v == NULL || PyDict_SetItem(out, k, v) < 0;
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (failed)
+            goto error;
     }
+    PyBuffer_Release(&view);
     return out;
 decline:
-    Py_DECREF(out);
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
     Py_RETURN_NONE;
+error:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ nodes_with_ops */

@@ -558,8 +558,11 @@ class _GroupRewrite:
         self.colocated_roots = {i for i in plans if rule[i] == RULE_COLOCATED}
         self.noops = GraphDef()  # NodeDefs of the new per-device NoOps, in order
         n = len(graph)
+        import numpy as np
+
         # Sources are old node ids, or n + k for the k-th new NoOp, until remapped at the end.
-        self.old_to_new = [-1] * n
+        # The new id of each (-1: dropped), as int32: a list would hold a million int objects.
+        self.old_to_new = np.full(n, -1, dtype=np.int32)
         self.names: list[str] = []
         self.ops: list[str] = []
         self.new_devices: list[str] = []
@@ -577,15 +580,18 @@ class _GroupRewrite:
                 self._rewire(i, plain_device)
             start = i + 1
         self._copy(start, n)
-        self.old_to_new.extend(self.noop_ids)  # source n + k is the k-th new NoOp
+        # source n + k is the k-th new NoOp
+        self.old_to_new = np.concatenate([self.old_to_new, np.asarray(self.noop_ids, dtype=np.int32)])
 
     def _copy(self, a: int, b: int) -> None:
         """Copy old nodes ``a..b-1`` (none of them rewritten) to the end of the new graph."""
         if a >= b:
             return
+        import numpy as np
+
         g = self.graph
         new = len(self.names)
-        self.old_to_new[a:b] = range(new, new + b - a)
+        self.old_to_new[a:b] = np.arange(new, new + b - a, dtype=np.int32)
         self.names += g.names[a:b]
         self.ops += g.ops[a:b]
         self.new_devices += self.devices[a:b]
@@ -660,14 +666,13 @@ class _GroupRewrite:
         return (i is not None and i not in self.dropped) or name in self._added_names
 
     def result(self, reference: dict[int, int], strategy_calls: list[int]):
-        g, old_to_new = self.graph, self.old_to_new
         import numpy as np
 
-        new_id = np.asarray(old_to_new, dtype=np.int32)  # by old id (new NoOps: n + k)
+        g, new_id = self.graph, self.old_to_new  # by old id (new NoOps: n + k)
         in_src = array("i", new_id[np.frombuffer(self.in_src, dtype=np.int32)].tobytes())
         # ``colocation`` is made on first use (the placer reads only ``colocated_names``).
         colocation = partial(_new_colocation, g.colocation, new_id, self.noop_colocation)
-        colocated_names = _renumbered(g.colocated_names, old_to_new, keys_only=True)
+        colocated_names = _renumbered(g.colocated_names, new_id, keys_only=True)
         # The names _class attrs name: the old graph's, when no dropped node named any (a new
         # NoOp names what its root names).
         located_names = None
@@ -695,8 +700,8 @@ class _GroupRewrite:
             attr_nodes=RemappedNodeDefs(g.attr_nodes, self.noops.node, self.attr_ids, self.noop_ids),
             make_graph_def=make_graph_def, index=index, ids_of=ids_of, colocated_names=colocated_names,
             located_names=located_names, source=g)
-        calls = [old_to_new[c] for c in strategy_calls if old_to_new[c] >= 0]
-        return new_graph, self.new_rules, partial(_renumbered_by, reference, new_id), calls
+        calls = [c for c in new_id[np.asarray(strategy_calls, dtype=np.int64)].tolist() if c >= 0]
+        return new_graph, self.new_rules, partial(_renumbered, reference, new_id), calls
 
 def _new_index(source: Graph, names: list[str], dropped: set[int], first: int) -> dict[str, int]:
     """The setter's result graph's name index: the old one, ids from ``first`` on renumbered."""
@@ -769,27 +774,14 @@ def _rewritten_graph_def(source: Graph, names: list[str], devices: list[str], in
     return out
 
 
-def _renumbered(mapping: dict[int, object], old_to_new: list[int], keys_only: bool = False) -> dict:
-    """``mapping`` with its node-id keys (and values, unless ``keys_only``) renumbered; entries
-    that name a dropped node (new id -1) are left out. Order is kept."""
-    if _kernels is not None and type(mapping) is dict and type(old_to_new) is list:
-        out = _kernels.renumbered(mapping, old_to_new, keys_only)  # None: not the plain case
+def _renumbered(mapping: dict[int, object], new_id, keys_only: bool = False) -> dict:
+    """``mapping`` with its node-id keys (and values, unless ``keys_only``) renumbered through
+    ``new_id`` (a numpy int32 array: the new id of each old one); entries that name a dropped
+    node (new id -1) are left out. Order is kept."""
+    if _kernels is not None and type(mapping) is dict:
+        out = _kernels.renumbered(mapping, new_id, keys_only)  # None: not the plain case
         if out is not None:
             return out
-    keys = list(map(old_to_new.__getitem__, mapping))
-    values = list(mapping.values()) if keys_only else list(map(old_to_new.__getitem__, mapping.values()))
-    if -1 not in keys and (keys_only or -1 not in values):  # the usual case
-        return dict(zip(keys, values, strict=True))
-    keep = map(operator.ge, keys, repeat(0))
-    if not keys_only:
-        keep = map(operator.and_, keep, map(operator.ge, values, repeat(0)))
-    return dict(compress(zip(keys, values, strict=True), keep))  # C-level filter, order kept
-
-
-def _renumbered_by(mapping: dict[int, object], new_id, keys_only: bool = False) -> dict:
-    """``_renumbered(mapping, old_to_new, keys_only)`` with the new ids as a numpy array
-    (``new_id[old]``), which is what the setter keeps for the tables it makes on first use: a
-    list of a million ints costs 36 MB."""
     import numpy as np
 
     keys = new_id[np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))].tolist()
@@ -805,7 +797,7 @@ def _new_colocation(colocation: dict[int, tuple[str, ...]], new_id,
                     added: list[tuple[int, tuple[str, ...]]]) -> dict[int, tuple[str, ...]]:
     """The setter's result graph's ``colocation``: the old one renumbered, with the ``_class`` of
     the new NoOps (``added``) in id order."""
-    out = _renumbered_by(colocation, new_id, keys_only=True)
+    out = _renumbered(colocation, new_id, keys_only=True)
     return _with_entries(out, added) if added else out
 
 
