@@ -249,13 +249,13 @@ class Graph:
         The caller guarantees what ``__init__`` checks (unique non-empty names, ops, valid inputs)
         and passes what ``__init__`` would have read: ``attr_nodes[i]`` is a NodeDef with node
         ``i``'s name, op and attrs (its device and inputs may be stale), and ``make_graph_def()``
-        builds the full GraphDef, on first use of ``graph_def``. ``index`` may also be a function
-        that builds it on first use, and ``ids_of`` one that answers :meth:`ids_of` without it
-        (a million-entry name index costs a third of a second to build, and the placer only looks
-        up the names ``_class`` attrs name). ``index``, ``colocation``,
+        builds the full GraphDef, on first use of ``graph_def``. ``index``, ``colocation``,
         ``colocated_names`` and ``located_names``, when the caller has them, must equal what the
-        graph would compute (``colocation`` in id order); otherwise they are computed on first use. ``source``: the
-        graph this one was made from: its GraphDef's ``library`` is the new one's (so reading
+        graph would compute (``colocation`` in id order); otherwise they are computed on first
+        use. ``index`` and ``colocation`` may also be functions that make them on first use, and
+        ``ids_of`` one that answers :meth:`ids_of` until the index exists (a million-entry name
+        index costs a third of a second, and the placer looks up only the names ``_class``
+        attrs name). ``source``: the graph this one was made from: its GraphDef's ``library`` is the new one's (so reading
         ``library`` does not build the GraphDef), and when ``attr_nodes`` are its NodeDefs (the
         same sequence, or a :class:`RemappedNodeDefs` over it) what :meth:`attr_keys` read there
         is reused.

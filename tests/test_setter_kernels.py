@@ -476,10 +476,10 @@ def test_renumbered_is_a_renumbering(data):
     # A renumbering: distinct new ids, -1 for dropped nodes.
     kept = data.draw(st.lists(st.integers(0, 60), unique=True, min_size=n, max_size=n))
     dropped = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
-    old_to_new = [-1 if drop else new for new, drop in zip(kept, dropped)]
+    old_to_new = [-1 if drop else new for new, drop in zip(kept, dropped, strict=True)]
     keys = data.draw(st.lists(st.integers(0, n - 1), unique=True, max_size=n))
     values = data.draw(st.lists(st.integers(0, n - 1), min_size=len(keys), max_size=len(keys)))
-    mapping = dict(zip(keys, values))
+    mapping = dict(zip(keys, values, strict=True))
     new_id = np.asarray(old_to_new, dtype=np.int32)
     for keys_only in (False, True):
         expected = [(old_to_new[k], v if keys_only else old_to_new[v]) for k, v in mapping.items()]

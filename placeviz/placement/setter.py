@@ -37,13 +37,12 @@ the greedy strategy, odd types) to that loop, so the results are the same node f
 
 from __future__ import annotations
 
-import operator
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from itertools import compress, repeat
+from itertools import repeat
 
 from google.protobuf import unknown_fields
 
