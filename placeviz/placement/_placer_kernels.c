@@ -11,9 +11,16 @@
  *
  * The union-find state is the placer's own Python lists (parent, rank, state) of ints, updated
  * in place exactly as the Python code updates them (path compression included).
+ *
+ * The others (follow_inputs, class_keys, request_pairs) replace the glue between those loops:
+ * passes that build per-node lists, numpy masks and dicts, where the Python code's cost is in
+ * converting million-element lists to numpy and back. They change nothing in place: each returns
+ * its whole result, or None at anything but the plain case (an object of another type, an id out
+ * of range), and the Python code then computes it (and raises whatever it raises).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 
 /* list[i] as a C long; the lists hold ints only (the placer builds them). */
 static inline long get_long(PyObject *list, Py_ssize_t i)
@@ -533,7 +540,8 @@ static PyObject *apply_colocated_devices(PyObject *self, PyObject *args)
 PyDoc_STRVAR(number_keys_doc,
 "number_keys(ops, values) -> (numbers, count)\n\n"
 "Number each distinct (ops[i], values[i]) pair in order of first occurrence: what\n"
-"Placer._fact_keys computes (a dict per op, so no pair tuple is made per node).");
+"Placer._fact_keys computes (a dict per op, so no pair tuple is made per node). `numbers`:\n"
+"bytes of native int64, one per node (the caller's numpy array, with no list to convert).");
 
 static PyObject *number_keys(PyObject *self, PyObject *args)
 {
@@ -544,9 +552,11 @@ static PyObject *number_keys(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "ops and values differ in length");
         return NULL;
     }
-    PyObject *by_op = PyDict_New(), *numbers = PyList_New(n), *out = NULL;
+    PyObject *by_op = PyDict_New(), *numbers = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    PyObject *out = NULL;
     Py_ssize_t count = 0;
     if (!by_op || !numbers) goto done;
+    int64_t *number = (int64_t *)PyBytes_AS_STRING(numbers);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *op = PyList_GET_ITEM(ops, i), *value = PyList_GET_ITEM(values, i);
         PyObject *ids = PyDict_GetItemWithError(by_op, op);
@@ -558,15 +568,14 @@ static PyObject *number_keys(PyObject *self, PyObject *args)
         }
         PyObject *id = PyDict_GetItemWithError(ids, value);
         if (id) {
-            Py_INCREF(id);
+            number[i] = PyLong_AsLongLong(id); /* one of ours: an int */
         } else {
-            if (PyErr_Occurred() || !(id = PyLong_FromSsize_t(count++))) goto done;
-            if (PyDict_SetItem(ids, value, id) < 0) {
-                Py_DECREF(id);
-                goto done;
-            }
+            if (PyErr_Occurred() || !(id = PyLong_FromSsize_t(count))) goto done;
+            int rc = PyDict_SetItem(ids, value, id);
+            Py_DECREF(id);
+            if (rc < 0) goto done;
+            number[i] = count++;
         }
-        PyList_SET_ITEM(numbers, i, id);
     }
     out = Py_BuildValue("(On)", numbers, count);
 done:
@@ -575,11 +584,405 @@ done:
     return out;
 }
 
+/* obj's buffer as `view` when it is C-contiguous, of items of `size` bytes and of a native integer
+ * type whose format code is in `codes` (e.g. "i"): 1 done, 0 anything else (nothing held: the
+ * caller declines), -1 error. */
+static int int_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t size, const char *codes)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return -1;
+    const char *f = view->format ? view->format : "B";
+    if (*f == '@' || *f == '=') f++;
+    if (view->itemsize == size && f[0] && !f[1] && strchr(codes, f[0])) return 1;
+    PyBuffer_Release(view);
+    view->obj = NULL;
+    return 0;
+}
+
+/* Whether in_start (n + 1 entries) and in_src describe the inputs of n nodes: the first input at
+ * 0, the last at the end of in_src, never decreasing, every source a node. */
+static int valid_inputs(const int *in_start, const int *in_src, Py_ssize_t n, Py_ssize_t num_edges)
+{
+    if (in_start[0] != 0 || in_start[n] != num_edges) return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (in_start[i + 1] < in_start[i]) return 0;
+    for (Py_ssize_t k = 0; k < num_edges; k++)
+        if (in_src[k] < 0 || in_src[k] >= n) return 0;
+    return 1;
+}
+
+/* What the op type of a node says about it (follow_inputs). */
+#define OP_METADATA 1  /* in metadata_ops: follows its input */
+#define OP_IDENTITY 2  /* the pass-through op (Identity) */
+#define OP_BACK_EDGE 4 /* in back_edge_ops: NextIteration */
+#define OP_CACHE_SIZE 256
+
+/* The op strings of a graph are shared objects (a few dozen for a million nodes), so the set
+ * lookups are made once per object, in a small table keyed by the object's address (the ops
+ * list holds every key alive meanwhile). */
+typedef struct {
+    PyObject *op;
+    int bits;
+} op_slot;
+
+/* The OP_* bits of `op` (an exact str), or -1 on error. */
+static int op_bits(op_slot *cache, PyObject *op, PyObject *metadata_ops, PyObject *back_edge_ops,
+                   PyObject *identity_op)
+{
+    size_t h = ((size_t)op >> 4) % OP_CACHE_SIZE;
+    op_slot *free_slot = NULL;
+    for (int probe = 0; probe < 8; probe++) {
+        op_slot *slot = &cache[(h + probe) % OP_CACHE_SIZE];
+        if (slot->op == op) return slot->bits;
+        if (!slot->op) {
+            free_slot = slot;
+            break;
+        }
+    }
+    int metadata = PySet_Contains(metadata_ops, op), back_edge = PySet_Contains(back_edge_ops, op);
+    int identity = PyObject_RichCompareBool(op, identity_op, Py_EQ);
+    if (metadata < 0 || back_edge < 0 || identity < 0) return -1;
+    int bits = (metadata ? OP_METADATA : 0) | (identity ? OP_IDENTITY : 0) | (back_edge ? OP_BACK_EDGE : 0);
+    if (free_slot) { /* a full neighbourhood only costs the lookups again */
+        free_slot->op = op;
+        free_slot->bits = bits;
+    }
+    return bits;
+}
+
+PyDoc_STRVAR(follow_inputs_doc,
+"follow_inputs(ops, requested, in_start, in_src, is_generator, metadata_ops, back_edge_ops, identity_op,\n"
+"              why_metadata, why_identity) -> None | (follow, consumers, plain)\n\n"
+"What Placer._follow_and_consumers computes before the assignment loop, in one pass over the\n"
+"nodes and one over the edges: `follow` (per node, the reason code if it follows its input,\n"
+"else -1), `consumers` (generators then candidate Identity nodes -> their consumers, one per\n"
+"edge, in edge order) and `plain` (bytes, 1 per node that is no generator, follower or\n"
+"back-edge source). None, having changed nothing, at anything but str ops and requests, bool\n"
+"generator flags and consistent int32 input arrays: the Python code does it all.");
+
+static PyObject *follow_inputs(PyObject *self, PyObject *args)
+{
+    PyObject *ops, *requested, *in_start_obj, *in_src_obj, *is_generator, *metadata_ops, *back_edge_ops;
+    PyObject *identity_op, *why_metadata, *why_identity;
+    PyObject *result = NULL, *follow = NULL, *consumers = NULL, *plain = NULL, *not_following = NULL;
+    PyObject **lists = NULL;    /* per wanted node: its consumers list */
+    unsigned char *kind = NULL; /* per node: KIND_* bits */
+    int *count = NULL;          /* per wanted node: its consumers (counted, then filled) */
+    Py_ssize_t n = 0;
+    if (!PyArg_ParseTuple(args, "O!O!OOO!O!O!UO!O!", &PyList_Type, &ops, &PyList_Type, &requested, &in_start_obj,
+                          &in_src_obj, &PyList_Type, &is_generator, &PyFrozenSet_Type, &metadata_ops,
+                          &PyFrozenSet_Type, &back_edge_ops, &identity_op, &PyLong_Type, &why_metadata,
+                          &PyLong_Type, &why_identity))
+        return NULL;
+    Py_buffer start_buf = {0}, src_buf = {0};
+    int ok = int_buffer(in_start_obj, &start_buf, sizeof(int), "i");
+    if (ok > 0) ok = int_buffer(in_src_obj, &src_buf, sizeof(int), "i");
+    if (ok < 0) goto done;
+    n = PyList_GET_SIZE(ops);
+    if (!ok || start_buf.len / (Py_ssize_t)sizeof(int) != n + 1 || PyList_GET_SIZE(requested) != n ||
+        PyList_GET_SIZE(is_generator) != n)
+        goto decline;
+    const int *in_start = start_buf.buf, *in_src = src_buf.buf;
+    Py_ssize_t num_edges = src_buf.len / (Py_ssize_t)sizeof(int);
+    if (!valid_inputs(in_start, in_src, n, num_edges)) goto decline;
+    enum { KIND_GENERATOR = 1, KIND_IDENTITY = 2, KIND_METADATA = 4, KIND_BACK_EDGE = 8 };
+    kind = PyMem_Calloc(n + 1, 1);
+    count = PyMem_Calloc(n + 1, sizeof(int));
+    lists = PyMem_Calloc(n + 1, sizeof(PyObject *));
+    if (!kind || !count || !lists) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* Per node: generator (is_generator), candidate Identity (_identity_candidates: no
+     * requested device and exactly one input, data or control), metadata op, back-edge source. */
+    op_slot cache[OP_CACHE_SIZE] = {{0}};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *op = PyList_GET_ITEM(ops, i), *request = PyList_GET_ITEM(requested, i);
+        PyObject *gen = PyList_GET_ITEM(is_generator, i);
+        if (!PyUnicode_CheckExact(op) || !PyUnicode_CheckExact(request) || (gen != Py_True && gen != Py_False))
+            goto decline;
+        int bits = op_bits(cache, op, metadata_ops, back_edge_ops, identity_op);
+        if (bits < 0) goto done;
+        kind[i] = (gen == Py_True ? KIND_GENERATOR : 0) | (bits & OP_METADATA ? KIND_METADATA : 0) |
+                  (bits & OP_BACK_EDGE ? KIND_BACK_EDGE : 0);
+        if (bits & OP_IDENTITY && PyUnicode_GET_LENGTH(request) == 0 && in_start[i + 1] - in_start[i] == 1)
+            kind[i] |= KIND_IDENTITY;
+    }
+    /* _consumers_of: the consumers of the wanted nodes, in edge order (counted, then filled). */
+    for (Py_ssize_t k = 0; k < num_edges; k++)
+        if (kind[in_src[k]] & (KIND_GENERATOR | KIND_IDENTITY)) count[in_src[k]]++;
+    if (!(consumers = PyDict_New())) goto done;
+    for (int pass = 0; pass < 2; pass++) { /* generators first, then candidate Identity nodes */
+        int wanted = pass == 0 ? KIND_GENERATOR : KIND_IDENTITY;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (!(kind[i] & wanted)) continue;
+            if (!lists[i] && !(lists[i] = PyList_New(count[i]))) goto done;
+            PyObject *key = PyLong_FromSsize_t(i);
+            if (!key) goto done;
+            int rc = PyDict_SetItem(consumers, key, lists[i]);
+            Py_DECREF(key);
+            if (rc < 0) goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) count[i] = 0; /* now: how many are filled in */
+    for (Py_ssize_t dst = 0; dst < n; dst++) {
+        for (Py_ssize_t k = in_start[dst]; k < in_start[dst + 1]; k++) {
+            int src = in_src[k];
+            if (!(kind[src] & (KIND_GENERATOR | KIND_IDENTITY))) continue; /* kind: the smallest array */
+            PyObject *user = PyLong_FromSsize_t(dst);
+            if (!user) goto done;
+            PyList_SET_ITEM(lists[src], count[src]++, user);
+        }
+    }
+    /* _follow_input: metadata ops always; a candidate Identity when it has at most one consumer
+     * edge and its input requests what that consumer does ("" without consumers: the sink). */
+    if (!(follow = PyList_New(n)) || !(plain = PyBytes_FromStringAndSize(NULL, n)) ||
+        !(not_following = PyLong_FromLong(-1)))
+        goto done;
+    char *plain_bytes = PyBytes_AS_STRING(plain);
+    long metadata_code = PyLong_AsLong(why_metadata), identity_code = PyLong_AsLong(why_identity);
+    if (PyErr_Occurred()) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *why = kind[i] & KIND_METADATA ? why_metadata : not_following;
+        if (kind[i] & KIND_IDENTITY && count[i] <= 1) {
+            PyObject *src_request = PyList_GET_ITEM(requested, in_src[in_start[i]]);
+            int same = PyUnicode_GET_LENGTH(src_request) == 0; /* the sink's request */
+            if (count[i]) {
+                Py_ssize_t user = PyLong_AsSsize_t(PyList_GET_ITEM(lists[i], 0)); /* made above */
+                same = PyObject_RichCompareBool(src_request, PyList_GET_ITEM(requested, user), Py_EQ);
+                if (same < 0) goto done;
+            }
+            if (same) why = why_identity;
+        }
+        Py_INCREF(why);
+        PyList_SET_ITEM(follow, i, why);
+        /* plain: no generator, no follower (a negative code), no back-edge source */
+        long code = why == why_metadata ? metadata_code : why == why_identity ? identity_code : -1;
+        plain_bytes[i] = !(kind[i] & (KIND_GENERATOR | KIND_BACK_EDGE)) && code < 0;
+    }
+    result = PyTuple_Pack(3, follow, consumers, plain);
+    goto done;
+decline:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    if (lists) {
+        for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(lists[i]);
+        PyMem_Free(lists);
+    }
+    PyMem_Free(kind);
+    PyMem_Free(count);
+    Py_XDECREF(follow);
+    Py_XDECREF(consumers);
+    Py_XDECREF(plain);
+    Py_XDECREF(not_following);
+    if (start_buf.obj) PyBuffer_Release(&start_buf);
+    if (src_buf.obj) PyBuffer_Release(&src_buf);
+    return result;
+}
+
+PyDoc_STRVAR(class_keys_doc,
+"class_keys(colocated_names, colocated_name_ids, order, n) -> None | (keys_of, visit)\n\n"
+"What Placer._class_keys computes for the union loop of _colocate_class_groups: per node of n,\n"
+"its loc:@ names (colocated_names, a tuple) followed by its own name when colocated_name_ids\n"
+"has it, and the nodes with some, in `order`. None, having changed nothing, at anything but\n"
+"tuples of names and node ids in range: the Python code does it.");
+
+static PyObject *class_keys(PyObject *self, PyObject *args)
+{
+    PyObject *colocated_names, *name_ids, *order, *keys_of = NULL, *visit = NULL, *result = NULL;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!O!O!n", &PyDict_Type, &colocated_names, &PyDict_Type, &name_ids, &PyList_Type,
+                          &order, &n))
+        return NULL;
+    if (n < 0 || !(keys_of = PyList_New(n))) return NULL;
+    PyObject *empty = PyTuple_New(0);
+    if (!empty) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(empty);
+        PyList_SET_ITEM(keys_of, i, empty);
+    }
+    Py_DECREF(empty);
+    Py_ssize_t it = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(colocated_names, &it, &key, &value)) { /* keys_of[i] = its loc:@ names */
+        Py_ssize_t i = PyLong_CheckExact(key) ? PyLong_AsSsize_t(key) : -1;
+        if (i == -1 && PyErr_Occurred()) PyErr_Clear(); /* too large: declined below */
+        if (i < 0 || i >= n || !PyTuple_CheckExact(value)) goto decline;
+        Py_INCREF(value);
+        PyList_SetItem(keys_of, i, value);
+    }
+    it = 0;
+    while (PyDict_Next(name_ids, &it, &key, &value)) { /* keys_of[i] += (name,) */
+        Py_ssize_t i = PyLong_CheckExact(value) ? PyLong_AsSsize_t(value) : -1;
+        if (i == -1 && PyErr_Occurred()) PyErr_Clear();
+        if (i < 0 || i >= n) goto decline;
+        PyObject *keys = PyList_GET_ITEM(keys_of, i);
+        Py_ssize_t k = PyTuple_GET_SIZE(keys);
+        PyObject *longer = PyTuple_New(k + 1);
+        if (!longer) goto done;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            Py_INCREF(PyTuple_GET_ITEM(keys, j));
+            PyTuple_SET_ITEM(longer, j, PyTuple_GET_ITEM(keys, j));
+        }
+        Py_INCREF(key);
+        PyTuple_SET_ITEM(longer, k, key);
+        PyList_SetItem(keys_of, i, longer);
+    }
+    if (!(visit = PyList_New(0))) goto done;
+    for (Py_ssize_t p = 0; p < PyList_GET_SIZE(order); p++) { /* the nodes with keys, in order */
+        PyObject *node = PyList_GET_ITEM(order, p);
+        Py_ssize_t i = PyLong_CheckExact(node) ? PyLong_AsSsize_t(node) : -1;
+        if (i == -1 && PyErr_Occurred()) PyErr_Clear();
+        if (i < 0 || i >= n) goto decline;
+        if (PyTuple_GET_SIZE(PyList_GET_ITEM(keys_of, i)) > 0 && PyList_Append(visit, node) < 0) goto done;
+    }
+    result = PyTuple_Pack(2, keys_of, visit);
+    goto done;
+decline:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    Py_XDECREF(keys_of);
+    Py_XDECREF(visit);
+    return result;
+}
+
+/* An open-addressing table from a 64-bit key to its number (first come, first numbered). */
+typedef struct {
+    uint64_t *keys;
+    Py_ssize_t *numbers; /* -1: empty slot */
+    size_t mask;
+    Py_ssize_t count;
+} pair_table;
+
+static int pair_table_init(pair_table *t, size_t capacity)
+{
+    t->keys = PyMem_Malloc(capacity * sizeof(uint64_t));
+    t->numbers = PyMem_Malloc(capacity * sizeof(Py_ssize_t));
+    if (!t->keys || !t->numbers) {
+        PyMem_Free(t->keys);
+        PyMem_Free(t->numbers);
+        t->keys = NULL;
+        t->numbers = NULL;
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t j = 0; j < capacity; j++) t->numbers[j] = -1;
+    t->mask = capacity - 1;
+    return 0;
+}
+
+static void pair_table_free(pair_table *t)
+{
+    PyMem_Free(t->keys);
+    PyMem_Free(t->numbers);
+}
+
+/* The slot of `key`: where it is, or the empty slot where it goes. */
+static size_t pair_table_slot(const pair_table *t, uint64_t key)
+{
+    size_t j = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & t->mask;
+    while (t->numbers[j] >= 0 && t->keys[j] != key) j = (j + 1) & t->mask;
+    return j;
+}
+
+/* The number of `key`, giving it the next one if new; -1 on error (no memory). */
+static Py_ssize_t pair_table_number(pair_table *t, uint64_t key)
+{
+    size_t j = pair_table_slot(t, key);
+    if (t->numbers[j] >= 0) return t->numbers[j];
+    if ((size_t)(t->count + 1) * 2 > t->mask + 1) { /* keep it half empty: grow, then find the slot again */
+        pair_table bigger = {0};
+        if (pair_table_init(&bigger, (t->mask + 1) * 2) < 0) return -1;
+        for (size_t k = 0; k <= t->mask; k++) {
+            if (t->numbers[k] < 0) continue;
+            size_t m = pair_table_slot(&bigger, t->keys[k]);
+            bigger.keys[m] = t->keys[k];
+            bigger.numbers[m] = t->numbers[k];
+        }
+        bigger.count = t->count;
+        pair_table_free(t);
+        *t = bigger;
+        j = pair_table_slot(t, key);
+    }
+    t->keys[j] = key;
+    t->numbers[j] = t->count;
+    return t->count++;
+}
+
+PyDoc_STRVAR(request_pairs_doc,
+"request_pairs(requested, requested_ids, node_types) -> None | (numbers, firsts)\n\n"
+"What _request_pairs computes for Placer._init_members: number each node's distinct\n"
+"(requested_ids[requested[i]], node_types[i]) pair in order of first occurrence; `numbers`:\n"
+"bytes of native int64, one per node; `firsts`: the first node of each number. node_types: a\n"
+"buffer of native int64. None, having changed nothing, at anything but str requests whose ids\n"
+"are ints in [0, 2**31): the Python code does it.");
+
+static PyObject *request_pairs(PyObject *self, PyObject *args)
+{
+    PyObject *requested, *requested_ids, *types_obj, *numbers = NULL, *firsts = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &requested, &PyDict_Type, &requested_ids, &types_obj))
+        return NULL;
+    Py_buffer types_buf = {0};
+    pair_table table = {0};
+    int ok = int_buffer(types_obj, &types_buf, sizeof(int64_t), "lq");
+    if (ok < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(requested);
+    if (!ok || types_buf.len != n * (Py_ssize_t)sizeof(int64_t)) goto decline;
+    const int64_t *types = types_buf.buf;
+    if (pair_table_init(&table, 64) < 0) goto done;
+    if (!(numbers = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t))) || !(firsts = PyList_New(0)))
+        goto done;
+    int64_t *number = (int64_t *)PyBytes_AS_STRING(numbers);
+    PyObject *last = NULL; /* requests repeat in runs: the last one looked up, and its id */
+    long last_id = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *request = PyList_GET_ITEM(requested, i);
+        if (request != last) {
+            if (!PyUnicode_CheckExact(request)) goto decline;
+            PyObject *id = PyDict_GetItemWithError(requested_ids, request);
+            if (!id) {
+                if (PyErr_Occurred()) goto done;
+                goto decline;
+            }
+            last_id = PyLong_CheckExact(id) ? PyLong_AsLong(id) : -1;
+            if (last_id == -1 && PyErr_Occurred()) PyErr_Clear(); /* too large: declined below */
+            if (last_id < 0 || last_id > INT32_MAX) goto decline;
+            last = request;
+        }
+        if (types[i] < 0 || types[i] > INT32_MAX) goto decline;
+        Py_ssize_t k = pair_table_number(&table, ((uint64_t)last_id << 32) | (uint64_t)types[i]);
+        if (k < 0) goto done;
+        if (k == PyList_GET_SIZE(firsts)) { /* a new pair: i is its first node */
+            PyObject *node = PyLong_FromSsize_t(i);
+            if (!node) goto done;
+            int rc = PyList_Append(firsts, node);
+            Py_DECREF(node);
+            if (rc < 0) goto done;
+        }
+        number[i] = k;
+    }
+    result = PyTuple_Pack(2, numbers, firsts);
+    goto done;
+decline:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    pair_table_free(&table);
+    Py_XDECREF(numbers);
+    Py_XDECREF(firsts);
+    if (types_buf.obj) PyBuffer_Release(&types_buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"union_by_keys", union_by_keys, METH_VARARGS, union_by_keys_doc},
     {"union_ref_edges", union_ref_edges, METH_VARARGS, union_ref_edges_doc},
     {"assign_nodes", assign_nodes, METH_VARARGS, assign_nodes_doc},
     {"number_keys", number_keys, METH_VARARGS, number_keys_doc},
+    {"follow_inputs", follow_inputs, METH_VARARGS, follow_inputs_doc},
+    {"class_keys", class_keys, METH_VARARGS, class_keys_doc},
+    {"request_pairs", request_pairs, METH_VARARGS, request_pairs_doc},
     {"colocated_others", colocated_others, METH_VARARGS, colocated_others_doc},
     {"apply_colocated_devices", apply_colocated_devices, METH_VARARGS, apply_colocated_devices_doc},
     {NULL, NULL, 0, NULL},

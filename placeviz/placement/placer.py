@@ -47,6 +47,10 @@ node, and everything that depends on a few distinct values is computed once per 
   candidates are dict lookups on ints instead of ``ParsedName`` arithmetic;
 * union-find in flat lists, with TF's union order and rank rule, so group roots are the same;
 * candidates as tuples of device indices, cached per group state.
+
+The per-node loops, and the passes between them that would convert million-element lists to
+numpy and back, have C versions (``_placer_kernels``), used when built; the Python code stays as
+the reference and does whatever they decline.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ _kernels = kernels("placement._placer_kernels")  # the per-node loops in C (see 
 
 EMPTY = ParsedName()
 METADATA_OPS = frozenset({"Shape", "Size", "Rank"})
+PASS_THROUGH_OP = "Identity"  # follows its input when it passes a tensor between equal requests
 # InputColocationExemptionRegistry: ops that forward resource inputs instead of dereferencing them.
 EXEMPT_FROM_RESOURCE_COLOCATION = frozenset({
     "IdentityN", "PartitionedCall", "StatefulPartitionedCall",
@@ -412,16 +417,15 @@ class _Placer:
         import numpy as np
 
         n = len(graph)
-        key_list, num_keys = self._fact_keys(fact_key_attrs(table, op_types))
-        key_of_node = np.asarray(key_list, dtype=np.int64)
+        key_of_node, num_keys = self._fact_keys(np, fact_key_attrs(table, op_types))
         order = self._order_array(np)
         key_in_order = key_of_node[order]
         first_pos = np.full(num_keys, n, dtype=np.int64)
         np.minimum.at(first_pos, key_in_order, np.arange(n, dtype=np.int64))
         nodes, requested = graph.attr_nodes, self.requested
-        req = list(map(requested_ids.__getitem__, requested))
         malformed_at = n  # position in visit order of the first node with a malformed device
         if malformed:
+            req = list(map(requested_ids.__getitem__, requested))
             bad = np.nonzero(np.frombuffer(bytes(map(operator.is_, req, repeat(None))), dtype=np.bool_)[order])[0]
             malformed_at = int(bad[0])
 
@@ -447,13 +451,12 @@ class _Placer:
         # Initial states: (requested, type set) interned in node-id order of first use.
         key_types = np.asarray([f[0] for f in facts], dtype=np.int64)
         node_types = key_types[key_of_node]
-        pair = np.asarray(req, dtype=np.int64) * (len(constraints.type_sets) + 1) + node_types
-        distinct, first_use, inverse = np.unique(pair, return_index=True, return_inverse=True)
-        pair_state = np.zeros(len(distinct), dtype=np.int64)
-        for k in np.argsort(first_use).tolist():
-            i = int(first_use[k])
-            pair_state[k] = constraints.state(0, 0, req[i], int(node_types[i]))
-        state = pair_state[inverse.reshape(-1)]
+        # ``pair``: a number per distinct (request id, type set), so grouping by it (here and for the
+        # resource generators below) is grouping by the pair.
+        pair, firsts = _request_pairs(np, requested, requested_ids, node_types, len(constraints.type_sets))
+        pair_state = np.asarray([constraints.state(0, 0, requested_ids[requested[i]], int(node_types[i]))
+                                 for i in firsts], dtype=np.int64)
+        state = pair_state[pair]
 
         # Generators: no data inputs and one output. Of a ref or resource, the request is also a
         # resource device; their states are interned after the others, in node-id order of first use.
@@ -468,12 +471,14 @@ class _Placer:
             pair_state = np.zeros(len(distinct), dtype=np.int64)
             for k in np.argsort(first_use).tolist():
                 i = int(resource_generator[first_use[k]])
-                pair_state[k] = constraints.state(0, req[i], req[i], int(node_types[i]))
+                req = requested_ids[requested[i]]
+                pair_state[k] = constraints.state(0, req, req, int(node_types[i]))
             state[resource_generator] = pair_state[inverse.reshape(-1)]
         self.state = state.tolist()
 
-    def _fact_keys(self, key_attrs: dict[str, tuple[str, ...]]) -> tuple[list[int], int]:
-        """Number every distinct (op, values of its key attrs); return each node's number and the count.
+    def _fact_keys(self, np, key_attrs: dict[str, tuple[str, ...]]):
+        """Number every distinct (op, values of its key attrs); return each node's number (numpy
+        int64 array) and the count.
 
         The values come from :meth:`Graph.attr_keys` (one pass over the NodeDefs, shared with the
         ``_class`` read and with the setter's source graph when :func:`placeviz.placement.
@@ -481,15 +486,14 @@ class _Placer:
         """
         graph = self.graph
         if _kernels is not None:  # numbered in order of first occurrence, as below
-            return _kernels.number_keys(graph.ops, graph.attr_keys(key_attrs))
+            numbers, num_keys = _kernels.number_keys(graph.ops, graph.attr_keys(key_attrs))
+            return np.frombuffer(numbers, dtype=np.int64), num_keys
         numbers: dict = {}
         sparse = list(map(numbers.setdefault, zip(graph.ops, graph.attr_keys(key_attrs), strict=True), count()))
         if len(numbers) == len(sparse):
-            return sparse, len(numbers)
-        import numpy as np
-
+            return np.asarray(sparse, dtype=np.int64), len(numbers)
         _, dense = np.unique(np.asarray(sparse, dtype=np.int64), return_inverse=True)
-        return dense.reshape(-1).tolist(), len(numbers)
+        return dense.reshape(-1), len(numbers)
 
     def _facts(self, node) -> tuple[int, tuple[int, ...], int | None]:
         """(supported type set id, ref/resource data-input ports, type of the only output or None)."""
@@ -605,26 +609,13 @@ class _Placer:
         Every node also joins the group of its own name, but only a name some ``loc:@`` names can
         ever be looked up again, so the others are skipped.
         """
-        import numpy as np
-
-        g = self.graph
         roots: dict[str, int] = {}
-        # The keys each node joins, in a list by node id (walked in order, it beats a dict lookup
-        # per node at 1M nodes): its loc:@ names, then its own name if some loc:@ names it.
-        keys_of: list[tuple[str, ...]] = [()] * len(g)
-        colocated_names = g.colocated_names
-        deque(map(keys_of.__setitem__, colocated_names.keys(), colocated_names.values()), maxlen=0)  # C-level fill
-        for name, i in g.colocated_name_ids.items():
-            keys_of[i] += (name,)
-        # Only nodes with keys, in visit order.
-        order = self._order_array(np)
-        with_keys = np.frombuffer(bytes(map(bool, keys_of)), dtype=np.bool_)
+        keys_of, visit = self._class_keys()
         # The union is :meth:`_colocate` inlined (100k+ calls): when the merged state of the two
         # groups is already cached and valid, do what it does; otherwise call it, which computes
         # the merge or returns the error message.
         parent, rank, state, find = self.parent, self.rank, self.state, self.find
         merged_states = self.constraints.merged
-        visit = order[with_keys[order]].tolist()
         if _kernels is not None:
             # The same loop in C; it stops where a merge is not cached, which _colocate does here.
             pos, key_pos = 0, 0
@@ -662,6 +653,31 @@ class _Placer:
                 parent[old] = new
                 if rank[xr] == rank[yr]:
                     rank[new] += 1
+
+    def _class_keys(self) -> tuple[list[tuple[str, ...]], list[int]]:
+        """(keys_of, visit) for :meth:`_colocate_class_groups`.
+
+        ``keys_of``: the keys each node joins, in a list by node id (walked in order, it beats a
+        dict lookup per node at 1M nodes): its loc:@ names, then its own name if some loc:@ names
+        it. ``visit``: only the nodes with keys, in visit order.
+        """
+        g = self.graph
+        if _kernels is not None:
+            # The same in C (here it is a pass over a million-element list, a numpy mask built from
+            # it and a conversion back); None at anything unusual.
+            done = _kernels.class_keys(g.colocated_names, g.colocated_name_ids, self.order, len(g))
+            if done is not None:
+                return done
+        import numpy as np
+
+        keys_of: list[tuple[str, ...]] = [()] * len(g)
+        colocated_names = g.colocated_names
+        deque(map(keys_of.__setitem__, colocated_names.keys(), colocated_names.values()), maxlen=0)  # C-level fill
+        for name, i in g.colocated_name_ids.items():
+            keys_of[i] += (name,)
+        order = self._order_array(np)
+        with_keys = np.frombuffer(bytes(map(bool, keys_of)), dtype=np.bool_)
+        return keys_of, order[with_keys[order]].tolist()
 
     # ------------------------------------------------------------------ candidates
     def _filtered(self, devices, types: tuple[tuple[str, int], ...]) -> list:
@@ -763,10 +779,32 @@ class _Placer:
     def _identity_candidates(self, np) -> list[int]:
         """Identity nodes with no requested device and exactly one input (data or control)."""
         g = self.graph
-        identity = np.frombuffer(bytes(map("Identity".__eq__, g.ops)), dtype=np.bool_)
+        identity = np.frombuffer(bytes(map(PASS_THROUGH_OP.__eq__, g.ops)), dtype=np.bool_)
         unrequested = np.frombuffer(bytes(map(operator.not_, self.requested)), dtype=np.bool_)
         one_input = np.diff(np.frombuffer(g.in_start, dtype=np.int32)) == 1
         return np.nonzero(identity & unrequested & one_input)[0].tolist()
+
+    def _follow_and_consumers(self, np):
+        """What the assignment needs besides the groups: per node its :meth:`_follow_input` code,
+        the consumers of generators and candidate Identity nodes (:func:`_consumers_of`), and
+        the *plain* nodes (numpy bool array: no generator, no follower, no back-edge source; see
+        :meth:`run`)."""
+        g = self.graph
+        if _kernels is not None:
+            # The same in C, in a pass over the nodes and one over the edges (the steps below
+            # convert million-element lists to numpy and back); None at anything unusual.
+            done = _kernels.follow_inputs(g.ops, self.requested, g.in_start, g.in_src, self.is_generator,
+                                          METADATA_OPS, BACK_EDGE_SOURCE_OPS, PASS_THROUGH_OP, WHY_METADATA,
+                                          WHY_IDENTITY)
+            if done is not None:
+                follow, consumers, plain = done
+                return follow, consumers, np.frombuffer(plain, dtype=np.bool_)
+        identity_candidates = self._identity_candidates(np)
+        consumers = _consumers_of(g, list(compress(range(len(g)), self.is_generator)) + identity_candidates)
+        follow = self._follow_input(consumers, identity_candidates)
+        plain = ~np.frombuffer(bytes(self.is_generator), dtype=np.bool_) & (np.asarray(follow, dtype=np.int8) < 0)
+        plain &= ~np.frombuffer(bytes(map(BACK_EDGE_SOURCE_OPS.__contains__, g.ops)), dtype=np.bool_)
+        return follow, consumers, plain
 
     # ------------------------------------------------------------------ run
     def run(self) -> Placement:
@@ -783,10 +821,7 @@ class _Placer:
         assigned = [-1] * n  # device index per node, -1 until placed
         state, candidates_of, placed = self.state, self.candidates_of, self.constraints.placed
         device_names, device_name_id = self.device_names, self.device_name_id
-        is_generator = self.is_generator
-        identity_candidates = self._identity_candidates(np)
-        consumers = _consumers_of(g, list(compress(range(n), is_generator)) + identity_candidates)
-        follow = self._follow_input(consumers, identity_candidates)
+        follow, consumers, plain = self._follow_and_consumers(np)
         in_start, in_src = g.in_start, g.in_src
         # Per group root, the names of its first 8 candidates when the group is first visited;
         # per candidate tuple, those names (shared).
@@ -801,7 +836,7 @@ class _Placer:
             return names
 
         order = self._order_array(np)
-        generator_np = np.frombuffer(bytes(is_generator), dtype=np.bool_)
+        generator_np = np.frombuffer(bytes(self.is_generator), dtype=np.bool_)
         visits = [order[~generator_np[order]], order[generator_np[order]]]  # pass 1, pass 2
 
         # Most nodes are in groups whose members are all "plain": not generators, not followers of
@@ -814,8 +849,6 @@ class _Placer:
         # before any later node in the order, and the only inputs visited after their consumer
         # are NextIterations. A state without candidates leaves its groups to the loop, which
         # raises TF's error for the first node in visit order.
-        plain = ~generator_np & (np.asarray(follow, dtype=np.int8) < 0)
-        plain &= ~np.frombuffer(bytes(map(BACK_EDGE_SOURCE_OPS.__contains__, g.ops)), dtype=np.bool_)
         not_plain_members = np.bincount(group_root_np[~plain], minlength=n)
         bulk = plain & (not_plain_members[group_root_np] == 0)
         root_states = np.asarray(state, dtype=np.int64)[group_root_np]
@@ -962,6 +995,27 @@ def _consumers_of(graph: Graph, nodes: list[int]) -> dict[int, list[int]]:
     ends = np.searchsorted(src, np.asarray(nodes, dtype=np.int32), side="right").tolist()
     dst_list = dst.tolist()
     return {i: dst_list[a:b] for i, a, b in zip(nodes, bounds, ends, strict=True)}
+
+
+def _request_pairs(np, requested: list[str], requested_ids: dict[str, int], node_types, num_types: int):
+    """Number each node's (request id, type set id) pair, distinct pairs in order of first
+    occurrence: the numbers (numpy int64 array) and the first node of each pair.
+
+    ``node_types``: numpy int64 array of type set ids, each below ``num_types``.
+    """
+    if _kernels is not None:
+        # The same in C, in one pass (here: a list of ids, its numpy copy and a sort); None at
+        # anything unusual.
+        done = _kernels.request_pairs(requested, requested_ids, node_types)
+        if done is not None:
+            numbers, firsts = done
+            return np.frombuffer(numbers, dtype=np.int64), firsts
+    pair = np.asarray(list(map(requested_ids.__getitem__, requested)), dtype=np.int64) * (num_types + 1) + node_types
+    _, first_use, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    by_first_use = np.argsort(first_use)
+    number = np.empty(len(first_use), dtype=np.int64)
+    number[by_first_use] = np.arange(len(first_use), dtype=np.int64)
+    return number[inverse.reshape(-1)], first_use[by_first_use].tolist()
 
 
 def _without_data_inputs_mask(np, graph: Graph):
