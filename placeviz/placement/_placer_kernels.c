@@ -69,14 +69,58 @@ static PyObject *cached_merge(PyObject *merged, long a, long b)
     return v;
 }
 
+/* A memo of the Python caches' answers for small state ids, for one kernel call.
+ *
+ * Why: a union asks the `merged` dict with a new (a, b) tuple key, and a ref edge asks `compatible`
+ * three times; building and hashing those keys is most of a union's cost, while a graph has only
+ * tens of distinct states. Within one call the Python caches do not change (the kernel returns
+ * before Python adds to them), so an answer read once stays right until the call returns. */
+#define MEMO_IDS 64
+enum { MEMO_UNKNOWN = 0, MEMO_FOUND = 1, MEMO_MISSING = 2 };
+typedef struct {
+    unsigned char merge_known[MEMO_IDS][MEMO_IDS];
+    long merge[MEMO_IDS][MEMO_IDS];
+    unsigned char compatible_known[MEMO_IDS][MEMO_IDS];  /* by (state, state): all three fields */
+    unsigned char compatible[MEMO_IDS][MEMO_IDS];
+} Memo;
+
+static inline int memo_slot(long a, long b)
+{
+    return a >= 0 && b >= 0 && a < MEMO_IDS && b < MEMO_IDS;
+}
+
+/* cached_merge through the memo (memo may be NULL). */
+static PyObject *memo_merge(Memo *memo, PyObject *merged, long a, long b)
+{
+    int slot = memo != NULL && memo_slot(a, b);
+    if (slot && memo->merge_known[a][b] == MEMO_FOUND) return PyLong_FromLong(memo->merge[a][b]);
+    if (slot && memo->merge_known[a][b] == MEMO_MISSING) return NULL;
+    PyObject *v = cached_merge(merged, a, b);
+    if (slot) {
+        if (v != NULL && PyLong_CheckExact(v)) {
+            int overflow;
+            long x = PyLong_AsLongAndOverflow(v, &overflow);
+            if (!overflow && !(x == -1 && PyErr_Occurred())) {
+                memo->merge[a][b] = x;
+                memo->merge_known[a][b] = MEMO_FOUND;
+            }
+            PyErr_Clear();  /* v stays valid: it is returned as it is */
+        } else if (v == NULL && !PyErr_Occurred()) {
+            memo->merge_known[a][b] = MEMO_MISSING;
+        }
+    }
+    return v;
+}
+
 /* The union of _colocate when the merged state is cached: state[new] = merged, parent[old] = new,
  * rank bump. xr, yr: the roots (x's first, as the Python code orders them). Returns 1 done,
  * 0 not cached (nothing changed), -1 error. */
-static int union_cached(PyObject *parent, PyObject *rank, PyObject *state, PyObject *merged, long xr, long yr)
+static int union_cached(PyObject *parent, PyObject *rank, PyObject *state, PyObject *merged, Memo *memo,
+                        long xr, long yr)
 {
     long rx = get_long(rank, xr), ry = get_long(rank, yr);
     long new_root = rx < ry ? yr : xr, old_root = rx < ry ? xr : yr;
-    PyObject *m = cached_merge(merged, get_long(state, new_root), get_long(state, old_root));
+    PyObject *m = memo_merge(memo, merged, get_long(state, new_root), get_long(state, old_root));
     if (!m) return PyErr_Occurred() ? -1 : 0;
     if (PyList_SetItem(state, new_root, m) < 0) return -1;
     if (set_long(parent, old_root, new_root) < 0) return -1;
@@ -89,6 +133,10 @@ PyDoc_STRVAR(union_by_keys_doc,
 "The loop of Placer._colocate_class_groups from visit[pos], key keys_of[visit[pos]][key_pos].\n"
 "Stops at the first union whose merged state is not cached and returns its position: the\n"
 "caller runs _colocate for it and resumes at key_pos + 1. None when the loop is done.");
+
+static PyObject *union_by_keys_loop(PyObject *visit, PyObject *keys_of, PyObject *roots, PyObject *parent,
+                                    PyObject *rank, PyObject *state, PyObject *merged, Memo *memo, Py_ssize_t n,
+                                    Py_ssize_t pos, Py_ssize_t key_pos);
 
 static PyObject *union_by_keys(PyObject *self, PyObject *args)
 {
@@ -103,6 +151,18 @@ static PyObject *union_by_keys(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "parent, rank, state and keys_of differ in length");
         return NULL;
     }
+    Memo *memo = PyMem_Calloc(1, sizeof(Memo));
+    if (memo == NULL) return PyErr_NoMemory();
+    PyObject *result = union_by_keys_loop(visit, keys_of, roots, parent, rank, state, merged, memo, n, pos,
+                                          key_pos);
+    PyMem_Free(memo);
+    return result;
+}
+
+static PyObject *union_by_keys_loop(PyObject *visit, PyObject *keys_of, PyObject *roots, PyObject *parent,
+                                    PyObject *rank, PyObject *state, PyObject *merged, Memo *memo, Py_ssize_t n,
+                                    Py_ssize_t pos, Py_ssize_t key_pos)
+{
     for (Py_ssize_t p = pos; p < PyList_GET_SIZE(visit); p++) {
         PyObject *node = PyList_GET_ITEM(visit, p);
         long i = PyLong_AsLong(node);
@@ -132,7 +192,7 @@ static PyObject *union_by_keys(PyObject *self, PyObject *args)
             long yr = find_root(parent, root);
             if (yr < 0) return NULL;
             if (xr == yr) continue;
-            int done = union_cached(parent, rank, state, merged, xr, yr);
+            int done = union_cached(parent, rank, state, merged, memo, xr, yr);
             if (done < 0) return NULL;
             if (!done) return Py_BuildValue("(nn)", p, k);
         }
@@ -163,6 +223,7 @@ static PyObject *union_ref_edges(PyObject *self, PyObject *args)
 {
     PyObject *ref_inputs, *in_start_obj, *in_src_obj, *in_slot_obj, *parent, *rank, *state, *states;
     PyObject *compatible, *merged, *result = NULL;
+    Memo *memo = NULL;
     Py_ssize_t pos, edge, port;
     if (!PyArg_ParseTuple(args, "O!OOOO!O!O!O!O!O!nnn", &PyList_Type, &ref_inputs, &in_start_obj, &in_src_obj,
                           &in_slot_obj, &PyList_Type, &parent, &PyList_Type, &rank, &PyList_Type, &state,
@@ -179,6 +240,11 @@ static PyObject *union_ref_edges(PyObject *self, PyObject *args)
     if (start_buf.len / (Py_ssize_t)sizeof(int) != n + 1 || slot_buf.len != src_buf.len ||
         PyList_GET_SIZE(rank) != n || PyList_GET_SIZE(state) != n) {
         PyErr_SetString(PyExc_ValueError, "inconsistent graph arrays");
+        goto done;
+    }
+    memo = PyMem_Calloc(1, sizeof(Memo));
+    if (memo == NULL) {
+        PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t p = pos; p < PyList_GET_SIZE(ref_inputs); p++) {
@@ -227,13 +293,22 @@ static PyObject *union_ref_edges(PyObject *self, PyObject *args)
                 goto done;
             }
             int stop = 0;
-            for (int f = 0; f < 3 && !stop; f++) { /* assigned, resource, requested: all compatible */
-                int c = cached_compatible(compatible, PyTuple_GET_ITEM(s, f), PyTuple_GET_ITEM(d, f));
-                if (c == -1) goto done;
-                if (c != 1) stop = 1;
+            int slot = memo_slot(s_id, d_id);
+            if (slot && memo->compatible_known[s_id][d_id]) {
+                stop = !memo->compatible[s_id][d_id];
+            } else {
+                for (int f = 0; f < 3 && !stop; f++) { /* assigned, resource, requested: all compatible */
+                    int c = cached_compatible(compatible, PyTuple_GET_ITEM(s, f), PyTuple_GET_ITEM(d, f));
+                    if (c == -1) goto done;
+                    if (c != 1) stop = 1;
+                }
+                if (slot) {  /* states are immutable tuples, so their answer is fixed for this call */
+                    memo->compatible_known[s_id][d_id] = 1;
+                    memo->compatible[s_id][d_id] = !stop;
+                }
             }
             if (!stop && sr != dr) {
-                int u = union_cached(parent, rank, state, merged, sr, dr);
+                int u = union_cached(parent, rank, state, merged, memo, sr, dr);
                 if (u < 0) goto done;
                 stop = !u;
             }
@@ -246,6 +321,7 @@ static PyObject *union_ref_edges(PyObject *self, PyObject *args)
     result = Py_None;
     Py_INCREF(result);
 done:
+    PyMem_Free(memo);
     if (start_buf.obj) PyBuffer_Release(&start_buf);
     if (src_buf.obj) PyBuffer_Release(&src_buf);
     if (slot_buf.obj) PyBuffer_Release(&slot_buf);
