@@ -464,9 +464,13 @@ def run_graph(path: Path, stage_names: list[str], reps: int, budget: float) -> d
     from google.protobuf.internal import api_implementation
 
     import placeviz.protos  # noqa: F401 - import cost stays out of the first stage
+    from placeviz.native import kernels
 
     out: dict = {"path": str(path), "bytes": path.stat().st_size, "reps": reps,
                  "protobuf_backend": api_implementation.Type(),
+                 "c_kernels": {name: kernels(name) is not None
+                               for name in ("_wire", "placement._setter_kernels", "placement._placer_kernels",
+                                            "_partition_kernels")},
                  "rss_before_mib": round(_rss_mib(), 1), "stages": {}}
     ctx = Context(path)
     selected = [STAGES[n] for n in stage_names]
@@ -696,6 +700,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/*.json")
     ap.add_argument("--allow-python-backend", action="store_true",
                     help="run even on the pure-Python protobuf backend (numbers will be ~150x off)")
+    ap.add_argument("--no-kernels", action="store_true",
+                    help="time the pure-Python paths: the benchmark processes run with "
+                         "PLACEVIZ_NO_KERNELS=1, as placeviz does where no C compiler was at hand")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # internal: one graph, JSON out
     ap.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -740,6 +747,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     info = machine_info()
+    if args.no_kernels:
+        os.environ["PLACEVIZ_NO_KERNELS"] = "1"  # inherited by the benchmark processes
+    info["c_kernels"] = not args.no_kernels
+    print(f"C kernels: {'off (PLACEVIZ_NO_KERNELS=1)' if args.no_kernels else 'on'}")
     print(f"machine: {info.get('cpu_model', '?')}, {info['cpus']} CPUs, {info.get('mem_gib', '?')} GiB; "
           f"python {info['python']}, protobuf {info.get('protobuf', '?')}; "
           f"placeviz {info.get('git_commit', '?')}{' (+uncommitted)' if info.get('placeviz_tree_dirty') else ''}")
@@ -789,6 +800,10 @@ def main(argv: list[str] | None = None) -> int:
               "must not import it")
     else:
         print("TensorFlow imported: no ('tensorflow' not in sys.modules of any benchmark process)")
+    missing_kernels = sorted({k for r in results for k, built in r.get("c_kernels", {}).items() if not built})
+    if missing_kernels and not args.no_kernels:
+        print(f"WARNING: C kernels not loaded ({', '.join(missing_kernels)}): these are the pure-Python "
+              "paths' times (run `make` or `pip install -e .` with a C compiler)")
     print(f"load average: {info['loadavg_start'][0]:.2f} at start, {info['loadavg_end'][0]:.2f} at end "
           f"(1 min); times are process CPU seconds, medians")
     if not args.no_save:
