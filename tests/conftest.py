@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from placeviz.cli import main
+# The suite runs both the C kernels and the Python paths and compares them itself; a
+# PLACEVIZ_NO_KERNELS left in the environment would silently drop one side (placeviz.native).
+os.environ.pop("PLACEVIZ_NO_KERNELS", None)
+
+from placeviz.cli import main  # noqa: E402 - after the environment is settled
 
 TESTS = Path(__file__).parent
 
