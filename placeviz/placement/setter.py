@@ -28,8 +28,10 @@ it, placeviz reconstructs what it would have written into every ``NodeDef.device
 The result is a new Graph; the input is never modified. See tf-internals.md section 1.
 
 The per-node loops run in C when ``placeviz.placement._setter_kernels`` is built: the replay loop
-(:func:`_kernel_stops`), the colocation targets, the ``group`` recognizer, the member split and
-the renumbering of the result. Each kernel transliterates the Python loop next to it, which stays
+(:func:`_kernel_stops`), the colocation targets, the ``group`` recognizer, the member split, the
+usual single-device group root and the renumbering of the result. Tables of the result that only
+explanations and later commands read (its name index, ``colocation``, the setter's ``reference``)
+are made on first use. Each kernel transliterates the Python loop next to it, which stays
 the reference: a kernel settles only the plain case and leaves the rest (errors, cache misses,
 the greedy strategy, odd types) to that loop, so the results are the same node for node
 (``tests/test_setter_kernels.py`` runs both; ``_kernels = None`` runs only the Python loops).
