@@ -464,13 +464,11 @@ def run_graph(path: Path, stage_names: list[str], reps: int, budget: float) -> d
     from google.protobuf.internal import api_implementation
 
     import placeviz.protos  # noqa: F401 - import cost stays out of the first stage
-    from placeviz.native import kernels
+    from placeviz.native import MODULES, kernels
 
     out: dict = {"path": str(path), "bytes": path.stat().st_size, "reps": reps,
                  "protobuf_backend": api_implementation.Type(),
-                 "c_kernels": {name: kernels(name) is not None
-                               for name in ("_wire", "placement._setter_kernels", "placement._placer_kernels",
-                                            "_partition_kernels")},
+                 "c_kernels": {name: kernels(name) is not None for name in MODULES},
                  "rss_before_mib": round(_rss_mib(), 1), "stages": {}}
     ctx = Context(path)
     selected = [STAGES[n] for n in stage_names]

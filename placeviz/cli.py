@@ -23,7 +23,9 @@ MODEL_HELP = ("MODEL: file.pb | file.pbtxt | file.meta | saved_model_dir | path/
               "package.module:function | sample:NAME")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog="Environment: PLACEVIZ_NO_KERNELS=1 runs the pure-Python paths instead of the C kernels "
+                    "(the same results, 2-3x slower on big graphs).")
 @click.version_option(__version__, prog_name="placeviz")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def cli(debug: bool) -> None:

@@ -647,10 +647,10 @@ class RemappedNodeDefs:
 
     __slots__ = ("base", "extra", "ids", "_added")
 
-    def __init__(self, base, extra, ids: array, added: list[int] | None = None):
-        """``added``: the positions of the negative ids, ascending, when the caller knows them."""
+    def __init__(self, base, extra, ids: array, added: list[int]):
+        """``added``: the positions of the negative ids, ascending (the caller made them)."""
         self.base, self.extra, self.ids = base, extra, ids
-        self._added = list(compress(count(), map((0).__gt__, ids))) if added is None else added
+        self._added = added
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -16,6 +16,8 @@ import os
 from types import ModuleType
 
 NO_KERNELS_ENV = "PLACEVIZ_NO_KERNELS"
+# Every kernel module, as ``kernels`` names it (setup.py's KERNELS lists their sources).
+MODULES = ("_wire", "placement._setter_kernels", "placement._placer_kernels", "_partition_kernels")
 
 
 def kernels_disabled() -> bool:

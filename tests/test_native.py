@@ -7,22 +7,29 @@ must print exactly what they print with the kernels on.
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from placeviz.native import NO_KERNELS_ENV, kernels
+from placeviz.native import MODULES, NO_KERNELS_ENV, kernels
 from tests.test_fuzz_load import realistic_graph
-
-KERNEL_MODULES = ("_wire", "placement._setter_kernels", "placement._placer_kernels", "_partition_kernels")
 
 
 @pytest.mark.parametrize("value, off", [("1", True), ("yes", True), ("0", False), ("", False)])
 def test_the_switch(monkeypatch, value, off):
     monkeypatch.setenv(NO_KERNELS_ENV, value)
-    assert all((kernels(name) is None) == off for name in KERNEL_MODULES)
+    assert all((kernels(name) is None) == off for name in MODULES)
+
+
+def test_the_modules_are_the_ones_setup_py_builds():
+    tree = ast.parse((Path(__file__).parent.parent / "setup.py").read_text())
+    built = next(ast.literal_eval(node.value) for node in tree.body
+                 if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "KERNELS")
+    assert {f"placeviz.{name}" for name in MODULES} == set(built)
 
 
 def _run(args: list[str], no_kernels: bool) -> subprocess.CompletedProcess:
@@ -70,3 +77,10 @@ def test_commands_print_the_same_without_the_kernels(tmp_path, command):
         placed.unlink(missing_ok=True)
     assert outputs[0] == outputs[1]
     assert outputs[0][0] or outputs[0][1]  # something was compared
+
+
+def test_help_names_the_switch(capsys):
+    from conftest import run_cli
+
+    code, out, _ = run_cli(["--help"], capsys)
+    assert code == 0 and NO_KERNELS_ENV in out

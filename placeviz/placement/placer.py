@@ -466,14 +466,11 @@ class _Placer:
         self.is_generator = generator.tolist()
         resource_generator = np.nonzero(no_data & ((single_output > REF_OFFSET) | (single_output == RESOURCE)))[0]
         if len(resource_generator):
-            distinct, first_use, inverse = np.unique(pair[resource_generator], return_index=True,
-                                                     return_inverse=True)
-            pair_state = np.zeros(len(distinct), dtype=np.int64)
-            for k in np.argsort(first_use).tolist():
-                i = int(resource_generator[first_use[k]])
-                req = requested_ids[requested[i]]
-                pair_state[k] = constraints.state(0, req, req, int(node_types[i]))
-            state[resource_generator] = pair_state[inverse.reshape(-1)]
+            numbers, firsts = _numbered_by_first_use(np, pair[resource_generator])
+            firsts = resource_generator[firsts].tolist()
+            pair_state = np.asarray([constraints.state(0, requested_ids[requested[i]], requested_ids[requested[i]],
+                                                       int(node_types[i])) for i in firsts], dtype=np.int64)
+            state[resource_generator] = pair_state[numbers]
         self.state = state.tolist()
 
     def _fact_keys(self, np, key_attrs: dict[str, tuple[str, ...]]):
@@ -865,12 +862,14 @@ class _Placer:
                 candidates_of[placed_state] = after
                 if after[0] == devices[0] and placed[placed_state, device_name_id[devices[0]]] == placed_state:
                     settled[st] = (devices[0], placed_state)
+        # Per state id: the device its bulk groups take, and their state once placed (-1: not settled).
+        device_of_state = np.full(len(self.constraints.states), -1, dtype=np.int64)
+        state_after = np.full(len(self.constraints.states), -1, dtype=np.int64)
+        for st, (device, after) in settled.items():
+            device_of_state[st], state_after[st] = device, after
         if len(settled) < len(distinct_states):
-            bulk &= np.isin(root_states, np.asarray(list(settled), dtype=np.int64))
+            bulk &= device_of_state[root_states] >= 0
         if bulk.any():
-            # Each bulk node takes its group state's device (a lookup array indexed by state id).
-            device_of_state = np.full(len(self.constraints.states), -1, dtype=np.int64)
-            device_of_state[list(settled)] = [device for device, _ in settled.values()]
             assigned_np = np.full(n, -1, dtype=np.int64)
             assigned_np[bulk] = device_of_state[root_states[bulk]]
             assigned = assigned_np.tolist()
@@ -883,8 +882,6 @@ class _Placer:
             # The loop never visits a bulk group, so their names are left out of ``first_names``
             # (the candidates table takes them from here).
             bulk_names = (bulk_roots, root_states_before, names_by_state)
-            state_after = np.full(len(self.constraints.states), -1, dtype=np.int64)
-            state_after[list(settled)] = [after for _, after in settled.values()]
             deque(map(state.__setitem__, bulk_roots.tolist(), state_after[root_states_before].tolist()), maxlen=0)
             visits = [v[~bulk[v]] for v in visits]
 
@@ -1011,7 +1008,13 @@ def _request_pairs(np, requested: list[str], requested_ids: dict[str, int], node
             numbers, firsts = done
             return np.frombuffer(numbers, dtype=np.int64), firsts
     pair = np.asarray(list(map(requested_ids.__getitem__, requested)), dtype=np.int64) * (num_types + 1) + node_types
-    _, first_use, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    return _numbered_by_first_use(np, pair)
+
+
+def _numbered_by_first_use(np, values):
+    """Number the distinct ``values`` (a numpy int array) in order of first occurrence: each
+    value's number (numpy int64 array) and the position of each number's first occurrence (list)."""
+    _, first_use, inverse = np.unique(values, return_index=True, return_inverse=True)
     by_first_use = np.argsort(first_use)
     number = np.empty(len(first_use), dtype=np.int64)
     number[by_first_use] = np.arange(len(first_use), dtype=np.int64)
