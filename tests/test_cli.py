@@ -139,7 +139,12 @@ def test_place_writes_setter_and_placed_stages(tmp_path, capsys):
     code, _, err = run_cli(["place", path, "--ps-tasks", "2", "--stage", "setter", "-o", tmp_path / "s.pbtxt"], capsys)
     assert code == 0, err
     text = (tmp_path / "s.pbtxt").read_text()
-    assert 'device: "/job:ps/task:0"' in text and 'device: "/job:worker/task:0"' in text
+    # replica_device_setter(ps_tasks=2): TF's worker_device default is "/job:worker" (no task)
+    assert 'device: "/job:ps/task:0"' in text and 'device: "/job:worker"\n' in text
+    code, _, err = run_cli(["place", path, "--ps-tasks", "2", "--stage", "setter", "--worker-device",
+                            "/job:worker/task:1", "-o", tmp_path / "s1.pbtxt"], capsys)
+    assert code == 0, err
+    assert 'device: "/job:worker/task:1"' in (tmp_path / "s1.pbtxt").read_text()
     code, _, err = run_cli(["place", path, "--ps-tasks", "2", "-o", tmp_path / "p.pbtxt"], capsys)
     assert code == 0, err
     # Identity takes a plain (not ref) input, so nothing colocates it with the variable

@@ -6,22 +6,29 @@ from collections import Counter
 
 from placeviz.commands.output import progress
 from placeviz.io import load, save_proto
-from placeviz.placement import place_graph
+from placeviz.placement import place_graph, setter_stage
 from placeviz.protos import GraphDef
 
 
 def run(model_spec: str, output: str, options, stage: str, tag: str | None = None) -> None:
     model = load(model_spec, tag=tag)
-    result = place_graph(model.graph, options)
-    graph = result.graph
+    if stage == "setter":  # the setter only writes strings: TF's placer judges them later
+        setter = setter_stage(model.graph, options)
+        graph = model.graph if setter is None else setter.graph
+        devices = graph.devices
+    else:
+        result = place_graph(model.graph, options)
+        setter, graph = result.setter, result.graph
+        devices = result.placement.devices
     out = GraphDef()
     out.CopyFrom(graph.graph_def)
-    devices = graph.devices if stage == "setter" else result.placement.devices
     for node, device in zip(out.node, devices, strict=True):
         node.device = device
     save_proto(out, output)
-    if result.setter is None and stage == "setter":
-        progress("the graph already names jobs in its devices: kept them (use --replace-devices to re-run the setter)")
+    if setter is None and stage == "setter":
+        progress("the graph already places its variables on jobs: kept its devices "
+                 "(use --replace-devices to re-run the setter)" if options.wants_setter else
+                 "no --ps-tasks/--cluster given: the setter stage leaves the devices as they are")
     counts = Counter(devices)
     progress(f"{len(devices):,} nodes on {len(counts)} devices ({stage} stage): "
              + ", ".join(f"{d or '(none)'} {n:,}" for d, n in sorted(counts.items())[:8]))

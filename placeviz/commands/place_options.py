@@ -18,8 +18,9 @@ def place_options(func):
                      help="Place an unplaced graph with replica_device_setter(ps_tasks=N)."),
         click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False),
                      help='Cluster JSON ({"ps": [...], "worker": [...]}) or a TF_CONFIG document.'),
-        click.option("--worker-device", default="/job:worker/task:0", show_default=True,
-                     help="replica_device_setter's worker_device."),
+        click.option("--worker-device", default="/job:worker", show_default=True,
+                     help="replica_device_setter's worker_device (TF's default; mnist_replica-style "
+                          "programs pass /job:worker/task:%d)."),
         click.option("--ps-device", default="/job:ps", show_default=True, help="replica_device_setter's ps_device."),
         click.option("--strategy", type=click.Choice(["round-robin", "greedy"]), default="round-robin",
                      show_default=True, help="PS strategy (greedy: TF1 contrib byte-size load balancing)."),

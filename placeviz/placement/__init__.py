@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import compress
 
 from placeviz.devices import ClusterSpec, DeviceSet, PyDeviceSpec, parse_full_name
 from placeviz.graph import Graph, gc_paused
 from placeviz.placement.placer import Placement, PlacerConfig, place, read_fact_attrs
+from placeviz.placement.scopes import VARIABLE_OPS
 from placeviz.placement.setter import SetterConfig, SetterResult, run_setter
 from placeviz.protos import GraphDef
 
@@ -51,8 +53,16 @@ class PlacementResult:
 
 
 def is_placed(graph: Graph) -> bool:
-    """A graph built under a device setter names jobs in its devices; an unplaced one does not."""
-    return any("/job:" in d for d in set(graph.devices))
+    """Was the graph built under a device setter (or placed by hand)? Its variables say.
+
+    A setter gives every variable a job. Programs also pin a few ops of an otherwise unplaced
+    graph to a job (``tf.device('/job:worker')`` around an input pipeline, ``colocate_with`` a
+    variable...): such a graph is still unplaced, so ``--ps-tasks``/``--cluster`` run the setter
+    over it. Only a graph without variables is judged by all its devices.
+    """
+    ops, devices = graph.ops, graph.devices
+    variable_devices = set(compress(devices, map(VARIABLE_OPS.__contains__, ops)))  # C-level filter
+    return any("/job:" in d for d in (variable_devices or set(devices)))
 
 
 def strip_jobs(graph: Graph) -> Graph:
@@ -104,18 +114,32 @@ def place_graph(graph: Graph, options: PlacementOptions, op_table=None) -> Place
         return _place_graph(graph, options, op_table)
 
 
-def _place_graph(graph: Graph, options: PlacementOptions, op_table) -> PlacementResult:
-    setter_result = None
-    if options.wants_setter and (options.replace_devices or not is_placed(graph)):
-        source = strip_jobs(graph) if options.replace_devices else graph
-        if op_table is None:
-            from placeviz.ops import load_op_table
+def setter_stage(graph: Graph, options: PlacementOptions, op_table=None) -> SetterResult | None:
+    """The setter stage alone: ``replica_device_setter`` replayed when it applies, else None.
 
-            op_table = load_op_table()
-        # One pass over the NodeDefs reads `_class` (the setter needs it) and the attrs the op
-        # facts depend on (the placer needs them, on the setter's result, which shares NodeDefs).
-        read_fact_attrs(source, op_table)
-        setter_result = run_setter(source, options.setter, op_table)
+    It only writes device strings, as TF's device function does at op-creation time; nothing is
+    checked against a cluster here (a ``/device:GPU:3`` pin is TF's placer's business, later).
+    """
+    if not (options.wants_setter and (options.replace_devices or not is_placed(graph))):
+        return None
+    source = strip_jobs(graph) if options.replace_devices else graph
+    if op_table is None:
+        from placeviz.ops import load_op_table
+
+        op_table = load_op_table()
+    # One pass over the NodeDefs reads `_class` (the setter needs it) and the attrs the op
+    # facts depend on (the placer needs them, on the setter's result, which shares NodeDefs).
+    read_fact_attrs(source, op_table)
+    return run_setter(source, options.setter, op_table)
+
+
+def _place_graph(graph: Graph, options: PlacementOptions, op_table) -> PlacementResult:
+    if op_table is None and options.wants_setter:
+        from placeviz.ops import load_op_table
+
+        op_table = load_op_table()
+    setter_result = setter_stage(graph, options, op_table)
+    if setter_result is not None:
         graph = setter_result.graph
     cluster = cluster_for(graph, options)
     device_set = DeviceSet(cluster, options.cpus_per_task, options.gpus_per_worker)

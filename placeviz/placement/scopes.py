@@ -46,7 +46,8 @@ SET_GLOBAL_STEP_OPS = frozenset({"AccumulatorSetGlobalStep", "ResourceAccumulato
 _GRAD_ACCUM_SUFFIX = "/grad_accum"
 _HELPER_OPS = frozenset({"Const", "Cast"})
 _IDENTITY_OPS = frozenset({"Identity", "ReadVariableOp"})
-_VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"})
+VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"})
+"""Ops that create a variable (ref or resource)."""
 
 
 def _nodes_with_ops(graph: Graph, wanted: frozenset[str], kernels=None, suffixes: dict[str, str] | None = None
@@ -267,16 +268,21 @@ def _is_private_helper(graph: Graph, src: int, user: int) -> bool:
 
 
 def _global_step_variable(graph: Graph, set_global_steps: list[int]) -> int | None:
-    """The variable behind SetGlobalStep's step input (through its read)."""
+    """The variable behind SetGlobalStep's step input (through its read and cast).
+
+    ``ConditionalAccumulator.set_global_step`` (data_flow_ops.py) passes
+    ``math_ops.cast(ops.convert_to_tensor(new_global_step), dtypes.int64)``: a no-op for an int64
+    global step, a ``Cast`` of its read for an int32 one (``tf.Variable(0, name="global_step")``).
+    """
     for op in set_global_steps:
         inputs = [src for src, slot in graph.inputs_of(op) if slot != CONTROL]
         if len(inputs) < 2:
             continue
         node = inputs[1]
-        for _ in range(3):
-            if graph.ops[node] in _VARIABLE_OPS:
+        for _ in range(4):
+            if graph.ops[node] in VARIABLE_OPS:
                 return node
-            if graph.ops[node] not in _IDENTITY_OPS:
+            if graph.ops[node] not in _IDENTITY_OPS and graph.ops[node] != "Cast":
                 break
             data = [src for src, slot in graph.inputs_of(node) if slot != CONTROL]
             if not data:

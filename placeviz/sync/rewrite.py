@@ -360,15 +360,19 @@ def _s(v: str) -> AttrValue:
 # ------------------------------------------------------------------------------ the pass
 def rewrite_sync(graph, replicas_to_aggregate: int, total_replicas: int | None = None,
                  variable_averages: bool = False, collections=None, op_table=None,
-                 meta_graph: MetaGraphDef | None = None) -> RewriteResult:
+                 meta_graph: MetaGraphDef | None = None, name: str = "sync_replicas") -> RewriteResult:
     """Rewrite a plain training graph into SyncReplicasOptimizer's graph (see the module doc).
 
     ``graph``: a :class:`placeviz.graph.Graph`, a GraphDef, or a MetaGraphDef (then its
     collections are read and updated). ``collections``: a :class:`placeviz.io.Collections`
     (optional; gives global/local variables and train ops). ``variable_averages``: move the
     plain graph's ``ExponentialMovingAverage.apply`` block into the chief's sync op, as
-    ``SyncReplicasOptimizer(variable_averages=ema)`` builds it. Raises :class:`SyncRewriteError`.
+    ``SyncReplicasOptimizer(variable_averages=ema)`` builds it. ``name``: the optimizer's
+    ``name=`` argument, the name scope of its accumulators and chief ops (TF's default
+    ``"sync_replicas"``). Raises :class:`SyncRewriteError`.
     """
+    if not name or "/" in name:
+        raise SyncRewriteError(f"the SyncReplicasOptimizer name must be a non-empty name without '/', got {name!r}")
     if replicas_to_aggregate is None or replicas_to_aggregate < 1:
         raise SyncRewriteError(f"replicas_to_aggregate must be >= 1, got {replicas_to_aggregate}")
     if total_replicas is None:
@@ -392,12 +396,13 @@ def rewrite_sync(graph, replicas_to_aggregate: int, total_replicas: int | None =
 
         collections = read_collections(meta_graph)
     return _Rewrite(graph_def, replicas_to_aggregate, total_replicas, variable_averages,
-                    collections, op_table, meta_graph).run()
+                    collections, op_table, meta_graph, name).run()
 
 
 class _Rewrite:
-    def __init__(self, graph_def, r, w, ema, collections, op_table, meta):
+    def __init__(self, graph_def, r, w, ema, collections, op_table, meta, name="sync_replicas"):
         self.gd = graph_def
+        self.scope_name = name
         self.nodes = list(graph_def.node)
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         self.r, self.w = r, w
@@ -783,8 +788,9 @@ class _Rewrite:
                                     initial_value_name=f"{ls}/initial_value:0")
         # ---- report_uninitialized_variables(global_variables()) at this moment
         ready = self.report_uninitialized(added, new, pre)
-        # ---- accumulators, per (grad, var), in scope sync_replicas
-        sr = new("sync_replicas")
+        # ---- accumulators, per (grad, var), in the optimizer's name scope
+        # (sync_replicas_optimizer.py: ``ops.name_scope(None, self._name)``)
+        sr = new(self.scope_name)
         counters: dict[str, int] = {}
 
         def scoped(base: str) -> str:

@@ -1,0 +1,199 @@
+"""Build the real-program corpus (``tests/realworld/programs``) with TensorFlow, and compare.
+
+Every program is built in its own subprocess, as a TF1 user runs it under TF 2.x
+(``tf.compat.v1.disable_v2_behavior()`` first: ref variables, TF1 control flow, graph mode), once
+per variant (placed by its own device functions or not, plain or SyncReplicas, chief or not).
+The subprocess writes one MetaGraphDef per variant and ``manifest.json`` (the module's
+``SOURCE``/``SETTER``/``SYNC``/... constants) into the program's directory.
+
+The comparisons (:func:`setter_diff`, :func:`rewrite_diff`, :func:`placed_diff`) return the
+differing nodes, so the tests can print per-program agreement for the closing notes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).parent
+PROGRAMS_DIR = HERE / "programs"
+
+
+def program_names() -> list[str]:
+    """Every ported program (module names; ``_``-prefixed modules are shared helpers)."""
+    return sorted(p.stem for p in PROGRAMS_DIR.glob("*.py") if not p.stem.startswith("_"))
+
+
+BUILD_SCRIPT = r"""
+import importlib, json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+tf.compat.v1.disable_v2_behavior()
+here, name, out = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path[:0] = [here]
+mod = importlib.import_module("programs." + name)
+sync_opts = getattr(mod, "SYNC", None)
+chief_only = getattr(mod, "CHIEF_ONLY", False)
+variants = []
+for placed in (False, True):
+    for sync in ((False, True) if sync_opts else (False,)):
+        for chief in ((True, False) if chief_only else (True,)):
+            meta = mod.build(placed=placed, sync=sync, is_chief=chief)
+            key = "%s-%s-%s" % ("placed" if placed else "unplaced", "sync" if sync else "plain",
+                                "chief" if chief else "worker")
+            with open(os.path.join(out, key + ".meta"), "wb") as f:
+                f.write(meta.SerializeToString())
+            variants.append(key)
+setter = getattr(mod, "SETTER", None)
+manifest = {
+    "source": mod.SOURCE, "setter": setter, "sync": sync_opts, "chief_only": chief_only,
+    "gpus_per_worker": getattr(mod, "GPUS_PER_WORKER", 0),
+    "soft_placement": getattr(mod, "SOFT_PLACEMENT", False), "variants": variants,
+}
+with open(os.path.join(out, "manifest.json"), "w") as f:
+    json.dump(manifest, f)
+"""
+
+
+@dataclass
+class Program:
+    name: str
+    dir: Path
+    manifest: dict
+
+    def meta(self, placed: bool, sync: bool = False, chief: bool = True):
+        from placeviz.protos import MetaGraphDef
+
+        key = f"{'placed' if placed else 'unplaced'}-{'sync' if sync else 'plain'}-{'chief' if chief else 'worker'}"
+        return MetaGraphDef.FromString((self.dir / f"{key}.meta").read_bytes())
+
+    def graph(self, placed: bool, sync: bool = False, chief: bool = True):
+        from placeviz.io import model_from_proto
+
+        return model_from_proto("tf", f"{self.name}", self.meta(placed, sync, chief)).graph
+
+    @property
+    def variants(self) -> list[tuple[bool, bool, bool]]:
+        out = []
+        for key in self.manifest["variants"]:
+            placed, sync, chief = key.split("-")
+            out.append((placed == "placed", sync == "sync", chief == "chief"))
+        return out
+
+
+def build(name: str, out: Path) -> Program:
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", BUILD_SCRIPT, str(HERE), name, str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building {name} failed:\n{proc.stderr[-4000:]}")
+    return Program(name, out, json.loads((out / "manifest.json").read_text()))
+
+
+def build_all(names: Iterable[str], root: Path, jobs: int = 2) -> dict[str, Program | Exception]:
+    names = list(names)
+
+    def one(name):
+        try:
+            return build(name, root / name)
+        except Exception as e:  # noqa: BLE001 - reported by the test of that program
+            return e
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return dict(zip(names, pool.map(one, names), strict=True))
+
+
+# ----------------------------------------------------------------------------------------- setter
+def setter_config(setter: dict):
+    """placeviz's SetterConfig for the program's ``replica_device_setter(**setter)`` call."""
+    from placeviz.devices import ClusterSpec
+    from placeviz.placement.setter import SetterConfig
+
+    known = {"ps_tasks", "ps_device", "worker_device", "merge_devices", "cluster", "ps_ops", "ps_strategy"}
+    unknown = set(setter) - known
+    if unknown:
+        raise ValueError(f"unknown replica_device_setter arguments {sorted(unknown)}")
+    kwargs = {}
+    for key in ("ps_tasks", "ps_device", "worker_device", "merge_devices"):
+        if key in setter:
+            kwargs[key] = setter[key]
+    if setter.get("cluster") is not None:
+        kwargs["cluster"] = ClusterSpec.from_dict(setter["cluster"])
+    if setter.get("ps_ops") is not None:
+        kwargs["ps_ops"] = frozenset(setter["ps_ops"])
+    if setter.get("ps_strategy"):
+        kwargs["strategy"] = setter["ps_strategy"]
+    return SetterConfig(**kwargs)
+
+
+def setter_diff(program: Program, sync: bool, chief: bool) -> tuple[int, list]:
+    """(nodes compared, [(name, ours, TF's)]) for the setter replay over the unplaced build."""
+    from placeviz.placement.setter import run_setter
+
+    config = setter_config(program.manifest["setter"])
+    result = run_setter(program.graph(False, sync, chief), config)
+    ours = dict(zip(result.graph.names, result.graph.devices, strict=True))
+    placed = program.graph(True, sync, chief)
+    theirs = dict(zip(placed.names, placed.devices, strict=True))
+    wrong = [(n, ours.get(n, "<missing>"), theirs[n]) for n in theirs if ours.get(n) != theirs[n]]
+    wrong += [(n, ours[n], "<not in TF>") for n in ours if n not in theirs]
+    return len(theirs), wrong
+
+
+# ----------------------------------------------------------------------------------- sync rewrite
+def sync_kwargs(sync: dict) -> dict:
+    return {"replicas_to_aggregate": sync["replicas_to_aggregate"],
+            "total_replicas": sync.get("total_replicas"),
+            "variable_averages": bool(sync.get("variable_averages")),
+            "name": sync.get("name", "sync_replicas")}
+
+
+def rewrite_diff(program: Program, placed: bool, chief: bool = True) -> tuple[int, list]:
+    """(TF nodes, [(name, what differs)]) for ``rewrite_sync`` of the plain build vs TF's sync build."""
+    from placeviz.sync.rewrite import rewrite_sync
+
+    res = rewrite_sync(program.meta(placed, False, chief), **sync_kwargs(program.manifest["sync"]))
+    theirs = {n.name: n for n in program.meta(placed, True, chief).graph_def.node}
+    ours = {n.name: n for n in res.graph_def.node}
+    diffs = []
+    for name in sorted(set(ours) | set(theirs)):
+        a, b = ours.get(name), theirs.get(name)
+        if a is None:
+            diffs.append((name, "only in TF"))
+        elif b is None:
+            diffs.append((name, "only in ours"))
+        else:
+            what = [field for field, x, y in (("op", a.op, b.op), ("inputs", list(a.input), list(b.input)),
+                                              ("device", a.device, b.device),
+                                              ("attrs", dict(a.attr), dict(b.attr))) if x != y]
+            if what:
+                detail = {f: ((a.device, b.device) if f == "device" else (a.op, b.op) if f == "op" else
+                              (list(a.input), list(b.input)) if f == "inputs" else
+                              sorted(k for k in set(a.attr) | set(b.attr) if a.attr.get(k) != b.attr.get(k)))
+                          for f in what}
+                diffs.append((name, detail))
+    names = len(res.graph_def.node) == len(set(ours))
+    if not names:
+        diffs.append(("<duplicate names>", len(res.graph_def.node) - len(set(ours))))
+    return len(theirs), diffs
+
+
+# ------------------------------------------------------------------------------------- runtime
+def cluster_of(graph) -> dict[str, int]:
+    """The smallest cluster that holds every job/task the placed graph names (at least one worker)."""
+    from placeviz.devices import parse_full_name
+
+    jobs: dict[str, int] = {"worker": 1}
+    for device in set(graph.devices):
+        spec = parse_full_name(device) if device else None
+        if spec is None or spec.job is None:
+            continue
+        jobs[spec.job] = max(jobs.get(spec.job, 0), (spec.task or 0) + 1)
+    return jobs

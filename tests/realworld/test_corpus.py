@@ -1,0 +1,175 @@
+"""placeviz against TensorFlow on public programs this repository did not write.
+
+Each program of ``tests/realworld/programs`` (ports of public TF1 trainers and of TF's own test
+scenarios; the module docstrings name the sources) is built with TF's real API in every variant,
+then placeviz must reproduce, node for node:
+
+* setter stage: ``replica_device_setter`` replayed over the unplaced build gives every node of TF's
+  placed build its ``NodeDef.device`` (programs that call ``replica_device_setter``);
+* sync rewrite: the plain build rewritten into SyncReplicas form equals TF's SyncReplicas build in
+  names (and their order), ops, inputs, attrs and devices, unplaced and placed;
+* placed stage (slow): TF's placed build run on a local cluster; TF's placer's device for every
+  node, and the partitions of every run (nodes per device, transfers);
+* lint: no warning or error on the program's own export.
+
+Every test prints ``<stage> <program> <variant>: agree X / Y`` (``pytest -s``) for the closing notes.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+import corpus  # noqa: E402
+
+pytestmark = pytest.mark.tf
+PROGRAMS = corpus.program_names()
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> dict:
+    pytest.importorskip("tensorflow")
+    return corpus.build_all(PROGRAMS, tmp_path_factory.mktemp("realworld"))
+
+
+def _program(built, name) -> corpus.Program:
+    program = built[name]
+    if isinstance(program, Exception):
+        pytest.fail(str(program))
+    return program
+
+
+def _label(sync: bool, chief: bool) -> str:
+    return f"{'sync' if sync else 'plain'}{'' if chief else '-worker'}"
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_setter_stage(built, name):
+    program = _program(built, name)
+    if not program.manifest["setter"]:
+        pytest.skip("the program places with its own device functions, not replica_device_setter")
+    problems = []
+    for placed, sync, chief in program.variants:
+        if not placed:
+            continue
+        total, wrong = corpus.setter_diff(program, sync, chief)
+        print(f"setter {name} {_label(sync, chief)}: agree {total - len(wrong)} / {total}")
+        if wrong:
+            problems.append((_label(sync, chief), len(wrong), wrong[:8]))
+    assert not problems, problems
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+@pytest.mark.parametrize("placed", [False, True], ids=["unplaced", "placed"])
+def test_sync_rewrite(built, name, placed):
+    program = _program(built, name)
+    if not program.manifest["sync"]:
+        pytest.skip("the program does not use SyncReplicasOptimizer")
+    if placed and not program.manifest["setter"]:
+        pytest.skip("placed by the program's own device functions: the rewrite cannot know their devices")
+    problems = []
+    for chief in sorted({c for _, _, c in program.variants}, reverse=True):
+        total, diffs = corpus.rewrite_diff(program, placed, chief)
+        label = f"{'placed' if placed else 'unplaced'}{'' if chief else '-worker'}"
+        print(f"sync-rewrite {name} {label}: agree {total - len(diffs)} / {total}")
+        if diffs:
+            problems.append((label, len(diffs), diffs[:8]))
+    assert not problems, problems
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_lint_is_quiet_on_correct_programs(built, name, capsys):
+    from conftest import run_cli
+
+    program = _program(built, name)
+    findings = []
+    for placed, sync, chief in program.variants:
+        if not placed:
+            continue
+        path = program.dir / f"placed-{'sync' if sync else 'plain'}-{'chief' if chief else 'worker'}.meta"
+        args = ["lint", path, "--format", "json", "--fail-on", "warning"]
+        if program.manifest["soft_placement"]:
+            args.append("--soft-placement")
+        code, out, err = run_cli(args, capsys)
+        import json
+
+        report = json.loads(out) if out.strip().startswith("{") else {"findings": [], "error": err}
+        loud = [(f["rule"], f.get("message", "")[:160]) for f in report.get("findings", [])
+                if f.get("severity") in ("warning", "error")]
+        print(f"lint {name} {_label(sync, chief)}: exit {code}, warnings/errors {len(loud)}")
+        if code != 0 or loud:
+            findings.append((path.name, code, loud[:6], err[-300:]))
+    assert not findings, findings
+
+
+# ------------------------------------------------------------------------------- placed stage
+def _init_ops(graph_def) -> list[str]:
+    """The init ops a TF1 program runs before training (Supervisor/Scaffold/plain ``init``)."""
+    names = [n.name for n in graph_def.node if n.op == "NoOp"]
+    return [n for n in names if n in ("init", "init_1", "init_all_tables", "local_init", "init_2")]
+
+
+@pytest.fixture(scope="session")
+def truths(built) -> dict:
+    """TF's runtime on every program's placed build (sync when it has one), two at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from placeviz.verify.runtime_truth import all_sinks, run_in_subprocess
+
+    def one(name):
+        program = built[name]
+        if isinstance(program, Exception):
+            return None
+        sync = bool(program.manifest["sync"])
+        meta = program.meta(True, sync)
+        cluster = corpus.cluster_of(program.graph(True, sync))
+        gd = meta.graph_def.SerializeToString()
+        return run_in_subprocess(gd, cluster=cluster, init_ops=_init_ops(meta.graph_def),
+                                 targets=all_sinks(gd), allow_soft_placement=program.manifest["soft_placement"],
+                                 timeout_s=240, run_timeout_s=30)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(PROGRAMS, pool.map(one, PROGRAMS), strict=True))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_placed_stage_and_partitions(built, truths, name):
+    from test_partition_fidelity import compare_run
+
+    from placeviz.devices import ClusterSpec
+    from placeviz.placement import PlacementOptions, place_graph
+    from placeviz.placement.placer import PlacerConfig
+
+    program = _program(built, name)
+    truth = truths[name]
+    sync = bool(program.manifest["sync"])
+    graph = program.graph(True, sync)
+    cluster = corpus.cluster_of(graph)
+    options = PlacementOptions(cluster=ClusterSpec.from_dict({job: [f"h{i}:1" for i in range(n)]
+                                                              for job, n in cluster.items()}),
+                               placer=PlacerConfig(allow_soft_placement=program.manifest["soft_placement"]))
+    result = place_graph(graph, options)
+    ours = dict(zip(result.graph.names, result.placement.devices, strict=True))
+    theirs = truth.placer_devices
+    assert theirs, truth.error
+    wrong = [(n, ours.get(n), d) for n, d in theirs.items() if ours.get(n) != d]
+    print(f"placed {name} {_label(sync, True)}: agree {len(theirs) - len(wrong)} / {len(theirs)}")
+    problems = [("placer", len(wrong), wrong[:8])] if wrong else []
+    counts = collections.Counter()
+    for index, run in enumerate(truth.runs):
+        got = compare_run(result.graph, result.placement.devices, truth, index, [])
+        counts.update(nodes_ok=got["nodes"][0], nodes=got["nodes"][1], transfers_ok=got["transfers"][0],
+                      transfers=got["transfers"][1])
+        if got["node_wrong"] or any(got["transfer_diff"]) or not got["strict_ok"]:
+            problems.append((run["kind"], got["node_wrong"][:5], got["transfer_diff"], got["strict_diff"]))
+    print(f"partition {name}: {len(truth.runs)} runs, nodes {counts['nodes_ok']} / {counts['nodes']}, "
+          f"transfers {counts['transfers_ok']} / {counts['transfers']}"
+          f"{'' if truth.error is None else ' (TF: ' + str(truth.error)[:120] + ')'}")
+    assert not problems, problems
