@@ -122,6 +122,8 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
             sizes = {v.name: v.bytes for v in report.variables}
             ps_job = PyDeviceSpec.parse(placement_options.setter.ps_device).job or "ps"
             report.placement = placement_summary(pipe.placement, sizes, ps_job)
+            if pipe.placement.setter is not None:
+                report.notes.extend(pipe.placement.setter.notes)
 
     from placeviz.sync import detect, prove, sync_report, sync_section
 

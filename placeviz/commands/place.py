@@ -25,6 +25,8 @@ def run(model_spec: str, output: str, options, stage: str, tag: str | None = Non
     for node, device in zip(out.node, devices, strict=True):
         node.device = device
     save_proto(out, output)
+    for note in setter.notes if setter is not None else ():
+        progress(f"note: {note}")
     if setter is None and stage == "setter":
         progress("the graph already places its variables on jobs: kept its devices "
                  "(use --replace-devices to re-run the setter)" if options.wants_setter else

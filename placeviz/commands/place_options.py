@@ -33,6 +33,13 @@ def place_options(func):
         click.option("--master", default="/job:worker/task:0", show_default=True,
                      help="The task the session runs in (its devices come first in TF's order)."),
         click.option("--soft-placement", is_flag=True, help="ConfigProto(allow_soft_placement=True)."),
+        click.option("--setter-scope-end", metavar="NODE",
+                     help="The first node the program built after its `with tf.device(replica_device_setter(...))` "
+                          "block (e.g. its Saver or MonitoredTrainingSession's report_uninitialized_variables): "
+                          "from it on, nodes keep their own devices, as in TF. Default: the whole graph was inside."),
+        click.option("--plain-noop", "plain_noops", metavar="NAME", multiple=True,
+                     help="A control-only NoOp the program built with tf.no_op under control_dependencies, not "
+                          "tf.group (only a group splits per device under the setter); repeatable."),
         click.option("--global-default-graph", is_flag=True,
                      help="The model was built in TF's implicit default graph, not under Graph.as_default() "
                           "(changes which colocated variables move the round-robin counter)."),
@@ -44,7 +51,7 @@ def place_options(func):
     def wrapper(*args, **kwargs):
         keys = ["ps_tasks", "cluster_file", "worker_device", "ps_device", "strategy", "ps_ops",
                 "no_merge_devices", "cpus_per_task", "gpus_per_worker", "replace_devices", "master",
-                "soft_placement", "global_default_graph"]
+                "soft_placement", "global_default_graph", "setter_scope_end", "plain_noops"]
         kwargs["place"] = {k: kwargs.pop(k) for k in keys}
         return func(*args, **kwargs)
 
@@ -71,6 +78,7 @@ def build_placement_options(place: dict):
         ps_tasks=place["ps_tasks"], ps_device=place["ps_device"], worker_device=place["worker_device"],
         merge_devices=not place["no_merge_devices"], cluster=cluster, ps_ops=ps_ops,
         strategy=place["strategy"], graph_as_default=not place["global_default_graph"],
+        scope_end=place.get("setter_scope_end"), plain_noops=frozenset(place.get("plain_noops") or ()),
     )
     return PlacementOptions(
         setter=setter, cluster=cluster, cpus_per_task=place["cpus_per_task"],

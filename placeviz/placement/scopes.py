@@ -16,6 +16,8 @@ node's device each such op was built under:
 
 * A resource variable's own ``<var>/Assign`` and ``<var>/Read/ReadVariableOp`` are built under
   ``device(handle.device)``.
+* A Saver restores a resource variable with an ``Identity`` and an ``AssignVariableOp`` built
+  under ``device(var.device)``.
 * ``ExponentialMovingAverage.apply`` builds ``var.initialized_value()`` (a ``cond`` on
   ``IsVariableInitialized(var)``) under ``device(var.device)``.
 
@@ -84,6 +86,7 @@ def device_scope_hints(graph: Graph, kernels=None) -> dict[int, int]:
         _resource_variable_init_ops(graph, found, hints)
         _initialized_value_conds(graph, found, hints)
         _sync_replicas(graph, found, hints)
+        _resource_restores(graph, found, hints)
     return hints
 
 
@@ -196,9 +199,35 @@ def _initialized_value_conds(graph: Graph, found: list[int], hints: dict[int, in
                 hints[i] = var
 
 
+def _resource_restores(graph: Graph, found: list[int], hints: dict[int, int]) -> None:
+    """A Saver's restore of a resource variable: ``Identity`` + ``AssignVariableOp`` on its device.
+
+    ``ResourceVariableSaveable.restore`` (tensorflow/python/training/saving/saveable_object_util.py)
+    copies the restored tensor "to the variable's device": ``with ops.device(self._var_device):
+    identity(restored); assign_variable_op(handle, ...)``. The Identity reads a ``RestoreV2``
+    output (through the ``Reshape`` of ``restored_shapes``, which is built outside that scope).
+    """
+    ops = graph.ops
+    for i in found:
+        if ops[i] != "AssignVariableOp":
+            continue
+        inputs = graph.inputs_of(i)
+        if len(inputs) < 2 or inputs[0][1] == CONTROL or inputs[1][1] == CONTROL:
+            continue
+        handle, value = inputs[0][0], inputs[1][0]
+        if ops[handle] != "VarHandleOp" or ops[value] != "Identity":
+            continue
+        source = graph.inputs_of(value)[:1]
+        if source and source[0][1] != CONTROL and ops[source[0][0]] == "Reshape":
+            source = graph.inputs_of(source[0][0])[:1]
+        if source and source[0][1] != CONTROL and ops[source[0][0]] in _RESTORE_OPS:
+            hints[i] = hints[value] = handle
+
+
+_RESTORE_OPS = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
 _INITIALIZED_OPS = frozenset({"IsVariableInitialized", "VarIsInitializedOp"})
 # The ops device_scope_hints starts from, and those device_none_nodes looks at.
-_HINT_OPS = frozenset({"VarHandleOp", "Switch"}) | ACCUMULATOR_OPS | SET_GLOBAL_STEP_OPS
+_HINT_OPS = frozenset({"VarHandleOp", "Switch", "AssignVariableOp"}) | ACCUMULATOR_OPS | SET_GLOBAL_STEP_OPS
 _DEVICE_NONE_CANDIDATE_OPS = frozenset({"ReadVariableOp", "TensorArrayV3", "TensorArrayV2", "TensorArray",
                                         "Identity"})
 

@@ -44,6 +44,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
+from itertools import chain as _chain
 from itertools import repeat
 
 from google.protobuf import unknown_fields
@@ -66,11 +67,13 @@ RULE_DEVICE_NONE = 4  # built under device(None) (variable initializers): no dev
 RULE_KEPT = 5  # merge_devices=False and the node already had a device
 RULE_GROUP = 6  # a per-device NoOp of control_flow_ops.group, added by the replay
 RULE_NO_SETTER = 7  # the setter returned None (no ps tasks): device(None) for every op
+RULE_OUTSIDE = 8  # built after the `with tf.device(setter)` block (SetterConfig.scope_end): own device
 RULE_NAMES = {
     RULE_WORKER: "worker device", RULE_PS: "ps op placed by the strategy",
     RULE_PS_PINNED: "ps op kept on its own job (no strategy call)", RULE_COLOCATED: "colocated",
     RULE_DEVICE_NONE: "initializer under device(None)", RULE_KEPT: "own device kept (merge_devices=False)",
     RULE_GROUP: "per-device NoOp of a group", RULE_NO_SETTER: "setter returned None",
+    RULE_OUTSIDE: "built after the setter's scope (--setter-scope-end): own device",
 }
 
 # TF 2.x DType.size: string, resource and variant have size 0 (TF 1.x: string 8, resource/variant 1).
@@ -100,6 +103,14 @@ class SetterConfig:
     graph_as_default: bool = True
     # Which TF's DType sizes the greedy strategy uses: "2" (resource = 0 bytes) or "1".
     tf_major: str = "2"
+    # The first node the program built after leaving ``with tf.device(replica_device_setter(...))``
+    # (None: the whole graph was built inside). An unplaced GraphDef cannot show where that block
+    # ended; programs often build their Saver, Supervisor or MonitoredTrainingSession's Scaffold
+    # after it, and TF gives those ops their own devices only (no job).
+    scope_end: str | None = None
+    # NoOps the program built with ``tf.no_op`` under ``control_dependencies`` rather than with
+    # ``tf.group``: names, or last name components (see PLAIN_NOOP_NAMES).
+    plain_noops: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -111,6 +122,7 @@ class SetterResult:
     make_reference: Callable[[], dict[int, int]] = field(default=dict, repr=False, compare=False)
     strategy_calls: list[int] = field(default_factory=list)  # nodes that called the strategy, in order
     ps_tasks: int = 0
+    notes: list[str] = field(default_factory=list)  # assumptions the graph could not settle
 
     @cached_property
     def reference(self) -> dict[int, int]:
@@ -240,7 +252,13 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
 
     ps_spec = PyDeviceSpec.parse(config.ps_device) if config.ps_device else None
     worker_spec = PyDeviceSpec.parse(config.worker_device or "")
+    inside = n  # nodes [0, inside) were built under the setter
+    if config.scope_end is not None:
+        if config.scope_end not in graph.index:
+            raise SetterError(f"--setter-scope-end: the graph has no node named {config.scope_end!r}")
+        inside = graph.index[config.scope_end]
     hints = scopes.device_scope_hints(graph, _kernels)
+    resource_handles = {h for h in set(hints.values()) if ops[h] == "VarHandleOp"}
     device_none = scopes.device_none_nodes(graph, _kernels)
     targets = _colocation_targets(graph)
     is_resource_generator = _resource_generator_test(graph, op_table)
@@ -259,11 +277,16 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     if _kernels is not None and isinstance(ps_ops, (set, frozenset)):
         # The C loop settles the plain nodes and stops at the others, which this loop handles
         # (see _kernel_stops); it reads the caches this loop fills.
-        positions = _kernel_stops(n, own_devices, targets, hints, device_none, in_start, in_slot, ops, ps_ops,
+        positions = _kernel_stops(inside, own_devices, targets, hints, device_none, in_start, in_slot, ops, ps_ops,
                                   config, ps_spec is not None, strategy, calls_for_own, ps_cache, worker_cache,
                                   getattr(is_resource_generator, "kernel_state", None), devices, rule,
                                   reference, colocated, strategy_calls)
+        if inside < n:
+            positions = _chain(positions, range(inside, n))  # the C loop stops at `inside`
     for i in positions:
+        if i >= inside:
+            _outside(i, graph, targets, device_none, hints, devices, rule, reference, colocated)
+            continue
         own = own_devices[i]
         target = targets[i]
         if target == scopes.DEVICE_NONE or i in device_none:
@@ -299,6 +322,12 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
             if scope:
                 own = PyDeviceSpec.parse(scope).merged_with(PyDeviceSpec.parse(own)).to_string()
             reference[i] = hint
+            if hint in resource_handles and graph.names[i] == graph.names[hint] + "/Assign":
+                # ResourceVariable's initializer: colocate_with(None, ignore_existing=True) empties the
+                # device-function stack, then device(handle.device): exactly the handle's device
+                # (resource_variable_ops.py _init_from_args).
+                devices[i], rule[i] = own, RULE_COLOCATED
+                continue
         if not merge_devices and own:
             devices[i] = own
             rule[i] = RULE_KEPT
@@ -329,10 +358,55 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
         devices[i] = _resolve_colocated(i, target, devices, graph, colocated_targets)
     result_devices = devices if None not in devices else [d or "" for d in devices]  # usually none is None
 
-    plain_device = _PlainDevice(worker_spec, merge_devices)
+    plain_device = _PlainDevice(worker_spec, merge_devices, inside if inside < n else None)
+    plain_noops = PLAIN_NOOP_NAMES | config.plain_noops
     new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,
-                                                          strategy_calls, plain_device)
-    return SetterResult(new_graph, new_rules, new_refs, calls, ps_tasks)
+                                                          strategy_calls, plain_device, plain_noops)
+    return SetterResult(new_graph, new_rules, new_refs, calls, ps_tasks, _scope_notes(graph, config))
+
+
+# The first nodes of the session set-up that programs often build after the setter's block: a
+# Saver (saver.py names its filename Const ``save/filename/input`` or ``save/Const``) and the
+# ready op of a Supervisor or a MonitoredTrainingSession's Scaffold (variables.py
+# ``report_uninitialized_variables``).
+_SETUP_FIRST_NODES = ("save/filename/input", "save/Const", "report_uninitialized_variables/IsVariableInitialized",
+                      "report_uninitialized_variables/VarIsInitializedOp")
+
+
+def _scope_notes(graph: Graph, config: SetterConfig) -> list[str]:
+    """Say where the replay had to assume the extent of the program's setter block."""
+    if config.scope_end is not None:
+        return []
+    found = [i for i in map(graph.index.get, _SETUP_FIRST_NODES) if i is not None]
+    if not found:
+        return []
+    first = graph.names[min(found)]
+    return [f"the setter replay assumed every node was built inside `with tf.device(replica_device_setter(...))`; "
+            f"if the program builds its Saver/Supervisor/Scaffold after that block (MonitoredTrainingSession "
+            f"does), TF leaves those ops off the setter's devices: pass --setter-scope-end {first}"]
+
+
+def _outside(i: int, graph: Graph, targets, device_none, hints, devices, rule, reference, colocated) -> None:
+    """A node built after the setter's block: its own device (colocation and library scopes still
+    apply, as TF applies them with or without a device function)."""
+    own = graph.devices[i]
+    target = targets[i]
+    if target == scopes.DEVICE_NONE or i in device_none:
+        devices[i], rule[i] = "", RULE_DEVICE_NONE
+        return
+    if target is not None:
+        target_device = devices[target]
+        if target_device is not None:
+            devices[i] = target_device or own
+        else:
+            colocated.append((i, target))
+        rule[i], reference[i] = RULE_COLOCATED, target
+        return
+    hint = hints.get(i)
+    if hint is not None and devices[hint]:
+        own = PyDeviceSpec.parse(devices[hint]).merged_with(PyDeviceSpec.parse(own)).to_string()
+        reference[i] = hint
+    devices[i], rule[i] = own, RULE_OUTSIDE
 
 
 def _kernel_stops(n: int, own_devices: list[str], targets: list, hints: dict[int, int], device_none: set[int],
@@ -483,9 +557,14 @@ def _resolve_colocated(i: int, target: int, devices: list, graph: Graph, colocat
 class _PlainDevice:
     """The setter's answer for a non-ps op whose device scopes gave it ``own`` (once per string)."""
 
-    def __init__(self, worker_spec: PyDeviceSpec, merge_devices: bool):
+    def __init__(self, worker_spec: PyDeviceSpec, merge_devices: bool, inside: int | None = None):
         self.worker_spec, self.merge_devices = worker_spec, merge_devices
         self.cache: dict[str, str] = {}  # own -> device (read by the C kernel too)
+        self.inside = inside  # nodes from this id on were built outside the setter's block
+
+    def at(self, node: int, own: str) -> str:
+        """The answer for an op built where ``node`` was: outside the setter's block, ``own``."""
+        return own if self.inside is not None and node >= self.inside else self(own)
 
     def __call__(self, own: str) -> str:
         if not self.merge_devices and own:
@@ -497,7 +576,7 @@ class _PlainDevice:
 
 
 def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: dict[int, int],
-                  strategy_calls: list[int], plain_device: _PlainDevice):
+                  strategy_calls: list[int], plain_device: _PlainDevice, plain_noops: frozenset[str] = frozenset()):
     """Rebuild ``control_flow_ops.group`` NoOps for the devices their grouped ops now have.
 
     TF's ``group`` makes one NoOp per device of the grouped ops (sorted by device string) under the
@@ -508,10 +587,13 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     dropped: set[int] = set()
     devices = list(devices)
     ops, assign_ops = graph.ops, scopes.ASSIGN_VARIABLE_OPS
-    items = sorted(scopes.group_roots(graph, _kernels).items())  # creation order
+    roots = scopes.group_roots(graph, _kernels)
+    if plain_noops:
+        roots = {r: v for r, v in roots.items() if not _is_plain_noop(graph.names[r], plain_noops)}
+    items = sorted(roots.items())  # creation order
     pos = 0
     while pos < len(items):
-        if _kernels is not None:
+        if _kernels is not None and plain_device.inside is None:
             # The same loop in C for the usual root (one device, no children); it stops at any
             # other, which the loop below handles.
             pos = _kernels.single_device_groups(items, devices, ops, assign_ops, rule, RULE_COLOCATED,
@@ -532,12 +614,18 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
             # One device: TF builds the root itself under device(<that device>).
             (device, _), = by_device.items()
             if rule[root] != RULE_COLOCATED:
-                devices[root] = plain_device(device)
+                devices[root] = plain_device.at(root, device)
             if not children:
                 continue
             plans[root] = [(device, members)]
         else:
             plans[root] = sorted(by_device.items())
+            if not children and rule[root] != RULE_COLOCATED:
+                outer = _outer_device(graph, root, members)
+                if root in reference:  # built under device(<that node's device>) (scopes.py)
+                    scope = devices[reference[root]] or ""
+                    outer = PyDeviceSpec.parse(scope).merged_with(PyDeviceSpec.parse(outer)).to_string()
+                devices[root] = plain_device.at(root, outer)
         dropped.update(children)
     return _GroupRewrite(graph, devices, rule, plans, dropped, plain_device).result(reference, strategy_calls)
 
@@ -643,7 +731,7 @@ class _GroupRewrite:
                     noop.attr["_class"].CopyFrom(g.attr_nodes[root].attr["_class"])
                 else:
                     # Built under device(<that device>) inside the setter scope.
-                    noop.device = plain_device(device)
+                    noop.device = plain_device.at(root, device)
                 k = len(self.noops.node) - 1
                 new = self._append(name, "NoOp", noop.device, RULE_GROUP, -1 - k, members,
                                    repeat(CONTROL, len(members)))
@@ -821,6 +909,33 @@ def _with_entries(mapping: dict[int, object], entries: list[tuple[int, object]])
     out_keys += keys[start:]
     out_values += values[start:]
     return dict(zip(out_keys, out_values, strict=True))
+
+
+PLAIN_NOOP_NAMES = frozenset({"update_barrier"})
+"""Control-only NoOps that library code builds with ``no_op`` under ``control_dependencies``, never
+with ``group``: tf_slim's and tf.contrib.training's ``create_train_op`` (``update_barrier`` over the
+UPDATE_OPS). An unplaced GraphDef cannot tell ``group(a, b)`` from ``with control_dependencies([a,
+b]): no_op()`` (both are one NoOp with control inputs); under the setter only ``group`` splits into
+per-device NoOps. Every other control-only NoOp is taken for a ``group`` (TF's library builds most of
+them so: ``init``, ``<optimizer>/update``, ``ExponentialMovingAverage``, ``group_deps``);
+``--plain-noop NAME`` says otherwise for a program's own."""
+
+
+def _is_plain_noop(name: str, plain: frozenset[str]) -> bool:
+    return name in plain or name.rsplit("/", 1)[-1] in plain
+
+
+def _outer_device(graph: Graph, root: int, members: list[int]) -> str:
+    """The device scope around a ``group`` that the unplaced build made on one device.
+
+    There ``group`` built its NoOp under ``device(<the members' device>)``, so the NoOp's own
+    device is that device merged over the scope around the call. Split over several devices, the
+    root NoOp is built under the outer scope alone (control_flow_ops.py ``group``): when the
+    NoOp's device is just the members' device, the outer scope set nothing we can see.
+    """
+    own = graph.devices[root]
+    member_devices = {graph.devices[_group_key_node(graph, m)] for m in members}
+    return "" if member_devices == {own} else own
 
 
 def _group_key_node(graph: Graph, m: int) -> int:

@@ -37,16 +37,41 @@ import tensorflow as tf
 tf.compat.v1.disable_v2_behavior()
 here, name, out = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path[:0] = [here]
+
+# Which ops did the program build inside its `with tf.device(replica_device_setter(...))` block?
+# TF calls the device function once per op created there: record the calls.
+from tensorflow.python.training import device_setter
+called = []
+_real_setter = device_setter.replica_device_setter
+def _recording_setter(*args, **kwargs):
+    fn = _real_setter(*args, **kwargs)
+    if fn is None:
+        return None
+    def device_function(op):
+        called.append(op.name)
+        return fn(op)
+    return device_function
+device_setter.replica_device_setter = _recording_setter
+tf.compat.v1.train.replica_device_setter = _recording_setter
+
 mod = importlib.import_module("programs." + name)
+scope_ends = {}
 sync_opts = getattr(mod, "SYNC", None)
 chief_only = getattr(mod, "CHIEF_ONLY", False)
 variants = []
 for placed in (False, True):
     for sync in ((False, True) if sync_opts else (False,)):
         for chief in ((True, False) if chief_only else (True,)):
+            del called[:]
             meta = mod.build(placed=placed, sync=sync, is_chief=chief)
             key = "%s-%s-%s" % ("placed" if placed else "unplaced", "sync" if sync else "plain",
                                 "chief" if chief else "worker")
+            if placed and called:
+                names = [n.name for n in meta.graph_def.node]
+                inside = set(called)
+                last = max(k for k, n in enumerate(names) if n in inside)
+                if last + 1 < len(names):
+                    scope_ends[key] = names[last + 1]
             with open(os.path.join(out, key + ".meta"), "wb") as f:
                 f.write(meta.SerializeToString())
             variants.append(key)
@@ -55,6 +80,7 @@ manifest = {
     "source": mod.SOURCE, "setter": setter, "sync": sync_opts, "chief_only": chief_only,
     "gpus_per_worker": getattr(mod, "GPUS_PER_WORKER", 0),
     "soft_placement": getattr(mod, "SOFT_PLACEMENT", False), "variants": variants,
+    "scope_ends": scope_ends,
 }
 with open(os.path.join(out, "manifest.json"), "w") as f:
     json.dump(manifest, f)
@@ -111,8 +137,12 @@ def build_all(names: Iterable[str], root: Path, jobs: int = 2) -> dict[str, Prog
 
 
 # ----------------------------------------------------------------------------------------- setter
-def setter_config(setter: dict):
-    """placeviz's SetterConfig for the program's ``replica_device_setter(**setter)`` call."""
+def setter_config(setter: dict, scope_end: str | None = None):
+    """placeviz's SetterConfig for the program's ``replica_device_setter(**setter)`` call.
+
+    ``scope_end``: the first node built after the program's ``with tf.device(setter)`` block, as
+    the user passes it with ``--setter-scope-end`` (the build recorded TF's device-function calls).
+    """
     from placeviz.devices import ClusterSpec
     from placeviz.placement.setter import SetterConfig
 
@@ -130,14 +160,15 @@ def setter_config(setter: dict):
         kwargs["ps_ops"] = frozenset(setter["ps_ops"])
     if setter.get("ps_strategy"):
         kwargs["strategy"] = setter["ps_strategy"]
-    return SetterConfig(**kwargs)
+    return SetterConfig(scope_end=scope_end, **kwargs)
 
 
 def setter_diff(program: Program, sync: bool, chief: bool) -> tuple[int, list]:
     """(nodes compared, [(name, ours, TF's)]) for the setter replay over the unplaced build."""
     from placeviz.placement.setter import run_setter
 
-    config = setter_config(program.manifest["setter"])
+    key = f"placed-{'sync' if sync else 'plain'}-{'chief' if chief else 'worker'}"
+    config = setter_config(program.manifest["setter"], program.manifest.get("scope_ends", {}).get(key))
     result = run_setter(program.graph(False, sync, chief), config)
     ours = dict(zip(result.graph.names, result.graph.devices, strict=True))
     placed = program.graph(True, sync, chief)
