@@ -105,7 +105,7 @@ def device_none_nodes(graph: Graph, kernels=None) -> set[int]:
     for i in _nodes_with_ops(graph, _DEVICE_NONE_CANDIDATE_OPS, kernels, {"Identity": "/Read/Identity"}):
         op = ops[i]
         if op == "ReadVariableOp" and not names[i].endswith("/Read/ReadVariableOp"):
-            if not _is_read_after_assign(graph, i):
+            if not _is_read_after_assign(graph, i) or _in_control_block(graph, i):
                 out.add(i)
                 continue
             if token_fill_readers is None:
@@ -148,6 +148,28 @@ def _is_read_after_assign(graph: Graph, i: int) -> bool:
     return after_assign
 
 
+def _in_control_block(graph: Graph, i: int) -> bool:
+    """A ``value()`` read inside ``control_dependencies([assign])``, not a lazy read of that assign.
+
+    Both carry ``^assign``. TF gives the block's control input to every op created there without
+    a data input from the block (ops.py ``_control_dependencies_for_inputs``), so a block shows
+    itself by other such ops holding the same control input (``ExponentialMovingAverage/decay``
+    under ``control_dependencies([apply_gradient_op])``); a lazy read's ``^assign`` is its own
+    (NoOps do not count: ``group`` and ``no_op`` take control inputs on purpose).
+    """
+    ins, in_start, in_slot = graph.inputs_of(i), graph.in_start, graph.in_slot
+    handle = ins[0][0]
+    assigns = [src for src, slot in ins if slot == CONTROL and graph.ops[src] in ASSIGN_VARIABLE_OPS
+               and graph.inputs_of(src)[:1] and graph.inputs_of(src)[0][0] == handle]
+
+    def block_input(src: int) -> bool:
+        return any(user != i and user_slot == CONTROL and graph.ops[user] != "NoOp" and all(
+            s == CONTROL for s in in_slot[in_start[user]:in_start[user + 1]])
+            for user, user_slot in graph.consumers_of(src))
+
+    return bool(assigns) and all(map(block_input, assigns))
+
+
 def _token_fill_readers(graph: Graph) -> set[int]:
     """Nodes with a data edge into a ``Fill`` that feeds a ``QueueEnqueueMany*`` (by any edge).
 
@@ -186,6 +208,10 @@ def _initialized_value_conds(graph: Graph, found: list[int], hints: dict[int, in
         inputs = [src for src, slot in graph.inputs_of(i) if slot != CONTROL]
         if len(inputs) == 2 and inputs[0] == inputs[1] and ops[inputs[0]] in _INITIALIZED_OPS:
             pred_inputs = [src for src, slot in graph.inputs_of(inputs[0]) if slot != CONTROL]
+            if pred_inputs and names[i].startswith(names[pred_inputs[0]] + "/"):
+                # ``<var>/cond``: training_util._get_or_create_global_step_read builds it in the
+                # variable's name scope with no device scope (only EMA opens device(var.device)).
+                continue
             if pred_inputs:
                 scopes[names[i][: -len("Switch")]] = pred_inputs[0]
                 hints[inputs[0]] = pred_inputs[0]  # the is-initialized op is built there too

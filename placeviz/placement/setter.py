@@ -39,13 +39,15 @@ the greedy strategy, odd types) to that loop, so the results are the same node f
 
 from __future__ import annotations
 
+import re
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import chain as _chain
-from itertools import repeat
+from itertools import compress, repeat
+from operator import eq
 
 from google.protobuf import unknown_fields
 
@@ -541,7 +543,27 @@ def _colocation_targets(graph: Graph) -> list[int | None]:
             if target is not None:
                 targets[i] = target
                 break
+    _reimported_initializers(graph, targets)
     return targets
+
+
+def _reimported_initializers(graph: Graph, targets: list[int | None]) -> None:
+    """A graph that went through ``import_graph_def`` (``import_meta_graph``, a program's
+    export/import round trip) lost the ``device(None)`` of its initializers: the import gives
+    every op with ``_class`` its colocation target's device (importer.py
+    ``_apply_colocation_attr`` ... ``_ProcessNewOps``), and TF's placed build went through the same
+    import. The evidence: every initializer whose variable has a device has exactly that device.
+    Then the initializers take their variable's device, as in TF's placed graph."""
+    pairs = []
+    names, own = graph.names, graph.devices
+    for i in compress(range(len(targets)), map(eq, targets, repeat(scopes.DEVICE_NONE))):
+        var = graph.index.get(names[i].split("/Initializer/", 1)[0])
+        if var is not None:
+            pairs.append((i, var))
+    evidence = [(i, var) for i, var in pairs if own[var]]
+    if evidence and all(own[i] == own[var] for i, var in evidence):
+        for i, var in pairs:
+            targets[i] = var
 
 
 def _resolve_colocated(i: int, target: int, devices: list, graph: Graph, colocated_targets: dict[int, int]) -> str:
@@ -588,8 +610,16 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     devices = list(devices)
     ops, assign_ops = graph.ops, scopes.ASSIGN_VARIABLE_OPS
     roots = scopes.group_roots(graph, _kernels)
+    roots.update(_one_member_groups(graph, roots))
     if plain_noops:
         roots = {r: v for r, v in roots.items() if not _is_plain_noop(graph.names[r], plain_noops)}
+    outer_deps: dict[int, list[int]] = {}
+    for root, (children, members) in roots.items():
+        if not children and len(members) >= 2:
+            outer = _outer_control_deps(graph, root, members)
+            if outer:
+                outer_deps[root] = outer
+                roots[root] = (children, [m for m in members if m not in outer])
     items = sorted(roots.items())  # creation order
     pos = 0
     while pos < len(items):
@@ -627,7 +657,32 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
                     outer = PyDeviceSpec.parse(scope).merged_with(PyDeviceSpec.parse(outer)).to_string()
                 devices[root] = plain_device.at(root, outer)
         dropped.update(children)
-    return _GroupRewrite(graph, devices, rule, plans, dropped, plain_device).result(reference, strategy_calls)
+    return _GroupRewrite(graph, devices, rule, plans, dropped, plain_device, outer_deps).result(reference,
+                                                                                                 strategy_calls)
+
+
+def _outer_control_deps(graph: Graph, root: int, members: list[int]) -> list[int]:
+    """Control inputs of a ``group`` NoOp that come from an enclosing ``control_dependencies``.
+
+    ``with control_dependencies([x]): group(a, b)`` gives the NoOp ``^a ^b ^x``, like ``group(a, b,
+    x)``; only the first splits by the devices of ``a`` and ``b`` and keeps ``^x`` on every NoOp
+    (control_flow_ops.py ``group``: each per-device ``no_op`` is built inside the same outer
+    block). The evidence is the block itself: TF gives ``^x`` to every op created there without a
+    data input from the block (ops.py ``_control_dependencies_for_inputs``), such as the Consts the
+    group's scope made first (``ExponentialMovingAverage/decay`` under ``control_dependencies([
+    apply_gradient_op])``). The scope's ops are the ones just before the NoOp.
+    """
+    names, in_start, in_src, in_slot = graph.names, graph.in_start, graph.in_src, graph.in_slot
+    prefix = names[root] + "/"
+    candidates = set(members)
+    found: set[int] = set()
+    k = root - 1
+    while k >= 0 and names[k].startswith(prefix):
+        lo, hi = in_start[k], in_start[k + 1]
+        if hi > lo and all(slot == CONTROL for slot in in_slot[lo:hi]):
+            found.update(src for src in in_src[lo:hi] if src in candidates)
+        k -= 1
+    return [m for m in members if m in found]
 
 
 class _GroupRewrite:
@@ -641,9 +696,10 @@ class _GroupRewrite:
 
     def __init__(self, graph: Graph, devices: list[str], rule: list[int],
                  plans: dict[int, list[tuple[str, list[int]]]], dropped: set[int],
-                 plain_device: Callable[[str], str]):
+                 plain_device: Callable[[str], str], outer_deps: dict[int, list[int]] | None = None):
         self.graph, self.devices, self.rule = graph, devices, rule
         self.plans, self.dropped = plans, dropped
+        self.outer_deps = outer_deps or {}  # root -> control inputs from an enclosing block
         self.colocated_roots = {i for i in plans if rule[i] == RULE_COLOCATED}
         self.noops = GraphDef()  # NodeDefs of the new per-device NoOps, in order
         n = len(graph)
@@ -716,15 +772,19 @@ class _GroupRewrite:
     def _rewire(self, root: int, plain_device: Callable[[str], str]) -> None:
         """Root ``root``: its new per-device NoOps, then the root with control inputs on them."""
         g, plan = self.graph, self.plans[root]
+        outer = self.outer_deps.get(root, [])
         if len(plan) == 1:
-            controls = plan[0][1]
+            controls = plan[0][1] + outer
         else:
             controls = []
-            for device, members in plan:
+            for device, grouped in plan:
+                members = grouped + outer  # the enclosing block's control inputs on every NoOp
                 name = _unique_name(g.names[root] + "/NoOp", self._name_taken)
                 self._added_names.add(name)
                 noop = self.noops.node.add(name=name, op="NoOp")
                 noop.input.extend(map("^".__add__, map(g.names.__getitem__, members)))
+                # TF 2.x marks ops used in control_dependencies([...]) (ops.py)
+                noop.attr["_has_manual_control_dependencies"].b = True
                 if root in self.colocated_roots:
                     # Built inside the root's colocate_with: the colocation decides the device.
                     noop.device = self.devices[root]
@@ -739,6 +799,7 @@ class _GroupRewrite:
                 if root in self.colocated_roots:
                     self.noop_colocation.append((new, g.colocation[root]))
                 controls.append(len(g) + k)
+            controls += outer
         lo, hi = g.in_start[root], g.in_start[root + 1]
         data = [k for k in range(lo, hi) if g.in_slot[k] != CONTROL]
         self.old_to_new[root] = self._append(g.names[root], g.ops[root], self.devices[root], self.rule[root], root,
@@ -919,6 +980,28 @@ b]): no_op()`` (both are one NoOp with control inputs); under the setter only ``
 per-device NoOps. Every other control-only NoOp is taken for a ``group`` (TF's library builds most of
 them so: ``init``, ``<optimizer>/update``, ``ExponentialMovingAverage``, ``group_deps``);
 ``--plain-noop NAME`` says otherwise for a program's own."""
+
+
+_LIBRARY_GROUP = re.compile(r"(?:.*/)?(?:init|group_deps|init_all_tables|restore_all)(?:_\d+)?")
+"""Names TF's library gives ``group`` NoOps (variables.py ``variables_initializer`` "init",
+control_flow_ops.py "group_deps", lookup_ops.py "init_all_tables", saver.py "restore_all")."""
+
+
+def _one_member_groups(graph: Graph, roots: dict) -> dict[int, tuple[list[int], list[int]]]:
+    """``group`` NoOps over a single op, known by TF's library names.
+
+    ``group(x)`` is built under ``device(x.device)``; a NoOp with one control input is otherwise
+    taken for ``no_op`` (its own device). ``variables_initializer`` over one local variable (the
+    SyncReplicas local step) is the usual case.
+    """
+    out = {}
+    ops, names, in_start, in_src, in_slot = graph.ops, graph.names, graph.in_start, graph.in_src, graph.in_slot
+    for i in compress(range(len(ops)), map("NoOp".__eq__, ops)):
+        lo = in_start[i]
+        if in_start[i + 1] - lo == 1 and in_slot[lo] == CONTROL and i not in roots \
+                and _LIBRARY_GROUP.fullmatch(names[i]):
+            out[i] = ([], [in_src[lo]])
+    return out
 
 
 def _is_plain_noop(name: str, plain: frozenset[str]) -> bool:
