@@ -376,16 +376,28 @@ _SETUP_FIRST_NODES = ("save/filename/input", "save/Const", "report_uninitialized
 
 
 def _scope_notes(graph: Graph, config: SetterConfig) -> list[str]:
-    """Say where the replay had to assume the extent of the program's setter block."""
-    if config.scope_end is not None:
-        return []
+    """Say what the replay had to assume, and what it does not rebuild."""
+    notes = []
     found = [i for i in map(graph.index.get, _SETUP_FIRST_NODES) if i is not None]
-    if not found:
-        return []
-    first = graph.names[min(found)]
-    return [f"the setter replay assumed every node was built inside `with tf.device(replica_device_setter(...))`; "
-            f"if the program builds its Saver/Supervisor/Scaffold after that block (MonitoredTrainingSession "
-            f"does), TF leaves those ops off the setter's devices: pass --setter-scope-end {first}"]
+    if config.scope_end is None and found:
+        first = graph.names[min(found)]
+        notes.append(f"the setter replay assumed every node was built inside `with tf.device(replica_device_setter("
+                     f"...))`; if the program builds its Saver/Supervisor/Scaffold after that block "
+                     f"(MonitoredTrainingSession does), TF leaves those ops off the setter's devices: pass "
+                     f"--setter-scope-end {first}")
+    sharded = sharded_savers(graph)
+    if sharded and num_ps_tasks(config) > 1:
+        notes.append(f"sharded Saver {', '.join(s.rstrip('/') for s in sharded)}: TF builds one save/restore shard "
+                     f"per variable device (saver.py _AddShardedSaveOps); the replay keeps the unplaced build's "
+                     f"shards, so the devices (and names) of those save ops differ from TF's placed build")
+    return notes
+
+
+def sharded_savers(graph: Graph) -> list[str]:
+    """Name scopes (``save/``, ``save_1/``...) of the sharded Savers in the graph (they hold a
+    ``ShardedFilename`` op: saver.py builds it only when ``sharded=True``)."""
+    return sorted({name.rsplit("/", 1)[0] + "/" for name, op in zip(graph.names, graph.ops, strict=True)
+                   if op == "ShardedFilename" and "/" in name}) if "ShardedFilename" in graph.ops else []
 
 
 def _outside(i: int, graph: Graph, targets, device_none, hints, devices, rule, reference, colocated) -> None:
