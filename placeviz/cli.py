@@ -102,7 +102,9 @@ def partition(model, out_dir, fetches, targets, feeds, level, no_replicate_const
 @cli.command("sync", epilog=MODEL_HELP)
 @click.argument("model")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="The synchronous graph: .meta when MODEL has a MetaGraphDef, else a GraphDef (.pbtxt for text).")
+              help="The synchronous graph, by suffix: .pb (binary) or .pbtxt (text) a GraphDef, .meta a "
+                   "MetaGraphDef (collections updated).")
+@click.option("--meta-graph", is_flag=True, help="Write a MetaGraphDef into a .pb/.pbtxt output.")
 @click.option("--replicas-to-aggregate", type=click.IntRange(min=1), required=True,
               help="Gradients averaged per step (R).")
 @click.option("--total-replicas", type=click.IntRange(min=1), default=None,
@@ -110,12 +112,20 @@ def partition(model, out_dir, fetches, targets, feeds, level, no_replicate_const
 @click.option("--variable-averages", is_flag=True,
               help="Run the graph's ExponentialMovingAverage update after the token enqueue, as "
                    "SyncReplicasOptimizer(variable_averages=...) does.")
+@click.option("--name", default="sync_replicas", show_default=True,
+              help="SyncReplicasOptimizer(name=...): the name scope of its accumulators and chief ops.")
+@click.option("--worker", is_flag=True,
+              help="Build a non-chief worker's graph: no init-tokens op (get_init_tokens_op is the chief's).")
+@click.option("--num-tokens", type=click.IntRange(min=-1), default=-1, show_default=True,
+              help="The chief's get_init_tokens_op(num_tokens): -1 is R; 0 makes no_init_tokens.")
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
-def sync_command(model, output, replicas_to_aggregate, total_replicas, variable_averages, tag) -> None:
+def sync_command(model, output, meta_graph, replicas_to_aggregate, total_replicas, variable_averages, name,
+                 worker, num_tokens, tag) -> None:
     """Rewrite a plain training graph into the graph SyncReplicasOptimizer would have built."""
     from placeviz.commands import sync as command
 
-    command.run(model, output, replicas_to_aggregate, total_replicas, variable_averages, tag)
+    command.run(model, output, replicas_to_aggregate, total_replicas, variable_averages, tag, name=name,
+                meta_graph=meta_graph, is_chief=not worker, num_tokens=num_tokens)
 
 
 @cli.command("lint", epilog=MODEL_HELP)

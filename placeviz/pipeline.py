@@ -31,6 +31,8 @@ class SyncOptions:
     replicas_to_aggregate: int
     total_replicas: int | None = None
     variable_averages: bool = False
+    name: str = "sync_replicas"
+    """SyncReplicasOptimizer(name=...): the name scope of its accumulators and chief ops."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
         source = model.meta_graph if model.meta_graph is not None else model.graph_def
         rewrite = rewrite_sync(source, sync_options.replicas_to_aggregate, sync_options.total_replicas,
                                sync_options.variable_averages,
-                               collections=model.collections if model.meta_graph is not None else None)
+                               collections=model.collections if model.meta_graph is not None else None,
+                               name=sync_options.name)
         model = model_from_proto(model.source, model.kind,
                                  rewrite.meta_graph if rewrite.meta_graph is not None else rewrite.graph_def)
     report = analyze(model, with_sync=False)  # filled below from the one detection/proof of the model's graph

@@ -151,3 +151,52 @@ def test_place_writes_setter_and_placed_stages(tmp_path, capsys):
     placed = (tmp_path / "p.pbtxt").read_text()
     assert placed.count('device: "/job:ps/replica:0/task:0/device:CPU:0"') == 1
     assert placed.count('device: "/job:worker/replica:0/task:0/device:CPU:0"') == 1
+
+
+# ------------------------------------------------------------------------------------------ sync
+@pytest.mark.tf
+def test_sync_output_format_follows_the_suffix(tf_models, tmp_path, capsys):
+    """-o .pb/.pbtxt: a GraphDef; .meta (or --meta-graph): a MetaGraphDef; --name: the scope."""
+    from google.protobuf import text_format
+
+    from placeviz.protos import MetaGraphDef
+
+    src = tf_models / "setter.meta"
+    code, _out, err = run_cli(["sync", src, "-o", tmp_path / "s.pb", "--replicas-to-aggregate", "2"], capsys)
+    assert code == 0, err
+    gd = GraphDef.FromString((tmp_path / "s.pb").read_bytes())
+    assert any(n.name == "sync_replicas/group_deps" for n in gd.node)
+    code, _out, err = run_cli(["sync", src, "-o", tmp_path / "s.pbtxt", "--replicas-to-aggregate", "2",
+                               "--name", "my_sync"], capsys)
+    assert code == 0, err
+    gd = text_format.Parse((tmp_path / "s.pbtxt").read_text(), GraphDef())
+    assert any(n.name == "my_sync/group_deps" for n in gd.node)
+    assert not any(n.name.startswith("sync_replicas/") for n in gd.node)
+    for out, extra in (("s.meta", []), ("m.pb", ["--meta-graph"])):
+        code, _out, err = run_cli(["sync", src, "-o", tmp_path / out, "--replicas-to-aggregate", "2", *extra],
+                                  capsys)
+        assert code == 0, err
+        meta = MetaGraphDef.FromString((tmp_path / out).read_bytes())
+        assert "local_variables" in meta.collection_def
+        assert any(n.name == "sync_token_q" for n in meta.graph_def.node)
+    # a GraphDef input still gives a MetaGraphDef for .meta
+    code, _out, err = run_cli(["sync", tf_models / "setter.pb", "-o", tmp_path / "g.meta",
+                               "--replicas-to-aggregate", "2"], capsys)
+    assert code == 0, err
+    assert MetaGraphDef.FromString((tmp_path / "g.meta").read_bytes()).graph_def.node
+    # --worker: no init-tokens op (only the chief calls get_init_tokens_op)
+    code, _out, err = run_cli(["sync", src, "-o", tmp_path / "w.pb", "--replicas-to-aggregate", "2",
+                               "--worker"], capsys)
+    assert code == 0, err
+    names = {n.name for n in GraphDef.FromString((tmp_path / "w.pb").read_bytes()).node}
+    assert "sync_token_q_EnqueueMany" in names and "sync_token_q_EnqueueMany_1" not in names
+
+
+@pytest.mark.tf
+def test_sync_refuses_an_unknown_output_suffix(tf_models, tmp_path, capsys):
+    out = tmp_path / "s.json"
+    code, _out, err = run_cli(["sync", tf_models / "setter.meta", "-o", out, "--replicas-to-aggregate", "2"],
+                              capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "unknown output suffix" in err and ".meta" in err
+    assert not out.exists()

@@ -424,3 +424,81 @@ def test_aggregated_clipped_sparse_gradient_without_initializers(resource):
     theirs = [(n.name, n.op, list(n.input), n.device, dict(n.attr)) for n in tf_sync.graph_def.node]
     assert ours == theirs, [t[0] for t, o in zip(theirs, ours, strict=False) if t != o][:5]
     assert [n.op for n in res.graph_def.node if n.name.startswith("sync_replicas/Cast")] == ["Cast"]
+
+
+# ------------------------------------------------------------- names, scopes, devices, init tokens
+def _scoped_model(sync: bool, placed: bool, chief: bool, resource: bool) -> MetaGraphDef:
+    """apply_gradients inside a name scope, with ``name=``, an int32 global step, a hand-made
+    IndexedSlices gradient (Const dense_shape), names TF's SyncReplicas build takes already in use
+    before it (``report_uninitialized_variables``, ``init_1``, ``ReadVariableOp``...) and the ops a
+    Supervisor/Scaffold makes after it (ready ops, local init op), optionally under
+    replica_device_setter(ps_tasks=2)."""
+    import contextlib
+
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        setter = (v1.device(v1.train.replica_device_setter(ps_tasks=2, worker_device="/job:worker/task:0"))
+                  if placed else contextlib.nullcontext())
+        with setter:
+            v1.get_variable_scope().set_use_resource(resource)
+            global_step = v1.Variable(0, name="global_step", trainable=False)  # int32: TF casts
+            w = v1.get_variable("w", [3, 2])
+            emb = v1.get_variable("emb", [4, 2])
+            v1.report_uninitialized_variables()  # taken before SyncReplicas asks for it
+            v1.no_op(name="init_1")
+            if resource:
+                tf.raw_ops.ReadVariableOp(resource=w.handle, dtype=tf.float32)  # "ReadVariableOp"
+            loss = tf.reduce_sum(tf.matmul(tf.ones([1, 3]), w))
+            grad_w = tf.gradients(loss, [w])[0]
+            grad_emb = tf.IndexedSlices(tf.constant([[0.5, 0.5]]), tf.constant([1]), tf.constant([4, 2]))
+            opt = v1.train.GradientDescentOptimizer(0.1)
+            if sync:
+                opt = v1.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=2, total_num_replicas=3,
+                                                     name="my_sync")
+            with tf.name_scope("train"):
+                train = opt.apply_gradients([(grad_w, w), (grad_emb, emb)], global_step=global_step)
+            with tf.control_dependencies([train]):
+                tf.identity(loss, name="train_op")
+            if sync and chief:  # the chief's hook, right after the train op (placeviz's order)
+                opt.get_chief_queue_runner()
+                opt.get_init_tokens_op()
+            # what a Supervisor/Scaffold makes afterwards
+            v1.add_to_collection(v1.GraphKeys.READY_OP, v1.report_uninitialized_variables())
+            v1.add_to_collection(v1.GraphKeys.READY_FOR_LOCAL_INIT_OP,
+                                 v1.report_uninitialized_variables(v1.global_variables()))
+            v1.add_to_collection(v1.GraphKeys.LOCAL_INIT_OP,
+                                 tf.group(v1.local_variables_initializer(), v1.tables_initializer()))
+        return _meta(v1.train.export_meta_graph(graph=graph, clear_devices=False))
+
+
+@pytest.mark.parametrize("resource", [False, True], ids=["ref", "resource"])
+@pytest.mark.parametrize("placed", [False, True], ids=["unplaced", "placed"])
+def test_names_scope_devices_and_chief(placed, resource):
+    """TF's names (unique against everything already in use, later plain ops renamed as TF's
+    counters rename them, the caller's name scope, ``name=``), devices under
+    replica_device_setter, the int32 global step's Casts, the hand-made IndexedSlices' Const
+    dense_shape, and the init-tokens op only on the chief."""
+    for chief in (True, False):
+        plain = _scoped_model(False, placed, chief, resource)
+        tf_sync = _scoped_model(True, placed, chief, resource)
+        res = rewrite_sync(plain, 2, 3, name="my_sync", is_chief=chief)
+        ours = [(n.name, n.op, list(n.input), n.device, dict(n.attr)) for n in res.graph_def.node]
+        theirs = [(n.name, n.op, list(n.input), n.device, dict(n.attr)) for n in tf_sync.graph_def.node]
+        assert [o[0] for o in ours] == [t[0] for t in theirs]
+        bad = [t for t, o in zip(theirs, ours, strict=True) if t != o]
+        assert not bad, [(t[0], o) for t, o in zip(theirs, ours, strict=True) if t != o][:3]
+        # the wrapped optimizer's block is built under name_scope(""): out of the caller's scope
+        assert res.renamed["train/GradientDescent"] == "GradientDescent"
+        assert any(n.name == "train/report_uninitialized_variables/stack" for n in res.graph_def.node)
+        assert res.chief_init_op == "train/my_sync/group_deps"
+        assert (res.init_tokens_op == "sync_token_q_EnqueueMany_1") == chief
+
+
+def test_no_duplicate_names_ever():
+    """Every rewritten graph has unique names (the rewrite raises rather than write a duplicate)."""
+    res = rewrite_sync(_scoped_model(False, False, True, True), 2, 3)
+    names = [n.name for n in res.graph_def.node]
+    assert len(names) == len(set(names))

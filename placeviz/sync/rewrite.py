@@ -46,12 +46,41 @@ Gradients are traced per variable from the wrapped optimizer's ``<opt>/update_<v
   -> ``SparseConditionalAccumulator`` with ``Cast`` ops to int64 for int32 indices / dense_shape.
   The dense_shape, which optimizers never read, is found where the gradient function built the
   slices (``gradients/<op>_grad/``: the ``Shape``/``VariableShape`` of the variable, or the
-  ``Const`` of its static shape). The update ops then take int64 indices and unknown-rank values
+  ``Const`` of its static shape), else, for slices made by hand (``IndexedSlices(values, indices,
+  dense_shape)``), the unread ``Shape``/integer ``Const`` of the variable's shape made closest
+  after the indices and values. The update ops then take int64 indices and unknown-rank values
   from the take op: their type attrs (``Unique``'s ``T``, ``ScatterAdd``'s ``Tindices``...) and
   ``_output_shapes`` are re-derived as TF's shape functions do.
 
-Ops built under ``device(var.device)`` get the variable's device, those under
-``device(global_step.device)`` the global step's (the token queue merged with ``/device:CPU:*``).
+Names (tensorflow/python/framework/ops.py ``Graph.unique_name``, ``name_scope``): TF keeps one
+flat dict of every full name in use; :class:`_Names` replays it over the plain build and the new
+build in TF's creation order, so new names are unique against everything made before them
+(a Scaffold's ``report_uninitialized_variables``, ``init_1``, ``ReadVariableOp``...), and plain ops
+made after the optimizer are renamed as TF's counters rename them (``RewriteResult.renamed``; a
+Supervisor's ready op becomes ``report_uninitialized_variables_1``). SyncReplicasOptimizer's own ops
+(anchor ``NoOp``, local step, ``Assign``, ``report_uninitialized_variables``, and ``<name>/`` for
+``ops.name_scope(None, self._name)``: accumulators, ``SetGlobalStep``, ``group_deps``) take the name
+scope ``apply_gradients`` was called in (the plain optimizer's parent scope); the wrapped
+optimizer's block and the token-queue ops are built under ``ops.name_scope("")``
+(sync_replicas_optimizer.py ``apply_gradients``): at the top level. The rewrite refuses to write
+two nodes of one name (an internal error).
+
+Devices (ops.py device stack; sync_replicas_optimizer.py ``ops.device(var.device)`` /
+``ops.device(global_step.device)``): ``W`` is the device context of the ``apply_gradients`` call,
+read from the plain graph (the wrapped optimizer's ``_prepare`` constants, else the gradients'
+seed; none when unplaced). The worker-side ops get ``W`` (the local step through its colocation
+with the anchor; ``report_uninitialized_variables`` ``W`` merged with ``/cpu:0``); the accumulator
+ops ``W`` merged with the variable's device; the token queue ops, and the plain block re-made
+under ``device(global_step.device)``, the global step's device merged over theirs (the queue also
+with ``/device:CPU:*``), except colocated ops, ops made with a cleared device stack
+(``colocate_with(None, ignore_existing=True)``: a resource variable's reads/``Assign``) and
+``group``'s per-device NoOps. ``local_variables_initializer()`` now groups the local step's
+initializer: with no plain local variables it moves to ``W``, and a group holding it is split per
+device (control_flow_ops.py ``group``). Later ``report_uninitialized_variables()`` over every
+variable also lists the local step (variables.py: ``global_variables() + local_variables()``).
+
+Chief and worker: only the chief calls ``get_init_tokens_op(num_tokens)`` (the SyncReplicas hook's
+``begin``): ``is_chief=False`` leaves it out; ``num_tokens`` as TF (-1: R; 0: ``no_init_tokens``).
 
 Refused, with one line: no global step or no optimizer increment of it, no apply ops, two
 optimizers incrementing the global step, an update op that is not one of TF's optimizer kernels
@@ -315,6 +344,78 @@ def _tf_unique(used: dict[str, int], name: str) -> str:
     return name
 
 
+def _tf_peek(used: dict[str, int], name: str) -> str:
+    """What ``Graph.unique_name(name, mark_as_used=False)`` would return."""
+    key = name.lower()
+    i = used.get(key, 0)
+    if i == 0:
+        return name
+    base = key
+    while key in used:
+        key = f"{base}_{i}"
+        i += 1
+    return f"{name}_{i - 1}"
+
+
+_MARK = "\x00"
+"""Prefix of an input, in a plain node, that already names a node of the new build."""
+
+
+class _Names:
+    """TF's ``Graph.unique_name`` (tensorflow/python/framework/ops.py) replayed twice.
+
+    ``unique_name`` keeps one flat dict of every full name (op names and name scopes, compared
+    lowercase) and appends ``_<k>`` to a name already in use. ``plain`` replays the plain build,
+    ``new`` the SyncReplicas build. A plain node is claimed component by component: each
+    component's requested name is recovered from the plain counters (``foo_1`` was asked as
+    ``foo`` when ``foo`` was in use and ``unique_name('foo')`` gives ``foo_1``), then asked again
+    of the new build under its parent's new name. ``map``: plain full name -> new full name.
+    """
+
+    def __init__(self):
+        self.plain: dict[str, int] = {}
+        self.new_used: dict[str, int] = {}
+        self.map: dict[str, str] = {}
+
+    def claim(self, old: str, moved_from: str | None = None) -> str:
+        """The new name of plain op or scope ``old``. ``moved_from``: a scope prefix of ``old``
+        whose contents the new build makes at the top level (``ops.name_scope("")``)."""
+        got = self.map.get(old)
+        if got is not None:
+            return got
+        parent, _, comp = old.rpartition("/")
+        if parent and parent == moved_from:
+            self.claim(parent)
+            new_parent = ""
+        else:
+            new_parent = self.claim(parent, moved_from) if parent else ""
+        req = comp
+        m = re.fullmatch(r"(.+)_(\d+)", comp)
+        if m:
+            base = f"{parent}/{m[1]}" if parent else m[1]
+            if base.lower() in self.plain and _tf_peek(self.plain, base) == old:
+                req = m[1]
+        full_req = f"{parent}/{req}" if parent else req
+        if _tf_unique(self.plain, full_req) != old:  # an explicit name that unique_name altered
+            self.plain[old.lower()] = self.plain.get(old.lower(), 0) + 1
+            req = comp
+        result = _tf_unique(self.new_used, f"{new_parent}/{req}" if new_parent else req)
+        self.map[old] = result
+        return result
+
+    def new(self, name: str) -> str:
+        """``unique_name`` of an op the SyncReplicas build adds."""
+        return _tf_unique(self.new_used, name)
+
+    def rename(self, old: str) -> str:
+        """The new name of a plain name (an unclaimed one follows its closest claimed scope)."""
+        got = self.map.get(old)
+        if got is not None:
+            return got
+        parent, _, comp = old.rpartition("/")
+        return f"{self.rename(parent)}/{comp}" if parent else old
+
+
 class _Builder:
     """Makes NodeDefs the way TF's Python op constructors do (default attrs included)."""
 
@@ -360,7 +461,8 @@ def _s(v: str) -> AttrValue:
 # ------------------------------------------------------------------------------ the pass
 def rewrite_sync(graph, replicas_to_aggregate: int, total_replicas: int | None = None,
                  variable_averages: bool = False, collections=None, op_table=None,
-                 meta_graph: MetaGraphDef | None = None, name: str = "sync_replicas") -> RewriteResult:
+                 meta_graph: MetaGraphDef | None = None, name: str = "sync_replicas",
+                 is_chief: bool = True, num_tokens: int = -1) -> RewriteResult:
     """Rewrite a plain training graph into SyncReplicasOptimizer's graph (see the module doc).
 
     ``graph``: a :class:`placeviz.graph.Graph`, a GraphDef, or a MetaGraphDef (then its
@@ -369,7 +471,11 @@ def rewrite_sync(graph, replicas_to_aggregate: int, total_replicas: int | None =
     plain graph's ``ExponentialMovingAverage.apply`` block into the chief's sync op, as
     ``SyncReplicasOptimizer(variable_averages=ema)`` builds it. ``name``: the optimizer's
     ``name=`` argument, the name scope of its accumulators and chief ops (TF's default
-    ``"sync_replicas"``). Raises :class:`SyncRewriteError`.
+    ``"sync_replicas"``). ``is_chief``: build the chief's graph, whose SyncReplicas hook (or
+    hand-written chief code) calls ``get_init_tokens_op(num_tokens)`` (``Fill_1`` +
+    ``sync_token_q_EnqueueMany_1``; ``no_init_tokens`` when ``num_tokens`` is 0); a worker's graph
+    has no init-tokens op. ``num_tokens``: -1 is TF's default, ``replicas_to_aggregate``.
+    Raises :class:`SyncRewriteError`.
     """
     if not name or "/" in name:
         raise SyncRewriteError(f"the SyncReplicasOptimizer name must be a non-empty name without '/', got {name!r}")
@@ -379,6 +485,10 @@ def rewrite_sync(graph, replicas_to_aggregate: int, total_replicas: int | None =
         total_replicas = replicas_to_aggregate
     if total_replicas < 1:
         raise SyncRewriteError(f"total_replicas must be >= 1, got {total_replicas}")
+    if num_tokens != -1 and num_tokens < replicas_to_aggregate - total_replicas:
+        # sync_replicas_optimizer.py get_init_tokens_op: "Too few tokens to finish the first step"
+        raise SyncRewriteError(f"num_tokens {num_tokens} is too few to finish the first step: at least "
+                               f"replicas_to_aggregate - total_replicas = {replicas_to_aggregate - total_replicas}")
     if op_table is None:
         from placeviz.ops import load_op_table  # noqa: PLC0415
 
@@ -396,12 +506,15 @@ def rewrite_sync(graph, replicas_to_aggregate: int, total_replicas: int | None =
 
         collections = read_collections(meta_graph)
     return _Rewrite(graph_def, replicas_to_aggregate, total_replicas, variable_averages,
-                    collections, op_table, meta_graph, name).run()
+                    collections, op_table, meta_graph, name, is_chief, num_tokens).run()
 
 
 class _Rewrite:
-    def __init__(self, graph_def, r, w, ema, collections, op_table, meta, name="sync_replicas"):
+    def __init__(self, graph_def, r, w, ema, collections, op_table, meta, name="sync_replicas",
+                 is_chief=True, num_tokens=-1):
         self.gd = graph_def
+        self.is_chief = is_chief
+        self.num_tokens = num_tokens
         self.scope_name = name
         self.nodes = list(graph_def.node)
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
@@ -600,9 +713,47 @@ class _Rewrite:
                 if not data:
                     break
                 t = data[0]
+        found = self.unread_shape(var, dims, indices, values)
+        if found is not None:
+            return found
         self.fail(f"{var.name}: cannot find the dense_shape of its IndexedSlices gradient "
                   f"(indices {indices!r})")
         raise AssertionError  # unreachable
+
+    def unread_shape(self, var: NodeDef, dims: list[int], indices: str, values: str) -> str | None:
+        """An IndexedSlices made by hand (``IndexedSlices(values, indices, dense_shape)``, as
+        sync_replicas_optimizer_test.py does): its dense_shape is a tensor nobody reads in the plain
+        graph (optimizers never do), made before the optimizer's block, holding the variable's
+        shape: the ``Shape``/``VariableShape`` of the variable or an integer ``Const`` of its static
+        shape. The one made closest after the indices and values (else closest before) is taken.
+        """
+        read = {_op_name(i) for n in self.nodes for i in n.input}
+        made = max(self.index[_op_name(indices)], self.index[_op_name(values)])
+        best: tuple[tuple[int, int], str] | None = None
+        for k, n in enumerate(self.nodes[: self.inc]):
+            if n.name in read or not self.holds_shape(n, var, dims):
+                continue
+            rank = (0, k - made) if k > made else (1, made - k)
+            if best is None or rank < best[0]:
+                best = (rank, n.name)
+        return None if best is None else best[1]
+
+    def holds_shape(self, n: NodeDef, var: NodeDef, dims: list[int]) -> bool:
+        if n.op in ("Shape", "VariableShape") and n.input:
+            src = self.source_variable(n.input[0])
+            return src is not None and src.name == var.name
+        if n.op == "Const" and n.attr["dtype"].type in (_INT32, _INT64):
+            t = n.attr["value"].tensor
+            vals = list(t.int_val) or list(t.int64_val)
+            if not vals and t.tensor_content:
+                width = 8 if t.dtype == _INT64 else 4
+                raw = t.tensor_content
+                vals = [int.from_bytes(raw[k:k + width], "little", signed=True) for k in range(0, len(raw), width)]
+            shape = [d.size for d in t.tensor_shape.dim]
+            if len(shape) == 1 and len(vals) == 1 and shape[0] > 1:
+                vals = vals * shape[0]  # a splat constant
+            return len(shape) == 1 and vals == dims
+        return False
 
     def shape_in_scope(self, scope: str, var: NodeDef, dims: list[int]) -> str | None:
         if self._scopes is None:
@@ -640,13 +791,18 @@ class _Rewrite:
         nodes = self.nodes
         main_vars = {g.var.name for g in self.grads}
         prefixes = {self.scope}
+        # slots and non-slot variables (Adam's beta1_power...) are made by apply_gradients, after
+        # every gradient; a variable the program made before (a learning-rate variable) is not
+        # the optimizer's
+        grads_made = max(self.index[_op_name(t)] for g in self.grads for t in g.tensors())
         for g in self.grads:
             for i in g.ids:
                 for inp in nodes[i].input:
                     if inp.startswith("^"):
                         continue
                     v = self.source_variable(inp)
-                    if v is not None and v.name not in main_vars and v.name != self.gs.name:
+                    if (v is not None and v.name not in main_vars and v.name != self.gs.name
+                            and self.index[v.name] > grads_made):
                         prefixes.add(v.name)
         start = self.inc
         tops = {p.split("/", 1)[0] for p in prefixes}
@@ -694,6 +850,7 @@ class _Rewrite:
         pre = nodes[: self.start]
         block = nodes[self.start: self.inc + 1]
         post = list(nodes[self.inc + 1:])
+        inc_name = self.nodes[self.inc].name
 
         # ---- EMA block (moved into the sync op)
         ema_block: list[NodeDef] = []
@@ -706,88 +863,87 @@ class _Rewrite:
             ema_block, post = post[: k + 1], post[k + 1:]
             ema_group = ema_block[-1].name
 
-        # ---- names: simulate TF's unique_name over top-level scopes in the new order
-        used: dict[str, int] = {}
-        plain_used: dict[str, int] = {}
-        claimed: dict[str, str] = {}      # plain top -> new top
-        renamed: dict[str, str] = {}
-
-        def claim_plain(n: NodeDef) -> None:
-            top = n.name.split("/", 1)[0]
-            if top in claimed:
-                return
-            req = top
-            m = re.fullmatch(r"(.+)_(\d+)", top)
-            if m and m[1].lower() in plain_used:
-                trial = dict(plain_used)
-                if _tf_unique(trial, m[1]) == top:
-                    req = m[1]
-            got = _tf_unique(plain_used, req)
-            if got != top:  # explicit odd name: mark it as it is
-                plain_used[top.lower()] = plain_used.get(top.lower(), 0) + 1
-                req = top
-            claimed[top] = _tf_unique(used, req)
-            if claimed[top] != top:
-                renamed[top] = claimed[top]
+        # ---- names: TF's Graph.unique_name over full names, in the new creation order
+        names = _Names()
+        for n in pre:
+            names.claim(n.name)
+        # apply_gradients runs in the name scope the plain optimizer's scope sits in (``P``); the
+        # wrapped optimizer's block and the token queue ops are built under ``name_scope("")``.
+        scope_prefix = self.scope.rpartition("/")[0]
+        p_new = names.claim(scope_prefix) if scope_prefix else ""
 
         def new(base: str) -> str:
-            return _tf_unique(used, base)
+            """An op of SyncReplicasOptimizer.apply_gradients, in the caller's name scope."""
+            return names.new(f"{p_new}/{base}" if p_new else base)
 
-        for n in pre:
-            claim_plain(n)
+        def new_root(base: str) -> str:
+            """An op built under ``ops.name_scope("")``."""
+            return names.new(base)
 
         added: list[NodeDef] = []
+        # devices: ``W`` the caller's device context, ``with ops.device(global_step.device)``
+        # merged into it for the token queue ops and the wrapped optimizer's block
+        w_dev = self.worker_device()
         gs = self.gs.name
-        gs_dev = self.gs.device
+        gs_dev = _merge_device(w_dev, self.gs.device)
+        self.notes.append(f"worker device (the apply_gradients context): {w_dev or '(none)'}")
         # ---- local step (colocated with a NoOp anchor on the current device)
         anchor = new("NoOp")
-        added.append(b.node(anchor, "NoOp"))
+        added.append(b.node(anchor, "NoOp", device=w_dev))
         ls = new("sync_rep_local_step")
         loc = [f"loc:@{anchor}"]
         dt = _type(gs_dtype)
         if self.gs_resource:
             # VariableV1 under a use_resource scope, as the global step: a resource local step.
             init_value = f"{ls}/Initializer/initial_value"
-            added.append(b.node(init_value, "Const", coloc=loc, out_shapes=[[]],
+            added.append(b.node(init_value, "Const", coloc=loc, out_shapes=[[]], device=w_dev,
                                 attrs={"dtype": dt, "value": _int_tensor([0], gs_dtype, [])}))
-            added.append(self.handle_like(ls, loc))
+            added.append(self.handle_like(ls, loc, w_dev))
             added.append(b.node(f"{ls}/IsInitialized/VarIsInitializedOp", "VarIsInitializedOp", [ls],
-                                coloc=loc, out_shapes=[[]]))
-            added.append(b.node(f"{ls}/Assign", "AssignVariableOp", [ls, init_value],
+                                coloc=loc, out_shapes=[[]], device=w_dev))
+            added.append(b.node(f"{ls}/Assign", "AssignVariableOp", [ls, init_value], device=w_dev,
                                 attrs={"dtype": dt}, manual_deps=True))
             added.append(b.node(f"{ls}/Read/ReadVariableOp", "ReadVariableOp", [ls], coloc=loc,
-                                out_shapes=[[]], attrs={"dtype": dt}))
+                                out_shapes=[[]], attrs={"dtype": dt}, device=w_dev))
             # local_step_init_op = state_ops.assign(local_step, global_step)
             r0 = new("ReadVariableOp")
             added.append(b.node(r0, "ReadVariableOp", [gs], out_shapes=[[]], attrs={"dtype": dt}))
             local_init = new("AssignVariableOp")
-            added.append(b.node(local_init, "AssignVariableOp", [ls, r0], manual_deps=True,
+            added.append(b.node(local_init, "AssignVariableOp", [ls, r0], manual_deps=True, device=w_dev,
                                 attrs={"dtype": dt, "validate_shape": _b(True)}))
             r1 = new("ReadVariableOp")
             added.append(b.node(r1, "ReadVariableOp", [ls, f"^{local_init}"], out_shapes=[[]],
-                                attrs={"dtype": dt}))
+                                attrs={"dtype": dt}, device=w_dev))
             ls_vardef = VariableDef(variable_name=f"{ls}:0", initializer_name=f"{ls}/Assign",
                                     snapshot_name=f"{ls}/Read/ReadVariableOp:0",
                                     initial_value_name=f"{init_value}:0", is_resource=True)
         else:
-            added.append(b.node(f"{ls}/initial_value", "Const", coloc=loc, out_shapes=[[]],
+            added.append(b.node(f"{ls}/initial_value", "Const", coloc=loc, out_shapes=[[]], device=w_dev,
                                 attrs={"dtype": dt, "value": _int_tensor([0], gs_dtype, [])}))
-            added.append(b.node(ls, "VariableV2", coloc=loc, out_shapes=[[]],
+            added.append(b.node(ls, "VariableV2", coloc=loc, out_shapes=[[]], device=w_dev,
                                 attrs={"shape": _shape_attr([]), "dtype": dt}))
             added.append(b.node(f"{ls}/Assign", "Assign", [ls, f"{ls}/initial_value"], coloc=loc,
-                                out_shapes=[[]], manual_deps=True,
+                                out_shapes=[[]], manual_deps=True, device=w_dev,
                                 attrs={"T": dt, "use_locking": _b(True), "validate_shape": _b(True)}))
             added.append(b.node(f"{ls}/read", "Identity", [ls], coloc=loc, out_shapes=[[]],
-                                attrs={"T": dt}))
+                                attrs={"T": dt}, device=w_dev))
             local_init = new("Assign")
             added.append(b.node(local_init, "Assign", [ls, self.gs_read], coloc=loc, out_shapes=[[]],
-                                manual_deps=True, attrs={"T": dt, "use_locking": _b(True),
-                                                         "validate_shape": _b(True)}))
+                                manual_deps=True, device=w_dev,
+                                attrs={"T": dt, "use_locking": _b(True), "validate_shape": _b(True)}))
             ls_vardef = VariableDef(variable_name=f"{ls}:0", initializer_name=f"{ls}/Assign",
                                     snapshot_name=f"{ls}/read:0",
                                     initial_value_name=f"{ls}/initial_value:0")
         # ---- report_uninitialized_variables(global_variables()) at this moment
-        ready = self.report_uninitialized(added, new, pre)
+        pre_names = {n.name for n in pre}
+        if self.coll is not None and self.coll.global_variables:
+            gvars = [v for v in self.coll.global_variables if v in pre_names]
+        else:
+            local = set(self.coll.local_variables) if self.coll is not None else set()
+            gvars = [n.name for n in pre if (n.op in _VARIABLE_OPS or n.op in _RESOURCE_VARIABLE_OPS)
+                     and n.name not in local]
+        sc = new("report_uninitialized_variables")
+        ready = self.report_uninitialized(added, sc, gvars, w_dev)
         # ---- accumulators, per (grad, var), in the optimizer's name scope
         # (sync_replicas_optimizer.py: ``ops.name_scope(None, self._name)``)
         sr = new(self.scope_name)
@@ -825,7 +981,7 @@ class _Rewrite:
         new_shapes: dict[str, list[int] | None] = {}
         for g in self.grads:
             var = g.var
-            dev = var.device
+            dev = _merge_device(w_dev, var.device)  # ``with ops.device(var.device)``
             dtype = var.attr["dtype"].type
             dims = [d.size for d in var.attr["shape"].shape.dim]
             shared = _s(f"{var.name}:0/grad_accum")
@@ -875,20 +1031,25 @@ class _Rewrite:
             accum_of[var.name] = acc
             accum_dev[acc] = dev
 
-        # ---- the wrapped optimizer's block, update ops rewired to the aggregated gradients
+        # ---- the wrapped optimizer's block, update ops rewired to the aggregated gradients,
+        # built under ``ops.device(global_step.device), ops.name_scope("")``
+        slot_prefixes = tuple(f"{g.var.name}/" for g in self.grads)
         new_block: list[NodeDef] = []
         for j, n in enumerate(block, start=self.start):
-            claim_plain(n)
+            moved = bool(scope_prefix) and n.name.startswith(scope_prefix + "/") and not n.name.startswith(
+                slot_prefixes)
+            names.claim(n.name, moved_from=scope_prefix if moved else None)
             if j in repl:
                 m = repl[j]
                 if any(_canon(i) in m for i in n.input if not i.startswith("^")):
                     n = NodeDef.FromString(n.SerializeToString())
                     for k, i in enumerate(n.input):
                         if not i.startswith("^") and _canon(i) in m:
-                            n.input[k] = m[_canon(i)]
+                            n.input[k] = _MARK + m[_canon(i)]
             new_block.append(n)
         new_block = self.propagate(new_block, new_types, new_shapes)
-        inc_name = self.nodes[self.inc].name
+        new_block = self.under_device(new_block, self.gs.device)
+        inc_new = names.claim(inc_name)
         # `_has_manual_control_dependencies` marks ops used in control_dependencies([...]): the
         # increment now is (Fill/dims); the train op is when the plain increment was.
         inc_ctrl = "_has_manual_control_dependencies" in self.nodes[self.inc].attr
@@ -898,53 +1059,56 @@ class _Rewrite:
 
         # ---- token queue, dequeue, worker train op, chief sync op (under global_step.device)
         sync_nodes: list[NodeDef] = []
-        q = new("sync_token_q")
+        q = new_root("sync_token_q")
         sync_nodes.append(b.node(q, "FIFOQueueV2", device=_merge_device(gs_dev, "/device:CPU:*"),
                                  out_shapes=[[]], attrs={
             "component_types": AttrValue(list=AttrValue.ListValue(type=[gs_dtype])),
             "shapes": _output_shapes([]), "capacity": _int(-1), "container": _s(""),
             "shared_name": _s("sync_token_q")}))
-        deq = new(f"{q}_Dequeue")
+        deq = new_root(f"{q}_Dequeue")
         sync_nodes.append(b.node(deq, "QueueDequeueV2", [q] + sorted(f"^{a}" for a in applies),
                                  device=gs_dev, out_shapes=[[]], attrs={
                                      "component_types": AttrValue(list=AttrValue.ListValue(type=[gs_dtype])),
                                      "timeout_ms": _int(-1)}))
         if self.gs_resource:
-            train_op = new("AssignVariableOp")
+            train_op = new_root("AssignVariableOp")
             sync_nodes.append(b.node(train_op, "AssignVariableOp", [ls, deq], device=gs_dev,
                                      attrs={"dtype": dt, "validate_shape": _b(True)},
                                      manual_deps=True))  # its lazy read depends on it
-            rd = new("ReadVariableOp")
+            rd = new_root("ReadVariableOp")
             sync_nodes.append(b.node(rd, "ReadVariableOp", [ls, f"^{train_op}"], device=gs_dev,
                                      out_shapes=[[]], attrs={"dtype": dt}))
         else:
-            train_op = new("Assign")
-            sync_nodes.append(b.node(train_op, "Assign", [ls, deq], coloc=loc, out_shapes=[[]],
+            # a ref Assign is colocated with the local step (the anchor's device)
+            train_op = new_root("Assign")
+            sync_nodes.append(b.node(train_op, "Assign", [ls, deq], coloc=loc, out_shapes=[[]], device=w_dev,
                                      manual_deps=inc_ctrl, attrs={"T": dt, "use_locking": _b(True),
                                                               "validate_shape": _b(True)}))
-        fill, fill_nodes = self.fill_tokens(new, self.tokens_per_step, inc_name, gs_dev)
+        fill, fill_nodes = self.fill_tokens(new_root, self.tokens_per_step, inc_new, gs_dev)
         sync_nodes.extend(fill_nodes)
-        enq = new(f"{q}_EnqueueMany")
+        enq = new_root(f"{q}_EnqueueMany")
         sync_nodes.append(b.node(enq, "QueueEnqueueManyV2", [q, fill], device=gs_dev, attrs={
             "Tcomponents": AttrValue(list=AttrValue.ListValue(type=[gs_dtype])), "timeout_ms": _int(-1)}))
         sync_op = enq
-        moved: list[NodeDef] = []
+        moved_ema: list[NodeDef] = []
         if ema_block:
             # control_dependencies([sync_op]) marks the enqueue; the EMA group is no longer one.
             sync_nodes[-1].attr["_has_manual_control_dependencies"].b = True
-            moved = self.move_ema(ema_block, enq, claim_plain)
-            if "_has_manual_control_dependencies" in moved[-1].attr:
-                moved[-1] = NodeDef.FromString(moved[-1].SerializeToString())
-                del moved[-1].attr["_has_manual_control_dependencies"]
-            sync_op = ema_group
+            moved_ema = self.move_ema(ema_block, enq, inc_name, names)
+            if "_has_manual_control_dependencies" in moved_ema[-1].attr:
+                moved_ema[-1] = NodeDef.FromString(moved_ema[-1].SerializeToString())
+                del moved_ema[-1].attr["_has_manual_control_dependencies"]
+            moved_ema = self.under_device(moved_ema, self.gs.device, only={
+                n.name for n in moved_ema if n.name == _EMA_SCOPE or n.name.startswith(_EMA_SCOPE + "/")})
+            sync_op = names.claim(ema_group)
         tail: list[NodeDef] = []
-        close = new(f"{q}_Close")
+        close = new_root(f"{q}_Close")
         tail.append(b.node(close, "QueueCloseV2", [q], device=gs_dev,
                            attrs={"cancel_pending_enqueues": _b(False)}))
-        close1 = new(f"{q}_Close")
+        close1 = new_root(f"{q}_Close")
         tail.append(b.node(close1, "QueueCloseV2", [q], device=gs_dev,
                            attrs={"cancel_pending_enqueues": _b(True)}))
-        members = [(local_init, "")]
+        members = [(local_init, w_dev)]
         for acc, sparse in accums:
             dev = accum_dev[acc]
             step = read_step(tail, gs, gs_ref_read, dev)
@@ -957,71 +1121,69 @@ class _Rewrite:
                                    manual_deps=True))
             members.append((s, dev))
         chief_init = scoped("group_deps")
-        tail.extend(self.group(chief_init, members))
+        tail.extend(self.group(chief_init, members, w_dev))
 
         # ---- the rest of the plain graph
-        local_var_inits = self.local_variable_initializers()
-        empty_local_init = None
-        if not local_var_inits:
-            # local_variables_initializer() with no local variables is a bare NoOp `init[_k]`.
-            empty_local_init = next((n.name for n in post if n.op == "NoOp" and not n.input
-                                     and re.fullmatch(r"init(_\d+)?", n.name)), None)
-            if empty_local_init:
-                self.notes.append(f"{empty_local_init}: taken as local_variables_initializer(); it now "
-                                  "initializes the local step")
-        rest: list[NodeDef] = []
+        local_var_init = self.local_variables_initializer(post)
         last_user = None
+        for k, n in enumerate(post):
+            if any(_op_name(i) == inc_name for i in n.input):
+                last_user = k
+        # init-tokens op (get_init_tokens_op, the chief's hook), after the op that used the update
+        num_tokens = self.r if self.num_tokens == -1 else self.num_tokens
+        init_pos = 0 if last_user is None else last_user + 1
+        rest: list[NodeDef] = []
+        init_nodes: list[NodeDef] = []
+        init_tokens = None
         ls_init_grouped = False
-        for n in post:
-            claim_plain(n)
+        for k, n in enumerate(post + [None]):
+            if k == init_pos and self.is_chief:
+                if num_tokens > 0:
+                    fill1, init_nodes = self.fill_tokens(new_root, num_tokens, None, gs_dev)
+                    init_tokens = new_root(f"{q}_EnqueueMany")
+                    init_nodes.append(b.node(init_tokens, "QueueEnqueueManyV2", [q, fill1], device=gs_dev,
+                                             attrs={"Tcomponents": AttrValue(list=AttrValue.ListValue(
+                                                 type=[gs_dtype])), "timeout_ms": _int(-1)}))
+                else:
+                    init_tokens = new_root("no_init_tokens")
+                    init_nodes = [b.node(init_tokens, "NoOp", device=gs_dev)]
+                rest.extend(init_nodes)
+            if n is None:
+                break
+            names.claim(n.name)
             m = NodeDef.FromString(n.SerializeToString())
-            changed = False
             ins = []
             for inp in m.input:
                 if _op_name(inp) == inc_name:
-                    inp = (f"^{train_op}" if inp.startswith("^") else
-                           train_op + (inp[len(inc_name):]))
-                    changed = True
+                    inp = _MARK + (f"^{train_op}" if inp.startswith("^") else train_op + inp[len(inc_name):])
                 elif ema_group and inp == f"^{ema_group}":
-                    changed = True
                     continue
                 ins.append(inp)
-            if changed:
-                del m.input[:]
-                m.input.extend(ins)
-                last_user = len(rest)
-            if (local_var_inits and m.op == "NoOp"
-                    and {i_[1:] for i_ in m.input if i_.startswith("^")} == local_var_inits) or (
-                    n.name == empty_local_init):
-                ctrl = sorted([*m.input, f"^{ls}/Assign"])
-                del m.input[:]
-                m.input.extend(ctrl)
+            if n.name == local_var_init:
+                ins = sorted([*ins, f"{_MARK}^{ls}/Assign"], key=lambda s: s.replace(_MARK, ""))
                 ls_init_grouped = True
+            del m.input[:]
+            m.input.extend(ins)
             rest.append(m)
         if not ls_init_grouped:  # no local_variables_initializer: nothing depends on it
             for n in added:
                 if n.name == f"{ls}/Assign":
                     del n.attr["_has_manual_control_dependencies"]
-        # init-tokens op (get_init_tokens_op), after the train op that used the update
-        num_tokens = self.r
-        init_nodes: list[NodeDef] = []
-        if num_tokens > 0:
-            # names are claimed at their place in creation order
-            pos = 0 if last_user is None else last_user + 1
-            # (names are simulated as if no later plain op takes 'Fill' or '<queue>_EnqueueMany')
-            fill1, init_nodes = self.fill_tokens(new, num_tokens, None, gs_dev)
-            init_tokens = new(f"{q}_EnqueueMany")
-            init_nodes.append(b.node(init_tokens, "QueueEnqueueManyV2", [q, fill1], device=gs_dev, attrs={
-                "Tcomponents": AttrValue(list=AttrValue.ListValue(type=[gs_dtype])),
-                "timeout_ms": _int(-1)}))
-            rest[pos:pos] = init_nodes
-        else:
-            init_tokens = new("no_init_tokens")
-            rest.append(b.node(init_tokens, "NoOp"))
+        if ls_init_grouped:
+            rest = self.regroup_local_init(rest, local_var_init, w_dev)
+        ls_node = next(n for n in added if n.name == ls)
+        rest = self.add_local_step_to_reports(rest, ls_node, w_dev)
 
-        out_nodes = pre + added + new_block + sync_nodes + moved + tail + rest
-        if renamed:
-            out_nodes = [self.apply_renames(n, renamed) for n in out_nodes]
+        plain_out = [*pre, *new_block, *moved_ema, *rest]
+        plain_ids = {id(n) for n in plain_out} - {id(n) for n in init_nodes}
+        out_nodes = pre + added + new_block + sync_nodes + moved_ema + tail + rest
+        out_nodes = [self.apply_names(n, names) if id(n) in plain_ids else n for n in out_nodes]
+        seen: set[str] = set()
+        for n in out_nodes:
+            if n.name in seen:
+                raise SyncRewriteError(f"internal error: the rewrite would name two nodes {n.name!r}; "
+                                       "no graph written (please report this graph)")
+            seen.add(n.name)
         out = GraphDef()
         for field_desc, value in self.gd.ListFields():  # versions, library...: all but the nodes
             if field_desc.name == "node":
@@ -1033,48 +1195,47 @@ class _Rewrite:
         out.node.extend(out_nodes)
         new_names = ([n.name for n in added] + [n.name for n in sync_nodes] + [n.name for n in tail]
                      + [n.name for n in init_nodes])
-        meta = self.update_meta(out, ls_vardef, train_op, inc_name, new_names) if self.meta is not None else None
+        renamed = {old: nn for old, nn in names.map.items() if old != nn and old in self.index}
+        meta = (self.update_meta(out, ls_vardef, train_op, inc_name, new_names, names)
+                if self.meta is not None else None)
         var_names = [g.var.name for g in self.grads]
         return RewriteResult(
             graph_def=out, meta_graph=meta, replicas_to_aggregate=self.r, total_replicas=self.w,
             tokens_per_step=self.tokens_per_step, optimizer=self.scope, variables=var_names,
             accumulators=accum_of, train_op=train_op, sync_op=sync_op, chief_init_op=chief_init,
-            local_step_init_op=local_init, init_tokens_op=init_tokens, token_queue=q,
-            ready_for_local_init_op=ready, added=new_names, renamed=dict(renamed), notes=self.notes)
+            local_step_init_op=local_init, init_tokens_op=init_tokens or "", token_queue=q,
+            ready_for_local_init_op=ready, added=new_names, renamed=renamed, notes=self.notes)
 
-    def apply_renames(self, n: NodeDef, renamed: dict[str, str]) -> NodeDef:
-        def fix(name: str) -> str:
-            top, sep, rest = name.partition("/")
-            return renamed.get(top, top) + sep + rest
-
-        top = n.name.split("/", 1)[0]
-        touch = top in renamed or any(_op_name(i).split("/", 1)[0] in renamed for i in n.input)
-        cls = n.attr["_class"].list.s if "_class" in n.attr else []
-        touch = touch or any(s.decode().startswith("loc:@") and s.decode()[5:].split("/", 1)[0] in renamed
-                             for s in cls)
-        if not touch:
-            return n
+    def apply_names(self, n: NodeDef, names: _Names) -> NodeDef:
+        """A plain node with its name and inputs as TF's sync build names them (inputs marked
+        with ``_MARK`` already name new nodes)."""
         m = NodeDef.FromString(n.SerializeToString())
-        m.name = fix(m.name)
+        m.name = names.rename(n.name)
         ins = []
         for i in m.input:
-            if i.startswith("^"):
-                ins.append("^" + fix(i[1:]))
-            else:
-                ins.append(fix(i))
+            if i.startswith(_MARK):
+                ins.append(i[len(_MARK):])
+                continue
+            ctrl = i.startswith("^")
+            op = _op_name(i)
+            new = names.rename(op)
+            ins.append(("^" + new) if ctrl else new + i[len(op):])
         del m.input[:]
         m.input.extend(ins)
         if "_class" in m.attr:
-            vals = [(b"loc:@" + fix(s.decode()[5:]).encode()) if s.startswith(b"loc:@") else s
+            mark = b"loc:@" + _MARK.encode()
+            vals = [(b"loc:@" + s[len(mark):]) if s.startswith(mark) else
+                    (b"loc:@" + names.rename(s.decode()[5:]).encode()) if s.startswith(b"loc:@") else s
                     for s in m.attr["_class"].list.s]
             del m.attr["_class"].list.s[:]
             m.attr["_class"].list.s.extend(vals)
         return m
 
-    def handle_like(self, name: str, coloc: list[str]) -> NodeDef:
+    def handle_like(self, name: str, coloc: list[str], device: str) -> NodeDef:
         """A scalar VarHandleOp like the global step's, named ``name``."""
         n = NodeDef.FromString(self.gs.SerializeToString())
         n.name = name
+        n.device = device
         del n.input[:]
         n.attr["shared_name"].s = name.encode()
         if "debug_name" in n.attr:
@@ -1119,9 +1280,10 @@ class _Rewrite:
                             attrs={"T": _type(self.gs_dtype), "index_type": _type(_INT32)}))
         return fill, nodes
 
-    def group(self, name: str, members: list[tuple[str, str]]) -> list[NodeDef]:
-        """``control_flow_ops.group``: one NoOp, or per-device NoOps under a root when members
-        sit on several devices (sorted by device)."""
+    def group(self, name: str, members: list[tuple[str, str]], root_device: str = "") -> list[NodeDef]:
+        """``control_flow_ops.group``: one NoOp (``with ops.device(dev)``), or per-device NoOps
+        under a root made in the caller's device context (``root_device``) when members sit on
+        several devices (sorted by device)."""
         by_dev: dict[str, list[str]] = {}
         for m, d in members:
             by_dev.setdefault(d, []).append(m)
@@ -1134,8 +1296,213 @@ class _Rewrite:
             out.append(self.b.node(kid, "NoOp", sorted(f"^{m}" for m in by_dev[d]), device=d,
                                    manual_deps=True))  # a control input of the root
             kids.append(kid)
-        out.append(self.b.node(name, "NoOp", sorted(f"^{k}" for k in kids)))
+        out.append(self.b.node(name, "NoOp", sorted(f"^{k}" for k in kids), device=root_device))
         return out
+
+    def worker_device(self) -> str:
+        """The device context SyncReplicasOptimizer.apply_gradients runs in (``W``).
+
+        Its worker-side ops (the local-step anchor, ``report_uninitialized_variables``, ...) get
+        it; ``with ops.device(var.device)`` / ``ops.device(global_step.device)`` merge into it.
+        Evidence, in this order: the wrapped optimizer's hyper-parameter constants
+        (``_prepare``'s ``<opt>/learning_rate``..., made in the bare context: no colocation, no
+        device scope of their own), else the gradients' seed (``gradients/Fill``,
+        ``gradients/grad_ys_0``), else no device.
+        """
+        opt = self.scope
+        depth = opt.count("/") + 1
+        for n in self.nodes[self.start: self.inc]:
+            if (n.op == "Const" and "_class" not in n.attr and n.name.startswith(opt + "/")
+                    and n.name.count("/") == depth):
+                return n.device
+        for n in reversed(self.nodes[: self.start]):
+            if re.search(r"(^|/)gradients(_\d+)?/(Fill|grad_ys_\d+)$", n.name):
+                return n.device
+        return ""
+
+    def under_device(self, block: list[NodeDef], device: str, only: set[str] | None = None) -> list[NodeDef]:
+        """Plain ops re-made inside ``with ops.device(device)`` (ops.py device stack).
+
+        The string device merges over what the outer device functions gave (the op's plain
+        device). Colocated ops (``_class``) take their colocation's device, unchanged; a group
+        NoOp made under ``ops.device(dev)`` of its members' one device keeps ``dev`` on top.
+        ``only``: the names made inside the device scope (the others, made in ``init_scope``,
+        keep their devices).
+        """
+        if not device:
+            return block
+        placed = bool(self.worker_device())
+        own_vars = tuple(f"{n.name}/" for n in block if n.op in _VARIABLE_OPS or n.op in _RESOURCE_VARIABLE_OPS)
+        # control_flow_ops.group over several devices: per-device NoOps ``<group>/NoOp[_k]`` made
+        # under ``ops.device(dev)`` of their members (a full device: they keep it)
+        roots = {n.name: {i[1:] for i in n.input if i.startswith("^")} for n in block if n.op == "NoOp"}
+        kids = {k for root, ctrl in roots.items() for k in ctrl
+                if re.fullmatch(re.escape(root) + r"/NoOp(_\d+)?", k)}
+        out: list[NodeDef] = []
+        new_dev: dict[str, str] = {}
+        for n in block:
+            if ("_class" in n.attr or n.name in kids or (placed and not n.device) or n.name.startswith(own_vars)
+                    or (only is not None and n.name not in only)):
+                # colocated; made under colocate_with(None, ignore_existing=True), which clears
+                # the device stack (a resource variable's value()/Assign); or a variable's own
+                # initializer ops, which set their own device
+                d = n.device
+            else:
+                d = _merge_device(n.device, device)
+                if n.op == "NoOp":
+                    members = [i[1:] for i in n.input if i.startswith("^")]
+                    devs = {new_dev.get(m, self.node(m).device if self.node(m) is not None else "")
+                            for m in members}
+                    if members and len(devs) == 1 and "" not in devs:
+                        d = _merge_device(d, devs.pop())
+            new_dev[n.name] = d
+            if d != n.device:
+                n = NodeDef.FromString(n.SerializeToString())
+                n.device = d
+            out.append(n)
+        return out
+
+    def add_local_step_to_reports(self, rest: list[NodeDef], ls_node: NodeDef, w_dev: str) -> list[NodeDef]:
+        """Later ``report_uninitialized_variables()`` blocks whose ``var_list`` is the default
+        (``global_variables() + local_variables()``, variables.py) now also list the local step
+        (a LOCAL_VARIABLES member created by apply_gradients): they are rebuilt with it.
+
+        A block lists the local variables when the plain graph has some and the block names one;
+        without plain local variables, a block over every global variable is taken as the
+        default list, except the one feeding the ``ready_for_local_init_op`` collection
+        (``report_uninitialized_variables(global_variables())`` of Scaffold/Supervisor).
+        """
+        ls = ls_node.name
+        local = set(self.coll.local_variables) if self.coll is not None else set()
+        if self.coll is not None and self.coll.global_variables:
+            gvars = list(self.coll.global_variables)
+        else:
+            gvars = [n.name for n in self.nodes if (n.op in _VARIABLE_OPS or n.op in _RESOURCE_VARIABLE_OPS)
+                     and n.name not in local]
+        by_name = {n.name: n for n in rest}
+        not_default: set[str] = set()
+        if self.meta is not None and "ready_for_local_init_op" in self.meta.collection_def:
+            frontier = [_op_name(t) for t in self.meta.collection_def["ready_for_local_init_op"].node_list.value]
+            for _ in range(4):
+                nxt = []
+                for f in frontier:
+                    if f.endswith("/boolean_mask/GatherV2"):
+                        not_default.add(f[: -len("/boolean_mask/GatherV2")])
+                    n = by_name.get(f)
+                    if n is not None:
+                        nxt.extend(_op_name(i) for i in n.input if not i.startswith("^"))
+                frontier = nxt
+        out = list(rest)
+        for n in rest:
+            m = re.fullmatch(r"((?:.*/)?report_uninitialized_variables(?:_\d+)?)/Const", n.name)
+            if not m or n.op != "Const" or n.attr["dtype"].type != _STRING:
+                continue
+            scope = m[1]
+            listed = [v.decode() for v in n.attr["value"].tensor.string_val]
+            if local:
+                default = any(v in local for v in listed)
+            else:
+                default = scope not in not_default and listed == gvars and bool(listed)
+            if not default or ls in listed:
+                continue
+            pos = len(listed)
+            for k, v in enumerate(listed):
+                if v in local and self.index.get(v, 0) > self.inc:
+                    pos = k
+                    break
+            var_list = [*listed[:pos], ls, *listed[pos:]]
+            members = [x for x in out if x.name.startswith(scope + "/")]
+            ctx = next((x.device for x in members if x.op == "VarIsInitializedOp"), None)
+            if ctx is None:
+                stack = by_name.get(f"{scope}/stack")
+                ctx = stack.device if stack is not None else w_dev
+                if ctx:
+                    from placeviz.devices import PyDeviceSpec  # noqa: PLC0415
+
+                    ctx = PyDeviceSpec.parse(ctx).replace(device_type=None, device_index=None).to_string()
+            rebuilt: list[NodeDef] = []
+            self.report_uninitialized(rebuilt, scope, var_list, ctx, var_nodes={ls: ls_node})
+            for x in rebuilt:
+                for k, i in enumerate(x.input):
+                    if i == ls:
+                        x.input[k] = _MARK + ls
+                if "_class" in x.attr and x.input and x.input[0] == _MARK + ls:
+                    vals = [b"loc:@" + _MARK.encode() + c[5:] for c in x.attr["_class"].list.s]
+                    del x.attr["_class"].list.s[:]
+                    x.attr["_class"].list.s.extend(vals)
+            first = next(k for k, x in enumerate(out) if x.name.startswith(scope + "/"))
+            keep = [x for x in out if not x.name.startswith(scope + "/")]
+            out = keep[:first] + rebuilt + keep[first:]
+            self.notes.append(f"{scope}: report_uninitialized_variables() over every variable now also "
+                              f"lists the local step {ls}")
+        return out
+
+    def regroup_local_init(self, rest: list[NodeDef], init: str, w_dev: str) -> list[NodeDef]:
+        """Devices of ``local_variables_initializer()`` and the groups holding it, now that it
+        groups the local step's initializer (``control_flow_ops.group``, control_flow_ops.py:
+        one NoOp under ``ops.device(dev)`` when every member sits on ``dev``, else one
+        ``<name>/NoOp[_k]`` per device, sorted, under a root made in the caller's context).
+
+        Only the case TF programs give is handled: a bare ``init`` NoOp (no plain local variables)
+        becomes a group of the local step's ``Assign`` on ``W``; a single-NoOp group holding it
+        whose members now sit on several devices is split per device.
+        """
+        if not w_dev or self.local_variable_initializers():
+            return rest
+        out = []
+        devices = {n.name: n.device for n in rest}
+        for n in rest:
+            if n.name == init and not n.device:
+                n = NodeDef.FromString(n.SerializeToString())
+                n.device = w_dev
+                devices[n.name] = w_dev
+            elif n.op == "NoOp" and f"^{init}" in n.input and all(i.startswith("^") for i in n.input):
+                members = [(i[1:], devices.get(i[1:], "")) for i in n.input]
+                if len({d for _m, d in members}) > 1:
+                    regrouped = self.group(n.name, members, "" if not n.device else n.device)
+                    for k in regrouped[:-1]:
+                        devices[k.name] = k.device
+                    root = regrouped[-1]
+                    for key in ("_has_manual_control_dependencies",):
+                        if key in n.attr:
+                            root.attr[key].CopyFrom(n.attr[key])
+                    out.extend(regrouped)
+                    continue
+            out.append(n)
+        return out
+
+    def local_variables_initializer(self, post: list[NodeDef]) -> str | None:
+        """The plain ``local_variables_initializer()`` NoOp, which now also runs the local step's
+        initializer (``variables_initializer(local_variables())``: a group of the initializers, or
+        a bare ``init`` NoOp when there are none).
+
+        With local variables: the NoOp whose control inputs are exactly their initializers. Without:
+        a bare ``[scope/]init[_k]`` NoOp; Supervisor, Scaffold and slim group it with
+        ``tables_initializer()`` (``init_all_tables``) into the local init op, which tells it from
+        ``initialize_resources`` (also a bare ``init``); else the first bare ``init`` after the
+        optimizer.
+        """
+        inits = self.local_variable_initializers()
+        if inits:
+            for n in post:
+                if n.op == "NoOp" and {i[1:] for i in n.input if i.startswith("^")} == inits:
+                    return n.name
+            return None
+        bare = [n.name for n in post if n.op == "NoOp" and not n.input
+                and re.fullmatch(r"(.*/)?init(_\d+)?", n.name)]
+        if not bare:
+            return None
+        for n in post:
+            ctrl = [i[1:] for i in n.input if i.startswith("^")]
+            if n.op == "NoOp" and any(re.fullmatch(r"(.*/)?init_all_tables(_\d+)?", c) for c in ctrl):
+                hit = [c for c in ctrl if c in bare]
+                if hit:
+                    self.notes.append(f"{hit[0]}: taken as local_variables_initializer(); it now "
+                                      "initializes the local step")
+                    return hit[0]
+        self.notes.append(f"{bare[0]}: taken as local_variables_initializer(); it now initializes "
+                          "the local step")
+        return bare[0]
 
     def propagate(self, block: list[NodeDef], types: dict[str, int],
                   shapes: dict[str, list[int] | None]) -> list[NodeDef]:
@@ -1147,7 +1514,8 @@ class _Rewrite:
         """
         out = []
         for n in block:
-            data = [(k, i) for k, i in enumerate(x for x in n.input if not x.startswith("^"))]
+            data = [(k, i.removeprefix(_MARK)) for k, i in enumerate(
+                x for x in n.input if not x.startswith("^"))]
             hit = [(k, _canon(i)) for k, i in data if _canon(i) in types or _canon(i) in shapes]
             if not hit:
                 out.append(n)
@@ -1187,23 +1555,27 @@ class _Rewrite:
             out.append(m)
         return out
 
-    def report_uninitialized(self, added: list[NodeDef], new, pre: list[NodeDef]) -> str:
-        """``variables.report_uninitialized_variables(variables.global_variables())``."""
+    def report_uninitialized(self, added: list[NodeDef], sc: str, gvars: list[str], ctx_device: str,
+                             var_nodes: dict[str, NodeDef] | None = None) -> str:
+        """``variables.report_uninitialized_variables(var_list)`` in name scope ``sc`` (TF:
+        tensorflow/python/ops/variables.py): per variable ``is_variable_initialized`` (ref:
+        ``IsVariableInitialized`` colocated with it; resource: ``VarIsInitializedOp`` in the
+        caller's device context ``ctx_device``), the rest ``with ops.device("/cpu:0")``."""
         b = self.b
-        pre_names = {n.name for n in pre}
-        if self.coll is not None and self.coll.global_variables:
-            gvars = [v for v in self.coll.global_variables if v in pre_names]
-        else:
-            local = set(self.coll.local_variables) if self.coll is not None else set()
-            gvars = [n.name for n in pre if (n.op in _VARIABLE_OPS or n.op in _RESOURCE_VARIABLE_OPS)
-                     and n.name not in local]
         nv = len(gvars)
-        sc = new("report_uninitialized_variables")
-        cpu = "/device:CPU:0"
+        if nv == 0:  # ``array_ops.constant([], dtype=dtypes.string)``
+            c = f"{sc}/Const"
+            empty = AttrValue()
+            empty.tensor.dtype = _STRING
+            empty.tensor.tensor_shape.dim.add().size = 0
+            added.append(b.node(c, "Const", device=_merge_device(ctx_device, "/device:CPU:0"),
+                                out_shapes=[[0]], attrs={"dtype": _type(_STRING), "value": empty}))
+            return f"{c}:0"
+        cpu = _merge_device(ctx_device, "/device:CPU:0")
         inits = []
         counts: dict[str, int] = {}
         for v in gvars:
-            vn = self.node(v)
+            vn = (var_nodes or {}).get(v) or self.node(v)
             # state_ops.is_variable_initialized: IsVariableInitialized (ref, colocated with the
             # variable) or the resource variable's is_initialized() (VarIsInitializedOp)
             op = "VarIsInitializedOp" if vn.op in _RESOURCE_VARIABLE_OPS else "IsVariableInitialized"
@@ -1211,7 +1583,7 @@ class _Rewrite:
             counts[op] = k + 1
             name = f"{sc}/{op}" + (f"_{k}" if k else "")
             if vn.op in _RESOURCE_VARIABLE_OPS:
-                added.append(b.node(name, op, [v], out_shapes=[[]]))
+                added.append(b.node(name, op, [v], out_shapes=[[]], device=ctx_device))
             else:
                 coloc = ([s.decode() for s in vn.attr["_class"].list.s] if "_class" in vn.attr
                          else [f"loc:@{v}"])
@@ -1279,25 +1651,29 @@ class _Rewrite:
                                                       "batch_dims": _int(0)}))
         return f"{bm}/GatherV2:0"
 
-    def move_ema(self, ema_block: list[NodeDef], enq: str, claim_plain) -> list[NodeDef]:
-        """The EMA apply block, built inside control_dependencies([sync_op]).
+    def move_ema(self, ema_block: list[NodeDef], enq: str, inc_name: str, names: _Names) -> list[NodeDef]:
+        """The EMA apply block, built inside ``control_dependencies([sync_op])``
+        (sync_replicas_optimizer.py: ``variable_averages.apply`` after the token enqueue).
 
         TF adds the control input to every op of the block created under the control scope
         (the ``ExponentialMovingAverage/...`` ops; the shadow variables are made in init_scope)
-        unless one of its data inputs was itself created under that scope.
+        unless one of its data inputs was itself created under that scope. The plain program's
+        own ``control_dependencies([<train op>])`` around ``apply`` is replaced by it.
         """
         prefix = _EMA_SCOPE + "/"
         inside = {n.name for n in ema_block if n.name == _EMA_SCOPE or n.name.startswith(prefix)}
         out = []
         for n in ema_block:
-            claim_plain(n)
+            names.claim(n.name)
             if n.name in inside:
-                if not any(_op_name(i) in inside for i in n.input if not i.startswith("^")):
+                ctrl = [i for i in n.input if i.startswith("^") and i != f"^{inc_name}"]
+                data_in = [i for i in n.input if not i.startswith("^")]
+                if not any(_op_name(i) in inside for i in data_in):
+                    ctrl = [*ctrl, _MARK + f"^{enq}"]
+                if len(ctrl) + len(data_in) != len(n.input) or any(c.startswith(_MARK) for c in ctrl):
                     n = NodeDef.FromString(n.SerializeToString())
-                    ctrl = [i for i in n.input if i.startswith("^")]
-                    data_in = [i for i in n.input if not i.startswith("^")]
                     del n.input[:]
-                    n.input.extend(data_in + sorted([f"^{enq}", *ctrl]))
+                    n.input.extend(data_in + sorted(ctrl, key=lambda c: c.replace(_MARK, "")))
             out.append(n)
         return out
 
@@ -1311,11 +1687,34 @@ class _Rewrite:
         return inits
 
     def update_meta(self, out: GraphDef, vd: VariableDef, train_op: str, inc_name: str,
-                    new_names: list[str]) -> MetaGraphDef:
+                    new_names: list[str], names: _Names) -> MetaGraphDef:
         meta = MetaGraphDef()
         meta.CopyFrom(self.meta)
         meta.graph_def.CopyFrom(out)
         cd = meta.collection_def
+
+        def fix(t: str) -> str:
+            op = _op_name(t)
+            return names.map.get(op, op) + t[len(op):] if not t.startswith("^") else t
+
+        # plain nodes TF's counters renamed: node lists and VariableDefs follow
+        for key in list(cd):
+            c = cd[key]
+            if c.HasField("node_list") and key != "train_op":
+                vals = [fix(v) for v in c.node_list.value]
+                del c.node_list.value[:]
+                c.node_list.value.extend(vals)
+            elif c.HasField("bytes_list") and key in ("variables", "trainable_variables", "local_variables",
+                                                      "model_variables", "global_step", "moving_average_variables"):
+                vals = []
+                for raw in c.bytes_list.value:
+                    v = VariableDef.FromString(raw)
+                    for f in ("variable_name", "initializer_name", "snapshot_name", "initial_value_name"):
+                        if getattr(v, f):
+                            setattr(v, f, fix(getattr(v, f)))
+                    vals.append(v.SerializeToString())
+                del c.bytes_list.value[:]
+                c.bytes_list.value.extend(vals)
         # local variables: the local step, in creation order
         ls = _op_name(vd.variable_name)
         order = {n.name: k for k, n in enumerate(out.node)}
