@@ -23,6 +23,8 @@ The contract a module fulfils (read by ``tests/realworld/corpus.py``):
 ``CHIEF_ONLY``
     ``True`` when the program builds something only ``if is_chief:`` (then ``build`` honours
     ``is_chief``); default ``False``.
+``GPUS_PER_WORKER``, ``SOFT_PLACEMENT``
+    Optional: the devices per worker task and ``allow_soft_placement`` the program runs with.
 ``build(placed, sync, is_chief=True) -> tf.compat.v1.MetaGraphDef``
     Builds the program in a fresh ``tf.Graph()`` (under ``as_default()``) and returns
     ``tf.compat.v1.train.export_meta_graph(graph=g, clear_devices=False)`` (or the program's own
@@ -34,4 +36,7 @@ The contract a module fulfils (read by ``tests/realworld/corpus.py``):
     ``get_chief_queue_runner``, ``get_init_tokens_op`` when the program calls them);
     ``sync=False``: the plain optimizer, everything else the same. Programs whose ``SYNC`` is
     ``None`` ignore ``sync``.
+
+Where the program's setter block ends is not declared: the corpus records TF's calls of the
+device function while building (``corpus.py``) and passes it on as ``--setter-scope-end``.
 """
