@@ -362,9 +362,15 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
 
     plain_device = _PlainDevice(worker_spec, merge_devices, inside if inside < n else None)
     plain_noops = PLAIN_NOOP_NAMES | config.plain_noops
+    assumed: list[str] = []  # NoOps with no library name taken for a group and split per device
     new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,
-                                                          strategy_calls, plain_device, plain_noops)
-    return SetterResult(new_graph, new_rules, new_refs, calls, ps_tasks, _scope_notes(graph, config))
+                                                          strategy_calls, plain_device, plain_noops, assumed)
+    notes = _scope_notes(graph, config)
+    if assumed:
+        shown = ", ".join(assumed[:5]) + (f" and {len(assumed) - 5} more" if len(assumed) > 5 else "")
+        notes.append(f"took the NoOp(s) {shown} for tf.group and split them per device, as group does; a NoOp "
+                     f"built with tf.no_op under control_dependencies is not split: pass --plain-noop NAME")
+    return SetterResult(new_graph, new_rules, new_refs, calls, ps_tasks, notes)
 
 
 # The first nodes of the session set-up that programs often build after the setter's block: a
@@ -610,7 +616,8 @@ class _PlainDevice:
 
 
 def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: dict[int, int],
-                  strategy_calls: list[int], plain_device: _PlainDevice, plain_noops: frozenset[str] = frozenset()):
+                  strategy_calls: list[int], plain_device: _PlainDevice, plain_noops: frozenset[str] = frozenset(),
+                  group_assumptions: list[str] | None = None):
     """Rebuild ``control_flow_ops.group`` NoOps for the devices their grouped ops now have.
 
     TF's ``group`` makes one NoOp per device of the grouped ops (sorted by device string) under the
@@ -626,6 +633,7 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     if plain_noops:
         roots = {r: v for r, v in roots.items() if not _is_plain_noop(graph.names[r], plain_noops)}
     outer_deps: dict[int, list[int]] = {}
+    assumed = group_assumptions if group_assumptions is not None else []
     for root, (children, members) in roots.items():
         if not children and len(members) >= 2:
             outer = _outer_control_deps(graph, root, members)
@@ -662,6 +670,8 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
             plans[root] = [(device, members)]
         else:
             plans[root] = sorted(by_device.items())
+            if not children and not _LIBRARY_SPLIT_GROUP.fullmatch(graph.names[root]):
+                assumed.append(graph.names[root])
             if not children and rule[root] != RULE_COLOCATED:
                 outer = _outer_device(graph, root, members)
                 if root in reference:  # built under device(<that node's device>) (scopes.py)
@@ -671,6 +681,13 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
         dropped.update(children)
     return _GroupRewrite(graph, devices, rule, plans, dropped, plain_device, outer_deps).result(reference,
                                                                                                  strategy_calls)
+
+
+_LIBRARY_SPLIT_GROUP = re.compile(
+    r"(?:.*/)?(?:init|group_deps|init_all_tables|restore_all|restore_shard|update|ExponentialMovingAverage)"
+    r"(?:_\d+)?")
+"""Names of the ``group`` NoOps TF's library builds (plus optimizers' ``<name>/update``): splitting
+those per device is no assumption."""
 
 
 def _outer_control_deps(graph: Graph, root: int, members: list[int]) -> list[int]:
