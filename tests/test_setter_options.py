@@ -1,0 +1,88 @@
+"""The setter options a GraphDef cannot answer for itself, through the CLI, against TF's own build.
+
+``--setter-scope-end``: a Saver built after the ``with tf.device(replica_device_setter(...))``
+block keeps its own devices in TF. ``--plain-noop``: ``tf.no_op`` under ``control_dependencies``
+is not split per device, while ``tf.group`` is. Each case builds the program twice with TF's real
+API (without and with the setter) and compares every node's device with ``place --stage setter``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import run_cli
+
+pytestmark = pytest.mark.tf
+
+BUILD = textwrap.dedent("""
+    import os, sys
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import tensorflow as tf
+    tf.compat.v1.disable_v2_behavior()
+    out = sys.argv[1]
+    for placed in (False, True):
+        g = tf.Graph()
+        with g.as_default():
+            setter = tf.compat.v1.train.replica_device_setter(ps_tasks=2) if placed else None
+            with tf.compat.v1.device(setter):
+                a = tf.compat.v1.get_variable("a", [2], initializer=tf.compat.v1.zeros_initializer())
+                b = tf.compat.v1.get_variable("b", [2], initializer=tf.compat.v1.ones_initializer())
+                loss = tf.reduce_sum(a * b)
+                step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+                with tf.control_dependencies([step]):
+                    tf.no_op(name="barrier")           # a plain no_op over one update
+                with tf.control_dependencies([a.assign_add([1.0, 1.0]).op, b.assign_add([1.0, 1.0]).op]):
+                    tf.no_op(name="both_updated")      # a plain no_op over two PS tasks
+                tf.group(a.initializer, b.initializer, name="init_ab")  # a group over two PS tasks
+            tf.compat.v1.train.Saver()  # after the block: its ops keep their own devices
+        name = "placed" if placed else "unplaced"
+        with open(os.path.join(out, name + ".pb"), "wb") as f:
+            f.write(g.as_graph_def().SerializeToString())
+""")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    pytest.importorskip("tensorflow")
+    out = tmp_path_factory.mktemp("setter_options")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    subprocess.run([sys.executable, "-c", BUILD, str(out)], check=True, env=env, capture_output=True, timeout=300)
+    return out
+
+
+def _devices(path):
+    from placeviz.io import load
+
+    g = load(path).graph
+    return dict(zip(g.names, g.devices, strict=True))
+
+
+def test_scope_end_and_plain_noop_match_tf(built, tmp_path, capsys):
+    theirs = _devices(built / "placed.pb")
+    out = tmp_path / "setter.pb"
+    args = ["place", built / "unplaced.pb", "--ps-tasks", "2", "--stage", "setter", "-o", out]
+    # without the options: the replay assumes the Saver was inside and both NoOps were groups
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    assert "--setter-scope-end save/filename/input" in err and "both_updated" in err
+    ours = _devices(out)
+    assert ours != theirs
+    code, _, err = run_cli(args + ["--setter-scope-end", "save/filename/input", "--plain-noop", "both_updated"],
+                           capsys)
+    assert code == 0, err
+    ours = _devices(out)
+    assert set(ours) == set(theirs)
+    wrong = {n: (ours[n], theirs[n]) for n in theirs if ours[n] != theirs[n]}
+    assert not wrong, wrong
+    assert theirs["save/SaveV2"] == "" and theirs["init_ab/NoOp"] != theirs["init_ab/NoOp_1"]
+
+
+def test_unknown_scope_end_is_one_line(built, tmp_path, capsys):
+    code, _, err = run_cli(["place", built / "unplaced.pb", "--ps-tasks", "2", "--stage", "setter",
+                            "--setter-scope-end", "no/such/node", "-o", tmp_path / "x.pb"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "no/such/node" in err
+    assert not (tmp_path / "x.pb").exists()
