@@ -116,7 +116,8 @@ class Program:
 
 def build(name: str, out: Path) -> Program:
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    # PYTHONHASHSEED: a program that iterates over a set (slim's summaries) builds the same graph twice
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PYTHONHASHSEED="0")
     proc = subprocess.run([sys.executable, "-c", BUILD_SCRIPT, str(HERE), name, str(out)],
                           capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode != 0:
@@ -206,7 +207,11 @@ def rewrite_diff(program: Program, placed: bool, chief: bool = True) -> tuple[in
     """
     from placeviz.sync.rewrite import rewrite_sync
 
-    res = rewrite_sync(program.meta(placed, False, chief), is_chief=chief, **sync_kwargs(program.manifest["sync"]))
+    sync = program.manifest["sync"]
+    # rewrite_sync(is_chief=False) leaves out get_init_tokens_op, which most programs call on the
+    # chief only (through the SyncReplicas hook); SYNC says when a program calls it everywhere.
+    builds_init_tokens = chief or bool(sync.get("init_tokens_on_every_task"))
+    res = rewrite_sync(program.meta(placed, False, chief), is_chief=builds_init_tokens, **sync_kwargs(sync))
     theirs = {n.name: n for n in program.meta(placed, True, chief).graph_def.node}
     ours = {n.name: n for n in res.graph_def.node}
     diffs = []

@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import corpus  # noqa: E402
 
+from placeviz.verify.runtime_truth import DEFAULT_BLOCKING_OPS  # noqa: E402
+
 pytestmark = pytest.mark.tf
 PROGRAMS = corpus.program_names()
 
@@ -112,10 +114,20 @@ def test_lint_is_quiet_on_correct_programs(built, name, capsys):
 
 
 # ------------------------------------------------------------------------------- placed stage
-def _init_ops(graph_def) -> list[str]:
-    """The init ops a TF1 program runs before training (Supervisor/Scaffold/plain ``init``)."""
-    names = [n.name for n in graph_def.node if n.op == "NoOp"]
+def _init_ops(meta) -> list[str]:
+    """The init ops a TF1 program runs before training: the ``init_op``/``local_init_op``
+    collections a Supervisor or Scaffold fills, else the usual ``init`` NoOps."""
+    listed = [v.split(":")[0] for key in ("init_op", "local_init_op") if key in meta.collection_def
+              for v in meta.collection_def[key].node_list.value]
+    if listed:
+        return listed
+    names = [n.name for n in meta.graph_def.node if n.op == "NoOp"]
     return [n for n in names if n in ("init", "init_1", "init_all_tables", "local_init", "init_2")]
+
+
+# A run of every sink must not touch the file system (a Saver's save/restore, summary writers).
+_SINK_BLOCKERS = DEFAULT_BLOCKING_OPS + ("SaveV2", "RestoreV2", "MergeV2Checkpoints", "Save", "Restore*",
+                                         "*SummaryWriter*", "WriteFile")
 
 
 @pytest.fixture(scope="session")
@@ -136,8 +148,8 @@ def truths(built) -> dict:
         # Every unblocked sink, except in graphs with TF1 while loops: a sink inside a frame whose
         # entry is cut off by a blocked dequeue crashes TF's executor (seen with dynamic_rnn).
         looped = any(n.op in ("Enter", "RefEnter") for n in meta.graph_def.node)
-        return run_in_subprocess(gd, cluster=cluster, init_ops=_init_ops(meta.graph_def),
-                                 targets=[] if looped else all_sinks(gd),
+        return run_in_subprocess(gd, cluster=cluster, init_ops=_init_ops(meta),
+                                 targets=[] if looped else all_sinks(gd, blocking_ops=_SINK_BLOCKERS),
                                  allow_soft_placement=program.manifest["soft_placement"],
                                  timeout_s=240, run_timeout_s=30)
 

@@ -19,7 +19,12 @@ The contract a module fulfils (read by ``tests/realworld/corpus.py``):
 ``SYNC``
     ``None`` when the program does not use ``SyncReplicasOptimizer``; else the keyword arguments
     it passes: ``{"replicas_to_aggregate": R, "total_replicas": W, "name": ..., "variable_averages":
-    True}`` (the last when it passes ``variable_averages=``/``variables_to_average=``).
+    True}`` (the last when it passes ``variable_averages=``/``variables_to_average=``); also
+    ``"num_tokens"`` (``make_session_run_hook(num_tokens=...)``) and ``"init_tokens_on_every_task":
+    True`` when the program calls ``get_init_tokens_op`` on every task, not only on the chief.
+``SYNC_PROGRAM_CHANGES``
+    Optional ``{"names": [...], "why": ...}``: nodes the program itself builds differently in sync
+    mode (beyond wrapping the optimizer), counted apart by the sync-rewrite comparison.
 ``CHIEF_ONLY``
     ``True`` when the program builds something only ``if is_chief:`` (then ``build`` honours
     ``is_chief``); default ``False``.

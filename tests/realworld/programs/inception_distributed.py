@@ -94,7 +94,9 @@ from ._inception_slim import slim
 
 SOURCE = "tensorflow/models: research/inception/inception/inception_distributed_train.py"
 SETTER = None  # the program places with slim.variables.VariableDeviceChooser, not replica_device_setter
-SYNC = {"replicas_to_aggregate": 2, "total_replicas": 3, "variable_averages": True}
+# The program calls opt.get_init_tokens_op() on every task, not only on the chief.
+SYNC = {"replicas_to_aggregate": 2, "total_replicas": 3, "variable_averages": True,
+        "init_tokens_on_every_task": True}
 CHIEF_ONLY = True
 
 _CLUSTER = {
