@@ -25,12 +25,17 @@ every device type it is asked about; the raw kernels stay visible under ``"DEFAU
 :attr:`OpFacts.kernels`.
 
 Completeness. A TF wheel registers only the kernels it was built for: the CPU wheel has all CPU and
-DEFAULT kernels but only a few GPU/TPU ones. :attr:`OpTable.kernel_device_types_complete` says which
-device types are complete in the generating build; :meth:`OpTable.kernel_support` returns ``None``
-("unknown") rather than ``False`` for a device type that is not.
+DEFAULT kernels but only a few GPU/TPU ones; the CUDA-enabled wheel (which the shipped table comes
+from, see ``generated_by``) has all GPU kernels too. :attr:`OpTable.kernel_device_types_complete`
+says which device types are complete in the generating build. For any other device type a missing
+kernel means "unknown", never "absent": :meth:`OpTable.supported_device_types` counts such a type as
+supported at priority 0 when no recorded kernel fits (as TF treats an op it does not know), so the
+placer honours a pin to it, and :meth:`OpTable.kernel_support` returns ``None`` rather than
+``False``. ``registered_only=True`` gives the generating build's own answer instead.
 
 Table format ``placeviz.op_facts/1`` (gzip JSON): ``tf_version``, ``tf_git_version``, ``build``
-(``is_cuda_build``...), ``kernel_device_types_seen``, ``kernel_device_types_complete``,
+(``is_cuda_build``...), ``generated_by`` (optional: ``distribution``, ``distribution_version``,
+``platform``, ``cuda_version``...), ``kernel_device_types_seen``, ``kernel_device_types_complete``,
 ``standard_ps_ops``, and ``ops``: op name -> ``{"in": [args], "out": [args], "stateful": true?,
 "attrs": [[name, attr type, default?]], "kernels": {device type: [{"priority", "constraints":
 [[attr, kind, allowed]], "label"?, "host_memory"?}]}, "op_def": base64 OpDef without docs}``;
@@ -257,6 +262,7 @@ class OpTable:
         self.tf_version: str = data["tf_version"]
         self.tf_git_version: str = data.get("tf_git_version", "")
         self.build: dict = data.get("build", {})
+        self.generated_by: dict = data.get("generated_by", {})
         self.kernel_device_types_seen: frozenset[str] = frozenset(data["kernel_device_types_seen"])
         self.kernel_device_types_complete: frozenset[str] = frozenset(
             data.get("kernel_device_types_complete", ())
@@ -418,7 +424,7 @@ class OpTable:
         return t == DT_RESOURCE or t > REF_OFFSET
 
     def supported_device_types(
-        self, node, device_types: Iterable[str] | None = None
+        self, node, device_types: Iterable[str] | None = None, *, registered_only: bool = False
     ) -> list[tuple[str, int]] | None:
         """TF's ``SupportedDeviceTypesForNode``: ``[(device type, kernel priority)]`` for the device
         types with a kernel whose constraints (and label) accept the node, sorted by priority
@@ -428,9 +434,14 @@ class OpTable:
         "CPU")``); default :attr:`default_device_types` (every concrete type seen, GPU first).
         A matching DEFAULT kernel counts for a device type that has no matching kernel of its own
         (TF's fallback), with the DEFAULT kernel's priority. ``"DEFAULT"`` itself is never returned
-        unless asked for. Returns ``[]`` if no kernel fits, None if the op is unknown (TF would
-        treat an op missing from its registry, e.g. a function call, as supported everywhere at
-        priority 0).
+        unless asked for. Returns None if the op is unknown (TF would treat an op missing from its
+        registry, e.g. a function call, as supported everywhere at priority 0).
+
+        Unknown is not absent: a device type that is not in :attr:`kernel_device_types_complete`
+        (GPU in a table generated from the CPU wheel, TPU, XLA_*, ...) and has no recorded kernel
+        fitting the node is returned with priority 0, since the full build may have that kernel.
+        ``registered_only=True`` returns only the device types with a recorded kernel (what the
+        generating build itself would answer); then ``[]`` means no kernel fits.
         """
         op = node.op
         rec = self._recs.get(op, _MISSING)
@@ -439,7 +450,7 @@ class OpTable:
         if rec is None:
             return None
         dtypes = self.default_device_types if device_types is None else tuple(device_types)
-        key = (dtypes, *self._kernel_key(rec, node))
+        key = (dtypes, registered_only, *self._kernel_key(rec, node))
         res = self._dev_cache.get(key)
         if res is None:
             res = self._dev_cache[key] = self._match_devices(rec, key)
@@ -483,20 +494,30 @@ class OpTable:
         return None if best is _KERNEL_ERROR else best
 
     def _match_devices(self, rec: _OpRec, key: tuple) -> list[tuple[str, int]]:
-        kkey = key[1:]
+        registered_only = key[1]
+        kkey = key[2:]
+        complete = self.kernel_device_types_complete
         out: list[tuple[str, int]] = []
         for dev in key[0]:
             best = self._select(rec, dev, kkey)
             if best is not None:
                 out.append((dev, best[0]))
+            elif not registered_only and dev not in complete and dev != DEFAULT_DEVICE_TYPE:
+                out.append((dev, 0))  # unknown: the generating build lacks this type's kernels
         out.sort(key=lambda p: -p[1])  # stable, like TF's std::stable_sort
         return out
+
+    def build_label(self) -> str:
+        """The build the table came from, e.g. ``tensorflow 2.21.0 (CUDA 12.5.1 build, linux-x86_64)``."""
+        return build_label(
+            {"tf_version": self.tf_version, "build": self.build, "generated_by": self.generated_by}
+        )
 
     def kernel_support(self, node, device_type: str) -> bool | None:
         """True if a kernel of ``device_type`` (or a DEFAULT one) accepts the node; False if none does
         and the table is complete for that device type; None if unknown (op unknown, or the
         generating build did not register that device type's kernels, e.g. GPU in the CPU wheel)."""
-        res = self.supported_device_types(node, (device_type,))
+        res = self.supported_device_types(node, (device_type,), registered_only=True)
         if res is None:
             return None
         if res:
@@ -673,6 +694,22 @@ def _read(p: Path) -> OpTable:
 # `placeviz ops show OPTYPE`
 
 
+def build_label(table: Mapping) -> str:
+    """One line naming the build a table came from, e.g. ``tensorflow 2.21.0 (CUDA 12.5.1 build)``."""
+    gen = table.get("generated_by") or {}
+    build = table.get("build") or {}
+    name = gen.get("distribution") or "TensorFlow"
+    version = gen.get("distribution_version") or table.get("tf_version", "")
+    if build.get("is_cuda_build"):
+        kind = f"CUDA {gen['cuda_version']} build" if gen.get("cuda_version") else "CUDA build"
+    elif build.get("is_rocm_build"):
+        kind = f"ROCm {gen['rocm_version']} build" if gen.get("rocm_version") else "ROCm build"
+    else:
+        kind = "CPU-only build"
+    platform = f", {gen['platform']}" if gen.get("platform") else ""
+    return f"{name} {version} ({kind}{platform})"
+
+
 def _dt(t: int) -> str:
     from placeviz.protos import dtype_name  # noqa: PLC0415
 
@@ -734,6 +771,7 @@ def describe_op(op_type: str, table: OpTable | None = None) -> dict:
             ]
             for dev, ks in facts.kernels.items()
         },
+        "generated_by": table.build_label(),
         "kernel_device_types_seen": sorted(table.kernel_device_types_seen),
         "kernel_device_types_complete": sorted(table.kernel_device_types_complete),
     }
@@ -745,7 +783,7 @@ def format_op(op_type: str, table: OpTable | None = None) -> str:
     describe_op(op_type, table)  # raises UnknownOpError with suggestions
     facts = table.get(op_type)
     assert facts is not None
-    lines = [f"{facts.name}  (TensorFlow {table.tf_version} registry)"]
+    lines = [f"{facts.name}  (TensorFlow {table.tf_version} registry; table from {table.build_label()})"]
     lines.append(
         f"  stateful: {'yes' if facts.is_stateful else 'no'}    "
         f"default ps op (replica_device_setter): {'yes' if facts.is_ps_op else 'no'}"

@@ -10,9 +10,21 @@ writes it. It reads three things from the TF it runs under, and hard-codes none 
   type, priority, type/int/bool/string constraints, label and host-memory args of every kernel;
 - ``STANDARD_PS_OPS`` from ``tensorflow/python/training/device_setter.py``.
 
-The CPU wheel registers CPU, DEFAULT and a few GPU/TPU/XLA kernels only; the table records exactly
-what TF reports, plus which device types were seen and which of them are *complete* (all kernels of
-that type are in this build), so that a consumer can tell "no GPU kernel" from "GPU unknown".
+Which build. The CPU wheel (``tensorflow-cpu``) registers CPU, DEFAULT and a few GPU/TPU/XLA kernels
+only. The CUDA-enabled wheel (``tensorflow`` on Linux x86_64) registers every GPU kernel at import
+time, with or without a GPU, CUDA driver or ``nvidia-*`` packages (it logs that it cannot find CUDA
+drivers and goes on); its CPU kernels and OpDefs are those of the CPU wheel, and it adds DEFAULT
+kernels that only GPU-enabled builds compile (int32 ``Sum``/``ScatterNd``... kept in host memory;
+every CPU node still selects a CPU kernel) and two internal ops (``_CopyFromGpuToHost``,
+``_CopyFromHostToGpu``). The shipped table is generated under that wheel, in a throwaway venv::
+
+    python -m venv /tmp/tf-cuda && /tmp/tf-cuda/bin/pip install tensorflow==<version>
+    PYTHONPATH=. /tmp/tf-cuda/bin/python -m placeviz.ops_generate
+
+The table records exactly what TF reports, plus which device types were seen and which of them are
+*complete* (all kernels of that type are in this build: CPU and DEFAULT always, GPU in a CUDA or
+ROCm build), so that a consumer can tell "no GPU kernel" from "GPU unknown", and which
+distribution it came from (``generated_by``).
 
 Output: gzip-compressed JSON (``mtime=0``, sorted keys: regenerating with the same TF gives the same
 bytes). Format ``placeviz.op_facts/1``, documented in :mod:`placeviz.ops`.
@@ -27,9 +39,12 @@ import gzip
 import json
 import math
 import os
+import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from placeviz.ops import build_label
 
 SCHEMA = "placeviz.op_facts/1"
 
@@ -129,6 +144,36 @@ def _strip_docs(op_def) -> None:
 # Reading TF
 
 
+def _generated_by(build_info: dict) -> dict:
+    """Which distribution (wheel) and build the registries were read from.
+
+    ``distribution``: the installed distribution(s) providing the ``tensorflow`` package
+    (``tensorflow`` for the CUDA-enabled wheel, ``tensorflow_cpu`` / ``tensorflow-cpu`` for the CPU
+    one), its version, the platform, and the CUDA/cuDNN/ROCm versions the build was made for.
+    """
+    from importlib import metadata  # noqa: PLC0415
+
+    dists: list[tuple[str, str]] = []
+    try:
+        for name in sorted(set(metadata.packages_distributions().get("tensorflow", ()))):
+            try:
+                dist = metadata.distribution(name)
+                dists.append((dist.metadata["Name"] or name, dist.version))
+            except metadata.PackageNotFoundError:  # pragma: no cover - broken install
+                dists.append((name, ""))
+    except Exception:  # pragma: no cover - unusual importers
+        dists = []
+    out: dict[str, Any] = {
+        "distribution": ", ".join(n for n, _ in dists),
+        "distribution_version": ", ".join(v for _, v in dists),
+        "platform": sysconfig.get_platform(),
+    }
+    for key in ("cuda_version", "cudnn_version", "rocm_version"):
+        if build_info.get(key):
+            out[key] = str(build_info[key])
+    return out
+
+
 def _quiet_tf():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf  # noqa: PLC0415  (the one module allowed to import TF)
@@ -189,6 +234,8 @@ def collect() -> dict:
     build = {
         k: bool(build_info.get(k, False)) for k in ("is_cuda_build", "is_rocm_build", "is_tensorrt_build")
     }
+    # GPU kernels are complete only in a GPU-enabled build: the CPU wheel registers a few (control
+    # flow, iterators, XLA ops) but not, e.g., L2Loss or MatMul.
     complete = {"CPU", "DEFAULT"} & device_types_seen
     for dev, flags in _ACCELERATOR_TYPES_BY_BUILD.items():
         if dev in device_types_seen and any(build.get(f) for f in flags):
@@ -200,6 +247,7 @@ def collect() -> dict:
         "tf_version": tf.__version__,
         "tf_git_version": getattr(tf, "__git_version__", ""),
         "build": build,
+        "generated_by": _generated_by(build_info),
         "kernel_device_types_seen": sorted(device_types_seen),
         "kernel_device_types_complete": sorted(complete),
         "standard_ps_ops": ps_ops,
@@ -251,6 +299,7 @@ def summarize(table: dict, path: Path | str, size: int) -> dict:
         "path": str(path),
         "bytes": size,
         "tf_version": table["tf_version"],
+        "generated_by": build_label(table),
         "ops": len(table["ops"]),
         "ops_without_kernels": sum(1 for f in table["ops"].values() if not f.get("kernels")),
         "kernels": n_kernels,
@@ -266,6 +315,7 @@ def format_summary(summary: dict) -> str:
     """Human-readable lines for ``placeviz ops generate``."""
     lines = [
         f"wrote {summary['path']} ({summary['bytes'] / 1024:.0f} KiB) for TensorFlow {summary['tf_version']}",
+        f"  from: {summary['generated_by']}",
         f"  ops: {summary['ops']} ({summary['ops_without_kernels']} without any kernel)",
         f"  kernels: {summary['kernels']} ("
         + ", ".join(f"{d} {n}" for d, n in summary["kernels_per_device_type"].items())
@@ -281,3 +331,21 @@ def format_summary(summary: dict) -> str:
             "  ps ops this TF does not register: " + ", ".join(summary["standard_ps_ops_not_registered"])
         )
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m placeviz.ops_generate [-o PATH]``: the generator without placeviz's CLI deps, for
+    a throwaway venv that has only TensorFlow (``PYTHONPATH=<repo> <venv>/bin/python -m ...``)."""
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(
+        prog="python -m placeviz.ops_generate", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("-o", "--output", help=f"where to write the table (default: {default_path()})")
+    args = parser.parse_args(argv)
+    print(format_summary(generate(args.output)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

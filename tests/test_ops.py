@@ -122,12 +122,16 @@ def test_supported_device_types(table):
     assert table.supported_device_types(it, ["GPU", "CPU"]) == [("CPU", 2), ("GPU", 1)]
     assert table.supported_device_types(node("Unknown_Op")) is None
     racc = node("ResourceConditionalAccumulator", dtype=F32)
-    assert [d for d, _ in table.supported_device_types(racc)] == ["CPU"]
+    assert [d for d, _ in table.supported_device_types(racc, registered_only=True)] == ["CPU"]
+    assert [d for d, _ in table.supported_device_types(racc, ["GPU", "CPU"])] == ["CPU"]
     # Tri-state: complete device types say False, partial ones say unknown.
     assert table.kernel_support(node("MatMul", T=DT.Value("DT_UINT8")), "CPU") is False
     assert table.kernel_support(node("MatMul", T=F32), "CPU") is True
     if "GPU" not in table.kernel_device_types_complete:
         assert table.kernel_support(node("MatMul", T=F32), "GPU") is None
+    else:
+        assert table.kernel_support(node("MatMul", T=F32), "GPU") is True
+        assert table.kernel_support(node("MatMul", T=DT.Value("DT_UINT8")), "GPU") is False
     assert table.kernel_support(node("Const", dtype=F32), "GPU") is True  # DEFAULT kernel
     assert table.host_memory_args(node("Const", dtype=I32), "GPU") == ("output",)
     assert table.host_memory_args(node("Const", dtype=F32), "GPU") == ()
@@ -217,6 +221,149 @@ def test_static_core_does_not_import_tensorflow():
 
 
 # ------------------------------------------------------------------------------------------------
+# GPU kernels: the shipped table comes from TF's CUDA-enabled wheel; "unknown" is never "absent"
+
+HALF, UINT8 = 19, 4
+GPU0 = "/job:worker/task:0/device:GPU:0"
+NO_GPU_KERNEL_OP = "MatrixSquareRoot"  # CPU kernels only, in TF's CUDA build too
+
+
+def test_shipped_table_has_the_gpu_kernels_of_the_cuda_build(table):
+    assert table.build["is_cuda_build"] and "GPU" in table.kernel_device_types_complete
+    assert table.generated_by["distribution"] == "tensorflow" and table.generated_by["cuda_version"]
+    assert "CUDA" in table.build_label() and table.tf_version in table.build_label()
+    l2 = node("L2Loss", T=F32)
+    assert table.supported_device_types(l2, ["GPU", "CPU"]) == [("GPU", 0), ("CPU", 0)]
+    assert table.kernel_support(l2, "GPU") is True and table.host_memory_args(l2, "GPU") == ()
+    assert table.kernel_support(node("MatMul", T=F32), "GPU") is True
+    # Host-memory args of GPU kernels: Shape's output; int32 Sum (a DEFAULT kernel of GPU builds).
+    assert table.host_memory_args(node("Shape", T=F32, out_type=I32), "GPU") == ("output",)
+    assert set(table.host_memory_args(node("Sum", T=I32, Tidx=I32), "GPU")) == {
+        "input",
+        "output",
+        "reduction_indices",
+    }
+    assert table.host_memory_args(node("Sum", T=F32, Tidx=I32), "GPU") == ("reduction_indices",)
+    # An op that TF's CUDA build has no GPU kernel for: refused, not unknown.
+    sqrtm = node(NO_GPU_KERNEL_OP, T=F32)
+    assert (
+        "GPU" not in table.get(NO_GPU_KERNEL_OP).kernels
+        and "DEFAULT" not in table.get(NO_GPU_KERNEL_OP).kernels
+    )
+    assert table.kernel_support(sqrtm, "GPU") is False
+    assert table.supported_device_types(sqrtm, ["GPU", "CPU"]) == [("CPU", 0)]
+    assert "partial for TPU" in ops.format_op("L2Loss", table) and "CUDA" in ops.format_op("L2Loss", table)
+
+
+@pytest.fixture(scope="module")
+def cpu_build_table() -> ops.OpTable:
+    """The shipped table as a CPU-only build would record it: GPU not complete, GPU kernels missing
+    except a half-precision L2Loss one (a recorded kernel that does not fit float nodes)."""
+    data = json.loads(gzip.decompress(ops.default_table_path().read_bytes()))
+    data["build"] = dict(data["build"], is_cuda_build=False)
+    data["generated_by"] = {"distribution": "tensorflow-cpu", "distribution_version": data["tf_version"]}
+    data["kernel_device_types_complete"] = ["CPU", "DEFAULT"]
+    for facts in data["ops"].values():
+        facts.get("kernels", {}).pop("GPU", None)
+    data["ops"]["L2Loss"]["kernels"]["GPU"] = [{"priority": 0, "constraints": [["T", "type", [HALF]]]}]
+    return ops.OpTable(data, "<cpu-only build>")
+
+
+def test_unknown_gpu_kernel_is_unknown_not_absent(cpu_build_table):
+    t = cpu_build_table
+    assert "CPU-only" in t.build_label()
+    l2 = node("L2Loss", T=F32)
+    # No fitting GPU kernel recorded, GPU incomplete: supported (priority 0), not refused.
+    assert t.supported_device_types(l2, ["GPU", "CPU"]) == [("GPU", 0), ("CPU", 0)]
+    assert t.supported_device_types(l2, ["GPU", "CPU"], registered_only=True) == [("CPU", 0)]
+    assert t.kernel_support(l2, "GPU") is None and t.host_memory_args(l2, "GPU") is None
+    assert t.kernel_support(node("L2Loss", T=HALF), "GPU") is True
+    sqrtm = node(NO_GPU_KERNEL_OP, T=F32)  # this build cannot tell either
+    assert t.supported_device_types(sqrtm, ["GPU", "CPU"]) == [("GPU", 0), ("CPU", 0)]
+    assert t.kernel_support(sqrtm, "GPU") is None
+    # A complete type still refuses; known priorities still sort first.
+    assert t.supported_device_types(node("MatMul", T=UINT8), ["GPU", "CPU"]) == [("GPU", 0)]
+    assert t.kernel_support(node("MatMul", T=UINT8), "CPU") is False
+    it = node("IteratorV2", output_types=[F32], output_shapes=[])
+    assert t.supported_device_types(it, ["GPU", "CPU"]) == [("CPU", 2), ("GPU", 0)]
+    # A DEFAULT kernel still serves (with its host-memory args).
+    assert t.kernel_support(node("Const", dtype=I32), "GPU") is True
+    assert t.host_memory_args(node("Const", dtype=I32), "GPU") == ("output",)
+    # Results are cached per flag.
+    assert t.supported_device_types(l2, ["GPU", "CPU"]) == [("GPU", 0), ("CPU", 0)]
+
+
+def _pinned_graph(op: str) -> GraphDef:
+    """A Const feeding ``op`` (T=float), both pinned to /job:worker/task:0/device:GPU:0."""
+    gd = GraphDef()
+    c = gd.node.add(name="c", op="Const", device=GPU0)
+    c.attr["dtype"].type = F32
+    c.attr["value"].tensor.dtype = F32
+    c.attr["value"].tensor.tensor_shape.dim.add(size=2)
+    c.attr["value"].tensor.tensor_shape.dim.add(size=2)
+    c.attr["value"].tensor.float_val.extend([1.0, 0.0, 0.0, 1.0])
+    n = gd.node.add(name="y", op=op, input=["c"], device=GPU0)
+    n.attr["T"].type = F32
+    return gd
+
+
+def _place_cli(tmp_path, capsys, op: str, *extra: str) -> tuple[int, dict, str]:
+    from conftest import run_cli
+    from google.protobuf import text_format
+
+    src = tmp_path / f"{op}.pbtxt"
+    src.write_text(text_format.MessageToString(_pinned_graph(op)))
+    out = tmp_path / f"{op}.placed.pbtxt"
+    code, _, err = run_cli(["place", src, "-o", out, "--gpus-per-worker", "1", *extra], capsys)
+    devices = {}
+    if code == 0:
+        devices = {n.name: n.device for n in text_format.Parse(out.read_text(), GraphDef()).node}
+    return code, devices, err
+
+
+def test_place_l2loss_pinned_to_gpu(tmp_path, capsys):
+    """The issue's graph: real TF (CUDA build) runs L2Loss on the GPU."""
+    code, devices, err = _place_cli(tmp_path, capsys, "L2Loss")
+    assert code == 0, err
+    assert devices == {n: "/job:worker/replica:0/task:0/device:GPU:0" for n in ("c", "y")}
+
+
+def test_op_without_gpu_kernel_is_refused_on_gpu_or_soft_placed(tmp_path, capsys):
+    code, _, err = _place_cli(tmp_path, capsys, NO_GPU_KERNEL_OP)
+    assert code == 2
+    assert "Could not satisfy explicit device specification" in err and "no supported kernel for GPU" in err
+    code, devices, err = _place_cli(tmp_path, capsys, NO_GPU_KERNEL_OP, "--soft-placement")
+    assert code == 0, err
+    assert devices == {
+        "c": "/job:worker/replica:0/task:0/device:GPU:0",
+        "y": "/job:worker/replica:0/task:0/device:CPU:0",
+    }
+
+
+@pytest.mark.parametrize("op", ["L2Loss", NO_GPU_KERNEL_OP])
+def test_incomplete_table_does_not_refuse_gpu_pins(cpu_build_table, op):
+    """With a table from a CPU-only build the GPU kernels are unknown: a GPU pin is honoured."""
+    from placeviz.graph import Graph
+    from placeviz.placement import PlacementOptions, place_graph
+
+    result = place_graph(Graph(_pinned_graph(op)), PlacementOptions(gpus_per_worker=1), cpu_build_table)
+    assert result.placement.devices == ["/job:worker/replica:0/task:0/device:GPU:0"] * 2
+
+
+def test_build_label():
+    assert ops.build_label({"tf_version": "2.1"}) == "TensorFlow 2.1 (CPU-only build)"
+    gen = {
+        "distribution": "tensorflow",
+        "distribution_version": "2.21.0",
+        "cuda_version": "12.5.1",
+        "platform": "linux-x86_64",
+    }
+    assert ops.build_label({"build": {"is_cuda_build": True}, "generated_by": gen}) == (
+        "tensorflow 2.21.0 (CUDA 12.5.1 build, linux-x86_64)"
+    )
+
+
+# ------------------------------------------------------------------------------------------------
 # Differential tests against the installed TensorFlow
 
 
@@ -224,6 +371,17 @@ def test_static_core_does_not_import_tensorflow():
 def tf():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return pytest.importorskip("tensorflow")
+
+
+@pytest.fixture(scope="module")
+def tf_table(tf) -> ops.OpTable:
+    """The table of the installed TF's own registries (the CPU wheel in the test venv), read in
+    process. The shipped table comes from the CUDA-enabled wheel (more GPU and DEFAULT kernels), so
+    the differential tests of kernel selection compare TF with a table of the same build;
+    test_regenerating_matches_shipped_table relates the two builds."""
+    from placeviz import ops_generate
+
+    return ops.OpTable(ops_generate.collect(), "<installed TF>")
 
 
 def _to_pv(nd) -> NodeDef:
@@ -245,9 +403,10 @@ def test_shipped_table_matches_installed_tf_version(tf, table):
 
 
 @pytest.mark.tf
-def test_every_op_matches_tf_opdef(tf, table):
+def test_every_op_matches_tf_opdef(tf, tf_table):
     from tensorflow.python.framework import op_def_registry
 
+    table = tf_table
     for name in table.op_types():
         op_def = op_def_registry.get(name)
         assert op_def is not None, name
@@ -278,9 +437,10 @@ def test_every_op_matches_tf_opdef(tf, table):
 
 
 @pytest.mark.tf
-def test_every_kernel_matches_tf_registry(tf, table):
+def test_every_kernel_matches_tf_registry(tf, tf_table):
     from tensorflow.python.framework import kernels
 
+    table = tf_table
     for name in ["MatMul", "ResourceConditionalAccumulator", "Const", "VarHandleOp", "IteratorV2"]:
         reg = kernels.get_registered_kernels_for_op(name)
         theirs = sorted(
@@ -340,10 +500,11 @@ def _tf_has_kernel(node_def_pv: NodeDef, device_type: str) -> bool:
 
 
 @pytest.mark.tf
-def test_kernel_selection_matches_tf_for_every_kernel(tf, table):
+def test_kernel_selection_matches_tf_for_every_kernel(tf, tf_table):
     """For every registered kernel, a node satisfying its constraints (and one violating them) gets
-    the same yes/no from placeviz as from TF's FindKernelDef, on every device type (+ an unknown one,
-    which only DEFAULT kernels serve)."""
+    the same yes/no from placeviz (``registered_only``: the build's own answer, no "unknown") as from
+    TF's FindKernelDef, on every device type (+ an unknown one, which only DEFAULT kernels serve)."""
+    table = tf_table
     bad_type = DT.Value("DT_UINT4") if "DT_UINT4" in DT.keys() else DT.Value("DT_QUINT16")
     checked = mismatches = 0
     problems = []
@@ -379,7 +540,7 @@ def test_kernel_selection_matches_tf_for_every_kernel(tf, table):
                             continue
                         seen.add(key)
                         expected = _tf_has_kernel(n, dev)
-                        got = table.supported_device_types(n, [dev])
+                        got = table.supported_device_types(n, [dev], registered_only=True)
                         checked += 1
                         if expected != bool(got):
                             mismatches += 1
@@ -517,13 +678,15 @@ def test_io_types_match_tf_operations(tf, table, tf_graph, strip_defaults):
 
 
 @pytest.mark.tf
-def test_supported_device_types_match_tf_for_graph_nodes(tf, table, tf_graph):
-    device_types = sorted(table.kernel_device_types_seen - {"DEFAULT"}) + ["FOO"]
+def test_supported_device_types_match_tf_for_graph_nodes(tf, tf_table, table, tf_graph):
+    device_types = sorted(tf_table.kernel_device_types_seen - {"DEFAULT"}) + ["FOO"]
     for n in tf_graph.as_graph_def().node:
         nd = _to_pv(n)
-        got = {d for d, _ in table.supported_device_types(nd, device_types)}
+        got = {d for d, _ in tf_table.supported_device_types(nd, device_types, registered_only=True)}
         want = {d for d in device_types if _tf_has_kernel(nd, d)}
         assert got == want, (n.name, n.op)
+        # The shipped table (another build of the same TF) agrees on CPU.
+        assert table.kernel_support(nd, "CPU") == ("CPU" in want), (n.name, n.op)
     by_name = {n.name: _to_pv(n) for n in tf_graph.as_graph_def().node}
     assert [d for d, _ in table.supported_device_types(by_name["int_matmul"], ["CPU"])] == ["CPU"]
     for name in ("acc", "old_acc"):
@@ -551,7 +714,12 @@ def test_ps_ops_read_from_tf(tf, table):
 
 
 @pytest.mark.tf
-def test_regenerating_gives_identical_table(tmp_path):
+def test_regenerating_matches_shipped_table(tmp_path):
+    """`placeviz ops generate` under the installed TF gives the shipped table byte for byte when the
+    builds match. Under another build of the same TF (the test venv's CPU wheel vs the CUDA-enabled
+    wheel the shipped table comes from), the shipped table must hold the same OpDefs and exactly the
+    same CPU kernels, and every kernel the installed build registers; extra DEFAULT kernels (GPU-only
+    host-memory ones) must not change what any CPU node selects."""
     out = tmp_path / "op_facts.json.gz"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     res = subprocess.run(
@@ -564,18 +732,52 @@ def test_regenerating_gives_identical_table(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     assert f"wrote {out}" in res.stdout and "default ps ops: Variable, VariableV2" in res.stdout
+    assert "  from: " in res.stdout
     shipped = ops.default_table_path()
     fresh = json.loads(gzip.decompress(out.read_bytes()))
     old = json.loads(gzip.decompress(shipped.read_bytes()))
     assert fresh.keys() == old.keys()
-    for key in fresh:
-        if key != "ops":
-            assert fresh[key] == old[key], key
-    changed = sorted(
-        k for k in fresh["ops"].keys() | old["ops"].keys() if fresh["ops"].get(k) != old["ops"].get(k)
+    stale = "shipped op facts are stale: run `placeviz ops generate` under the shipped build ({})"
+    if fresh["build"] == old["build"] and fresh["generated_by"] == old["generated_by"]:
+        for key in fresh:
+            if key != "ops":
+                assert fresh[key] == old[key], key
+        changed = sorted(
+            k for k in fresh["ops"].keys() | old["ops"].keys() if fresh["ops"].get(k) != old["ops"].get(k)
+        )
+        assert not changed, stale.format(f"{len(changed)} ops differ, e.g. {changed[:5]}")
+        assert out.read_bytes() == shipped.read_bytes()
+        return
+    # Another build of the same TF.
+    for key in ("schema", "tf_version", "tf_git_version", "standard_ps_ops", "standard_ps_ops_source"):
+        assert fresh[key] == old[key], key
+    assert set(fresh["kernel_device_types_seen"]) <= set(old["kernel_device_types_seen"])
+    assert set(fresh["kernel_device_types_complete"]) <= set(old["kernel_device_types_complete"])
+    assert fresh["ops"].keys() <= old["ops"].keys(), stale.format(
+        sorted(fresh["ops"].keys() - old["ops"].keys())
     )
-    assert not changed, (
-        f"shipped op facts are stale ({len(changed)} ops differ, e.g. {changed[:5]}): "
-        "run `placeviz ops generate`"
-    )
-    assert out.read_bytes() == shipped.read_bytes()
+    default_changed = []
+    for name, f in fresh["ops"].items():
+        o = old["ops"][name]
+        assert {k: v for k, v in f.items() if k != "kernels"} == {
+            k: v for k, v in o.items() if k != "kernels"
+        }, name
+        fk, ok = f.get("kernels", {}), o.get("kernels", {})
+        assert fk.get("CPU") == ok.get("CPU"), name
+        for dev, ks in fk.items():
+            extra = [k for k in ks if k not in ok.get(dev, ())]
+            assert not extra, (name, dev, extra)
+        if fk.get("DEFAULT") != ok.get("DEFAULT"):
+            default_changed.append(name)
+    # The extra DEFAULT kernels do not change any CPU node's kernel or memory types.
+    fresh_t, old_t = ops.OpTable(fresh), ops.OpTable(old)
+    for name in default_changed:
+        for k in old["ops"][name]["kernels"]["DEFAULT"]:
+            n = NodeDef(name="n", op=name)
+            for attr, kind, allowed in k.get("constraints", []):
+                assert kind == "type"
+                n.attr[attr].type = allowed[0]
+            assert fresh_t.supported_device_types(n, ["CPU"]) == old_t.supported_device_types(n, ["CPU"]), (
+                name
+            )
+            assert fresh_t.host_memory_args(n, "CPU") == old_t.host_memory_args(n, "CPU"), name
