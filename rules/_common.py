@@ -114,11 +114,56 @@ def has_ps_job(ctx) -> bool:
 
 
 def ps_tasks(ctx) -> list[str]:
-    """``/job:ps/task:T`` of every PS task: the cluster's when given, else those the graph uses."""
+    """``/job:ps/task:T`` of every PS task: the cluster's when given, else the N tasks of
+    ``--ps-tasks N`` (an idle task counts: the user said it exists), else those the graph uses."""
     if ctx.cluster is not None and PS_JOB in ctx.cluster.jobs:
         return [f"/job:{PS_JOB}/task:{t}" for t in ctx.cluster.task_indices(PS_JOB)]
     tasks = {task_of(d) for d in set(effective_devices(ctx)) if job_of(d) == PS_JOB}
+    stated = ctx.stated_ps_tasks
+    if stated:
+        tasks |= {f"/job:{PS_JOB}/task:{t}" for t in range(stated)}
     return sorted(tasks, key=_task_sort_key)
+
+
+def setter_strategy(ctx) -> str | None:
+    """The ps_strategy of the setter placeviz replayed on this graph (``--strategy``), or None when
+    the graph kept its own devices."""
+    pipe = ctx.pipeline
+    if pipe is None or pipe.placement is None or pipe.placement.setter is None:
+        return None
+    return getattr(getattr(ctx.placement_options, "setter", None), "strategy", None)
+
+
+GREEDY_RESOURCE_TRAP = (
+    "GreedyLoadBalancingStrategy with byte_size_load_fn weighs a resource variable by its VarHandleOp's "
+    "DT_RESOURCE handle, 0 bytes in TF 2.x, so it cannot balance resource variables: use round-robin, or a "
+    "load function that sizes each variable by its shape x dtype")
+
+
+def greedy_resource_note(ctx, ids: Iterable[int]) -> str | None:
+    """Advice about the greedy strategy's blind spot when resource variables are among ``ids``: firm when
+    placeviz replayed ``--strategy greedy`` here, conditional when the graph came placed."""
+    g = ctx.graph
+    if not any(g.ops[i] == "VarHandleOp" for i in ids):
+        return None
+    if setter_strategy(ctx) == "greedy":
+        return "this is --strategy greedy's doing: " + GREEDY_RESOURCE_TRAP
+    return "if the program placed them with " + GREEDY_RESOURCE_TRAP
+
+
+def chief_task(ctx) -> str:
+    """The task that acts as the chief: task 0 of a ``chief`` (or ``master``) job when the cluster the
+    user gave, or the graph, has one; else ``/job:worker/task:0`` (TF1's ``is_chief = task_index == 0``)."""
+    jobs = set(ctx.cluster.jobs) if ctx.cluster is not None else {job_of(d) for d in set(effective_devices(ctx))}
+    for job in ("chief", "master"):
+        if job in jobs:
+            return f"/job:{job}/task:0"
+    return "/job:worker/task:0"
+
+
+def trainable_names(ctx) -> set[str]:
+    """Op names of the MetaGraphDef's ``trainable_variables`` (empty for a bare GraphDef)."""
+    return {n.split(":", 1)[0] for n in ctx.collections.trainable_variables}
 
 
 def _task_sort_key(task: str):

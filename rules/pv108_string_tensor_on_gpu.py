@@ -20,12 +20,21 @@ Reports nodes explicitly pinned to a GPU that have a `DT_STRING` output.
 GPUs have no string kernels: string ops (decoding, parsing, summaries, file names, lookups by key)
 either fail to place (`no supported kernel for GPU devices is available`) or, with soft placement,
 run on CPU anyway; the few that have GPU registrations keep strings in host memory. The pin is at
-best useless and often a placement failure. This complements PV107, which cannot judge GPU kernels
-with a table generated from a CPU build.
+best useless and often a placement failure. This complements PV107, which judges GPU kernels only
+when the op table comes from a build with all GPU kernels (a CUDA build), and which names the
+string ops that have no GPU kernel at all.
 
 ## How it is detected
 Requested device type `GPU` and an output of type `DT_STRING` (from the op-facts table and the
 node's attrs).
+
+Not reported under soft placement (`--soft-placement`, i.e. the program's session runs with
+`ConfigProto(allow_soft_placement=True)`): TF's placer then puts an op on CPU when "there's no
+GPU implementation for the OP" or no GPU is known (`tensorflow/core/protobuf/config.proto`,
+`allow_soft_placement`), and an op that does have a GPU kernel keeps its string tensors in host
+memory. Either way the program runs as
+written: multi-GPU tower programs (`cifar10_multi_gpu_train.py`) rely on exactly this for the
+summaries they build inside `tf.device('/gpu:%d' % i)`.
 
 ## Example
 ```python
@@ -33,17 +42,26 @@ with tf.device("/gpu:0"):
     tf.compat.v1.summary.scalar("loss", loss)
 ```
 
+Quiet with soft placement (the summary op runs on CPU):
+```python
+config = tf.compat.v1.ConfigProto(allow_soft_placement=True)   # lint with --soft-placement
+```
+
 ## Fix
-Build input parsing and summaries outside the GPU device scope (`tf.device("/cpu:0")`).
+Build input parsing and summaries outside the GPU device scope (`tf.device("/cpu:0")`), or run the
+session with `allow_soft_placement=True` (and lint with `--soft-placement`).
 
 ## References
 - Humbatova et al., ICSE 2020 ("unsupported operations on CUDA tensors"); tensorflow/tensorflow#22476
+- `tensorflow/core/protobuf/config.proto` (`allow_soft_placement`)
 """,
     references=("tensorflow/tensorflow#22476",),
 )
 
 
 def check(ctx):
+    if ctx.soft_placement:
+        return  # TF's placer moves string ops without a GPU kernel to CPU; the others use host memory
     table = ctx.op_table
     if table is None:
         from placeviz.ops import load_op_table

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
-from rules._common import PS_JOB, effective_devices, fmt_bytes, job_of, ps_tasks, shown, task_of, variable_ids
+from rules._common import (
+    PS_JOB,
+    effective_devices,
+    fmt_bytes,
+    greedy_resource_note,
+    job_of,
+    ps_tasks,
+    shown,
+    task_of,
+    variable_ids,
+)
 
 RULE = Rule(
     id="PV204",
@@ -22,9 +32,19 @@ loaded task when it holds more than `ps-imbalance-ratio` times the mean, and at 
 in creation order, so one task can get the big embedding and its slots while the others idle. Every
 worker reads and updates its variables every step, so that task's NIC and CPU bound the step time.
 
+The size-aware alternative has its own trap: TF1 contrib's `GreedyLoadBalancingStrategy` with
+`byte_size_load_fn` weighs an op by its single output, and a resource variable's op
+(`VarHandleOp`) outputs a scalar `DT_RESOURCE` handle, whose `DType.size` is 0 in TF 2.x
+(`DataTypeSize(DT_RESOURCE)`; `tensorflow/python/framework/dtypes.cc`). Every resource variable
+weighs 0 bytes, the least loaded task never changes, and the greedy strategy puts **all** of them
+on one task (task 0; task 1 when a ref global step went to task 0 first). `--ps-tasks 2 --strategy
+greedy` reproduces it, and the finding's advice names this cause when the most loaded task holds
+resource variables.
+
 ## How it is detected
 Static shapes and dtypes of the variable ops (unknown shapes count 0) on their placed device,
-grouped by PS task (every task of the cluster when one is given, so empty tasks count).
+grouped by PS task (every task of the cluster when one is given, or the N tasks of `--ps-tasks N`,
+so empty tasks count).
 
 Thresholds:
 - `ps-imbalance-ratio` (default `1.5`): max / mean bytes per PS task above which the rule fires;
@@ -39,12 +59,16 @@ with tf.device(tf.compat.v1.train.replica_device_setter(ps_tasks=2)):
 ```
 
 ## Fix
-Partition big variables (`partitioner=tf.compat.v1.fixed_size_partitioner(num_ps)`), or pass a
-size-aware strategy (`ps_strategy=GreedyLoadBalancingStrategy(num_ps, byte_size_load_fn)` in TF1
-contrib).
+Partition big variables (`partitioner=tf.compat.v1.fixed_size_partitioner(num_ps)`), so each task
+gets a shard. A greedy `ps_strategy` helps only with a load function that sizes the variable
+itself (its `shape` attr times its `dtype`), not with `byte_size_load_fn` on resource variables,
+which is what causes the imbalance above; with resource variables, keep the round-robin default
+or partition.
 
 ## References
 - tensorflow/tensorflow#24953, #45291, #42675; bytedance/byteps#116
+- `tensorflow/contrib/training/python/training/device_setter.py` (`GreedyLoadBalancingStrategy`,
+  `byte_size_load_fn`); `tensorflow/python/framework/dtypes.cc` (`DType.size`)
 """,
     references=("tensorflow/tensorflow#24953", "tensorflow/tensorflow#45291"),
 )
@@ -75,13 +99,23 @@ def check(ctx):
     if load[top] < ctx.threshold_bytes("ps-imbalance-min-bytes", "16MiB"):
         return
     biggest = sorted(members[top], key=lambda i: -sizes.get(g.names[i], 0))
-    per_task = ", ".join(f"{t}: {fmt_bytes(load[t])}" for t in sorted(load))
+    per_task = ", ".join(f"{t}: {fmt_bytes(load[t])}" for t in sorted(load, key=_task_key))
+    suggestion = "partition the largest variables across the PS tasks (fixed_size_partitioner(num_ps))"
+    note = greedy_resource_note(ctx, members[top])
+    if note:
+        suggestion += "; " + note
+    else:
+        suggestion += ", or a ps_strategy whose load function sizes each variable by its shape x dtype"
     yield ctx.finding(
         RULE, biggest[0],
         f"PS task {top} holds {fmt_bytes(load[top])} of variables, {ratio:.2f}x the mean of "
         f"{fmt_bytes(mean)} ({per_task}); largest there: "
         + shown(f"{g.names[i]} ({fmt_bytes(sizes.get(g.names[i], 0))})" for i in biggest[:5]),
         related=biggest[1:5],
-        suggestion="partition the largest variables across the PS tasks, or use a size-aware ps_strategy "
-                   "(GreedyLoadBalancingStrategy with byte_size_load_fn)",
+        suggestion=suggestion,
     )
+
+
+def _task_key(task: str):
+    job, _, index = task.rpartition("/task:")
+    return job, int(index) if index.isdigit() else 0

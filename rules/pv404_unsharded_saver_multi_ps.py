@@ -12,8 +12,8 @@ SAVE_OPS = {"SaveV2": 3, "Save": 2, "SaveSlices": 3}
 RULE = Rule(
     id="PV404",
     name="unsharded-saver-multi-ps",
-    severity="warning",
-    summary="A non-sharded Saver writes the variables of several PS tasks through one save op.",
+    severity="info",
+    summary="A non-sharded Saver writes the variables of several PS tasks through one save op (advice).",
     doc="""\
 ## What it does
 Reports save ops (`SaveV2`, `Save`, `SaveSlices`) whose saved tensors come from more than one PS task
@@ -24,6 +24,13 @@ A non-sharded Saver builds one save op: at every checkpoint all parameters trave
 task to one device and are written from there (memory and network spikes, slow or stalled
 checkpoints with large models). `Saver(sharded=True)` builds one save op per device that writes
 its own shard, then merges the index: each PS writes its own variables.
+
+It is advice, hence `info`: the checkpoint is correct, only slower and heavier on one device, and
+`Saver()`'s default is `sharded=False`, which is also what `tf.compat.v1.train.Supervisor` builds
+(`supervisor.py`: `saver_mod.Saver()`), so TF's own distributed examples (`mnist_replica.py`,
+`inception_distributed_train.py`) checkpoint this way; and sharding needs a file system every PS
+task can write. Raise it with `[tool.placeviz.lint.severity] PV404 = "warning"` where checkpoints are
+large.
 
 ## How it is detected
 The devices of the save op's tensor inputs (through `Identity`) after placement; the file-name

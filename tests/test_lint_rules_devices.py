@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_lint_rules_fixtures import build, cluster, edit_devices, lint, tf
+from test_lint_rules_fixtures import build, cluster, context, edit_devices, lint, lint_levels, run, tf
 
 
 def _setter(ps_tasks=2):
@@ -122,6 +122,16 @@ def test_pv107_no_kernel_for_device():
 
     assert lint(_mlp("pv1-int8", body(True))) == {("PV107", "cpu_matmul")}
     assert not lint(_mlp("pv1-float", body(False)))
+    # Soft placement cannot save an op no device type has a kernel for: still an error.
+    assert lint_levels(_mlp("pv1-int8", body(True)), soft_placement=True) == {("PV107", "cpu_matmul", "error")}
+
+
+def _gpu_kernels_judged() -> bool:
+    """Whether the shipped op table knows every GPU kernel (generated from a CUDA build); only then
+    does PV107 judge GPU pins."""
+    from placeviz.ops import load_op_table
+
+    return "GPU" in load_op_table().kernel_device_types_complete
 
 
 def test_pv108_string_tensor_on_gpu():
@@ -133,5 +143,27 @@ def test_pv108_string_tensor_on_gpu():
 
         return f
 
-    assert lint(_mlp("pv1-str-gpu", body(True))) == {("PV108", "as_string")}
+    no_gpu_kernel = {("PV107", "as_string", "error")} if _gpu_kernels_judged() else set()
+    assert lint_levels(_mlp("pv1-str-gpu", body(True))) == {("PV108", "as_string", "warning")} | no_gpu_kernel
     assert not lint(_mlp("pv1-str-cpu", body(False)))
+
+
+def test_pv108_quiet_under_soft_placement():
+    """With allow_soft_placement TF's placer runs a string op that has no GPU kernel on CPU (and one
+    that has a GPU kernel keeps strings in host memory): the multi-GPU tower pattern, summaries built
+    under tf.device('/gpu:N'), is correct there."""
+
+    def tower(t, x, h):
+        with t.compat.v1.device("/job:worker/task:0/device:GPU:0"):
+            t.compat.v1.summary.scalar("tower_loss", t.reduce_mean(h))
+        return h
+
+    model = _mlp("pv1-gpu-summary", tower)
+    judged = _gpu_kernels_judged()  # then PV107 also says the summary and its tag have no GPU kernel
+    ops = ("tower_loss", "tower_loss/tags")
+    assert lint_levels(model) == {("PV108", n, "warning") for n in ops} | (
+        {("PV107", n, "error") for n in ops} if judged else set())
+    # Soft placement runs them on the worker's CPU: PV108 has nothing to say, PV107 says where they run.
+    soft = run(context(model, soft_placement=True))
+    assert {(f.rule, f.node, f.severity) for f in soft} == ({("PV107", n, "info") for n in ops} if judged else set())
+    assert all("soft placement runs it on" in f.message for f in soft)

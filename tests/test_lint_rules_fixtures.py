@@ -65,13 +65,19 @@ def cluster(ps: int = 2, workers: int = 1) -> ClusterSpec:
 
 
 def context(model, *, cluster_spec: ClusterSpec | None = None, thresholds: dict | None = None,
-            gpus_per_worker: int = 0) -> LintContext:
-    options = PlacementOptions(setter=SetterConfig(ps_tasks=2), gpus_per_worker=gpus_per_worker,
-                               placer=PlacerConfig())
+            gpus_per_worker: int = 0, ps_tasks: int = 0, strategy: str = "round-robin",
+            soft_placement: bool = False) -> LintContext:
+    """The context ``placeviz lint`` builds with ``--ps-tasks ps_tasks --strategy strategy`` (0: no
+    ``--ps-tasks``; the setter only runs on an unplaced graph), or ``--cluster`` when ``cluster_spec``
+    is given, and ``--soft-placement``."""
+    placer = PlacerConfig(allow_soft_placement=soft_placement)
+    options = PlacementOptions(setter=SetterConfig(ps_tasks=ps_tasks, strategy=strategy),
+                               gpus_per_worker=gpus_per_worker, placer=placer)
     if cluster_spec is not None:
-        options = PlacementOptions(cluster=cluster_spec, gpus_per_worker=gpus_per_worker, placer=PlacerConfig())
+        options = PlacementOptions(cluster=cluster_spec, gpus_per_worker=gpus_per_worker, placer=placer)
     pipe = run_pipeline(model, options)
-    return LintContext(model.source, pipe, cluster=cluster_spec, thresholds=dict(thresholds or {}))
+    return LintContext(model.source, pipe, cluster=cluster_spec, thresholds=dict(thresholds or {}),
+                       placement_options=options)
 
 
 def run(ctx: LintContext, only: str | None = None) -> list:
@@ -89,6 +95,11 @@ def run(ctx: LintContext, only: str | None = None) -> list:
 def lint(model, **kwargs) -> set[tuple[str, str | None]]:
     """``{(rule, node)}`` of every PV1xx-PV4xx finding on ``model``."""
     return {(f.rule, f.node) for f in run(context(model, **kwargs))}
+
+
+def lint_levels(model, **kwargs) -> set[tuple[str, str | None, str]]:
+    """``{(rule, node, severity)}`` of every PV1xx-PV4xx finding on ``model``."""
+    return {(f.rule, f.node, f.severity) for f in run(context(model, **kwargs))}
 
 
 def serious(findings) -> set[tuple[str, str | None]]:

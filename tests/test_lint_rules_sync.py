@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_lint_rules_fixtures import build, cluster, edit_devices, lint, sample, tf
+from test_lint_rules_fixtures import build, cluster, edit_devices, lint, lint_levels, sample, tf
 
 METRICS = {("PV203", "accuracy/total"), ("PV203", "accuracy/count")}  # the mlp sample's tf.metrics on the PS
 
@@ -39,8 +39,11 @@ def _sync(name: str, variant: str = "good"):
                     train_op = t.group(train_op, extra)
                 if variant == "worker-step":
                     train_op = t.group(train_op, v1.assign_add(gs, 1, name="count_step"))
-                v1.train.add_queue_runner(opt.get_chief_queue_runner())
-                if variant != "no-init-tokens":
+                if variant == "worker-runs-collection":  # the workers' op runs TF's TRAIN_OP entry too
+                    train_op = t.group(train_op, *v1.get_collection(v1.GraphKeys.TRAIN_OP), name="worker_train")
+                if variant != "worker-graph":  # a non-chief worker neither starts nor registers it
+                    v1.train.add_queue_runner(opt.get_chief_queue_runner())
+                if variant not in ("no-init-tokens", "worker-graph"):
                     opt.get_init_tokens_op()
                 if variant != "train-op-collection":
                     v1.get_collection_ref(v1.GraphKeys.TRAIN_OP)[:] = [train_op]
@@ -80,7 +83,14 @@ def test_pv304_accumulator_not_with_variable():
 
 
 def test_pv305_missing_init_tokens():
-    assert lint(_sync("no-init-tokens", "no-init-tokens")) == {("PV305", "sync_token_q")}
+    # The chief's graph (it registers the chief queue runner) without get_init_tokens_op().
+    assert lint_levels(_sync("no-init-tokens", "no-init-tokens")) == {("PV305", "sync_token_q", "warning")}
+
+
+def test_pv305_non_chief_worker_graph_is_info():
+    # make_session_run_hook(is_chief=False) builds neither the init tokens nor the chief queue runner:
+    # apart from that op a worker's graph equals the chief's, so the missing op is expected there.
+    assert lint_levels(_sync("worker-graph", "worker-graph")) == {("PV305", "sync_token_q", "info")}
 
 
 def test_pv306_pv307_replicas_vs_cluster():
@@ -126,4 +136,18 @@ def test_pv309_global_step_never_incremented():
 
 
 def test_pv310_train_op_collection_runs_chief_update():
-    assert lint(_sync("train-op-collection", "train-op-collection")) == {("PV310", "GradientDescent")}
+    # TF's own export: Optimizer.apply_gradients put the wrapped update in TRAIN_OP; nothing runs it there.
+    assert lint_levels(_sync("train-op-collection", "train-op-collection")) == {
+        ("PV310", "GradientDescent", "info")}
+
+
+def test_pv310_worker_train_op_runs_chief_update():
+    # The program grouped its train op with the collection and runs that on every worker; PV308 names
+    # each update and TakeGradient the workers now run.
+    assert lint_levels(_sync("worker-runs-collection", "worker-runs-collection")) == {
+        ("PV310", "worker_train", "warning"),
+        ("PV308", "GradientDescent", "warning"),
+        ("PV308", "GradientDescent/update_w/ApplyGradientDescent", "warning"),
+        ("PV308", "GradientDescent/update_b/ApplyGradientDescent", "warning"),
+        ("PV308", "sync_replicas/ResourceAccumulatorTakeGradient", "warning"),
+        ("PV308", "sync_replicas/ResourceAccumulatorTakeGradient_1", "warning")}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_lint_rules_fixtures import build, lint, tf
+from test_lint_rules_fixtures import build, lint, lint_levels, tf
 
 
 def _graph(name: str, body):
@@ -88,7 +88,8 @@ def _saver(sharded: bool):
 
 
 def test_pv404_unsharded_saver_multi_ps():
-    assert lint(_saver(False)) == {("PV404", "save/SaveV2")}
+    # Advice, not a defect: Saver()'s (and Supervisor's) default checkpoints correctly, through one device.
+    assert lint_levels(_saver(False)) == {("PV404", "save/SaveV2", "info")}
     assert lint(_saver(True)) == set()
 
 

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from test_lint_rules_fixtures import build, cluster, lint, tf
+from test_lint_rules_fixtures import build, cluster, context, lint, lint_levels, run, tf
 
 MiB = 1 << 20
 
 
-def _graph(name: str, body, ps_tasks: int = 2, strategy=None, global_step: bool = True):
+def _graph(name: str, body, ps_tasks: int = 2, strategy=None, global_step: bool = True,
+           worker_device: str = "/job:worker/task:0"):
     """``body(t, gs)`` builds the model under replica_device_setter and returns the loss (or None)."""
 
     def make():
         t = tf()
         g = t.Graph()
-        setter = t.compat.v1.train.replica_device_setter(ps_tasks=ps_tasks, worker_device="/job:worker/task:0",
+        setter = t.compat.v1.train.replica_device_setter(ps_tasks=ps_tasks, worker_device=worker_device,
                                                          ps_strategy=strategy)
         with g.as_default(), t.compat.v1.device(setter):
             gs = t.compat.v1.train.get_or_create_global_step() if global_step else None
@@ -45,6 +46,36 @@ def test_pv201_pv210_variable_on_worker():
     # Pinned to another worker task: shared, but worker 1 serves it (info).
     assert lint(_graph("pv2-other-worker", body("/job:worker/task:1"))) == {("PV210", "v")}
     assert lint(_graph("pv2-on-ps", body("/job:ps/task:1"))) == set()
+
+
+def test_pv201_chief_only_state_is_info_on_the_chief():
+    """inception_distributed_train.py: `if is_chief:` it averages the losses with an
+    ExponentialMovingAverage inside its tf.device('/job:worker/task:%d') scope. Only the chief's graph
+    has those variables, on the chief's task; the chief initializes them itself."""
+
+    def body(task: int, trainable: bool):
+        def f(t, gs):
+            w = t.compat.v1.get_variable("w", [8, 2], use_resource=False)
+            loss = t.identity(t.reduce_sum(t.matmul(_x(t), w)), name="loss")
+            with t.compat.v1.device(f"/job:worker/task:{task}"):
+                if trainable:
+                    scale = t.compat.v1.get_variable("scale", [], use_resource=False)
+                    loss = loss * scale
+                else:
+                    averages = t.compat.v1.train.ExponentialMovingAverage(0.9, name="avg")
+                    with t.control_dependencies([averages.apply([loss])]):
+                        loss = t.identity(loss)
+            return loss
+
+        return f
+
+    chief = _graph("pv2-chief-avg", body(0, False))
+    assert lint_levels(chief) == {("PV201", "loss/avg", "info")}
+    # The same variable in a non-chief worker's graph: its own copy that nobody initializes.
+    worker = _graph("pv2-worker1-avg", body(1, False), worker_device="/job:worker/task:1")
+    assert lint_levels(worker) == {("PV201", "loss/avg", "error")}
+    # A trainable variable on the chief's task is a model parameter every worker trains privately.
+    assert lint_levels(_graph("pv2-chief-trainable", body(0, True))) == {("PV201", "scale", "error")}
 
 
 def test_pv201_skips_local_variables():
@@ -125,6 +156,55 @@ def test_pv204_ps_load_imbalance():
     assert lint(_graph("pv2-balanced", body(balanced))) == set()
     # The same layout below the size that matters is not reported; a stricter ratio reports the other one.
     assert lint(_graph("pv2-unbalanced", body(unbalanced)), thresholds={"ps-imbalance-min-bytes": "1GiB"}) == set()
+
+
+def _unplaced(name: str, resource: bool):
+    """Two 16 MiB variables and a bias, built without a device setter (placed by ``--ps-tasks``)."""
+
+    def make():
+        t = tf()
+        v1 = t.compat.v1
+        g = t.Graph()
+        with g.as_default():
+            gs = v1.train.get_or_create_global_step()
+            x = _x(t, 1024)
+            w1 = v1.get_variable("w1", [1024, 4096], use_resource=resource)
+            w2 = v1.get_variable("w2", [1024, 4096], use_resource=resource)
+            b = v1.get_variable("b", [4096], use_resource=resource)
+            loss = t.reduce_sum(t.matmul(x, w1) + t.matmul(x, w2) + b)
+            v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+        return g
+
+    return build(name, make)
+
+
+def test_pv204_pv207_count_the_ps_tasks_of_ps_tasks_option():
+    """`--ps-tasks 2 --strategy greedy`: byte_size_load_fn weighs a resource variable's VarHandleOp by
+    its DT_RESOURCE handle, 0 bytes in TF 2.x, so every variable lands on ps:0 and ps:1 idles."""
+    resource = _unplaced("pv2-unplaced-resource", True)
+    findings = {(f.rule, f.node, f.severity): f for f in run(context(resource, ps_tasks=2, strategy="greedy"))}
+    assert set(findings) == {("PV204", "w1", "warning"), ("PV207", None, "info")}
+    assert "/job:ps/task:1: 0 B" in findings["PV204", "w1", "warning"].message
+    # The advice names the cause and does not recommend the strategy that caused it.
+    suggestion = findings["PV204", "w1", "warning"].suggestion
+    assert "--strategy greedy's doing" in suggestion and "0 bytes" in suggestion and "use round-robin" in suggestion
+    assert "hosts no variables" in findings["PV207", None, "info"].message
+    assert "--strategy greedy's doing" in findings["PV207", None, "info"].suggestion
+    # Round-robin deals the same variables to both tasks; greedy sizes ref variables (VariableV2) right.
+    assert lint(resource, ps_tasks=2) == set()
+    assert lint(_unplaced("pv2-unplaced-ref", False), ps_tasks=2, strategy="greedy") == set()
+
+
+def test_pv207_needs_a_stated_ps_count():
+    """Without --cluster or --ps-tasks the tasks a placed graph names are all the rule can see."""
+    from test_lint_rules_fixtures import RULES
+
+    model = _graph("pv2-one-task", lambda t, gs: t.reduce_sum(
+        t.compat.v1.get_variable("w", [8, 2], use_resource=False)), ps_tasks=1)  # built for one PS task
+    assert context(model).missing(RULES["PV207"].RULE) == ["ps-count"]
+    ctx = context(model, ps_tasks=2)  # linted with --ps-tasks 2: ps:1 exists and hosts nothing
+    assert ctx.missing(RULES["PV207"].RULE) == []
+    assert {(f.rule, f.node) for f in run(ctx)} == {("PV207", None)}
 
 
 def test_pv205_oversized_unpartitioned_variable():

@@ -34,11 +34,13 @@ CATEGORIES = {
 }
 """First digit of a rule ID -> category."""
 
-NEEDS = frozenset({"placement", "cluster", "meta", "sync", "partition"})
+NEEDS = frozenset({"placement", "cluster", "ps-count", "meta", "sync", "partition"})
 """What a rule may need beyond the GraphDef:
 
 * ``placement``: placed devices (``ctx.devices``); missing when TF's placer would reject the graph;
 * ``cluster``: a cluster spec the user gave (``--cluster`` or config), not one inferred from the graph;
+* ``ps-count``: how many PS tasks there are, as the user stated it: a cluster spec with a ``ps`` job,
+  or ``--ps-tasks N`` (not inferred from the tasks the graph happens to use);
 * ``meta``: MetaGraphDef collections (trainable/local variables, train ops, queue runners);
 * ``sync``: detected SyncReplicas machinery (``ctx.machinery``/``ctx.proof``);
 * ``partition``: the partition of one train step (``ctx.partitions``).
@@ -112,6 +114,9 @@ class LintContext:
     raw: object | None = None
     """:class:`placeviz.lint.raw.RawGraph`: the GraphDef as written, indexed without validation
     (set by the engine for every model; integrity rules read it)."""
+    placement_options: object | None = None
+    """:class:`placeviz.placement.PlacementOptions` the model was placed with (the PLACE options:
+    ``--ps-tasks``, ``--soft-placement``, ...), or None when the caller gave none."""
 
     @property
     def loaded(self) -> bool:
@@ -164,12 +169,33 @@ class LintContext:
     def partitions(self):
         return self.pipeline.partitions
 
+    @property
+    def soft_placement(self) -> bool:
+        """True when the session places softly (``--soft-placement``: the program's
+        ``ConfigProto(allow_soft_placement=True)``): TF's placer then moves an op whose requested
+        device type has no kernel for it to a device that has one, instead of failing."""
+        options = self.placement_options
+        placer = getattr(options, "placer", None)
+        return bool(getattr(placer, "allow_soft_placement", False))
+
+    @property
+    def stated_ps_tasks(self) -> int | None:
+        """The number of PS tasks the user stated: the ``ps`` job of the cluster spec they gave, else
+        ``--ps-tasks N``; None when they stated neither."""
+        if self.cluster is not None and "ps" in self.cluster.jobs:
+            return self.cluster.num_tasks("ps")
+        setter = getattr(self.placement_options, "setter", None)
+        n = getattr(setter, "ps_tasks", 0) or 0
+        return n if n > 0 else None
+
     def has(self, need: str) -> bool:
         """Whether the input ``need`` (see :data:`NEEDS`) is available for this model."""
         if need == "placement":
             return self.devices is not None
         if need == "cluster":
             return self.cluster is not None
+        if need == "ps-count":
+            return self.stated_ps_tasks is not None
         if need == "meta":
             return self.collections.present
         if need == "sync":

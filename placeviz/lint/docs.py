@@ -16,6 +16,7 @@ from placeviz.io import atomic_write
 NEED_TEXT = {
     "placement": "placement (the graph is placed, or --ps-tasks/--cluster)",
     "cluster": "a cluster spec (--cluster)",
+    "ps-count": "the PS task count (--ps-tasks or --cluster)",
     "meta": "MetaGraphDef collections (.meta or SavedModel)",
     "sync": "SyncReplicas machinery in the graph",
     "partition": "a partition of one train step (needs placement)",

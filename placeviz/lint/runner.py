@@ -28,6 +28,7 @@ SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 NEED_REASONS = {
     "cluster": "needs a cluster spec: give --cluster FILE (or cluster = \"...\" in the lint config)",
+    "ps-count": "needs the number of PS tasks: give --ps-tasks N or --cluster FILE (with a ps job)",
     "meta": "needs MetaGraphDef collections: lint a .meta file or a SavedModel, not a bare GraphDef",
     "sync": "no SyncReplicas machinery in the graph (--sync-replicas rewrites a plain graph first)",
 }
@@ -141,7 +142,8 @@ def _context(model_path: str, pipe, raw: RawGraph, options: LintOptions) -> Lint
     from placeviz.ops import load_op_table
 
     return LintContext(model_path=model_path, pipeline=pipe, cluster=options.cluster,
-                       thresholds=options.thresholds, op_table=load_op_table(), raw=raw)
+                       thresholds=options.thresholds, op_table=load_op_table(), raw=raw,
+                       placement_options=options.placement_options)
 
 
 def _broken(result: ModelResult, rules: list[LoadedRule], ctx: LintContext, error: PlacevizError) -> ModelResult:

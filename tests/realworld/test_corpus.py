@@ -18,6 +18,7 @@ Every test prints ``<stage> <program> <variant>: agree X / Y`` (``pytest -s``) f
 from __future__ import annotations
 
 import collections
+import json
 import sys
 from pathlib import Path
 
@@ -93,7 +94,7 @@ def test_lint_is_quiet_on_correct_programs(built, name, capsys):
     from conftest import run_cli
 
     program = _program(built, name)
-    findings = []
+    findings, lines = [], []
     for placed, sync, chief in program.variants:
         if not placed:
             continue
@@ -102,14 +103,13 @@ def test_lint_is_quiet_on_correct_programs(built, name, capsys):
         if program.manifest["soft_placement"]:
             args.append("--soft-placement")
         code, out, err = run_cli(args, capsys)
-        import json
-
         report = json.loads(out) if out.strip().startswith("{") else {"findings": [], "error": err}
         loud = [(f["rule"], f.get("message", "")[:160]) for f in report.get("findings", [])
                 if f.get("severity") in ("warning", "error")]
-        print(f"lint {name} {_label(sync, chief)}: exit {code}, warnings/errors {len(loud)}")
+        lines.append(f"lint {name} {_label(sync, chief)}: exit {code}, warnings/errors {len(loud)}")
         if code != 0 or loud:
             findings.append((path.name, code, loud[:6], err[-300:]))
+    print("\n".join(lines))  # after the runs: run_cli reads (and drops) what was printed before
     assert not findings, findings
 
 
