@@ -502,3 +502,70 @@ def test_no_duplicate_names_ever():
     res = rewrite_sync(_scoped_model(False, False, True, True), 2, 3)
     names = [n.name for n in res.graph_def.node]
     assert len(names) == len(set(names))
+
+
+# ------------------------------------------------------- an EMA the plain program applies first
+def _ema_first_model(sync: bool, placed: bool, resource: bool) -> MetaGraphDef:
+    """TF-Slim's train_image_classifier pattern: the plain program applies its
+    ExponentialMovingAverage *before* the optimizer and groups it with the update
+    (``tf.group(*update_ops)``); in sync mode it hands the EMA to SyncReplicasOptimizer
+    (``variable_averages=``), which applies it in the chief's sync op. A Supervisor-style
+    ``report_uninitialized_variables()`` afterwards lists every variable in creation order."""
+    import contextlib
+
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    v2_cond = control_flow_util.ENABLE_CONTROL_FLOW_V2
+    with graph.as_default(), contextlib.ExitStack() as restore:
+        # TF1 control flow (EMA.apply's cond), as the TF1 programs build it: a v2 cond's
+        # function names are unique per build
+        v1.disable_control_flow_v2()
+        restore.callback(setattr, control_flow_util, "ENABLE_CONTROL_FLOW_V2", v2_cond)
+        setter = (v1.device(v1.train.replica_device_setter(ps_tasks=2, worker_device="/job:worker/task:0"))
+                  if placed else contextlib.nullcontext())
+        with setter:
+            v1.get_variable_scope().set_use_resource(resource)
+            global_step = v1.train.get_or_create_global_step()
+            w = v1.get_variable("w", [3, 2])
+            b = v1.get_variable("b", [2], initializer=v1.zeros_initializer())
+            loss = tf.reduce_sum(tf.matmul(tf.ones([1, 3]), w) + b)
+            ema = v1.train.ExponentialMovingAverage(0.99, global_step)
+            opt = v1.train.RMSPropOptimizer(0.1)
+            update_ops = []
+            if sync:
+                opt = v1.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=2, total_num_replicas=2,
+                                                     variable_averages=ema, variables_to_average=[w, b])
+            else:
+                update_ops.append(ema.apply([w, b]))
+            grads = opt.compute_gradients(loss)
+            update_ops.append(opt.apply_gradients(grads, global_step=global_step))
+            tf.group(*update_ops, name="train")
+            if sync:  # the chief's hook, right after the train op (placeviz's order)
+                opt.get_chief_queue_runner()
+                opt.get_init_tokens_op()
+            v1.report_uninitialized_variables()
+            v1.global_variables_initializer()
+            v1.local_variables_initializer()
+        return _meta(v1.train.export_meta_graph(graph=graph, clear_devices=False))
+
+
+@pytest.mark.parametrize("resource", [False, True], ids=["ref", "resource"])
+@pytest.mark.parametrize("placed", [False, True], ids=["unplaced", "placed"])
+def test_ema_applied_before_the_optimizer(placed, resource):
+    """The EMA block is found before the optimizer, taken out of the plain train group and built
+    where SyncReplicasOptimizer builds it (after the token enqueue): TF's names, order, inputs,
+    devices and attrs; the train group and the later variable lists follow."""
+    plain = _ema_first_model(False, placed, resource)
+    tf_sync = _ema_first_model(True, placed, resource)
+    res = rewrite_sync(plain, 2, 2, variable_averages=True)
+    ours = [(n.name, n.op, list(n.input), n.device, dict(n.attr)) for n in res.graph_def.node]
+    theirs = [(n.name, n.op, list(n.input), n.device, dict(n.attr)) for n in tf_sync.graph_def.node]
+    assert [o[0] for o in ours] == [t[0] for t in theirs]
+    bad = [(t[0], o) for t, o in zip(theirs, ours, strict=True) if t != o]
+    assert not bad, bad[:3]
+    assert res.sync_op == "ExponentialMovingAverage"
+    ours_vars = read_collections(res.meta_graph).global_variables
+    assert ours_vars == read_collections(tf_sync).global_variables

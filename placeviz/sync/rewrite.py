@@ -18,7 +18,8 @@ graph, from its first slot/non-slot variable or ``<opt>/...`` op to the global-s
     O          (update ops now take the TakeGradient outputs)
                sync_token_q  sync_token_q_Dequeue(^every ApplyGradient)  train_op
                Fill/dims(^increment)  Fill  sync_token_q_EnqueueMany
-               [the plain graph's ExponentialMovingAverage.apply block, with ^EnqueueMany]
+               [the plain graph's ExponentialMovingAverage.apply block, from before or after O,
+                with ^EnqueueMany]
                sync_token_q_Close  sync_token_q_Close_1  sync_replicas/SetGlobalStep...
                sync_replicas/group_deps (per-device NoOps when the members sit on several devices)
     plain[O+1:] (users of the increment now use the train op; local_variables_initializer also
@@ -79,6 +80,23 @@ initializer: with no plain local variables it moves to ``W``, and a group holdin
 device (control_flow_ops.py ``group``). Later ``report_uninitialized_variables()`` over every
 variable also lists the local step (variables.py: ``global_variables() + local_variables()``).
 
+EMA (``variable_averages=True``): in sync mode a program hands its ``ExponentialMovingAverage`` to
+``SyncReplicasOptimizer(variable_averages=ema, variables_to_average=...)`` instead of calling
+``apply`` itself; TF then builds ``ema.apply`` inside ``apply_gradients`` under
+``ops.device(global_step.device), ops.name_scope("")`` and ``control_dependencies([sync_op])``
+(sync_replicas_optimizer.py ``apply_gradients``, after ``sync_token_q_EnqueueMany``). The plain
+program's apply block (the ``ExponentialMovingAverage`` group NoOp, its ``ExponentialMovingAverage/``
+ops and, made first in ``init_scope``, the shadow variables with their initial-value
+``is_variable_initialized`` + ``cond`` ops; moving_averages.py ``apply``) is found wherever it was
+built, after the optimizer (``control_dependencies([train_op])``, cifar10) or before it
+(``update_ops.append(ema.apply(...))``, TF-Slim's train_image_classifier), taken out of the plain
+train path (control inputs on the group dropped; ``group`` NoOps holding it or the increment redone
+over their new members, one NoOp on their one device or per-device NoOps, control_flow_ops.py
+``group``) and re-made there. Its shadow variables are then made after the optimizer's slots: the
+``variables`` collection and later ``report_uninitialized_variables`` lists in creation order
+follow. Names are recovered by replaying the plain build's ``unique_name`` counters in the plain
+order (:meth:`_Names.prime`).
+
 Chief and worker: only the chief calls ``get_init_tokens_op(num_tokens)`` (the SyncReplicas hook's
 ``begin``): ``is_chief=False`` leaves it out; ``num_tokens`` as TF (-1: R; 0: ``no_init_tokens``).
 
@@ -86,7 +104,8 @@ Refused, with one line: no global step or no optimizer increment of it, no apply
 optimizers incrementing the global step, an update op that is not one of TF's optimizer kernels
 (its gradient cannot be traced), IndexedSlices whose dense_shape cannot be found, a gradient made
 inside the optimizer's block, a variable updated twice, graphs that already hold sync machinery,
-``variable_averages`` without an ``ExponentialMovingAverage`` group.
+``variable_averages`` without an ``ExponentialMovingAverage`` group (or with one inside the
+optimizer's block, or read by ops the program made between it and the optimizer).
 
 This module never imports TensorFlow.
 """
@@ -376,6 +395,35 @@ class _Names:
         self.plain: dict[str, int] = {}
         self.new_used: dict[str, int] = {}
         self.map: dict[str, str] = {}
+        self.reqs: dict[str, str] = {}
+
+    def prime(self, plain_names) -> None:
+        """Replay the plain build's counters over its node names in the plain creation order, so
+        that claims made in the new order (a block the new build makes later) still recover the
+        names the program asked for."""
+        for name in plain_names:
+            self.requested(name)
+
+    def requested(self, old: str) -> str:
+        """The last component ``unique_name`` was asked for when the plain build named ``old``."""
+        got = self.reqs.get(old)
+        if got is not None:
+            return got
+        parent, _, comp = old.rpartition("/")
+        if parent:
+            self.requested(parent)
+        req = comp
+        m = re.fullmatch(r"(.+)_(\d+)", comp)
+        if m:
+            base = f"{parent}/{m[1]}" if parent else m[1]
+            if base.lower() in self.plain and _tf_peek(self.plain, base) == old:
+                req = m[1]
+        full_req = f"{parent}/{req}" if parent else req
+        if _tf_unique(self.plain, full_req) != old:  # an explicit name that unique_name altered
+            self.plain[old.lower()] = self.plain.get(old.lower(), 0) + 1
+            req = comp
+        self.reqs[old] = req
+        return req
 
     def claim(self, old: str, moved_from: str | None = None) -> str:
         """The new name of plain op or scope ``old``. ``moved_from``: a scope prefix of ``old``
@@ -389,16 +437,7 @@ class _Names:
             new_parent = ""
         else:
             new_parent = self.claim(parent, moved_from) if parent else ""
-        req = comp
-        m = re.fullmatch(r"(.+)_(\d+)", comp)
-        if m:
-            base = f"{parent}/{m[1]}" if parent else m[1]
-            if base.lower() in self.plain and _tf_peek(self.plain, base) == old:
-                req = m[1]
-        full_req = f"{parent}/{req}" if parent else req
-        if _tf_unique(self.plain, full_req) != old:  # an explicit name that unique_name altered
-            self.plain[old.lower()] = self.plain.get(old.lower(), 0) + 1
-            req = comp
+        req = self.requested(old)
         result = _tf_unique(self.new_used, f"{new_parent}/{req}" if new_parent else req)
         self.map[old] = result
         return result
@@ -852,19 +891,23 @@ class _Rewrite:
         post = list(nodes[self.inc + 1:])
         inc_name = self.nodes[self.inc].name
 
-        # ---- EMA block (moved into the sync op)
+        # ---- EMA block (moved into the sync op), wherever the plain program built it
         ema_block: list[NodeDef] = []
         ema_group = None
         if self.want_ema:
-            k = next((j for j, n in enumerate(post) if n.op == "NoOp" and n.name == _EMA_SCOPE), None)
-            if k is None:
-                self.fail("--variable-averages: the graph has no ExponentialMovingAverage.apply "
-                          "group (a NoOp named 'ExponentialMovingAverage') after the optimizer")
-            ema_block, post = post[: k + 1], post[k + 1:]
+            lo, hi = self.find_ema()
+            ema_block = nodes[lo: hi + 1]
             ema_group = ema_block[-1].name
+            if hi < self.start:
+                pre = nodes[:lo] + nodes[hi + 1: self.start]
+            else:
+                post = nodes[self.inc + 1: lo] + nodes[hi + 1:]
+            # the program no longer groups it: in sync mode it never calls apply itself
+            pre = [self.without_control(n, ema_group) for n in pre]
 
         # ---- names: TF's Graph.unique_name over full names, in the new creation order
         names = _Names()
+        names.prime(n.name for n in nodes)
         for n in pre:
             names.claim(n.name)
         # apply_gradients runs in the name scope the plain optimizer's scope sits in (``P``); the
@@ -1129,6 +1172,13 @@ class _Rewrite:
         for k, n in enumerate(post):
             if any(_op_name(i) == inc_name for i in n.input):
                 last_user = k
+        # a per-device NoOp of ``group`` (control_flow_ops.py): its root is made in the same call
+        post_pos = {n.name: k for k, n in enumerate(post)}
+        while last_user is not None and (m := re.fullmatch(r"(.+)/NoOp(?:_\d+)?", post[last_user].name)):
+            root = post_pos.get(m[1], -1)
+            if root <= last_user or f"^{post[last_user].name}" not in post[root].input:
+                break
+            last_user = root
         # init-tokens op (get_init_tokens_op, the chief's hook), after the op that used the update
         num_tokens = self.r if self.num_tokens == -1 else self.num_tokens
         init_pos = 0 if last_user is None else last_user + 1
@@ -1136,6 +1186,7 @@ class _Rewrite:
         init_nodes: list[NodeDef] = []
         init_tokens = None
         ls_init_grouped = False
+        regroup: set[str] = set()  # groups whose members changed (the increment, the EMA group)
         for k, n in enumerate(post + [None]):
             if k == init_pos and self.is_chief:
                 if num_tokens > 0:
@@ -1156,7 +1207,9 @@ class _Rewrite:
             for inp in m.input:
                 if _op_name(inp) == inc_name:
                     inp = _MARK + (f"^{train_op}" if inp.startswith("^") else train_op + inp[len(inc_name):])
+                    regroup.add(n.name)
                 elif ema_group and inp == f"^{ema_group}":
+                    regroup.add(n.name)
                     continue
                 ins.append(inp)
             if n.name == local_var_init:
@@ -1171,8 +1224,18 @@ class _Rewrite:
                     del n.attr["_has_manual_control_dependencies"]
         if ls_init_grouped:
             rest = self.regroup_local_init(rest, local_var_init, w_dev)
+        devices = {n.name: n.device for n in [*pre, *new_block, *moved_ema, *rest]}
+        devices.update({_MARK + n.name: n.device for n in [*added, *sync_nodes, *tail]})
+        if self.gs_resource:
+            # a resource assign returns the variable's lazy read (resource_variable_ops.py
+            # _UnreadVariable): ``group`` reads the device of the variable, the local step's
+            devices[_MARK + train_op] = w_dev
+        rest = self.regroup_changed(rest, regroup - {local_var_init}, devices, w_dev)
         ls_node = next(n for n in added if n.name == ls)
-        rest = self.add_local_step_to_reports(rest, ls_node, w_dev)
+        order: dict[str, int] = {}
+        for k, n in enumerate([*pre, *added, *new_block, *moved_ema, *rest]):
+            order.setdefault(n.name, k)
+        rest = self.add_local_step_to_reports(rest, ls_node, w_dev, order)
 
         plain_out = [*pre, *new_block, *moved_ema, *rest]
         plain_ids = {id(n) for n in plain_out} - {id(n) for n in init_nodes}
@@ -1362,10 +1425,14 @@ class _Rewrite:
             out.append(n)
         return out
 
-    def add_local_step_to_reports(self, rest: list[NodeDef], ls_node: NodeDef, w_dev: str) -> list[NodeDef]:
+    def add_local_step_to_reports(self, rest: list[NodeDef], ls_node: NodeDef, w_dev: str,
+                                  order: dict[str, int]) -> list[NodeDef]:
         """Later ``report_uninitialized_variables()`` blocks whose ``var_list`` is the default
         (``global_variables() + local_variables()``, variables.py) now also list the local step
-        (a LOCAL_VARIABLES member created by apply_gradients): they are rebuilt with it.
+        (a LOCAL_VARIABLES member created by apply_gradients): they are rebuilt with it. A list in
+        the plain creation order (the collections' order) follows the new creation order
+        (``order``: an EMA block moved after the optimizer puts its shadow variables after the
+        optimizer's slots).
 
         A block lists the local variables when the plain graph has some and the block names one;
         without plain local variables, a block over every global variable is taken as the
@@ -1403,14 +1470,16 @@ class _Rewrite:
                 default = any(v in local for v in listed)
             else:
                 default = scope not in not_default and listed == gvars and bool(listed)
-            if not default or ls in listed:
+            var_list = self.creation_order(listed, local, order)
+            if default and ls not in listed:
+                pos = len(var_list)
+                for k, v in enumerate(var_list):
+                    if v in local and self.index.get(v, 0) > self.inc:
+                        pos = k
+                        break
+                var_list = [*var_list[:pos], ls, *var_list[pos:]]
+            if var_list == listed:
                 continue
-            pos = len(listed)
-            for k, v in enumerate(listed):
-                if v in local and self.index.get(v, 0) > self.inc:
-                    pos = k
-                    break
-            var_list = [*listed[:pos], ls, *listed[pos:]]
             members = [x for x in out if x.name.startswith(scope + "/")]
             ctx = next((x.device for x in members if x.op == "VarIsInitializedOp"), None)
             if ctx is None:
@@ -1433,8 +1502,102 @@ class _Rewrite:
             first = next(k for k, x in enumerate(out) if x.name.startswith(scope + "/"))
             keep = [x for x in out if not x.name.startswith(scope + "/")]
             out = keep[:first] + rebuilt + keep[first:]
-            self.notes.append(f"{scope}: report_uninitialized_variables() over every variable now also "
-                              f"lists the local step {ls}")
+            if ls in var_list and ls not in listed:
+                self.notes.append(f"{scope}: report_uninitialized_variables() over every variable now also "
+                                  f"lists the local step {ls}")
+            if [v for v in var_list if v != ls] != listed:
+                self.notes.append(f"{scope}: report_uninitialized_variables() lists the variables in "
+                                  "the new creation order")
+        return out
+
+    def creation_order(self, listed: list[str], local: set[str], order: dict[str, int]) -> list[str]:
+        """``listed`` (global variables, then local ones) in the new creation order, when it was
+        in the plain creation order (a collection's order); else unchanged."""
+        if any(v not in self.index or v not in order for v in listed):
+            return listed
+        plain = [(v in local, self.index[v]) for v in listed]
+        if plain != sorted(plain):
+            return listed
+        return sorted(listed, key=lambda v: (v in local, order[v]))
+
+    def regroup_changed(self, rest: list[NodeDef], changed: set[str], devices: dict[str, str],
+                        w_dev: str) -> list[NodeDef]:
+        """``control_flow_ops.group`` NoOps (control_flow_ops.py) whose members changed: the
+        increment became the train op, the EMA group left. ``group`` puts its NoOp under
+        ``ops.device(dev)`` of its members' one device, else makes one ``<name>/NoOp[_k]`` per
+        device (sorted) under a root in the caller's context: both are redone over the new members.
+
+        A plain NoOp is taken as such a group when its device is what ``group`` gave it: its
+        members' one device merged over the context (the ``apply_gradients`` context ``W`` when
+        that device names one), or the per-device form. Other NoOps keep their device.
+        """
+        if not changed:
+            return rest
+        by_name = {n.name: n for n in rest}
+
+        def kids_of(root: NodeDef) -> list[str] | None:
+            kids = [i[1:] for i in root.input]
+            if kids and all(i.startswith("^") for i in root.input) and all(
+                    re.fullmatch(re.escape(root.name) + r"/NoOp(_\d+)?", k) and k in by_name for k in kids):
+                return kids
+            return None
+
+        plans: dict[str, tuple[list[str], list[str], str]] = {}  # root -> (kids, members, context)
+        for name in changed:
+            n = by_name.get(name)
+            if n is None or n.op != "NoOp" or any(not i.lstrip(_MARK).startswith("^") for i in n.input):
+                continue
+            m = re.fullmatch(r"(.+)/NoOp(?:_\d+)?", name)
+            root = by_name.get(m[1]) if m else None
+            if root is not None and (kids := kids_of(root)) is not None and name in kids:
+                members = [i for k in kids for i in by_name[k].input]
+                plans[root.name] = (kids, members, root.device)
+                continue
+            plain = self.node(name)
+            pdevs = {self.node(i[1:]).device for i in plain.input if self.node(i[1:]) is not None}
+            if len(pdevs) != 1:
+                continue
+            d = pdevs.pop()
+            if not d:
+                ctx = plain.device
+            elif _merge_device(w_dev, d) == plain.device:
+                ctx = w_dev
+            else:
+                continue
+            plans[name] = ([], list(n.input), ctx)
+        drop = {k for kids, _m, _c in plans.values() for k in kids}
+        out: list[NodeDef] = []
+        for n in rest:
+            if n.name in drop:
+                continue
+            if n.name not in plans:
+                out.append(n)
+                continue
+            _kids, members, ctx = plans[n.name]
+            by_dev: dict[str, list[str]] = {}
+            for i in members:
+                by_dev.setdefault(devices.get(i.replace("^", ""), ""), []).append(i)
+            m = NodeDef.FromString(n.SerializeToString())
+            del m.input[:]
+
+            def key(i: str) -> str:
+                return i.replace(_MARK, "")
+
+            if len(by_dev) <= 1:
+                (d, ms), = by_dev.items() if by_dev else (("", []),)
+                m.input.extend(sorted(ms, key=key))
+                m.device = _merge_device(ctx, d)
+                out.append(m)
+                continue
+            kids = []
+            for k, d in enumerate(sorted(by_dev)):
+                kid = f"{n.name}/NoOp" + (f"_{k}" if k else "")
+                out.append(self.b.node(kid, "NoOp", sorted(by_dev[d], key=key), device=_merge_device(ctx, d),
+                                       manual_deps=True))
+                kids.append(f"^{kid}")
+            m.input.extend(kids)
+            m.device = ctx
+            out.append(m)
         return out
 
     def regroup_local_init(self, rest: list[NodeDef], init: str, w_dev: str) -> list[NodeDef]:
@@ -1651,6 +1814,95 @@ class _Rewrite:
                                                       "batch_dims": _int(0)}))
         return f"{bm}/GatherV2:0"
 
+    def find_ema(self) -> tuple[int, int]:
+        """First and last node index of the plain graph's ``ExponentialMovingAverage.apply`` block.
+
+        The block ends at its group NoOp (``control_flow_ops.group(*updates, name=scope)``,
+        moving_averages.py ``apply``), before or after the optimizer's block. Its ops are made in
+        one call, so they are contiguous: the ``ExponentialMovingAverage/`` ops and, made first
+        in ``init_scope`` per variable, each shadow variable with the ops computing its initial
+        value (``is_variable_initialized(var)`` and a ``cond``). The start is found by walking
+        back from the first of them over ops nothing after the group reads, keeping those joined
+        to the shadow variables' ops (not a tensor the program made for ``apply`` to read).
+        """
+        nodes = self.nodes
+        g = self.index.get(_EMA_SCOPE)
+        if g is None or nodes[g].op != "NoOp":
+            self.fail("--variable-averages: the graph has no ExponentialMovingAverage.apply group "
+                      "(a NoOp named 'ExponentialMovingAverage')")
+        if self.start <= g <= self.inc:
+            self.fail("--variable-averages: the ExponentialMovingAverage group is inside the "
+                      "optimizer's apply_gradients block")
+        low = self.inc + 1 if g > self.inc else 0
+        prefix = _EMA_SCOPE + "/"
+        scoped = [j for j in range(low, g) if nodes[j].name.startswith(prefix)]
+        first = min(scoped, default=g)
+        # the shadow variables: what the group's assign_moving_average updates write (through
+        # group's per-device NoOps when the updates sit on several devices)
+        members, todo = [], [nodes[g]]
+        while todo:
+            for ctrl in todo.pop().input:
+                member = self.node(_op_name(ctrl))
+                if member is not None and member.op == "NoOp" and member.name.startswith(prefix):
+                    todo.append(member)
+                elif member is not None:
+                    members.append(member)
+        for member in members:
+            v = self.source_variable(member.input[0]) if member.input else None
+            if v is not None and low <= self.index[v.name] < first:
+                first = self.index[v.name]
+        consumers: dict[str, list[int]] = {}
+        for j, n in enumerate(nodes):
+            for inp in n.input:
+                consumers.setdefault(_op_name(inp), []).append(j)
+        # (a cond's ops read ops made after them: a consumer may come first)
+        stop = first - 1
+        while stop >= low and all(low <= u <= g for u in consumers.get(nodes[stop].name, ())):
+            stop -= 1
+        region = {nodes[j].name for j in range(stop + 1, first)}
+        joined = {nodes[j].name for j in range(first, g + 1) if not nodes[j].name.startswith(prefix)
+                  and nodes[j].name != _EMA_SCOPE}
+        members = region | joined
+        edges: dict[str, set[str]] = {}
+        for name in members:
+            for inp in nodes[self.index[name]].input:
+                src = _op_name(inp)
+                if src in members:
+                    edges.setdefault(name, set()).add(src)
+                    edges.setdefault(src, set()).add(name)
+        todo = list(joined)
+        while todo:
+            name = todo.pop()
+            for other in edges.get(name, ()):
+                if other not in joined:
+                    joined.add(other)
+                    todo.append(other)
+        lo = min([first] + [self.index[name] for name in region & joined])
+        while any(not lo <= u <= g for j in range(lo, first) for u in consumers.get(nodes[j].name, ())):
+            lo = 1 + max(j for j in range(lo, first)
+                         if any(not lo <= u <= g for u in consumers.get(nodes[j].name, ())))
+        # ops made after it and before the optimizer cannot read it: TF builds it after
+        if g < self.start:
+            inside = {n.name for n in nodes[lo: g + 1]}
+            for n in nodes[g + 1: self.start]:
+                bad = [i for i in n.input if _op_name(i) in inside and i != f"^{_EMA_SCOPE}"]
+                if bad:
+                    self.fail(f"--variable-averages: {n.name} reads {bad[0].lstrip('^')} of the "
+                              "ExponentialMovingAverage.apply block, which SyncReplicasOptimizer "
+                              "builds after the optimizer")
+        return lo, g
+
+    @staticmethod
+    def without_control(n: NodeDef, op: str) -> NodeDef:
+        """``n`` without its control input on ``op``."""
+        if f"^{op}" not in n.input:
+            return n
+        m = NodeDef.FromString(n.SerializeToString())
+        ins = [i for i in m.input if i != f"^{op}"]
+        del m.input[:]
+        m.input.extend(ins)
+        return m
+
     def move_ema(self, ema_block: list[NodeDef], enq: str, inc_name: str, names: _Names) -> list[NodeDef]:
         """The EMA apply block, built inside ``control_dependencies([sync_op])``
         (sync_replicas_optimizer.py: ``variable_averages.apply`` after the token enqueue).
@@ -1693,6 +1945,8 @@ class _Rewrite:
         meta.graph_def.CopyFrom(out)
         cd = meta.collection_def
 
+        node_pos = {n.name: k for k, n in enumerate(out.node)}
+
         def fix(t: str) -> str:
             op = _op_name(t)
             return names.map.get(op, op) + t[len(op):] if not t.startswith("^") else t
@@ -1706,13 +1960,18 @@ class _Rewrite:
                 c.node_list.value.extend(vals)
             elif c.HasField("bytes_list") and key in ("variables", "trainable_variables", "local_variables",
                                                       "model_variables", "global_step", "moving_average_variables"):
-                vals = []
+                vals, plain_pos = [], []
                 for raw in c.bytes_list.value:
                     v = VariableDef.FromString(raw)
+                    plain_pos.append(self.index.get(_op_name(v.variable_name), -1))
                     for f in ("variable_name", "initializer_name", "snapshot_name", "initial_value_name"):
                         if getattr(v, f):
                             setattr(v, f, fix(getattr(v, f)))
                     vals.append(v.SerializeToString())
+                if -1 not in plain_pos and plain_pos == sorted(plain_pos):
+                    # a collection in creation order (variables are added as they are made)
+                    # follows the new order (the EMA's shadow variables after the slots)
+                    vals.sort(key=lambda raw: node_pos.get(_op_name(VariableDef.FromString(raw).variable_name), 0))
                 del c.bytes_list.value[:]
                 c.bytes_list.value.extend(vals)
         # local variables: the local step, in creation order

@@ -115,19 +115,24 @@ def test_lint_is_quiet_on_correct_programs(built, name, capsys):
 
 # ------------------------------------------------------------------------------- placed stage
 def _init_ops(meta) -> list[str]:
-    """The init ops a TF1 program runs before training: the ``init_op``/``local_init_op``
-    collections a Supervisor or Scaffold fills, else the usual ``init`` NoOps."""
-    listed = [v.split(":")[0] for key in ("init_op", "local_init_op") if key in meta.collection_def
-              for v in meta.collection_def[key].node_list.value]
-    if listed:
-        return listed
-    names = [n.name for n in meta.graph_def.node if n.op == "NoOp"]
-    return [n for n in names if n in ("init", "init_1", "init_all_tables", "local_init", "init_2")]
+    """What initializes the program's state before a step: every global and local variable's
+    initializer (``VariableDef.initializer_name``) and the table initializers."""
+    from placeviz.protos import VariableDef
+
+    names = []
+    for key in ("variables", "local_variables"):
+        if key in meta.collection_def:
+            for raw in meta.collection_def[key].bytes_list.value:
+                names.append(VariableDef.FromString(raw).initializer_name.split(":")[0])
+    if "table_initializer" in meta.collection_def:
+        names += [v.split(":")[0] for v in meta.collection_def["table_initializer"].node_list.value]
+    return list(dict.fromkeys(n for n in names if n))
 
 
 # A run of every sink must not touch the file system (a Saver's save/restore, summary writers).
+# Nor close a queue another sink enqueues into in the same run.
 _SINK_BLOCKERS = DEFAULT_BLOCKING_OPS + ("SaveV2", "RestoreV2", "MergeV2Checkpoints", "Save", "Restore*",
-                                         "*SummaryWriter*", "WriteFile")
+                                         "*SummaryWriter*", "WriteFile", "QueueClose*")
 
 
 @pytest.fixture(scope="session")

@@ -75,6 +75,15 @@ import tf_slim as slim
 SOURCE = "tensorflow/models: research/slim/train_image_classifier.py"
 SETTER = None
 SYNC = {"replicas_to_aggregate": 2, "total_replicas": 2, "variable_averages": True}
+SYNC_PROGRAM_CHANGES = {
+    "names": ["exponential_decay_learning_rate/Cast", "exponential_decay_learning_rate/Cast/x",
+              "exponential_decay_learning_rate/truediv", "init_ops/concat/concat",
+              "init_ops/concat/concat_dim", "init_ops/group_deps", "init_ops/group_deps_1",
+              "sync_replicas/group_deps", "summary_op/summary_op"],
+    "why": "in sync mode the script divides decay_steps by replicas_to_aggregate (a float: no Cast); "
+           "tf_slim's learning.train, given sync_optimizer, groups chief_init_op into its local init op and "
+           "concats a ready_for_local_init_op (learning.py train); summary_op merges a set of Tensors (id order)",
+}
 CHIEF_ONLY = True
 
 # Flags, as constants.
