@@ -374,14 +374,21 @@ def tf():
 
 
 @pytest.fixture(scope="module")
-def tf_table(tf) -> ops.OpTable:
-    """The table of the installed TF's own registries (the CPU wheel in the test venv), read in
-    process. The shipped table comes from the CUDA-enabled wheel (more GPU and DEFAULT kernels), so
-    the differential tests of kernel selection compare TF with a table of the same build;
-    test_regenerating_matches_shipped_table relates the two builds."""
-    from placeviz import ops_generate
+def tf_table(tf, tmp_path_factory) -> ops.OpTable:
+    """The table of the installed TF's own registries (the CPU wheel in the test venv). The shipped
+    table comes from the CUDA-enabled wheel (more GPU and DEFAULT kernels), so the differential
+    tests of kernel selection compare TF with a table of the same build;
+    test_regenerating_matches_shipped_table relates the two builds. Generated in a fresh process, as
+    the shipped one: in this one, earlier tests may have loaded XLA, whose JIT kernels register late
+    (see _lazily_registered)."""
+    import subprocess
+    import sys
 
-    return ops.OpTable(ops_generate.collect(), "<installed TF>")
+    path = tmp_path_factory.mktemp("tf_table") / "op_facts.json.gz"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    subprocess.run([sys.executable, "-m", "placeviz.ops_generate", "-o", str(path)], check=True, env=env,
+                   capture_output=True, timeout=600)
+    return ops.load_op_table(path)
 
 
 def _to_pv(nd) -> NodeDef:
