@@ -25,7 +25,24 @@ it, placeviz reconstructs what it would have written into every ``NodeDef.device
   there, so the replay adds the per-device NoOps TF would have built (names ``<group>/NoOp``,
   ``<group>/NoOp_1``, ... in sorted device order) and rewires the group onto them.
 
-The result is a new Graph; the input is never modified. See tf-internals.md section 1.
+What an unplaced GraphDef cannot show is taken from options, or assumed and said in
+``SetterResult.notes``:
+
+* where the program's ``with tf.device(replica_device_setter(...))`` block ended
+  (``SetterConfig.scope_end``, ``--setter-scope-end``): ops built after it keep their own devices,
+  with colocation and library scopes still applied (a Saver, Supervisor or Scaffold often comes
+  after);
+* ``group`` or ``no_op`` under ``control_dependencies`` (both one NoOp with control inputs):
+  TF's library names decide (:data:`PLAIN_NOOP_NAMES`, :data:`_LIBRARY_GROUP`), ``--plain-noop``
+  for a program's own; a group inside an outer ``control_dependencies`` keeps that control input on
+  every per-device NoOp;
+* a sharded Saver's per-device shards are not rebuilt (a note names it).
+
+A graph that went through ``import_graph_def`` (an export/import round trip) shows it: its
+initializers carry their variable's device, and keep it.
+
+The result is a new Graph; the input is never modified. See
+``docs/realworld.md``.
 
 The per-node loops run in C when ``placeviz.placement._setter_kernels`` is built: the replay loop
 (:func:`_kernel_stops`), the colocation targets, the ``group`` recognizer, the member split, the
@@ -670,7 +687,7 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
             plans[root] = [(device, members)]
         else:
             plans[root] = sorted(by_device.items())
-            if not children and not _LIBRARY_SPLIT_GROUP.fullmatch(graph.names[root]):
+            if not children and not _LIBRARY_GROUP.fullmatch(graph.names[root]):
                 assumed.append(graph.names[root])
             if not children and rule[root] != RULE_COLOCATED:
                 outer = _outer_device(graph, root, members)
@@ -682,12 +699,6 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     return _GroupRewrite(graph, devices, rule, plans, dropped, plain_device, outer_deps).result(reference,
                                                                                                  strategy_calls)
 
-
-_LIBRARY_SPLIT_GROUP = re.compile(
-    r"(?:.*/)?(?:init|group_deps|init_all_tables|restore_all|restore_shard|update|ExponentialMovingAverage)"
-    r"(?:_\d+)?")
-"""Names of the ``group`` NoOps TF's library builds (plus optimizers' ``<name>/update``): splitting
-those per device is no assumption."""
 
 
 def _outer_control_deps(graph: Graph, root: int, members: list[int]) -> list[int]:
@@ -1011,9 +1022,13 @@ them so: ``init``, ``<optimizer>/update``, ``ExponentialMovingAverage``, ``group
 ``--plain-noop NAME`` says otherwise for a program's own."""
 
 
-_LIBRARY_GROUP = re.compile(r"(?:.*/)?(?:init|group_deps|init_all_tables|restore_all)(?:_\d+)?")
-"""Names TF's library gives ``group`` NoOps (variables.py ``variables_initializer`` "init",
-control_flow_ops.py "group_deps", lookup_ops.py "init_all_tables", saver.py "restore_all")."""
+_LIBRARY_GROUP = re.compile(
+    r"(?:.*/)?(?:init|group_deps|init_all_tables|restore_all|restore_shard|update|ExponentialMovingAverage)"
+    r"(?:_\d+)?")
+"""Names TF's library gives ``group`` NoOps: variables.py ``variables_initializer`` "init",
+control_flow_ops.py "group_deps", lookup_ops.py "init_all_tables", saver.py "restore_all" and
+"restore_shard", optimizer.py ``_finish`` "<optimizer>/update", moving_averages.py
+"ExponentialMovingAverage"."""
 
 
 def _one_member_groups(graph: Graph, roots: dict) -> dict[int, tuple[list[int], list[int]]]:
