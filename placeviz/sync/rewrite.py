@@ -348,6 +348,17 @@ def _int_tensor(values: list[int], dtype: int, shape: list[int] | None) -> AttrV
     return a
 
 
+def _int_values(t) -> list[int]:
+    """The values an int32/int64 TensorProto spells out (``int_val``/``int64_val`` or packed
+    ``tensor_content``); a splat constant gives its one value."""
+    vals = list(t.int_val) or list(t.int64_val)
+    if not vals and t.tensor_content:
+        width = 8 if t.dtype == _INT64 else 4
+        raw = t.tensor_content
+        vals = [int.from_bytes(raw[k:k + width], "little", signed=True) for k in range(0, len(raw), width)]
+    return vals
+
+
 def _tf_unique(used: dict[str, int], name: str) -> str:
     """``Graph.unique_name`` of TF (keys compared lowercase)."""
     key = name.lower()
@@ -783,11 +794,7 @@ class _Rewrite:
             return src is not None and src.name == var.name
         if n.op == "Const" and n.attr["dtype"].type in (_INT32, _INT64):
             t = n.attr["value"].tensor
-            vals = list(t.int_val) or list(t.int64_val)
-            if not vals and t.tensor_content:
-                width = 8 if t.dtype == _INT64 else 4
-                raw = t.tensor_content
-                vals = [int.from_bytes(raw[k:k + width], "little", signed=True) for k in range(0, len(raw), width)]
+            vals = _int_values(t)
             shape = [d.size for d in t.tensor_shape.dim]
             if len(shape) == 1 and len(vals) == 1 and shape[0] > 1:
                 vals = vals * shape[0]  # a splat constant
@@ -806,13 +813,7 @@ class _Rewrite:
                     return n.name
             if n.op == "Const" and n.attr["dtype"].type in (_INT32, _INT64):
                 t = n.attr["value"].tensor
-                vals = list(t.int_val) or list(t.int64_val)
-                if not vals and t.tensor_content:
-                    width = 8 if t.dtype == _INT64 else 4
-                    raw = t.tensor_content
-                    vals = [int.from_bytes(raw[k:k + width], "little", signed=True)
-                            for k in range(0, len(raw), width)]
-                if len(t.tensor_shape.dim) == 1 and vals == dims:
+                if len(t.tensor_shape.dim) == 1 and _int_values(t) == dims:
                     return n.name
         return None
 
