@@ -52,8 +52,14 @@ def _label(sync: bool, chief: bool) -> str:
     return f"{'sync' if sync else 'plain'}{'' if chief else '-worker'}"
 
 
+@pytest.mark.parametrize("kernels", ["c", "python"])
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_setter_stage(built, name):
+def test_setter_stage(built, name, kernels, monkeypatch):
+    """With the C kernels and with the Python reference loops (``setter._kernels = None``)."""
+    if kernels == "python":
+        from placeviz.placement import setter
+
+        monkeypatch.setattr(setter, "_kernels", None)
     program = _program(built, name)
     if not program.manifest["setter"]:
         pytest.skip("the program places with its own device functions, not replica_device_setter")
@@ -62,7 +68,7 @@ def test_setter_stage(built, name):
         if not placed:
             continue
         total, wrong, known = corpus.setter_diff(program, sync, chief)
-        print(f"setter {name} {_label(sync, chief)}: agree {total - len(wrong) - len(known)} / {total}"
+        print(f"setter[{kernels}] {name} {_label(sync, chief)}: agree {total - len(wrong) - len(known)} / {total}"
               + (f" ({len(known)} announced: sharded Saver)" if known else ""))
         if wrong:
             problems.append((_label(sync, chief), len(wrong), wrong[:8]))
