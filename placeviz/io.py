@@ -73,11 +73,18 @@ class Model:
     meta_graph: MetaGraphDef | None = None
     tags: tuple[str, ...] = ()
     collections: Collections = field(default_factory=Collections)
+    per_task: bool = False
+    """A builder whose function takes ``task_index``: each task's graph comes from its own call."""
 
 
 # ---------------------------------------------------------------------------------- loading
-def load(spec: str | os.PathLike, *, tag: str | None = None) -> Model:
-    """Load MODEL (see the module docstring). Raises :class:`LoadError` on any failure."""
+def load(spec: str | os.PathLike, *, tag: str | None = None, task_index: int | None = None) -> Model:
+    """Load MODEL (see the module docstring). Raises :class:`LoadError` on any failure.
+
+    ``task_index``: for a builder whose function takes ``task_index`` (and ``is_chief``), the
+    worker task whose graph to build (between-graph replication: every task's client builds its
+    own graph); default 0, the chief. Other MODEL kinds ignore it.
+    """
     protos.check_backend()
     spec = os.fspath(spec)
     if spec.startswith("sample:"):
@@ -88,7 +95,7 @@ def load(spec: str | os.PathLike, *, tag: str | None = None) -> Model:
     if not path.exists():
         match = _BUILDER_RE.match(spec)
         if match and (match["target"].endswith(".py") or _DOTTED_RE.match(match["target"])):
-            return _load_builder(spec, match["target"], match["func"])
+            return _load_builder(spec, match["target"], match["func"], task_index)
         raise LoadError(spec, "no such file or directory")
     if path.name in ("saved_model.pb", "saved_model.pbtxt"):
         return _load_saved_model_dir(spec, path.parent, tag, file=path)
@@ -280,8 +287,13 @@ def _fmt_tags(all_tags) -> str:
     return "; ".join(",".join(t) or "(none)" for t in all_tags)
 
 
-def _load_builder(spec: str, target: str, func_name: str) -> Model:
-    """Run a user's builder function. Only here (and for samples) is TensorFlow imported."""
+def _load_builder(spec: str, target: str, func_name: str, task_index: int | None = None) -> Model:
+    """Run a user's builder function. Only here (and for samples) is TensorFlow imported.
+
+    A function with a ``task_index`` parameter builds the graph of that worker task, as a TF1
+    between-graph program's ``main`` does with ``FLAGS.task_index``; it gets ``is_chief`` too
+    when it takes it (task 0 is the chief, as in ``MonitoredTrainingSession``).
+    """
     if target.endswith(".py"):
         file = Path(target)
         if not file.is_file():
@@ -304,11 +316,31 @@ def _load_builder(spec: str, target: str, func_name: str) -> Model:
     func = getattr(module, func_name, None)
     if not callable(func):
         raise LoadError(spec, f"{target} has no function {func_name}")
+    kwargs = _task_kwargs(func, task_index or 0)
     try:
-        result = func()
+        result = func(**kwargs)
     except Exception as e:  # noqa: BLE001
-        raise LoadError(spec, f"the builder raised {type(e).__name__}: {e}") from None
-    return _from_tf_object(spec, "builder", result)
+        task = f" for task_index={kwargs['task_index']}" if "task_index" in kwargs else ""
+        raise LoadError(spec, f"the builder raised {type(e).__name__}{task}: {e}") from None
+    model = _from_tf_object(spec, "builder", result)
+    model.per_task = "task_index" in kwargs
+    return model
+
+
+def _task_kwargs(func, task_index: int) -> dict:
+    """``task_index``/``is_chief`` for the builder parameters of those names (none otherwise)."""
+    import inspect
+
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    if "task_index" in params:
+        out["task_index"] = task_index
+    if "is_chief" in params:
+        out["is_chief"] = task_index == 0
+    return out
 
 
 def _from_tf_object(spec: str, kind: str, obj) -> Model:

@@ -33,6 +33,8 @@ class SyncOptions:
     variable_averages: bool = False
     name: str = "sync_replicas"
     """SyncReplicasOptimizer(name=...): the name scope of its accumulators and chief ops."""
+    is_chief: bool = True
+    """Build the chief's graph (with its init-tokens op) or a non-chief worker's."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
         rewrite = rewrite_sync(source, sync_options.replicas_to_aggregate, sync_options.total_replicas,
                                sync_options.variable_averages,
                                collections=model.collections if model.meta_graph is not None else None,
-                               name=sync_options.name)
+                               name=sync_options.name, is_chief=sync_options.is_chief)
         model = model_from_proto(model.source, model.kind,
                                  rewrite.meta_graph if rewrite.meta_graph is not None else rewrite.graph_def)
     report = analyze(model, with_sync=False)  # filled below from the one detection/proof of the model's graph

@@ -1,0 +1,84 @@
+"""One graph per task: the worker graphs of between-graph replication.
+
+In TF1 between-graph replication every task's client runs the same program with its own
+``--task_index`` and builds its own graph: ``replica_device_setter(worker_device=
+"/job:worker/task:%d" % task_index)`` puts that task's model on its own task, and code under
+``if is_chief:`` (inception's loss averages, the chief hooks of ``MonitoredTrainingSession``,
+``SyncReplicasOptimizer``'s init tokens) exists only in the chief's graph. MODEL is the graph of
+task 0, the chief; the other tasks' graphs come from, in this order:
+
+* ``--worker-graph I=MODEL`` (repeatable): the graph the program built on task I;
+* a builder ``file.py:fn`` whose function takes ``task_index`` (and ``is_chief``): called once
+  per task (:func:`placeviz.io.load`);
+* nothing: the chief's graph stands for every task (``verify`` moves its worker device to task I
+  and leaves out the chief-only state, :mod:`placeviz.verify.prepare`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from placeviz.errors import PlacevizError
+from placeviz.io import Model, load
+
+_OPTION_RE = re.compile(r"^(?P<task>\d+)=(?P<model>.+)$")
+
+
+@dataclass
+class TaskGraphs:
+    """The chief's model and the models other worker tasks built themselves."""
+
+    chief: Model
+    workers: dict[int, Model] = field(default_factory=dict)  # task index >= 1 -> that task's own model
+    sources: dict[int, str] = field(default_factory=dict)  # task index -> "--worker-graph" | "builder"
+
+    def model(self, task: int) -> Model:
+        """Task ``task``'s own model, else the chief's (which then stands for it)."""
+        return self.workers.get(task, self.chief)
+
+
+def parse_worker_graphs(values: Iterable[str]) -> dict[int, str]:
+    """``("1=w1.meta", "2=w2.meta")`` -> ``{1: "w1.meta", 2: "w2.meta"}``; bad forms raise PlacevizError."""
+    out: dict[int, str] = {}
+    for value in values:
+        m = _OPTION_RE.match(value)
+        if m is None:
+            raise PlacevizError(f"--worker-graph {value!r}: expected I=MODEL, I the worker task index (1, 2, ...)")
+        task = int(m["task"])
+        if task == 0:
+            raise PlacevizError(f"--worker-graph {value!r}: task 0 is the chief, whose graph is MODEL itself")
+        if task in out:
+            raise PlacevizError(f"--worker-graph: task {task} is given twice ({out[task]!r} and {m['model']!r})")
+        out[task] = m["model"]
+    return out
+
+
+def load_task_graphs(chief: Model, model_spec: str, worker_graphs: dict[int, str], workers: int | None, *,
+                     tag: str | None = None, progress: Callable[[str], None] | None = None) -> TaskGraphs:
+    """Load every worker task's own graph (see the module docstring).
+
+    ``workers``: the number of worker tasks, when known (a per-task builder is then called for each
+    of tasks 1..W-1); a ``--worker-graph`` index outside it is an error. Raises
+    :class:`PlacevizError` (one line, before anything runs) for a bad index or a graph that does not
+    load.
+    """
+    say = progress or (lambda _m: None)
+    if workers is not None:
+        bad = sorted(t for t in worker_graphs if t >= workers)
+        if bad:
+            raise PlacevizError(f"--worker-graph {bad[0]}={worker_graphs[bad[0]]}: the cluster has {workers} worker "
+                                f"task(s), 0-{workers - 1}")
+    out = TaskGraphs(chief=chief)
+    for task, spec in sorted(worker_graphs.items()):
+        say(f"loading worker {task}'s graph {spec} ...")
+        out.workers[task] = load(spec, tag=tag, task_index=task)
+        out.sources[task] = "--worker-graph"
+    if chief.per_task and workers is not None:
+        for task in range(1, workers):
+            if task not in out.workers:
+                say(f"building worker {task}'s graph ({model_spec}, task_index={task}) ...")
+                out.workers[task] = load(model_spec, tag=tag, task_index=task)
+                out.sources[task] = "builder"
+    return out
