@@ -226,6 +226,9 @@ def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, pl
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic feeds.")
 @click.option("--chief-queue-runner", type=click.Choice(["auto", "detected", "none"]), default="auto",
               show_default=True, help="auto: the queue_runners collection's (or the sync op placeviz built).")
+@click.option("--worker-graph", "worker_graphs", metavar="I=MODEL", multiple=True,
+              help="Between-graph replication: the graph worker task I's program built (repeatable); default: "
+                   "the chief's graph (MODEL) on every task, without its chief-only state.")
 @click.option("--inject-fault", "fault", metavar="TASK@STEP", hidden=True,
               help="Testing: kill task process TASK (e.g. worker:2) after global step STEP (needs --isolate).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -233,8 +236,8 @@ def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, pl
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
 @place_options
 @sync_options
-def verify(model, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner, fault, fmt, output, tag,
-           place, sync) -> None:
+def verify(model, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner, worker_graphs, fault, fmt,
+           output, tag, place, sync) -> None:
     """Run MODEL's synchronous training on real TF servers (127.0.0.1, private network) and check it.
 
     Checks that K global steps make global_step == K, that every update ran once per step in the
@@ -245,7 +248,7 @@ def verify(model, workers, steps, timeout, isolate, feeds_file, seed, chief_queu
 
     command.main(model, place=place, sync=sync, workers=workers, steps=steps, timeout=timeout, isolate=isolate,
                  feeds_file=feeds_file, seed=seed, chief_queue_runner=chief_queue_runner, fault=fault, fmt=fmt,
-                 output=output, tag=tag)
+                 output=output, tag=tag, worker_graphs=worker_graphs)
 
 
 @cli.group()

@@ -53,7 +53,8 @@ class Collections:
     trainable_variables: list[str] = field(default_factory=list)
     local_variables: list[str] = field(default_factory=list)
     train_ops: list[str] = field(default_factory=list)
-    queue_runners: list[dict] = field(default_factory=list)  # {"queue", "enqueue_ops", "close_op"}
+    queue_runners: list[dict] = field(default_factory=list)
+    """QueueRunnerDefs: {"queue", "enqueue_ops", "close_op", "cancel_op", "closed_errors"} (op names)."""
     partitioned: dict[str, str] = field(default_factory=dict)  # part op name -> full variable name
     names: list[str] = field(default_factory=list)  # every collection key present
 
@@ -472,6 +473,8 @@ def read_collections(meta: MetaGraphDef) -> Collections:
                 "queue": _op_name(qr.queue_name),
                 "enqueue_ops": [_op_name(n) for n in qr.enqueue_op_name],
                 "close_op": _op_name(qr.close_op_name),
+                "cancel_op": _op_name(qr.cancel_op_name),
+                "closed_errors": list(qr.queue_closed_exception_types),
             })
     return out
 

@@ -64,6 +64,8 @@ def _declare_missing_messages():
         qr.field.add(name="enqueue_op_name", number=2, type=F.TYPE_STRING, label=F.LABEL_REPEATED)
         qr.field.add(name="close_op_name", number=3, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
         qr.field.add(name="cancel_op_name", number=4, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+        # repeated tensorflow.error.Code (an enum): the same varints on the wire as int32
+        qr.field.add(name="queue_closed_exception_types", number=5, type=F.TYPE_INT32, label=F.LABEL_REPEATED)
         pool.Add(fdp)
     saved_cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorboard.SavedModel"))
     qr_cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorboard.QueueRunnerDef"))

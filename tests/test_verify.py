@@ -254,13 +254,13 @@ def test_r_greater_than_the_tokens_is_a_deadlock_reported_in_time(models, capsys
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
 def test_missing_chief_queue_runner_is_reported(models, capsys):
     code, report, err, _s = verify(models, "no_qr", [models / "no_queue_runner.meta", "--workers", 3,
-                                                     "--timeout", 90], capsys)
+                                                     "--chief-queue-runner", "none", "--timeout", 90], capsys)
     run = checks(report)["run"]
     assert code == 1 and run["status"] == "fail"
     assert report["run"]["chief_queue_runner"] is None
     assert "No chief queue runner: nothing runs the sync op sync_token_q_EnqueueMany" in run["summary"]
     assert report["failure"]["state"]["__global_step__"] == 0
-    assert "add_queue_runner" in err
+    assert "--chief-queue-runner none" in err
     assert_released(report)
 
 

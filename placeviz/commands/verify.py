@@ -22,11 +22,13 @@ TF_MISSING = "TensorFlow is not installed; verify needs it: install placeviz[tf]
 def run(model_spec, *, placement_options, sync_options=None, workers: int | None = None, steps: int = 5,
         timeout: float = 180.0, isolate: bool = False, feeds_file: str | None = None, seed: int = 0,
         chief_queue_runner: str = "auto", fault: str | None = None, tag: str | None = None,
-        existing_cluster: bool = False, say=progress):
+        existing_cluster: bool = False, worker_graphs: dict[int, str] | None = None, say=progress):
     """Verify ``model_spec`` and return a :class:`placeviz.verify.report.VerifyReport`.
 
     ``placement_options``: :class:`placeviz.placement.PlacementOptions` (``--ps-tasks`` etc.);
     ``sync_options``: :class:`placeviz.pipeline.SyncOptions` to rewrite a plain graph first.
+    ``worker_graphs``: worker task -> MODEL that task's program built (``--worker-graph``); with a
+    builder MODEL taking ``task_index``, every worker's graph is built by its own call.
     ``existing_cluster``: run on the servers whose addresses ``placement_options.cluster`` holds
     (``--cluster FILE``); otherwise local servers on 127.0.0.1 are started (in a private network
     namespace) and the cluster, if any, only gives the number of tasks. ``say``: progress callback.
@@ -61,9 +63,23 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
                         progress=say)
     if pipe.placement is None:
         raise PlacevizError(f"cannot place the graph: {pipe.placement_error}")
+
+    def task_pipes(n_workers: int) -> dict:
+        from placeviz.tasks import load_task_graphs
+
+        tasks = load_task_graphs(pipe.model, str(model_spec), worker_graphs or {}, n_workers, tag=tag, progress=say)
+        out = {}
+        for t, model in sorted(tasks.workers.items()):
+            worker_sync = dataclasses.replace(sync_options, is_chief=False) if sync_options is not None else None
+            tpipe = run_pipeline(model, placement_options, worker_sync, place_always=True, partition=False)
+            if tpipe.placement is None:
+                raise PlacevizError(f"cannot place worker {t}'s graph: {tpipe.placement_error}")
+            out[t] = (tasks.sources[t], tpipe)
+        return out
+
     prepared = prepare(pipe, placement_options, existing_cluster=existing_cluster, workers=workers, steps=steps,
-                       timeout=timeout, isolate=isolate,
-                       feeds_file=feeds_file, seed=seed, chief_queue_runner=chief_queue_runner, fault=fault)
+                       timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,
+                       chief_queue_runner=chief_queue_runner, fault=fault, task_pipes=task_pipes)
     for note in prepared.plan.notes:
         say(f"note: {note}")
     say(f"running on {prepared.describe()} ...")
@@ -75,16 +91,17 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
 
 
 def main(model_spec, *, place: dict, sync, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner,
-         fault, fmt: str, output: str | None, tag: str | None) -> None:
+         fault, fmt: str, output: str | None, tag: str | None, worker_graphs: tuple[str, ...] = ()) -> None:
     """The CLI command: exit 0 when every check passes, 1 when one fails (2 comes from errors)."""
     from placeviz.commands.place_options import build_placement_options
+    from placeviz.tasks import parse_worker_graphs
 
     if importlib.util.find_spec("tensorflow") is None:
         raise PlacevizError(TF_MISSING)
     report = run(model_spec, placement_options=build_placement_options(place), sync_options=sync, workers=workers,
                  steps=steps, timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,
                  chief_queue_runner=chief_queue_runner, fault=fault, tag=tag,
-                 existing_cluster=bool(place["cluster_file"]))
+                 existing_cluster=bool(place["cluster_file"]), worker_graphs=parse_worker_graphs(worker_graphs))
     from placeviz.verify.report import format_text
 
     text = to_json(report.to_json()) if fmt == "json" else format_text(report)

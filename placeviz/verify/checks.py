@@ -190,11 +190,13 @@ def check_per_worker(plan: dict, result: dict) -> Check:
     bad = []
     for e in entries:
         n = sum(r["counts"].get(e["op"], 0) for r in runs)
-        expected = len(runs) if e["runs"] == "once per worker run" else None
+        # only the runs of workers whose graph holds the op (a chief-only update runs on the chief)
+        mine = [r for r in runs if r["worker"] in e.get("workers", [r["worker"]])]
+        expected = len(mine) if e["runs"] == "once per worker run" else None
         ok = expected is None or n == expected
-        rows.append({**e, "executions": n, "worker_runs": len(runs), "expected": expected, "ok": ok})
+        rows.append({**e, "executions": n, "worker_runs": len(mine), "expected": expected, "ok": ok})
         if not ok:
-            bad.append(f"{e['op']} ({e['variable']}) ran {n} times in {len(runs)} worker runs")
+            bad.append(f"{e['op']} ({e['variable']}) ran {n} times in {len(mine)} worker runs")
     steps = max(len(result.get("sync_runs", [])), 1)
     ev = {"entries": rows, "worker_runs_per_global_step": round(len(runs) / steps, 2)}
     if not runs:
@@ -281,6 +283,11 @@ def _best_subset(grads: list, agg, r: int) -> tuple[float, tuple | None]:
 def check_gradients(plan: dict, result: dict, arrays: dict, matched: dict) -> Check:
     title = "each step averages at least R of the workers' gradients of that step"
     r = plan["replicas_to_aggregate"]
+    if result.get("failure") is not None:
+        done = len(result.get("sync_runs", []))
+        return Check("gradients_per_step", title, "skip",
+                     f"the run did not finish ({done} global step(s) done): the gradients of the steps in flight "
+                     "were never all captured", {})
     if not matched or not any(matched.values()):
         return Check("gradients_per_step", title, "skip", "no dense accumulator step to match", {})
     bad = []
@@ -303,8 +310,11 @@ def check_gradients(plan: dict, result: dict, arrays: dict, matched: dict) -> Ch
     twice = [row["step"] for row in first
              if len({name.split("#")[0] for name in row.get("used") or []}) < len(row.get("used") or [])]
     if twice:
-        extra += (f"; in step(s) {', '.join(map(str, twice))} one worker contributed more than one gradient "
-                  "(it took a second token of the same step: tokens per step exceed R)")
+        per_step = plan.get("tokens_per_step")
+        extra += (f"; in step(s) {', '.join(map(str, twice))} one worker contributed more than one gradient: it "
+                  f"dequeued a second token of the same step before a slower worker took its first (the sync op "
+                  f"enqueues {per_step if per_step is not None else '?'} tokens per step, one per replica, and "
+                  "any worker may take any of them)")
     sparse = sum(1 for a in plan["accumulators"] if a["sparse"])
     not_matched = f"; {sparse} sparse accumulator(s) not matched" if sparse else ""
     sizes = sorted({len(row.get("used") or []) for rows in matched.values() for row in rows})

@@ -47,6 +47,8 @@ import numpy as np
 from placeviz.verify import sandbox
 
 CHILD_FLAG = "--verify-coordinator"
+QUEUE_OPS = frozenset({"FIFOQueue", "FIFOQueueV2", "PaddingFIFOQueue", "PaddingFIFOQueueV2", "RandomShuffleQueue",
+                       "RandomShuffleQueueV2", "PriorityQueue", "PriorityQueueV2"})
 STALL_S = 6.0  # no run finished and no state change for this long while everything waits: deadlock
 
 
@@ -81,6 +83,8 @@ class Coordinator:
         self.last_progress = time.monotonic()
         self.sync_done = 0
         self.injected, self.injected_at = False, 0
+        self.runner_queues: dict[int, set[str]] = {}
+        self.queue_probes: list = []
 
     # ------------------------------------------------------------------------------ cluster
     def cluster_spec(self) -> dict:
@@ -191,6 +195,7 @@ class Coordinator:
             self.graphs.append(g)
         self.original = frozenset(n.name for n in self.graphs[0].as_graph_def().node)
         self._add_probe_ops(self.graphs[0])
+        self._add_queue_probes()
         self.timings["graph_import_s"] = round(time.monotonic() - t0, 3)
         t0 = time.monotonic()
         for i, g in enumerate(self.graphs):
@@ -228,6 +233,69 @@ class Coordinator:
                     self.reads[name] = op.outputs[0]
             if plan["global_step"]:
                 self.probe["__global_step__"] = self.reads.get(plan["global_step"])
+
+    def _add_queue_probes(self) -> None:
+        """The size of every queue each worker's session can see (the chief: all; others: their own
+        worker-side queues), to name the queue a hung run really waits on."""
+        raw = self.tf.raw_ops
+        self.queue_probes: list[tuple[int, str, str, int, object]] = []
+        for i, g in enumerate(self.graphs):
+            with g.as_default(), self.tf.name_scope("placeviz_verify_queues"):
+                for op in list(g.get_operations()):
+                    if op.type not in QUEUE_OPS or (i > 0 and f"/job:{self.plan['worker_job']}" not in op.device):
+                        continue
+                    v2 = op.type.endswith("V2")
+                    with g.colocate_with(op):
+                        size = (raw.QueueSizeV2 if v2 else raw.QueueSize)(handle=op.outputs[0])
+                    capacity = op.get_attr("capacity") if "capacity" in op.node_def.attr else -1
+                    self.queue_probes.append((i, op.name, op.device, capacity, size))
+
+    def read_queues(self) -> list[dict]:
+        """Every probed queue's size now (a queue whose session does not answer is left out)."""
+        out = []
+        for i, name, device, capacity, size in self.queue_probes:
+            with contextlib.suppress(Exception):
+                n = int(self.sessions[i].run(size, options=self.run_options(2)))
+                out.append({"worker": i, "queue": name, "device": device, "size": n, "capacity": capacity,
+                            "runner": name in self.runner_queues.get(i, ()),
+                            "token_queue": name == self.plan["token_queue"]})
+        return out
+
+    # ------------------------------------------------------------------------------ queue runners
+    def start_input_runners(self) -> None:
+        """Each worker's input queue runners, on its own session (Supervisor.start_queue_runners)."""
+        from tensorflow.core.protobuf import queue_runner_pb2
+
+        tf = self.tf
+        self.runner_coord = tf.compat.v1.train.Coordinator(clean_stop_exception_types=[])
+        self.runner_threads: list[threading.Thread] = []
+        self.runner_queues: dict[int, set[str]] = {}
+        for i, mine in enumerate(self.plan["per_worker"]):
+            for qr in mine["queue_runners"]:
+                proto = queue_runner_pb2.QueueRunnerDef(
+                    queue_name=qr["queue"], enqueue_op_name=qr["enqueue_ops"], close_op_name=qr["close_op"],
+                    cancel_op_name=qr["cancel_op"], queue_closed_exception_types=qr["closed_errors"])
+                with self.graphs[i].as_default():
+                    runner = tf.compat.v1.train.QueueRunner(queue_runner_def=proto)
+                self.runner_threads += runner.create_threads(self.sessions[i], coord=self.runner_coord, daemon=True,
+                                                             start=True)
+                self.runner_queues.setdefault(i, set()).add(qr["queue"])
+        if self.runner_threads:
+            n = sum(len(q) for q in self.runner_queues.values())
+            progress(f"started {n} input queue runner(s) on {len(self.runner_queues)} worker(s)")
+
+    def runner_error(self) -> BaseException | None:
+        """The exception an input queue runner stopped with (TF's Coordinator keeps the first)."""
+        coord = getattr(self, "runner_coord", None)
+        return getattr(coord, "_exc_info_to_raise", None) and coord._exc_info_to_raise[1]
+
+    def stop_input_runners(self) -> None:
+        coord = getattr(self, "runner_coord", None)
+        if coord is None:
+            return
+        coord.request_stop()  # each runner's close-on-stop thread runs its cancel op
+        for t in self.runner_threads:
+            t.join(timeout=5)
 
     def read_variables(self, label: str) -> None:
         if not self.reads:
@@ -270,16 +338,18 @@ class Coordinator:
     def initialize(self) -> None:
         plan, chief = self.plan, self.sessions[0]
         t0 = time.monotonic()
-        steps = [("init op", o) for o in plan["init_ops"]] + [("local init op", o) for o in plan["local_init_ops"]]
+        mine = plan["per_worker"][0]
+        steps = [("init op", o) for o in plan["init_ops"]] + [("local init op", o) for o in mine["local_init_ops"]]
         if plan["chief_init_op"]:
             steps.append(("chief init op", plan["chief_init_op"]))
         for what, op in steps:
             progress(f"chief: {what} {op}")
             chief.run(op, options=self.run_options(120))
         for i, sess in enumerate(self.sessions[1:], start=1):
-            for op in plan["local_init_ops"] + plan["local_step_init_ops"]:
+            for op in plan["per_worker"][i]["local_init_ops"]:
                 sess.run(op, options=self.run_options(120))
             progress(f"worker {i}: local init")
+        self.start_input_runners()
         self.read_variables("initial")
         for op in plan["init_tokens_ops"]:
             progress(f"chief: init tokens {op}")
@@ -288,16 +358,18 @@ class Coordinator:
 
     def worker_loop(self, i: int) -> None:
         plan, sess = self.plan, self.sessions[i]
+        mine = plan["per_worker"][i]
         feeds = self.feeds[i]
+        fetches, train_ops = mine["fetches"], mine["train_ops"]
         state = self.result["threads"][f"worker:{i}"] = {"state": "starting", "runs": 0}
         n = 0
         while not self.stop.is_set():
             metadata = self.tf.compat.v1.RunMetadata()
             first = i == 0 and n == 0
-            state.update(state="running", op=",".join(plan["train_ops"]), since=round(time.monotonic() - self.t_start, 3))
+            state.update(state="running", op=",".join(train_ops), since=round(time.monotonic() - self.t_start, 3))
             t0 = time.monotonic()
             try:
-                out = sess.run(plan["worker_fetches"] + plan["train_ops"], feed_dict=feeds,
+                out = sess.run(fetches + train_ops, feed_dict=feeds,
                                options=self.run_options(trace=True, partitions=first), run_metadata=metadata)
             except Exception as e:  # noqa: BLE001 - reported, or expected after the stop
                 if self.stop.is_set():
@@ -310,16 +382,14 @@ class Coordinator:
             t1 = time.monotonic()
             record = {"worker": i, "run": n, "t0": round(t0 - self.t_start, 4), "t1": round(t1 - self.t_start, 4),
                       "counts": self.counts(metadata)}
-            fetched = out[: len(plan["worker_fetches"])]
-            for name, value in zip(plan["worker_fetches"], fetched, strict=True):
-                if name == f"{plan['token_dequeue']}:0":
+            for key, value in zip(mine["keys"], out[: len(fetches)], strict=True):
+                if key == "token":
                     record["token"] = int(np.asarray(value).reshape(-1)[0])
                 else:
-                    key = f"w{i}/r{n}/{name}"
-                    self.arrays[key] = np.asarray(value)
+                    self.arrays[f"w{i}/r{n}/{key}"] = np.asarray(value)
             if first:
                 self.timings["first_worker_run_s"] = round(t1 - t0, 3)
-                self.keep_partitions("worker", "main", plan["worker_fetches"], plan["train_ops"], t1 - t0, metadata)
+                self.keep_partitions("worker", "main", fetches, train_ops, t1 - t0, metadata)
             with self.lock:
                 self.result["worker_runs"].append(record)
                 self.last_progress = t1
@@ -381,6 +451,9 @@ class Coordinator:
                               f"step {step}", tasks=dead)
             if self.failure is not None:
                 return
+            err = self.runner_error()
+            if err is not None:
+                raise Failure("tf_error", f"an input queue runner stopped: {type(err).__name__}: {_first_line(err)}")
             if qr is not None and not qr.is_alive() and self.sync_done >= plan["steps"]:
                 return
             if not any(t.is_alive() for t in threads) and (qr is None or not qr.is_alive()):
@@ -434,8 +507,11 @@ class Coordinator:
         probe = None
         with contextlib.suppress(Exception):
             probe = self.read_probe()
+        queues = []
+        with contextlib.suppress(Exception):
+            queues = self.read_queues()
         return {"kind": failure.kind, "message": failure.message, "details": failure.details,
-                "waiting": waiting, "state": probe, "global_steps_done": self.sync_done,
+                "waiting": waiting, "state": probe, "queues": queues, "global_steps_done": self.sync_done,
                 "at_s": round(now, 3)}
 
     # ------------------------------------------------------------------------------ probe
@@ -486,8 +562,8 @@ class Coordinator:
             self.build_sessions(spec)
             self.feeds = []
             for i in range(plan["workers"]):
-                with np.load(self.work / f"feeds_w{i}.npz") as data:
-                    self.feeds.append({k: data[k] for k in data.files})
+                with np.load(self.work / f"feeds_w{i}.npz") as data:  # a worker's own graph may lack some
+                    self.feeds.append({k: data[k] for k in data.files if _has_tensor(self.graphs[i], k)})
             self.initialize()
             threads = [threading.Thread(target=self.worker_loop, args=(i,), daemon=True, name=f"worker{i}")
                        for i in range(plan["workers"])]
@@ -523,9 +599,19 @@ class Coordinator:
             f = Failure("tf_error", f"{type(e).__name__}: {_first_line(e)}")
             self.result["failure"] = self.diagnose(f)
             self.result["errors"].append(traceback.format_exc()[-3000:])
+        with contextlib.suppress(Exception):
+            self.stop_input_runners()
         self.timings["total_s"] = round(time.monotonic() - self.t_start, 3)
         self.result["task_stderr"] = {k: self._tail(k) for k in self.procs}
         return self.result
+
+
+def _has_tensor(g, name: str) -> bool:
+    try:
+        g.get_tensor_by_name(name if ":" in name else f"{name}:0")
+    except (KeyError, ValueError):
+        return False
+    return True
 
 
 def _first_line(e: BaseException) -> str:

@@ -122,6 +122,8 @@ class RunPlan:
     fault: str | None = None
     cpus_per_task: int = 1
     notes: list[str] = field(default_factory=list)
+    per_worker: list[dict] = field(default_factory=list)  # placeviz.verify.workers.WorkerRun per worker task
+    chief_only: list[str] = field(default_factory=list)  # variables only the chief's graph has
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -252,9 +254,9 @@ def make_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job: str,
               chief_queue_runner: str = "auto", fault: str | None = None, cpus_per_task: int = 1) -> RunPlan:
     """The run for the SyncReplicas graph of ``pipe`` (raises PlacevizError if it is not one).
 
-    ``chief_queue_runner``: ``auto`` (a runner from the ``queue_runners`` collection, else the sync
-    op placeviz built or detected when the graph has no collections at all), ``detected`` (always
-    run the detected sync op), ``none`` (never: what a chief without SyncReplicasHook does).
+    ``chief_queue_runner``: ``auto`` (a runner from the ``queue_runners`` collection, else the
+    detected sync op, which TF keeps out of the collection), ``detected`` (always run the detected
+    sync op), ``none`` (never: what a chief without SyncReplicasHook does).
     """
     from placeviz.errors import PlacevizError
     from placeviz.sync.detect import is_optimizer_apply, state_index
@@ -356,11 +358,10 @@ def _queue_runner(pipe, tq, name, mode: str, notes: list[str]) -> tuple[str | No
         return "detected sync op (--chief-queue-runner detected)", None
     if pipe.rewrite is not None:
         return "placeviz sync pass", None
-    if not pipe.model.collections.present:
-        notes.append("the model has no collections: the chief runs the detected sync op as its queue runner")
-        return "detected sync op (no collections)", None
-    notes.append(f"no chief queue runner: the queue_runners collection has no runner for "
-                 f"{name(tq.queue)} (TF keeps it in SyncReplicasOptimizer.make_session_run_hook; add it with "
-                 "tf.compat.v1.train.add_queue_runner(opt.get_chief_queue_runner()) or pass "
-                 "--chief-queue-runner detected)")
-    return None, None
+    # SyncReplicasOptimizer keeps its runner out of the collection (get_chief_queue_runner): the
+    # chief starts it through SyncReplicasHook (make_session_run_hook) or Supervisor's
+    # start_queue_runners(sess, [chief_queue_runner]), neither of which leaves a trace in the graph.
+    notes.append(f"the chief runs the sync op {name(tq.sync_op)} as its queue runner, as SyncReplicasHook "
+                 "(make_session_run_hook) or sv.start_queue_runners(sess, [opt.get_chief_queue_runner()]) do "
+                 "(--chief-queue-runner none: a chief that never starts it)")
+    return "detected sync op (SyncReplicasOptimizer.get_chief_queue_runner)", None

@@ -6,14 +6,16 @@ Decisions made here (TF-free):
   ``total_num_replicas`` as far as the sync machinery tells it (tokens per step), else R;
 * **ps tasks**: ``--ps-tasks``, else every ps task a node is placed on;
 * **graphs**: the placed graph with the devices as the setter (or TF) wrote them, so TF's own
-  placer runs on it; worker i gets its copy with the worker device moved to task i
-  (:func:`placeviz.verify.plan.worker_graph`);
+  placer runs on it; worker i gets its own graph (``--worker-graph``, a per-task builder) or the
+  chief's with the worker device moved to task i (:func:`placeviz.verify.plan.worker_graph`) and
+  without the chief-only state (:mod:`placeviz.verify.workers`);
 * **feeds**: every placeholder the worker train op depends on, synthetic (seeded per worker) or
   from ``--feeds FILE.npz``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +23,8 @@ import numpy as np
 from placeviz.devices import PyDeviceSpec, parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.verify import feeds as feed_data
-from placeviz.verify.plan import RunPlan, make_plan, placeholders, worker_graph
+from placeviz.verify import workers as workers_mod
+from placeviz.verify.plan import RunPlan, make_plan, op_of, placeholders, worker_graph
 
 
 @dataclass
@@ -42,7 +45,10 @@ class Prepared:
 
 
 def prepare(pipe, placement_options, *, existing_cluster: bool, workers: int | None, steps: int, timeout: float,
-            isolate: bool, feeds_file: str | None, seed: int, chief_queue_runner: str, fault: str | None) -> Prepared:
+            isolate: bool, feeds_file: str | None, seed: int, chief_queue_runner: str, fault: str | None,
+            task_pipes=None) -> Prepared:
+    """``task_pipes(W)``: worker task -> (source, the placed pipeline of the graph that task built),
+    for the W workers decided here (:func:`placeviz.commands.verify.run` loads them)."""
     graph = pipe.graph
     worker_job = PyDeviceSpec.parse(placement_options.setter.worker_device).job or "worker"
     ps_job = PyDeviceSpec.parse(placement_options.setter.ps_device).job or "ps"
@@ -97,11 +103,36 @@ def prepare(pipe, placement_options, *, existing_cluster: bool, workers: int | N
     if gpu:
         plan.notes.append(f"{len(gpu)} node(s) ask for a GPU ({', '.join(gpu[:3])}{' ...' if len(gpu) > 3 else ''}); "
                           "the servers have CPUs only, so TF soft-places them on their task's CPU")
-    own = _worker_variables(pipe, worker_job, plan.local_step)
-    if own:
-        plan.notes.append(f"{len(own)} variable(s) live on the {worker_job} task itself ({', '.join(own[:3])}"
-                          f"{' ...' if len(own) > 3 else ''}): every worker has its own copy and only the chief "
-                          "initializes its own (TF1 non-chief workers would wait for them forever)")
+    task_pipes = task_pipes(workers) if task_pipes is not None else {}
+    sync_ops = {op_of(x) for x in (plan.sync_op, m.name(m.primary.sync_enqueue) if m.primary.sync_enqueue is not None
+                                   else None) if x}
+    own = workers_mod.chief_only(pipe, worker_job, plan.local_step)
+    plan.chief_only = own.variables
+    shared = [t for t in range(1, workers) if t not in task_pipes]
+    if own.variables and shared:
+        plan.notes.append(f"{len(own.variables)} chief-only variable(s) ({', '.join(own.variables[:3])}"
+                          f"{' ...' if len(own.variables) > 3 else ''}) live on the {worker_job} task and only the "
+                          f"chief's init op initializes them: as in a between-graph program that builds them only if "
+                          f"is_chief, worker(s) {', '.join(map(str, shared))} run the chief's graph without them and "
+                          f"the {len(own.dropped) - len(own.variables)} op(s) that read them (give each worker's own "
+                          "graph with --worker-graph I=MODEL)")
+    runs = []
+    for t in range(workers):
+        if t in task_pipes:
+            source, tpipe = task_pipes[t]
+            runs.append(workers_mod.from_own_graph(plan, t, source, tpipe, pipe))
+        else:
+            runs.append(workers_mod.from_chief(plan, t, pipe.model, sync_ops, own.dropped if t > 0 else set()))
+    plan.per_worker = [dataclasses.asdict(r) for r in runs]
+    for e in plan.per_worker_updates:  # which workers' graphs hold each per-worker update
+        e["workers"] = [t for t in range(workers)
+                        if (e["op"] in task_pipes[t][1].graph.index if t in task_pipes
+                            else t == 0 or e["op"] not in own.dropped)]
+    started = sum(len(r.queue_runners) for r in runs)
+    if started:
+        queues = sorted({q["queue"] for r in runs for q in r.queue_runners})
+        plan.notes.append(f"input pipeline: each worker starts its graph's queue runners ({', '.join(queues[:3])}"
+                          f"{' ...' if len(queues) > 3 else ''}), as Supervisor/MonitoredTrainingSession do")
     if existing:
         plan.notes.append("--cluster: the servers' resource containers are reset first (Session.reset): "
                           "variables, queues and accumulators on them are lost")
@@ -109,21 +140,15 @@ def prepare(pipe, placement_options, *, existing_cluster: bool, workers: int | N
         plan.notes.append(f"kept the default value of {len(unfed)} integer/boolean/string input(s) "
                           f"({', '.join(unfed[:3])}{' ...' if len(unfed) > 3 else ''})")
     base = graph.graph_def
-    graphs = [worker_graph(base, worker_job, i).SerializeToString() for i in range(workers)]
+    non_chief = workers_mod.without(base, own.dropped) if own.dropped and shared else base
+    graphs = []
+    for i in range(workers):
+        if i in task_pipes:
+            source = task_pipes[i][1].graph.graph_def
+        else:
+            source = base if i == 0 else non_chief
+        graphs.append(worker_graph(source, worker_job, i).SerializeToString())
     from placeviz.pipeline import client_device
 
     return Prepared(plan=plan, graphs=graphs, feeds=per_worker, unfed=unfed,
                     client_device=client_device(placement_options.placer.master_task) or "")
-
-
-def _worker_variables(pipe, worker_job: str, local_step: str | None) -> list[str]:
-    """Global variables placed on the worker job (not the local step, not local variables)."""
-    graph, devices = pipe.graph, pipe.devices
-    local = set(pipe.model.collections.local_variables) | {local_step}
-    out = []
-    for i, (name, op) in enumerate(zip(graph.names, graph.ops, strict=True)):
-        if op in ("VariableV2", "VarHandleOp") and name not in local:
-            parsed = parse_full_name(devices[i])
-            if parsed is not None and parsed.job == worker_job:
-                out.append(name)
-    return out
