@@ -95,7 +95,20 @@ def explain_failure(plan: dict, failure: dict) -> str:
         if short:
             parts.append(f"The chief's sync op {plan['sync_op']} has waited {chief['for_s']} s in TakeGradient for "
                          f"R={r} gradients; the accumulators hold {count_text}.")
-    if workers:
+    empty = [q for q in failure.get("queues", []) if not q["token_queue"] and q["size"] == 0]
+    if workers and empty:
+        def why(q):
+            return "its queue runner is running" if q["runner"] else "no queue runner fills it"
+        listed = "; ".join(f"worker {q['worker']}'s {q['queue']} holds 0 of {q['capacity']} ({why(q)})"
+                           for q in empty[:4])
+        parts.append(f"{', '.join(workers)} {'waits' if len(workers) == 1 else 'wait'} in {plan['train_ops'][0]}; the "
+                     f"token queue holds {queue}, but {len(empty)} input queue(s) are empty: {listed}"
+                     f"{' ...' if len(empty) > 4 else ''}.")
+        if any(not q["runner"] for q in empty):
+            parts.append("A TF1 program starts these with Supervisor/MonitoredTrainingSession (the queue_runners "
+                         "collection) or tf.compat.v1.train.start_queue_runners, but the graph's collection has "
+                         "no runner for them (or feed the dequeued tensors with --feeds).")
+    elif workers:
         parts.append(f"{', '.join(workers)} {'waits' if len(workers) == 1 else 'wait'} in {plan['train_ops'][0]} "
                      f"(for a token from {plan['token_dequeue']}); the token queue holds {queue}.")
     tokens = plan.get("init_tokens_ops")
