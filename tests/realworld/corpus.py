@@ -165,6 +165,37 @@ def setter_config(setter: dict, scope_end: str | None = None):
     return SetterConfig(scope_end=scope_end, **kwargs)
 
 
+def setter_cli_args(program: Program, key: str) -> list[str]:
+    """The PLACE options a user passes for the program's ``replica_device_setter(**SETTER)`` call.
+
+    ``key``: the variant whose recorded scope end is passed (``--setter-scope-end``). A ``cluster``
+    is written next to the program's graphs as ``cluster.json``.
+    """
+    setter = program.manifest["setter"]
+    args: list[str] = []
+    if "ps_tasks" in setter:
+        args += ["--ps-tasks", str(setter["ps_tasks"])]
+    for name in ("ps_device", "worker_device"):
+        if setter.get(name):
+            args += [f"--{name.replace('_', '-')}", setter[name]]
+    if setter.get("merge_devices") is False:
+        args.append("--no-merge-devices")
+    if setter.get("cluster") is not None:
+        path = program.dir / "cluster.json"
+        path.write_text(json.dumps(setter["cluster"]))
+        args += ["--cluster", str(path)]
+    if setter.get("ps_ops") is not None:
+        args += ["--ps-ops", ",".join(setter["ps_ops"])]
+    if setter.get("ps_strategy"):
+        args += ["--strategy", setter["ps_strategy"]]
+    end = program.manifest.get("scope_ends", {}).get(key)
+    if end:
+        args += ["--setter-scope-end", end]
+    if program.manifest["soft_placement"]:
+        args.append("--soft-placement")
+    return args
+
+
 def setter_diff(program: Program, sync: bool, chief: bool) -> tuple[int, list, list]:
     """(nodes compared, [(name, ours, TF's)], the same for the differences placeviz announces).
 
