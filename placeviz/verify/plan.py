@@ -91,7 +91,7 @@ class RunPlan:
     steps: int
     worker_job: str
     ps_job: str
-    cluster: dict  # job -> number of tasks (local) or list of addresses (--cluster)
+    cluster: dict  # job -> number of tasks (local servers) or list of addresses (--servers)
     train_ops: list[str]
     global_step: str | None
     local_step: str | None
@@ -122,6 +122,7 @@ class RunPlan:
     fault: str | None = None
     cpus_per_task: int = 1
     notes: list[str] = field(default_factory=list)
+    reset_containers: bool = False  # --servers --reset-containers: Session.reset before the run
 
     def to_json(self) -> dict:
         return asdict(self)
