@@ -216,11 +216,19 @@ def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, pl
 @cli.command(epilog=MODEL_HELP)
 @click.argument("model")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Worker tasks W (default: the graph's total replicas, or the workers of --cluster).")
+              help="Worker tasks W (default: the worker tasks of --servers/--cluster, else the graph's total "
+                   "replicas).")
 @click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Global steps K to run.")
 @click.option("--timeout", type=click.FloatRange(min=5), default=180.0, show_default=True,
               help="Seconds before a hang is reported as a failure (everything started is killed).")
 @click.option("--isolate", is_flag=True, help="One process per TF server task instead of one for all.")
+@click.option("--servers", "servers_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Run on TF servers you already run, at the addresses of FILE (same formats as --cluster, and "
+                   "the placement cluster unless --cluster is given); verify starts no server.")
+@click.option("--reset-containers", is_flag=True,
+              help="With --servers: clear the servers' resource containers first (Session.reset: their "
+                   "variables, queues and accumulators are lost). Without it, state left by an earlier run "
+                   "fails the run.")
 @click.option("--feeds", "feeds_file", type=click.Path(dir_okay=False, exists=True),
               help="Input values (.npz: tensor name -> array, or worker<i>/name); default: seeded synthetic data.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic feeds.")
@@ -236,19 +244,22 @@ def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, pl
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
 @place_options
 @sync_options
-def verify(model, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner, worker_graphs, fault, fmt,
-           output, tag, place, sync) -> None:
+def verify(model, workers, steps, timeout, isolate, servers_file, reset_containers, feeds_file, seed,
+           chief_queue_runner, worker_graphs, fault, fmt, output, tag, place, sync) -> None:
     """Run MODEL's synchronous training on real TF servers (127.0.0.1, private network) and check it.
 
     Checks that K global steps make global_step == K, that every update ran once per step in the
     chief's sync run only, the values against numpy, stale gradients, and the partition graphs.
+    --cluster FILE is the cluster the graph is placed on, as in every command: the local servers
+    get its jobs and task counts. --servers FILE runs on servers you already run instead.
     Exit 0 when every check passes, 1 when one fails.
     """
     from placeviz.commands import verify as command
 
     command.main(model, place=place, sync=sync, workers=workers, steps=steps, timeout=timeout, isolate=isolate,
                  feeds_file=feeds_file, seed=seed, chief_queue_runner=chief_queue_runner, fault=fault, fmt=fmt,
-                 output=output, tag=tag, worker_graphs=worker_graphs)
+                 output=output, tag=tag, servers_file=servers_file, reset_containers=reset_containers,
+                 worker_graphs=worker_graphs)
 
 
 @cli.group()

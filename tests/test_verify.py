@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -347,11 +348,81 @@ def test_numpy_optimizer_models_match_hand_computed_steps():
 
 
 # ------------------------------------------------------------------------------------------------
-# --cluster: servers the user already runs (placeviz starts none), all inside one private namespace
+# --cluster: the placement cluster (local servers of its shape); --servers: servers the user runs
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_cluster_file_places_and_local_servers_of_its_shape_run(models, tmp_path, capsys):
+    """``--cluster`` is the placement cluster, as in every command: its addresses are never used;
+    verify starts 2 ps + 3 workers (its shape; W from its worker tasks) on 127.0.0.1 privately."""
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"cluster": {"ps": ["ps0.example:2222", "ps1.example:2222"],
+                                               "worker": [f"w{i}.example:2222" for i in range(3)]},
+                                   "task": {"type": "worker", "index": 0}}))  # a TF_CONFIG document
+    code, report, err, _s = verify(models, "cluster_file", [models / "mlp_r2w3.meta", "--cluster", cluster,
+                                                            "--steps", 3], capsys)
+    c = checks(report)
+    assert code == 0 and report["ok"], {k: v["summary"] for k, v in c.items() if v["status"] != "pass"}
+    assert report["run"]["existing_cluster"] is False and report["run"]["workers"] == 3
+    assert {job: len(a) for job, a in report["run"]["cluster"].items()} == {"ps": 2, "worker": 3}
+    assert c["global_step"]["evidence"]["global_step"] == 3
+    assert any("--cluster cluster.json: placed on that cluster; run on local servers" in n for n in report["notes"])
+    assert "local TF servers in one process shaped like cluster.json: 2 ps x 3 workers" in err
+    assert_isolated(report, processes=1)
+    assert_released(report)
+
+
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+@pytest.mark.parametrize(("args", "message"), [
+    (["--servers", "s.json", "--isolate"], "--isolate starts local servers, one process per task; it cannot be "
+                                           "combined with --servers"),
+    (["--cluster", "c.json", "--reset-containers"], "--reset-containers clears the containers of --servers"),
+    (["--servers", "s.json", "--cluster", "c.json"], "--cluster c.json and --servers s.json must have the same "
+                                                     "tasks: job worker has 3 in c.json and 2 in s.json"),
+    (["--servers", "s.json", "--ps-tasks", "2"], "give --ps-tasks or --servers, not both"),
+])
+def test_servers_option_errors_are_one_line(tmp_path, capsys, monkeypatch, args, message):
+    """Checked before the model is even loaded (it does not exist) and before any address is tried."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.json").write_text(json.dumps({"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:1"] * 2}))
+    (tmp_path / "c.json").write_text(json.dumps({"ps": ["a:1"], "worker": ["b:1"] * 3}))
+    code, out, err = run_cli(["verify", "missing.meta", *args], capsys)
+    assert code == 2 and out == ""
+    lines = [line for line in err.strip().splitlines() if line.startswith("placeviz: error:")]
+    assert len(lines) == 1 and message in lines[0], err
+
+
+def test_reachability_names_the_task_whose_address_does_not_answer():
+    """Plain loopback sockets of this process: a listening one answers, a closed port does not."""
+    from placeviz.devices import ClusterSpec
+    from placeviz.errors import PlacevizError
+    from placeviz.verify.servers import check_reachable
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    closed = sandbox.free_ports(1)[0]
+    up = f"127.0.0.1:{listening.getsockname()[1]}"
+    try:
+        check_reachable(ClusterSpec.from_dict({"ps": [up], "worker": [up, up]}))
+        spec = ClusterSpec.from_dict({"ps": [up], "worker": [up, f"127.0.0.1:{closed}"]}, source="dir/s.json")
+        t0 = time.monotonic()
+        with pytest.raises(PlacevizError) as e:
+            check_reachable(spec)
+        assert time.monotonic() - t0 < 3.5
+    finally:
+        listening.close()
+    assert str(e.value).startswith(f"--servers s.json: no server answers for job worker task 1 at 127.0.0.1:{closed} (")
+    assert "\n" not in str(e.value)
+
 
 CLUSTER_HELPER = r'''
-"""Inside a private user + net namespace: the user's TF servers, then ``placeviz verify --cluster``."""
-import json, os, subprocess, sys
+"""Inside a private user + net namespace: the user's TF servers, then ``placeviz verify --servers``
+four times: with one address that has no server, on fresh servers, again without and again with
+``--reset-containers``."""
+import json, os, subprocess, sys, time
 from placeviz.verify import sandbox  # stdlib only: this process is still single-threaded
 
 meta, work = sys.argv[1], sys.argv[2]
@@ -374,29 +445,51 @@ if not private:
 seen = sandbox.interfaces()
 if seen != ["lo"]:  # never start a server another host could reach
     finish(78, error=f"the namespace has interfaces {seen}, not just lo")
+netns = os.readlink("/proc/self/ns/net")
+
+def others():
+    # processes in this namespace besides this one (the servers are threads of this process)
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                if os.readlink(f"/proc/{entry}/ns/net") == netns and sandbox.alive(int(entry)):
+                    pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
 
 os.environ.update(sandbox.child_env())
 import tensorflow as tf
 
-ports = sandbox.free_ports(5)  # nobody else is in this namespace: no race
-spec = {"ps": [f"127.0.0.1:{p}" for p in ports[:2]], "worker": [f"127.0.0.1:{p}" for p in ports[2:]]}
+ports = sandbox.free_ports(6)  # nobody else is in this namespace: no race; the 6th stays unused
+spec = {"ps": [f"127.0.0.1:{p}" for p in ports[:2]], "worker": [f"127.0.0.1:{p}" for p in ports[2:5]]}
 cluster_file = os.path.join(work, "c.json")
 with open(cluster_file, "w") as f:
     json.dump(spec, f)
+bad = {"ps": spec["ps"], "worker": spec["worker"][:2] + [f"127.0.0.1:{ports[5]}"]}
+bad_file = os.path.join(work, "bad.json")
+with open(bad_file, "w") as f:
+    json.dump(bad, f)
 config = tf.compat.v1.ConfigProto(device_count={"CPU": 1})
 servers = [tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job, task_index=i, config=config, start=True)
            for job in spec for i in range(len(spec[job]))]
-client = subprocess.Popen([sys.executable, "-m", "placeviz", "verify", meta, "--cluster", cluster_file,
-                           "--workers", "3", "--steps", "3", "--format", "json", "--timeout", "60"],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          env=sandbox.child_env())
-try:
-    stdout, stderr = client.communicate(timeout=110)
-except subprocess.TimeoutExpired:
-    client.kill()
-    stdout, stderr = client.communicate()
-finish(0, code=client.returncode, stdout=stdout.decode(), stderr=stderr.decode()[-3000:], cluster=spec,
-       interfaces=seen, netns=os.readlink("/proc/self/ns/net"), pids={"helper": os.getpid(), "client": client.pid})
+runs = []
+for servers_file, extra in ((bad_file, []), (cluster_file, []), (cluster_file, []),
+                            (cluster_file, ["--reset-containers"])):
+    t0 = time.monotonic()
+    client = subprocess.Popen([sys.executable, "-m", "placeviz", "verify", meta, "--servers", servers_file, *extra,
+                               "--steps", "3", "--format", "json", "--timeout", "60"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=sandbox.child_env())
+    try:
+        stdout, stderr = client.communicate(timeout=110)
+    except subprocess.TimeoutExpired:
+        client.kill()
+        stdout, stderr = client.communicate()
+    runs.append({"code": client.returncode, "stdout": stdout.decode(), "stderr": stderr.decode()[-3000:],
+                 "seconds": round(time.monotonic() - t0, 2), "client": client.pid, "left": others()})
+finish(0, runs=runs, cluster=spec, bad=bad, interfaces=seen, netns=netns, helper=os.getpid())
 '''
 
 
@@ -413,17 +506,32 @@ def _in_namespace(netns: str) -> list[int]:
     return pids
 
 
+def _passed(run: dict) -> dict:
+    assert run["code"] == 0, run["stdout"][-3000:] + run["stderr"]
+    report = json.loads(run["stdout"])
+    c = checks(report)
+    assert report["ok"] and all(v["status"] in ("pass", "skip") for v in c.values()), \
+        {k: v["summary"] for k, v in c.items() if v["status"] != "pass"}
+    assert c["global_step"]["status"] == "pass" and c["global_step"]["evidence"]["global_step"] == 3
+    assert c["isolation"]["status"] == "skip"  # verify started no server of its own
+    assert set(report["processes"]) == {"coordinator"}
+    assert any("a second run on them needs --reset-containers" in n for n in report["notes"])
+    return report
+
+
 @pytest.mark.tf
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
-def test_existing_cluster_runs_on_the_users_servers_in_a_private_namespace(models, tmp_path):
-    """2 ps + 3 worker servers started by "the user", then ``verify --cluster``: all in one private
-    user + net namespace (only lo), so no server is ever reachable from another host."""
+def test_servers_runs_on_the_users_servers_in_a_private_namespace(models, tmp_path):
+    """2 ps + 3 worker servers started by "the user", all in one private user + net namespace (only
+    lo, so no server is ever reachable from another host), then ``verify --servers``: a file with one
+    address where nobody listens is a one-line error at once; fresh servers pass; a second run finds
+    the closed token queue of the first and fails saying so; ``--reset-containers`` passes again."""
     proc = subprocess.Popen([sys.executable, "-c", CLUSTER_HELPER, str(models / "mlp_r2w3.meta"), str(tmp_path)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=sandbox.child_env(), cwd=tmp_path, start_new_session=True)
     try:
-        output, _ = proc.communicate(timeout=150)
+        output, _ = proc.communicate(timeout=400)
     except subprocess.TimeoutExpired:
         sandbox.kill_group(proc)
         raise
@@ -433,19 +541,38 @@ def test_existing_cluster_runs_on_the_users_servers_in_a_private_namespace(model
         pytest.skip(info["skip"])
     assert proc.returncode == 0 and info, f"helper exited {proc.returncode}: {info} {output.decode()[-3000:]}"
     assert info["interfaces"] == ["lo"]
-    assert info["code"] == 0, info["stdout"][-3000:] + info["stderr"]
-    report = json.loads(info["stdout"])
-    c = checks(report)
-    assert report["ok"] and all(v["status"] in ("pass", "skip") for v in c.values()), \
-        {k: v["summary"] for k, v in c.items() if v["status"] != "pass"}
+    unreachable, first, again, reset = info["runs"]
+
+    # one address without a server: exit 2 within seconds, one line naming it; nothing started
+    assert unreachable["code"] == 2 and unreachable["stdout"] == "", unreachable
+    errors = [line for line in unreachable["stderr"].splitlines() if line.startswith("placeviz: error:")]
+    assert errors == [f"placeviz: error: --servers bad.json: no server answers for job worker task 2 at "
+                      f"{info['bad']['worker'][2]} (Connection refused)"], unreachable["stderr"]
+    assert unreachable["seconds"] < 15 and "coordinator" not in unreachable["stderr"]
+    assert unreachable["left"] == []
+
+    report = _passed(first)
     assert report["run"]["existing_cluster"] is True
     assert report["run"]["cluster"] == info["cluster"] and report["run"]["workers"] == 3
-    assert c["global_step"]["status"] == "pass" and c["global_step"]["evidence"]["global_step"] == 3
-    assert c["isolation"]["status"] == "skip"  # verify started no server of its own
-    assert set(report["processes"]) == {"coordinator"}
-    assert "resetting the resource containers" in info["stderr"]
-    # nothing is left: not the client, its coordinator, nor the servers' process (nothing in the namespace)
-    pids = {**info["pids"], **report["processes"]}
+    assert "resetting the resource containers" not in first["stderr"]
+
+    assert again["code"] == 1, again["stdout"][-3000:] + again["stderr"]
+    report = json.loads(again["stdout"])
+    run = checks(report)["run"]
+    assert run["status"] == "fail" and report["failure"]["kind"] == "leftover_state"
+    assert run["summary"].startswith("the servers hold state from an earlier run (the token queue ")
+    assert " is closed" in run["summary"] and report["failure"]["details"] == {}
+    assert run["summary"].endswith("; pass --reset-containers to clear it.")
+    assert not report["failure"]["waiting"] or report["failure"]["waiting"][0]["who"] == "chief queue runner"
+
+    _passed(reset)
+    assert "resetting the resource containers" in reset["stderr"]
+    assert any(n.startswith("--reset-containers: the servers' resource containers are reset first")
+               for n in json.loads(reset["stdout"])["notes"])
+    # nothing is left: not the clients, their coordinators, nor the servers' process (nothing in the namespace)
+    pids = {"helper": info["helper"], **{f"client{i}": r["client"] for i, r in enumerate(info["runs"])}}
+    for i, r in enumerate(info["runs"][1:]):
+        pids.update({f"{k}{i}": p for k, p in json.loads(r["stdout"])["processes"].items()})
     deadline = time.monotonic() + 5
     while (_in_namespace(info["netns"]) or any(sandbox.alive(p) for p in pids.values())) \
             and time.monotonic() < deadline:

@@ -1,9 +1,12 @@
-"""``placeviz verify``: run the SyncReplicas graph on a real TF cluster and check what happened.
+"""``placeviz verify``: run the SyncReplicas graph on real TF servers and check what happened.
 
 The static stages (load, sync pass, placement, detection, proof) come from
 :func:`placeviz.pipeline.run_pipeline`; :mod:`placeviz.verify.plan` turns their result into a run;
-:mod:`placeviz.verify.runner` executes it on TF servers in a private network namespace;
-:mod:`placeviz.verify.checks` judges the evidence; :mod:`placeviz.verify.report` formats it.
+:mod:`placeviz.verify.runner` executes it on TF servers: local ones on 127.0.0.1 in a private
+network namespace, or with ``--servers FILE`` the user's own (:mod:`placeviz.verify.servers`
+checks that they answer first); :mod:`placeviz.verify.checks` judges the evidence;
+:mod:`placeviz.verify.report` formats it. ``--cluster FILE`` means what it means in every command:
+the cluster the graph is placed on; the local servers then have its jobs and task counts.
 :func:`run` returns the report (the demo calls it); :func:`main` is the CLI's entry.
 """
 
@@ -22,16 +25,21 @@ TF_MISSING = "TensorFlow is not installed; verify needs it: install placeviz[tf]
 def run(model_spec, *, placement_options, sync_options=None, workers: int | None = None, steps: int = 5,
         timeout: float = 180.0, isolate: bool = False, feeds_file: str | None = None, seed: int = 0,
         chief_queue_runner: str = "auto", fault: str | None = None, tag: str | None = None,
-        existing_cluster: bool = False, worker_graphs: dict[int, str] | None = None, say=progress):
+        servers=None, reset_containers: bool = False, worker_graphs: dict[int, str] | None = None,
+        say=progress):
     """Verify ``model_spec`` and return a :class:`placeviz.verify.report.VerifyReport`.
 
-    ``placement_options``: :class:`placeviz.placement.PlacementOptions` (``--ps-tasks`` etc.);
-    ``sync_options``: :class:`placeviz.pipeline.SyncOptions` to rewrite a plain graph first.
-    ``worker_graphs``: worker task -> MODEL that task's program built (``--worker-graph``); with a
-    builder MODEL taking ``task_index``, every worker's graph is built by its own call.
-    ``existing_cluster``: run on the servers whose addresses ``placement_options.cluster`` holds
-    (``--cluster FILE``); otherwise local servers on 127.0.0.1 are started (in a private network
-    namespace) and the cluster, if any, only gives the number of tasks. ``say``: progress callback.
+    ``placement_options``: :class:`placeviz.placement.PlacementOptions` (``--ps-tasks``, ``--cluster``
+    etc.); its cluster, if any, is where the graph is placed, and the local servers (127.0.0.1, a
+    private network namespace) get its jobs and task counts. ``servers``: a
+    :class:`placeviz.devices.ClusterSpec` of TF servers the user already runs (``--servers FILE``):
+    no local server is started; the placement cluster must have the same jobs and tasks, and every
+    address must accept a TCP connection before anything starts. Their resource containers are
+    cleared only with ``reset_containers`` (``--reset-containers``); without it, state left by an
+    earlier run fails the run. ``sync_options``: :class:`placeviz.pipeline.SyncOptions` to rewrite
+    a plain graph first. ``worker_graphs``: worker task -> MODEL that task's program built
+    (``--worker-graph``); with a builder MODEL taking ``task_index``, each worker's graph comes from
+    its own call. ``say``: progress callback.
     Raises :class:`PlacevizError` for bad input (exit 2); a failed check or run is in the report::
 
         report = run("sample:mlp", placement_options=PlacementOptions(setter=SetterConfig(ps_tasks=2)),
@@ -41,18 +49,28 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
     if importlib.util.find_spec("tensorflow") is None:
         raise PlacevizError(TF_MISSING)
     from placeviz.pipeline import run_pipeline
+    from placeviz.verify import servers as user_servers
     from placeviz.verify.checks import evaluate
     from placeviz.verify.prepare import prepare
     from placeviz.verify.runner import run_plan
 
     if steps < 1:
         raise PlacevizError("--steps must be at least 1")
-    if existing_cluster and placement_options.cluster is None:
-        raise PlacevizError("existing_cluster needs the cluster's addresses (--cluster FILE)")
-    if isolate and existing_cluster:
-        raise PlacevizError("--isolate starts local servers; it cannot be combined with --cluster")
+    if isolate and servers is not None:
+        raise PlacevizError("--isolate starts local servers, one process per task; it cannot be combined with "
+                            "--servers")
     if fault is not None and not isolate:
         raise PlacevizError("--inject-fault kills a task process: it needs --isolate")
+    if reset_containers and servers is None:
+        raise PlacevizError("--reset-containers clears the containers of --servers; verify's own local servers "
+                            "start empty")
+    if servers is not None:
+        if placement_options.cluster is None:
+            raise PlacevizError("--servers needs the placement cluster too (--cluster FILE, or the same file)")
+        user_servers.check_same_shape(placement_options.cluster, servers)
+        say(f"checking that the {sum(servers.num_tasks(j) for j in servers.jobs)} servers of "
+            f"{servers.source or '--servers'} answer ...")
+        user_servers.check_reachable(servers)
     # The local servers have CPUs only (CUDA_VISIBLE_DEVICES=""): TF soft-places GPU ops on CPU, and
     # placeviz must place the same way for the partitions to compare.
     placer = placement_options.placer
@@ -77,8 +95,8 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
             out[t] = (tasks.sources[t], tpipe)
         return out
 
-    prepared = prepare(pipe, placement_options, existing_cluster=existing_cluster, workers=workers, steps=steps,
-                       timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,
+    prepared = prepare(pipe, placement_options, servers=servers, reset_containers=reset_containers, workers=workers,
+                       steps=steps, timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,
                        chief_queue_runner=chief_queue_runner, fault=fault, task_pipes=task_pipes)
     for note in prepared.plan.notes:
         say(f"note: {note}")
@@ -91,17 +109,31 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
 
 
 def main(model_spec, *, place: dict, sync, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner,
-         fault, fmt: str, output: str | None, tag: str | None, worker_graphs: tuple[str, ...] = ()) -> None:
-    """The CLI command: exit 0 when every check passes, 1 when one fails (2 comes from errors)."""
+         fault, fmt: str, output: str | None, tag: str | None, servers_file: str | None = None,
+         reset_containers: bool = False, worker_graphs: tuple[str, ...] = ()) -> None:
+    """The CLI command: exit 0 when every check passes, 1 when one fails (2 comes from errors).
+
+    ``--cluster FILE`` is the placement cluster (local servers of its shape run the graph);
+    ``--servers FILE`` runs on the user's servers and is also the placement cluster unless
+    ``--cluster`` is given."""
     from placeviz.commands.place_options import build_placement_options
+    from placeviz.devices import ClusterSpec
     from placeviz.tasks import parse_worker_graphs
 
     if importlib.util.find_spec("tensorflow") is None:
         raise PlacevizError(TF_MISSING)
+    servers = None
+    if servers_file:
+        servers, _task = ClusterSpec.from_json_file(servers_file)
+        if place["ps_tasks"]:
+            raise PlacevizError("give --ps-tasks or --servers, not both (--servers places the graph on its cluster, "
+                                "and TF ignores ps_tasks when a cluster is given)")
+        if not place["cluster_file"]:
+            place = {**place, "cluster_file": servers_file}
     report = run(model_spec, placement_options=build_placement_options(place), sync_options=sync, workers=workers,
                  steps=steps, timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,
-                 chief_queue_runner=chief_queue_runner, fault=fault, tag=tag,
-                 existing_cluster=bool(place["cluster_file"]), worker_graphs=parse_worker_graphs(worker_graphs))
+                 chief_queue_runner=chief_queue_runner, fault=fault, tag=tag, servers=servers,
+                 reset_containers=reset_containers, worker_graphs=parse_worker_graphs(worker_graphs))
     from placeviz.verify.report import format_text
 
     text = to_json(report.to_json()) if fmt == "json" else format_text(report)

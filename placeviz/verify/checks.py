@@ -419,7 +419,7 @@ def check_stale(plan: dict, result: dict) -> Check:
 def check_isolation(plan: dict, result: dict) -> Check:
     title = "local servers reachable only from loopback"
     if plan["existing_cluster"]:
-        return Check("isolation", title, "skip", "--cluster: verify started no server", {})
+        return Check("isolation", title, "skip", "--servers: verify started no server", {})
     net = result.get("network") or {}
     seen = net.get("interfaces", {})
     only_lo = bool(seen) and all(v == ["lo"] for v in seen.values())

@@ -2,12 +2,15 @@
 
 Started by :mod:`placeviz.verify.runner` in a fresh process, which first moves into a private
 loopback-only network namespace (:func:`placeviz.verify.sandbox.enter_private_network`) unless it
-talks to an existing cluster (``--cluster``). It then follows ``plan.json`` (a
+runs on servers the user already runs (``--servers FILE``). It then follows ``plan.json`` (a
 :class:`placeviz.verify.plan.RunPlan`) the way a TF1 chief with ``SyncReplicasHook`` and its
 workers would:
 
-1. servers: every ps and worker task on 127.0.0.1 in this process, or one process per task
-   (``isolate``, :mod:`placeviz.verify.task_server`), or none (an existing cluster);
+1. servers: every task of the plan's cluster (the jobs and task counts of ``--cluster``, or ps and
+   worker) on 127.0.0.1 in this process, or one process per task (``isolate``,
+   :mod:`placeviz.verify.task_server`), or none (``--servers``: their resource containers are
+   reset only with ``--reset-containers``; otherwise a token queue that is closed or holds tokens,
+   or accumulators holding gradients, fail the run before anything is initialized);
 2. one session per worker on its own server, each importing its own graph (``graph_w<i>.pb``: the
    worker-side ops on its task), Grappler off and L0 so the partition graphs compare with placeviz;
 3. the chief runs the init op, the local init op and the chief init op, every other worker its
@@ -57,7 +60,7 @@ def progress(message: str) -> None:
 
 
 class Failure(Exception):
-    """A failed run: ``kind`` (dead_task | deadlock | timeout | tf_error | setup) and details."""
+    """A failed run: ``kind`` (dead_task | deadlock | timeout | tf_error | setup | leftover_state) and details."""
 
     def __init__(self, kind: str, message: str, **details):
         super().__init__(message)
@@ -88,21 +91,25 @@ class Coordinator:
 
     # ------------------------------------------------------------------------------ cluster
     def cluster_spec(self) -> dict:
-        """job -> addresses: the existing cluster's, or free loopback ports (of our namespace)."""
+        """job -> addresses: the user's servers (``--servers``), or free loopback ports (of our namespace)
+        for every job of the plan's cluster (``--cluster``'s jobs and task counts; W workers)."""
         plan = self.plan
         if plan["existing_cluster"]:
             return plan["cluster"]
-        jobs = [(plan["ps_job"], plan["cluster"].get(plan["ps_job"], 0)), (plan["worker_job"], plan["workers"])]
+        counts = {**plan["cluster"], plan["worker_job"]: plan["workers"]}
+        jobs = list(counts.items())
         ports = iter(sandbox.free_ports(sum(n for _, n in jobs if n)))
         return {job: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for job, n in jobs if n}
 
     def start_cluster(self, spec: dict) -> None:
         plan = self.plan
         if plan["existing_cluster"]:
-            # Leftover tokens, gradients or a closed token queue from an earlier run would falsify this one.
-            target = "grpc://" + spec[plan["worker_job"]][0]
-            progress(f"resetting the resource containers of the cluster ({target}) ...")
-            self.tf.compat.v1.Session.reset(target)
+            # Leftover tokens, gradients or a closed token queue from an earlier run would falsify this one:
+            # cleared when asked, else found by leftover_state() before anything is initialized.
+            if plan.get("reset_containers"):
+                target = "grpc://" + spec[plan["worker_job"]][0]
+                progress(f"resetting the resource containers of the cluster ({target}) ...")
+                self.tf.compat.v1.Session.reset(target)
             return
         t0 = self.t_start if plan["isolate"] else time.monotonic()
         if plan["isolate"]:  # spawned before TF was imported here; now wait for them
@@ -222,6 +229,7 @@ class Coordinator:
             with g.colocate_with(q):
                 v2 = q.type.endswith("V2")
                 self.probe["__queue_size__"] = (raw.QueueSizeV2 if v2 else raw.QueueSize)(handle=q.outputs[0])
+                self.queue_closed = (raw.QueueIsClosedV2 if v2 else raw.QueueIsClosed)(handle=q.outputs[0])
                 self.close_op = (raw.QueueCloseV2 if v2 else raw.QueueClose)(handle=q.outputs[0],
                                                                              cancel_pending_enqueues=True)
             for name, kind in plan["variables"].items():
@@ -296,6 +304,30 @@ class Coordinator:
         coord.request_stop()  # each runner's close-on-stop thread runs its cancel op
         for t in self.runner_threads:
             t.join(timeout=5)
+
+    def leftover_state(self) -> None:
+        """``--servers`` without ``--reset-containers``: the token queue must be open and empty and the
+        accumulators empty, as no earlier run left them. Only reads (the queue and the accumulators are
+        created if they do not exist yet, as the init would); on a finding nothing else runs."""
+        plan = self.plan
+        names = [a["name"] for a in plan["accumulators"]]
+        fetches = {"closed": self.queue_closed, "tokens": self.probe["__queue_size__"],
+                   **{n: self.probe[n] for n in names}}
+        values = self.sessions[0].run(fetches, options=self.run_options(10))
+        found = []
+        if bool(values["closed"]):
+            found.append(f"the token queue {plan['token_queue']} is closed")
+        elif int(values["tokens"]):
+            found.append(f"the token queue {plan['token_queue']} holds {int(values['tokens'])} tokens")
+        held = {n: int(values[n]) for n in names if int(values[n])}
+        if held:
+            found.append(f"{len(held)} accumulator(s) hold gradients: "
+                         + ", ".join(f"{n}={c}" for n, c in list(held.items())[:3]) + (" ..." if len(held) > 3 else ""))
+        self.result["leftover_state"] = {"queue_closed": bool(values["closed"]), "tokens": int(values["tokens"]),
+                                         "accumulators": held}
+        if found:
+            raise Failure("leftover_state", f"the servers hold state from an earlier run ({'; '.join(found)}); "
+                          "pass --reset-containers to clear it")
 
     def read_variables(self, label: str) -> None:
         if not self.reads:
@@ -560,6 +592,8 @@ class Coordinator:
             self.start_cluster(spec)
             progress("creating the worker sessions ...")
             self.build_sessions(spec)
+            if plan["existing_cluster"] and not plan.get("reset_containers"):
+                self.leftover_state()
             self.feeds = []
             for i in range(plan["workers"]):
                 with np.load(self.work / f"feeds_w{i}.npz") as data:  # a worker's own graph may lack some
@@ -592,8 +626,9 @@ class Coordinator:
         except Failure as f:
             self.stop.set()
             self.result["failure"] = self.diagnose(f)
-            with contextlib.suppress(Exception):
-                self.sessions[0].run(self.close_op, options=self.run_options(3))
+            if f.kind != "leftover_state":  # the user's servers stay as they were found
+                with contextlib.suppress(Exception):
+                    self.sessions[0].run(self.close_op, options=self.run_options(3))
         except Exception as e:  # noqa: BLE001 - any other error is a result too
             self.stop.set()
             f = Failure("tf_error", f"{type(e).__name__}: {_first_line(e)}")

@@ -91,7 +91,7 @@ class RunPlan:
     steps: int
     worker_job: str
     ps_job: str
-    cluster: dict  # job -> number of tasks (local) or list of addresses (--cluster)
+    cluster: dict  # job -> number of tasks (local servers) or list of addresses (--servers)
     train_ops: list[str]
     global_step: str | None
     local_step: str | None
@@ -124,6 +124,7 @@ class RunPlan:
     notes: list[str] = field(default_factory=list)
     per_worker: list[dict] = field(default_factory=list)  # placeviz.verify.workers.WorkerRun per worker task
     chief_only: list[str] = field(default_factory=list)  # variables only the chief's graph has
+    reset_containers: bool = False  # --servers --reset-containers: Session.reset before the run
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -2,9 +2,12 @@
 
 Decisions made here (TF-free):
 
-* **workers** W: ``--workers``, else the worker tasks of ``--cluster``, else the graph's
-  ``total_num_replicas`` as far as the sync machinery tells it (tokens per step), else R;
-* **ps tasks**: ``--ps-tasks``, else every ps task a node is placed on;
+* **servers**: ``--servers FILE``: the user's, at their addresses; else local ones with the jobs
+  and task counts of ``--cluster`` (the placement cluster), or just ps and worker tasks;
+* **workers** W: ``--workers``, else the worker tasks of ``--servers``/``--cluster``, else the
+  graph's ``total_num_replicas`` as far as the sync machinery tells it (tokens per step), else R;
+  with a cluster file they must agree;
+* **ps tasks**: the cluster's, else ``--ps-tasks``, else every ps task a node is placed on;
 * **graphs**: the placed graph with the devices as the setter (or TF) wrote them, so TF's own
   placer runs on it; worker i gets its own graph (``--worker-graph``, a per-task builder) or the
   chief's with the worker device moved to task i (:func:`placeviz.verify.plan.worker_graph`) and
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -34,21 +38,25 @@ class Prepared:
     feeds: list[dict[str, np.ndarray]]
     unfed: list[str] = field(default_factory=list)
     client_device: str = ""
+    cluster_file: str | None = None  # the file the servers' addresses (--servers) or shape (--cluster) come from
 
     def describe(self) -> str:
         p = self.plan
-        where = "an existing cluster" if p.existing_cluster else (
+        where = f"your servers of {self.cluster_file}" if p.existing_cluster else (
             "local TF servers, one process per task" if p.isolate else "local TF servers in one process")
+        if not p.existing_cluster and self.cluster_file:
+            where += f" shaped like {self.cluster_file}"
         ps = p.cluster.get(p.ps_job, 0)
         ps = len(ps) if isinstance(ps, list) else ps
         return f"{where}: {ps} ps x {p.workers} workers, {p.steps} steps"
 
 
-def prepare(pipe, placement_options, *, existing_cluster: bool, workers: int | None, steps: int, timeout: float,
-            isolate: bool, feeds_file: str | None, seed: int, chief_queue_runner: str, fault: str | None,
-            task_pipes=None) -> Prepared:
-    """``task_pipes(W)``: worker task -> (source, the placed pipeline of the graph that task built),
-    for the W workers decided here (:func:`placeviz.commands.verify.run` loads them)."""
+def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = False, workers: int | None,
+            steps: int, timeout: float, isolate: bool, feeds_file: str | None, seed: int, chief_queue_runner: str,
+            fault: str | None, task_pipes=None) -> Prepared:
+    """``servers``: the ClusterSpec of ``--servers`` (the user's running servers), or None for local ones.
+    ``task_pipes(W)``: worker task -> (source, the placed pipeline of the graph that task built), for
+    the W workers decided here (:func:`placeviz.commands.verify.run` loads them)."""
     graph = pipe.graph
     worker_job = PyDeviceSpec.parse(placement_options.setter.worker_device).job or "worker"
     ps_job = PyDeviceSpec.parse(placement_options.setter.ps_device).job or "ps"
@@ -61,23 +69,33 @@ def prepare(pipe, placement_options, *, existing_cluster: bool, workers: int | N
     if other:
         raise PlacevizError(f"the graph places nodes on job(s) {', '.join(other)}; verify runs only "
                             f"/job:{ps_job} and /job:{worker_job}")
-    existing = existing_cluster
+    existing = servers is not None
     m = pipe.machinery
-    given = placement_options.cluster
+    given = servers if existing else placement_options.cluster
+    source = Path(given.source).name if given is not None and given.source else None
+    if given is not None:
+        for job in given.jobs:
+            if given.task_indices(job) != list(range(given.num_tasks(job))):
+                raise PlacevizError(f"{source or 'the cluster'}: verify needs tasks 0..n-1 in every job; "
+                                    f"job {job} has tasks {given.task_indices(job)}")
+        if worker_job in given.jobs:
+            n_workers = given.num_tasks(worker_job)
+            if workers is not None and workers != n_workers:
+                raise PlacevizError(f"--workers {workers} but {source or 'the cluster file'} has {n_workers} "
+                                    f"{worker_job} tasks")
+            workers = n_workers
+        elif existing:
+            raise PlacevizError(f"--servers {source}: no {worker_job} job to run the workers on")
     if existing:
-        cluster = {job: [placement_options.cluster.task_address(job, t) for t in placement_options.cluster.task_indices(job)]
-                   for job in placement_options.cluster.jobs}
-        n_workers = len(cluster.get(worker_job, []))
-        if workers is not None and workers != n_workers:
-            raise PlacevizError(f"--workers {workers} but the cluster file has {n_workers} {worker_job} tasks")
-        workers = n_workers
+        cluster = {job: [given.task_address(job, t) for t in given.task_indices(job)] for job in given.jobs}
     else:
         if workers is None:
             total = m.total_replicas if m is not None else None
             workers = total or (m.tokens_per_step if m is not None else None) or 2
         ps = max(placement_options.setter.ps_tasks, used.get(ps_job, 0),
                  given.num_tasks(ps_job) if given is not None and ps_job in given.jobs else 0)
-        cluster = {ps_job: ps, worker_job: workers}
+        cluster = {job: given.num_tasks(job) for job in given.jobs} if given is not None else {}
+        cluster.update({ps_job: ps, worker_job: workers})
     if workers < 1:
         raise PlacevizError("verify needs at least one worker")
 
@@ -133,9 +151,19 @@ def prepare(pipe, placement_options, *, existing_cluster: bool, workers: int | N
         queues = sorted({q["queue"] for r in runs for q in r.queue_runners})
         plan.notes.append(f"input pipeline: each worker starts its graph's queue runners ({', '.join(queues[:3])}"
                           f"{' ...' if len(queues) > 3 else ''}), as Supervisor/MonitoredTrainingSession do")
-    if existing:
-        plan.notes.append("--cluster: the servers' resource containers are reset first (Session.reset): "
+    plan.reset_containers = reset_containers
+    if existing and reset_containers:
+        plan.notes.append("--reset-containers: the servers' resource containers are reset first (Session.reset): "
                           "variables, queues and accumulators on them are lost")
+    if existing:
+        plan.notes.append("at the end of its run verify closes the token queue on your servers (as TF's queue "
+                          "runner does at stop) and leaves gradients in their accumulators (late ones, the "
+                          "stale-gradient probe's), so a second run on them needs --reset-containers")
+    elif given is not None:
+        shape = ", ".join(f"{job} x {n}" for job, n in cluster.items())
+        name = f"--cluster {source}" if source else "the placement cluster"
+        plan.notes.append(f"{name}: placed on that cluster; run on local servers (127.0.0.1, private network "
+                          f"namespace) with its jobs and task counts ({shape}); --servers FILE runs on servers you run")
     if unfed and not feeds_file:
         plan.notes.append(f"kept the default value of {len(unfed)} integer/boolean/string input(s) "
                           f"({', '.join(unfed[:3])}{' ...' if len(unfed) > 3 else ''})")
@@ -151,4 +179,5 @@ def prepare(pipe, placement_options, *, existing_cluster: bool, workers: int | N
     from placeviz.pipeline import client_device
 
     return Prepared(plan=plan, graphs=graphs, feeds=per_worker, unfed=unfed,
-                    client_device=client_device(placement_options.placer.master_task) or "")
+                    client_device=client_device(placement_options.placer.master_task) or "", cluster_file=source)
+
