@@ -172,10 +172,10 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
     graphs = []
     for i in range(workers):
         if i in task_pipes:
-            source = task_pipes[i][1].graph.graph_def
+            own_graph = task_pipes[i][1].graph.graph_def
         else:
-            source = base if i == 0 else non_chief
-        graphs.append(worker_graph(source, worker_job, i).SerializeToString())
+            own_graph = base if i == 0 else non_chief
+        graphs.append(worker_graph(own_graph, worker_job, i).SerializeToString())
     from placeviz.pipeline import client_device
 
     return Prepared(plan=plan, graphs=graphs, feeds=per_worker, unfed=unfed,

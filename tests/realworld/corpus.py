@@ -125,6 +125,18 @@ def build(name: str, out: Path) -> Program:
     return Program(name, out, json.loads((out / "manifest.json").read_text()))
 
 
+_BUILT: dict[str, Program | Exception] = {}
+
+
+def built_once(names: Iterable[str], root_factory) -> dict[str, Program | Exception]:
+    """:func:`build_all` once per test process (the test modules share the builds);
+    ``root_factory()`` gives the directory when something is still to build."""
+    todo = [n for n in names if n not in _BUILT]
+    if todo:
+        _BUILT.update(build_all(todo, root_factory()))
+    return _BUILT
+
+
 def build_all(names: Iterable[str], root: Path, jobs: int = 2) -> dict[str, Program | Exception]:
     names = list(names)
 

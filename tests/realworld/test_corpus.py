@@ -38,7 +38,7 @@ PROGRAMS = corpus.program_names()
 @pytest.fixture(scope="session")
 def built(tmp_path_factory) -> dict:
     pytest.importorskip("tensorflow")
-    return corpus.build_all(PROGRAMS, tmp_path_factory.mktemp("realworld"))
+    return corpus.built_once(PROGRAMS, lambda: tmp_path_factory.mktemp("realworld"))
 
 
 def _program(built, name) -> corpus.Program:
