@@ -373,19 +373,19 @@ def test_replayed_summary_is_generated_from_the_table():
     assert "GradientDescent (dense and sparse)" in text and "Adam (dense only)" in text
 
     class U:  # an UpdatePlan-like object
-        def __init__(self, op_type):
-            self.op_type, self.kind, self.why = op_type, None, None
+        def __init__(self, op_type, why=None):
+            self.op_type, self.kind, self.why = op_type, None, why
 
-    note = not_replayed_note([U("AssignSub"), U("ApplyAdaMax")])
-    assert "sparse Adam" in note and "no numpy model of ApplyAdaMax" in note and text in note
+    note = not_replayed_note([U("AssignSub", "composite"), U("ApplyAdaMax")])
+    assert "AssignSub: composite" in note and "no numpy model of ApplyAdaMax" in note and text in note
 
 
 def test_values_skip_text_names_the_table():
     plan = {"updates": [{"op": "x", "op_type": "AssignSub", "kind": None, "fetch": {}, "state": {},
-                         "use_nesterov": False}]}
+                         "use_nesterov": False, "why": "composite"}]}
     check = check_values(plan, {"failure": None, "sync_runs": [{}]}, {})
     assert check.status == "skip" and replayed_summary() in check.summary
-    assert "sparse Adam" in check.evidence["not_replayed_why"]["AssignSub"]
+    assert check.evidence["not_replayed_why"] == {"AssignSub": "composite"}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -642,3 +642,19 @@ def test_verify_replays_other_optimizers_end_to_end(tmp_path, key, capsys):
         assert any("sparse Adam" in note for note in report["notes"])
     else:
         assert "emb" in replayed and len(replayed) > 2  # the variables and their slots
+
+
+def test_assign_sub_is_called_sparse_adam_only_after_a_scatter_add():
+    g = GraphDef()
+    g.node.add(name="v", op="VariableV2")
+    g.node.add(name="m", op="VariableV2")
+    g.node.add(name="c", op="Const")
+    g.node.add(name="idx", op="Const")
+    g.node.add(name="plain", op="AssignSub", input=["v", "c"])
+    g.node.add(name="m_t", op="ScatterAdd", input=["m", "idx", "c"])
+    g.node.add(name="step", op="Mul", input=["c", "m_t"])
+    g.node.add(name="adam", op="AssignSub", input=["v", "step"])
+    graph = Graph(g)
+    plain, adam = (update_plan(graph, op, "v", None) for op in ("plain", "adam"))
+    assert plain.kind is None and plain.why == "no numpy model of AssignSub"
+    assert adam.kind is None and adam.why.startswith("sparse Adam's composite update")

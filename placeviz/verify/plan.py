@@ -31,8 +31,9 @@ from placeviz.verify.optimizers import SLOT_ROLES as _SLOT_ROLES
 
 class Kernel(NamedTuple):
     """One update kernel verify replays: its ref op type (``"Resource" + op`` is the resource
-    twin, same input order), the role of each input (op-def order), the ``tf.compat.v1.train``
-    optimizer that emits it and whether it is a sparse (indexed) update."""
+    twin, same input order), the role of each input (op-def order), the optimizer that emits it
+    (a ``tf.compat.v1.train`` class name without ``Optimizer``, or Keras') and whether it is a
+    sparse (indexed) update."""
 
     op: str
     roles: tuple[str, ...]
@@ -93,7 +94,7 @@ OPTIMIZERS: dict[str, Kernel] = {
 SLOT_ROLES = frozenset(_SLOT_ROLES)  # the variable and the slots a kernel updates
 STATE_ROLES = SLOT_ROLES | {"beta1_power", "beta2_power"}
 BOOL_ATTRS = ("use_nesterov", "update_slots", "multiply_linear_by_lr")  # the kernel attrs the models read
-NOT_REPLAYED = {
+SPARSE_ADAM = {
     "AssignSub": "sparse Adam's composite update (tensorflow/python/training/adam.py _apply_sparse_shared: "
                  "Assign and ScatterAdd of the m and v slots, then AssignSub of the variable) is several ops, not "
                  "one kernel",
@@ -101,8 +102,8 @@ NOT_REPLAYED = {
                            "AssignVariableOp and ResourceScatterAdd of m and v, then AssignSubVariableOp of the "
                            "variable) is several ops, not one kernel",
 }
-"""Why an update op verify sees in a SyncReplicas graph is not replayed, by op type (others: no
-numpy model of that op)."""
+"""Why the last op of ``AdamOptimizer``'s sparse update, the one that writes the variable, is not
+replayed (said where its value comes from a scatter-add of a slot, see :func:`_sparse_adam`)."""
 _VALUE_FORWARD = frozenset({"Identity", "RefIdentity", "ReadVariableOp", "Snapshot"})
 _VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
 
@@ -139,7 +140,27 @@ def not_replayed_note(updates) -> str:
 def not_replayed_why(update) -> str:
     """Why ``update`` (an :class:`UpdatePlan` or its JSON) is not replayed."""
     get = update.get if isinstance(update, dict) else lambda k, d=None: getattr(update, k, d)
-    return get("why") or NOT_REPLAYED.get(get("op_type")) or f"no numpy model of {get('op_type')}"
+    return get("why") or f"no numpy model of {get('op_type')}"
+
+
+def _sparse_adam(graph: Graph, op: str, depth: int = 6) -> bool:
+    """``op`` (an ``AssignSub``) subtracts a value computed from a scatter-add of a slot: adam.py's
+    ``var - lr * m_t / (sqrt(v_t) + epsilon)`` with ``m_t``/``v_t`` a ``ScatterAdd`` (ref) or a read
+    after a ``ResourceScatterAdd`` (resource; a control input)."""
+    frontier, seen = [op], {op}
+    for _ in range(depth):
+        nxt = []
+        for name in frontier:
+            for text in graph.node_def(graph.index[name]).input:
+                src = op_of(text)
+                if src in seen or src not in graph.index:
+                    continue
+                if graph.ops[graph.index[src]] in ("ScatterAdd", "ResourceScatterAdd"):
+                    return True
+                seen.add(src)
+                nxt.append(src)
+        frontier = nxt
+    return False
 
 
 def tensor(name: str) -> str:
@@ -259,6 +280,7 @@ def update_plan(graph: Graph, op: str, variable: str, accumulator: str | None) -
     kind = optimizer_kind(op_type)
     plan = UpdatePlan(op=op, op_type=op_type, variable=variable, accumulator=accumulator, kind=kind)
     if kind is None:
+        plan.why = SPARSE_ADAM[op_type] if op_type in SPARSE_ADAM and _sparse_adam(graph, op) else None
         plan.why = not_replayed_why(plan)
         return plan
     roles = OPTIMIZERS[kind].roles
