@@ -15,8 +15,10 @@ The checks, in report order:
   metrics) counted per worker run, against the static proof's ``per_worker_updates``;
 * ``gradients_per_step``: each step averaged exactly R of the gradients the workers computed for
   it (a subset of the captured gradients whose mean is the aggregated one); the rest were dropped;
-* ``values``: the variables after K steps equal a numpy replay of the wrapped optimizer (GD,
-  Momentum, Adam, dense Adagrad) from the values before the first step and the aggregated gradients;
+* ``values``: the variables and slots after K steps equal a numpy replay of the wrapped
+  optimizer's update kernels (every dense and sparse kernel of ``tf.compat.v1.train``'s optimizers,
+  :data:`placeviz.verify.plan.OPTIMIZERS`) from the values before the first step and the inputs
+  each sync run gave them;
 * ``stale_gradient``: a gradient tagged with a local step K steps old is dropped, a current one
   counted;
 * ``partitions``: the runtime's partition graphs agree with ``placeviz partition``;
@@ -342,33 +344,49 @@ def check_gradients(plan: dict, result: dict, arrays: dict, matched: dict) -> Ch
                  ev)
 
 
+def _replay_input(x) -> np.ndarray:
+    """A fetched kernel input as the replay uses it: floats in float64, indices and steps as they are."""
+    a = np.asarray(x)
+    return a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a
+
+
+SMALL = 64  # variables of at most this many elements show their values in the evidence
+
+
 def check_values(plan: dict, result: dict, arrays: dict) -> Check:
+    """Replay every update op the plan models (:data:`placeviz.verify.plan.OPTIMIZERS`, dense and
+    sparse) K times from the initial values with the inputs each sync run fetched, and compare the
+    variables and slots with the values TF ended with."""
+    from placeviz.verify.plan import not_replayed_why, replayed_summary
+
     title = "variables equal a numpy replay of the optimizer on the aggregated gradients"
     updates = [u for u in plan["updates"] if u["kind"] is not None]
     skipped = sorted({u["op_type"] for u in plan["updates"] if u["kind"] is None})
+    why = {u["op_type"]: not_replayed_why(u) for u in plan["updates"] if u["kind"] is None}
     if result.get("failure") is not None or not result.get("sync_runs"):
         return Check("values", title, "skip", "the run did not finish", {})
     if not updates:
         return Check("values", title, "skip",
-                     f"no GradientDescent/Momentum/Adam/Adagrad update to replay ({', '.join(skipped) or 'none'})", {})
+                     f"no update op verify replays ({', '.join(skipped) or 'none'}; replayed: {replayed_summary()})",
+                     {"not_replayed": skipped, "not_replayed_why": why})
     k_total = len(result["sync_runs"])
     states: dict[str, np.ndarray] = {}
     for u in updates:
         for v in u["state"].values():
             if f"initial/{v}" in arrays:
-                states[v] = np.asarray(arrays[f"initial/{v}"], np.float64)
+                states[v] = np.array(arrays[f"initial/{v}"], np.float64)
     missing = [v for u in updates for v in u["state"].values() if v not in states]
     if missing:
         return Check("values", title, "skip", f"initial values not read for {', '.join(sorted(set(missing)))}", {})
     for k in range(1, k_total + 1):
         beta_updates: dict[str, float] = {}
         for u in updates:
-            inputs = {role: np.asarray(arrays[f"s{k}/{t}"], np.float64) for role, t in u["fetch"].items()}
+            inputs = {role: _replay_input(arrays[f"s{k}/{t}"]) for role, t in u["fetch"].items()}
             local = {role: states[v] for role, v in u["state"].items()}
-            UPDATES[u["kind"]](local, inputs, u["use_nesterov"])
-            for role in ("var", "accum", "m", "v"):
-                if role in u["state"]:
-                    states[u["state"][role]] = local[role]
+            UPDATES[u["kind"]](local, inputs, u.get("attrs") or {"use_nesterov": u["use_nesterov"]})
+            for role, v in u["state"].items():
+                if role not in ("beta1_power", "beta2_power"):
+                    states[v] = np.asarray(local[role], np.float64)
             for role, beta in (("beta1_power", "beta1"), ("beta2_power", "beta2")):
                 if role in u["state"]:
                     beta_updates[u["state"][role]] = inputs[beta]
@@ -381,16 +399,20 @@ def check_values(plan: dict, result: dict, arrays: dict) -> Check:
             continue
         ok, diff = _close(replay, final)
         moved = float(np.max(np.abs(np.asarray(final, np.float64) - arrays[f"initial/{v}"]))) if np.size(final) else 0.0
-        rows.append({"variable": v, "ok": ok, "max_abs_diff": diff, "max_abs_change": moved})
+        row = {"variable": v, "ok": ok, "max_abs_diff": diff, "max_abs_change": moved}
+        if np.size(final) <= SMALL:
+            row.update(initial=np.asarray(arrays[f"initial/{v}"], np.float64).tolist(),
+                       final=np.asarray(final, np.float64).tolist(), replayed=np.asarray(replay).tolist())
+        rows.append(row)
         if not ok:
             bad.append(f"{v}: max |TF - replay| = {diff:.3g} (changed by up to {moved:.3g})")
     kinds = sorted({u["op_type"] for u in updates})
-    ev = {"steps": k_total, "optimizers": kinds, "variables": rows, "not_replayed": skipped, "rtol": RTOL,
-          "atol": ATOL}
+    ev = {"steps": k_total, "optimizers": kinds, "variables": rows, "not_replayed": skipped,
+          "not_replayed_why": why, "rtol": RTOL, "atol": ATOL}
     if bad:
         return Check("values", title, "fail", f"{len(bad)} of {len(rows)} variables differ from one update per "
                      f"step: " + "; ".join(bad[:4]), ev)
-    note = f" ({', '.join(skipped)} not replayed)" if skipped else ""
+    note = f" ({'; '.join(f'{op} not replayed: {why[op]}' for op in skipped)})" if skipped else ""
     return Check("values", title, "pass",
                  f"{len(rows)} variables/slots match {k_total} replayed {', '.join(kinds)} steps "
                  f"(rtol {RTOL}){note}", ev)

@@ -11,40 +11,156 @@ buffer that a later op of the same run may overwrite, so such reads are never fe
 * worker run: the gradient each dense accumulator receives (input 2 of its ``*ApplyGradient``) and
   the token the run dequeued (the local step, hence the tag, of that worker's *next* run);
 * chief sync run: the non-state inputs of every wrapped-optimizer update op (learning rate,
-  momentum, the averaged gradient taken from the accumulator...), so the update can be replayed in
-  numpy from the values before the first step.
+  momentum, the averaged gradient taken from the accumulator, a sparse update's indices and
+  values...), so the update can be replayed in numpy from the values before the first step
+  (:data:`OPTIMIZERS` lists the kernels replayed and their input roles).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from placeviz.devices import PyDeviceSpec
 from placeviz.graph import Graph
 from placeviz.protos import GraphDef
 from placeviz.sync.reach import Reach
+from placeviz.verify.optimizers import SLOT_ROLES as _SLOT_ROLES
 
-# Input roles of the wrapped optimizers whose update verify replays in numpy (same order for the
-# ref ops and their Resource* twins; training_ops.cc). State roles are variables, read from the
-# replay; the others are fetched in the chief's sync run.
-OPTIMIZERS = {
-    "gd": ("ApplyGradientDescent", ["var", "alpha", "delta"]),
-    "momentum": ("ApplyMomentum", ["var", "accum", "lr", "grad", "momentum"]),
-    "adam": ("ApplyAdam", ["var", "m", "v", "beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon",
-                           "grad"]),
-    "adagrad": ("ApplyAdagrad", ["var", "accum", "lr", "grad"]),
+
+class Kernel(NamedTuple):
+    """One update kernel verify replays: its ref op type (``"Resource" + op`` is the resource
+    twin, same input order), the role of each input (op-def order), the optimizer that emits it
+    (a ``tf.compat.v1.train`` class name without ``Optimizer``, or Keras') and whether it is a
+    sparse (indexed) update."""
+
+    op: str
+    roles: tuple[str, ...]
+    optimizer: str
+    sparse: bool = False
+
+
+# The update kernels verify replays in numpy (placeviz.verify.optimizers, one function per kind),
+# with their input roles in op-def order (tensorflow/core/ops/training_ops.cc, state_ops.cc).
+# State roles (STATE_ROLES) are variables, read before the first step and replayed; the others are
+# fetched in the chief's sync run, so the replay gets exactly what the kernel got.
+OPTIMIZERS: dict[str, Kernel] = {
+    "gd": Kernel("ApplyGradientDescent", ("var", "alpha", "delta"), "GradientDescent"),
+    "scatter_sub": Kernel("ScatterSub", ("var", "indices", "updates"), "GradientDescent", True),
+    "scatter_add": Kernel("ScatterAdd", ("var", "indices", "updates"), "GradientDescent", True),
+    "momentum": Kernel("ApplyMomentum", ("var", "accum", "lr", "grad", "momentum"), "Momentum"),
+    "sparse_momentum": Kernel("SparseApplyMomentum", ("var", "accum", "lr", "grad", "indices", "momentum"),
+                              "Momentum", True),
+    "adam": Kernel("ApplyAdam", ("var", "m", "v", "beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon",
+                                 "grad"), "Adam"),
+    "adagrad": Kernel("ApplyAdagrad", ("var", "accum", "lr", "grad"), "Adagrad"),
+    "sparse_adagrad": Kernel("SparseApplyAdagrad", ("var", "accum", "lr", "grad", "indices"), "Adagrad", True),
+    "adagrad_da": Kernel("ApplyAdagradDA", ("var", "gradient_accumulator", "gradient_squared_accumulator", "grad",
+                                            "lr", "l1", "l2", "global_step"), "AdagradDA"),
+    "sparse_adagrad_da": Kernel("SparseApplyAdagradDA", ("var", "gradient_accumulator",
+                                                         "gradient_squared_accumulator", "grad", "indices", "lr",
+                                                         "l1", "l2", "global_step"), "AdagradDA", True),
+    "rmsprop": Kernel("ApplyRMSProp", ("var", "ms", "mom", "lr", "rho", "momentum", "epsilon", "grad"), "RMSProp"),
+    "sparse_rmsprop": Kernel("SparseApplyRMSProp", ("var", "ms", "mom", "lr", "rho", "momentum", "epsilon", "grad",
+                                                    "indices"), "RMSProp", True),
+    "centered_rmsprop": Kernel("ApplyCenteredRMSProp", ("var", "mg", "ms", "mom", "lr", "rho", "momentum",
+                                                        "epsilon", "grad"), "RMSProp"),
+    "sparse_centered_rmsprop": Kernel("SparseApplyCenteredRMSProp", ("var", "mg", "ms", "mom", "lr", "rho",
+                                                                     "momentum", "epsilon", "grad", "indices"),
+                                      "RMSProp", True),
+    "adadelta": Kernel("ApplyAdadelta", ("var", "accum", "accum_update", "lr", "rho", "epsilon", "grad"), "Adadelta"),
+    "sparse_adadelta": Kernel("SparseApplyAdadelta", ("var", "accum", "accum_update", "lr", "rho", "epsilon", "grad",
+                                                      "indices"), "Adadelta", True),
+    "ftrl": Kernel("ApplyFtrl", ("var", "accum", "linear", "grad", "lr", "l1", "l2", "lr_power"), "Ftrl"),
+    "ftrl_v2": Kernel("ApplyFtrlV2", ("var", "accum", "linear", "grad", "lr", "l1", "l2", "l2_shrinkage",
+                                      "lr_power"), "Ftrl"),
+    "sparse_ftrl": Kernel("SparseApplyFtrl", ("var", "accum", "linear", "grad", "indices", "lr", "l1", "l2",
+                                              "lr_power"), "Ftrl", True),
+    "sparse_ftrl_v2": Kernel("SparseApplyFtrlV2", ("var", "accum", "linear", "grad", "indices", "lr", "l1", "l2",
+                                                   "l2_shrinkage", "lr_power"), "Ftrl", True),
+    "proximal_gd": Kernel("ApplyProximalGradientDescent", ("var", "alpha", "l1", "l2", "delta"),
+                          "ProximalGradientDescent"),
+    "sparse_proximal_gd": Kernel("SparseApplyProximalGradientDescent", ("var", "alpha", "l1", "l2", "delta",
+                                                                        "indices"), "ProximalGradientDescent", True),
+    "proximal_adagrad": Kernel("ApplyProximalAdagrad", ("var", "accum", "lr", "l1", "l2", "grad"),
+                               "ProximalAdagrad"),
+    "sparse_proximal_adagrad": Kernel("SparseApplyProximalAdagrad", ("var", "accum", "lr", "l1", "l2", "grad",
+                                                                     "indices"), "ProximalAdagrad", True),
+    "adagrad_v2": Kernel("ApplyAdagradV2", ("var", "accum", "lr", "epsilon", "grad"), "Keras AdagradV2"),
+    "sparse_adagrad_v2": Kernel("SparseApplyAdagradV2", ("var", "accum", "lr", "epsilon", "grad", "indices"),
+                                "Keras AdagradV2", True),
 }
-STATE_ROLES = frozenset({"var", "accum", "m", "v", "beta1_power", "beta2_power"})
+SLOT_ROLES = frozenset(_SLOT_ROLES)  # the variable and the slots a kernel updates
+STATE_ROLES = SLOT_ROLES | {"beta1_power", "beta2_power"}
+BOOL_ATTRS = ("use_nesterov", "update_slots", "multiply_linear_by_lr")  # the kernel attrs the models read
+SPARSE_ADAM = {
+    "AssignSub": "sparse Adam's composite update (tensorflow/python/training/adam.py _apply_sparse_shared: "
+                 "Assign and ScatterAdd of the m and v slots, then AssignSub of the variable) is several ops, not "
+                 "one kernel",
+    "AssignSubVariableOp": "sparse Adam's composite update on a resource variable (adam.py _apply_sparse_shared: "
+                           "AssignVariableOp and ResourceScatterAdd of m and v, then AssignSubVariableOp of the "
+                           "variable) is several ops, not one kernel",
+}
+"""Why the last op of ``AdamOptimizer``'s sparse update, the one that writes the variable, is not
+replayed (said where its value comes from a scatter-add of a slot, see :func:`_sparse_adam`)."""
 _VALUE_FORWARD = frozenset({"Identity", "RefIdentity", "ReadVariableOp", "Snapshot"})
 _VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
 
 
 def optimizer_kind(op_type: str) -> str | None:
-    for kind, (name, _roles) in OPTIMIZERS.items():
-        if op_type in (name, "Resource" + name):
+    for kind, kernel in OPTIMIZERS.items():
+        if op_type in (kernel.op, "Resource" + kernel.op):
             return kind
     return None
+
+
+def replayed_summary() -> str:
+    """The optimizers whose updates verify replays, from :data:`OPTIMIZERS` (the plan's note and
+    the ``values`` check both say it)."""
+    dense: dict[str, int] = {}
+    sparse: dict[str, int] = {}
+    for k in OPTIMIZERS.values():
+        (sparse if k.sparse else dense)[k.optimizer] = 1
+    parts = []
+    for name in dict.fromkeys(k.optimizer for k in OPTIMIZERS.values()):
+        how = "dense and sparse" if name in dense and name in sparse else "dense only" if name in dense else "sparse only"
+        parts.append(f"{name} ({how})")
+    return ", ".join(parts)
+
+
+def not_replayed_note(updates) -> str:
+    """The plan's note on the update ops whose values are not replayed, and why."""
+    why = {u.op_type: not_replayed_why(u) for u in updates if u.kind is None}
+    return (f"update ops {', '.join(sorted(why))}: values not replayed ("
+            + "; ".join(f"{op}: {text}" for op, text in sorted(why.items()))
+            + f"). Replayed: {replayed_summary()}")
+
+
+def not_replayed_why(update) -> str:
+    """Why ``update`` (an :class:`UpdatePlan` or its JSON) is not replayed."""
+    get = update.get if isinstance(update, dict) else lambda k, d=None: getattr(update, k, d)
+    return get("why") or f"no numpy model of {get('op_type')}"
+
+
+def _sparse_adam(graph: Graph, op: str, depth: int = 6) -> bool:
+    """``op`` (an ``AssignSub``) subtracts a value computed from a scatter-add of a slot: adam.py's
+    ``var - lr * m_t / (sqrt(v_t) + epsilon)`` with ``m_t``/``v_t`` a ``ScatterAdd`` (ref) or a read
+    after a ``ResourceScatterAdd`` (resource; a control input)."""
+    frontier, seen = [op], {op}
+    for _ in range(depth):
+        nxt = []
+        for name in frontier:
+            for text in graph.node_def(graph.index[name]).input:
+                src = op_of(text)
+                if src in seen or src not in graph.index:
+                    continue
+                if graph.ops[graph.index[src]] in ("ScatterAdd", "ResourceScatterAdd"):
+                    return True
+                seen.add(src)
+                nxt.append(src)
+        frontier = nxt
+    return False
 
 
 def tensor(name: str) -> str:
@@ -63,10 +179,12 @@ class UpdatePlan:
     op_type: str
     variable: str
     accumulator: str | None
-    kind: str | None  # gd | momentum | adam | None (not replayed)
+    kind: str | None  # a key of OPTIMIZERS, or None (not replayed: see ``why``)
     fetch: dict[str, str] = field(default_factory=dict)  # role -> tensor fetched in the sync run
     state: dict[str, str] = field(default_factory=dict)  # role -> variable the replay tracks
     use_nesterov: bool = False
+    attrs: dict[str, bool] = field(default_factory=dict)  # the kernel's BOOL_ATTRS the model reads
+    why: str | None = None  # why it is not replayed (kind None)
 
 
 @dataclass
@@ -157,13 +275,18 @@ def _data_inputs(graph: Graph, name: str) -> list[str]:
 
 
 def update_plan(graph: Graph, op: str, variable: str, accumulator: str | None) -> UpdatePlan:
+    """The replay of update op ``op`` of ``variable``: which input is which role, which are
+    variables the replay follows (the variable and its slots, through reads and identities) and
+    which tensors the sync run fetches (hyper-parameters, the gradient, sparse indices...)."""
     i = graph.index[op]
     op_type = graph.ops[i]
     kind = optimizer_kind(op_type)
     plan = UpdatePlan(op=op, op_type=op_type, variable=variable, accumulator=accumulator, kind=kind)
     if kind is None:
+        plan.why = SPARSE_ADAM[op_type] if op_type in SPARSE_ADAM and _sparse_adam(graph, op) else None
+        plan.why = not_replayed_why(plan)
         return plan
-    roles = OPTIMIZERS[kind][1]
+    roles = OPTIMIZERS[kind].roles
     inputs = _data_inputs(graph, op)
     for role, text in zip(roles, inputs, strict=False):
         source = value_variable(graph, text) if role in STATE_ROLES else None
@@ -172,11 +295,13 @@ def update_plan(graph: Graph, op: str, variable: str, accumulator: str | None) -
         else:
             plan.fetch[role] = tensor(text)
     attr = graph.node_def(i).attr
-    plan.use_nesterov = bool(attr["use_nesterov"].b) if "use_nesterov" in attr else False
-    if kind == "adagrad" and "update_slots" in attr and not attr["update_slots"].b:
-        plan.kind = None  # accum frozen: rare, not modelled
-    if set(plan.state) & {"var", "accum", "m", "v"} != set(roles) & {"var", "accum", "m", "v"}:
+    plan.attrs = {a: bool(attr[a].b) for a in BOOL_ATTRS if a in attr}
+    plan.use_nesterov = plan.attrs.get("use_nesterov", False)
+    missing = sorted((set(roles) & SLOT_ROLES) - set(plan.state))
+    if len(inputs) < len(roles) or missing:
         plan.kind = None  # a slot we cannot follow: do not pretend to replay it
+        plan.why = (f"input(s) {', '.join(missing)} of {op_type} are not variables verify can read" if missing
+                    else f"{op_type} has {len(inputs)} inputs, the model expects {len(roles)}")
     return plan
 
 
@@ -327,9 +452,7 @@ def make_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job: str,
     sync_fetches = list(dict.fromkeys([a.take for a in accs if a.take] + [t for u in updates for t in u.fetch.values()]))
     global_init, local_init = init_ops(pipe.model)
     if any(u.kind is None for u in updates):
-        kinds = sorted({u.op_type for u in updates if u.kind is None})
-        notes.append(f"update ops {', '.join(kinds)}: no independent numpy model, values not replayed "
-                     "(GradientDescent, Momentum, Adam and dense Adagrad are)")
+        notes.append(not_replayed_note(updates))
     return RunPlan(
         workers=workers, steps=steps, worker_job=worker_job, ps_job=ps_job, cluster=cluster,
         train_ops=train_ops, global_step=gs, local_step=local_step, init_ops=global_init,
