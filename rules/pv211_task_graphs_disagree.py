@@ -74,14 +74,13 @@ after the shared model, or on the chief's own task.
 def check(ctx):
     g = ctx.graph
     for d in ctx.agreement.disagreements:
+        # On the chief's op (the model linted), when the chief has the resource; else about the model.
+        # The other task's op lives in another graph (a node of the same name here may be another
+        # resource, e.g. SyncReplicas' numbered accumulators), so it is named in the message only.
         node = d.node_a if d.task_a == 0 else d.node_b if d.task_b == 0 else None
-        if node is None or node not in g.index:
-            node = next((n for n in (d.node_a, d.node_b) if n is not None and n in g.index), None)
-        yield ctx.finding(
-            RULE, node, d.message, severity=d.severity,
-            related=[n for n in (d.node_b,) if n is not None and n != node and n in g.index],
-            suggestion=_suggestion(d),
-        )
+        if node is not None and node not in g.index:
+            node = None
+        yield ctx.finding(RULE, node, d.message, severity=d.severity, suggestion=_suggestion(d))
 
 
 def _suggestion(d) -> str:

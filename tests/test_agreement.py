@@ -204,6 +204,11 @@ def test_state_only_some_tasks_build(graphs, capsys):
     found = {(d["name"], d["kind"], d["task_a"], d["task_b"], d["severity"]) for d in a["disagreements"]}
     assert found == {("extra", "missing", 1, 0, "warning"), ("extra", "missing", 1, 2, "info")}
     assert a["agree"]  # no error
+    code, doc, _ = lint(capsys, graphs / "chief.meta", "--worker-graph", f"1={graphs / 'worker_extra.meta'}",
+                        "--select", "PV211")
+    assert code == 0  # fail-on error
+    assert [(f["node"], f["severity"]) for f in pv211(doc)] == [(None, "warning")]  # not in the chief's graph
+    assert "is in task 1's graph but not in task 0's" in pv211(doc)[0]["message"]
 
 
 # --------------------------------------------------------------------------------- lint and CLI
