@@ -273,11 +273,12 @@ def compare_tasks(views: list[TaskView]) -> Agreement:
             if set(shared) == {chief}:
                 continue  # only the chief's: legitimate chief-only state
             out.disagreements.append(_missing(ref_task, ref, t, chief))
-    out.disagreements.sort(key=lambda d: (_RANK[d.severity], d.resource, d.name, d.task_b, d.kind))
+    out.disagreements.sort(key=lambda d: (_RANK[d.severity], _KINDS.index(d.resource), d.name, d.task_b, d.kind))
     return out
 
 
 _RANK = {"error": 0, "warning": 1, "info": 2}
+_KINDS = ("variable", "accumulator", "queue")  # the cause first: accumulators follow their variables' devices
 _CONSEQUENCE = {
     "variable": "at run time these are two different variables, so the workers train different models",
     "accumulator": "at run time these are two accumulators: the gradients one task applies are never taken "
