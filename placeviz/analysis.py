@@ -71,6 +71,7 @@ class Analysis:
     sync: dict | None = None  # filled by the SyncReplicas pass
     partition: dict | None = None  # filled by the partitioner
     notes: list[str] = field(default_factory=list)
+    agreement: dict | None = None  # between-graph replication: the tasks' own graphs compared (placeviz.agreement)
 
     @property
     def variable_bytes(self) -> int:
@@ -110,6 +111,7 @@ class Analysis:
             "placement": self.placement,
             "sync": self.sync,
             "partition": self.partition,
+            "agreement": self.agreement,
             "notes": self.notes,
         }
 

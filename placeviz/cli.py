@@ -44,20 +44,25 @@ def cli(debug: bool) -> None:
               help="Traffic of a step fetching TENSOR (default: the train op).")
 @click.option("--target", "targets", multiple=True, metavar="OP", help="Traffic of a step running OP.")
 @click.option("--feed", "feeds", multiple=True, metavar="TENSOR", help="A tensor the step feeds.")
+@click.option("--worker-graph", "worker_graphs", multiple=True, metavar="I=MODEL",
+              help="Between-graph replication: the graph worker task I built itself (MODEL is task 0's, the "
+                   "chief's); the tasks' graphs are compared (repeatable).")
 @place_options
 @sync_options
 def analyze(model: str, fmt: str, output: str | None, tag: str | None, explain, fetches, targets, feeds,
-            place, sync) -> None:
+            worker_graphs, place, sync) -> None:
     """Report node count, op types, devices, variables and placement of MODEL.
 
     An unplaced graph is placed when --ps-tasks or --cluster is given; a placed one is always run
     through the placer. With --sync-replicas a plain training graph is first rewritten into
-    SyncReplicasOptimizer's form.
+    SyncReplicasOptimizer's form. With --worker-graph (or a builder taking task_index and a
+    --cluster) the graphs the worker tasks build are compared with MODEL's.
     """
     from placeviz.commands import analyze as command
 
     command.run(model, tag=tag, fmt=fmt, output=output, placement_options=build_placement_options(place),
-                explain=explain, fetches=fetches, targets=targets, feeds=feeds, sync=sync)
+                explain=explain, fetches=fetches, targets=targets, feeds=feeds, sync=sync,
+                worker_graphs=worker_graphs)
 
 
 @cli.command(epilog=MODEL_HELP)
@@ -148,19 +153,24 @@ def sync_command(model, output, meta_graph, replicas_to_aggregate, total_replica
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(file_okay=False),
               help="A directory of your own rule modules (repeatable).")
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
+@click.option("--worker-graph", "worker_graphs", multiple=True, metavar="I=MODEL",
+              help="Between-graph replication: the graph worker task I built itself (MODEL is task 0's, the "
+                   "chief's); the tasks' graphs are compared (repeatable).")
 @place_options
 @sync_options
 def lint_command(models, select, extend_select, ignore, preview, fail_on, fmt, output, baseline, write_baseline,
-                 config, rules_dirs, tag, place, sync) -> int:
+                 config, rules_dirs, tag, worker_graphs, place, sync) -> int:
     """Check MODELS for parameter-server mistakes; exit 0 clean, 1 findings, 2 errors.
 
     --cluster FILE (a PLACE option) is also the cluster spec the cluster rules check against.
+    --worker-graph I=MODEL (one MODEL only) gives the graph worker task I built, for PV211.
     """
     from placeviz.commands import lint as command
 
     return command.run(models, place=place, sync=sync, tag=tag, select=select, extend_select=extend_select,
                        ignore=ignore, preview=preview, fail_on=fail_on, fmt=fmt, baseline=baseline,
-                       write_baseline=write_baseline, config=config, rules_dirs=rules_dirs, output=output)
+                       write_baseline=write_baseline, config=config, rules_dirs=rules_dirs, output=output,
+                       worker_graphs=worker_graphs)
 
 
 @cli.command("rules")

@@ -14,11 +14,34 @@ VARIABLES_SHOWN = 40
 
 
 def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, placement_options=None,
-        explain: tuple[str, ...] = (), fetches=(), targets=(), feeds=(), sync=None) -> Analysis:
-    """Load MODEL, run the static pipeline (sync pass, placement, partition) and emit the report."""
-    pipe = run_pipeline(model_spec, placement_options, sync, StepOptions(tuple(fetches), tuple(targets), tuple(feeds)),
-                        tag=tag, place_always=bool(explain))
+        explain: tuple[str, ...] = (), fetches=(), targets=(), feeds=(), sync=None, worker_graphs=()) -> Analysis:
+    """Load MODEL, run the static pipeline (sync pass, placement, partition) and emit the report.
+
+    ``worker_graphs``: ``--worker-graph I=MODEL`` values; with them (or a builder taking
+    ``task_index`` and a known number of workers) the report's ``agreement`` compares the tasks' graphs.
+    """
+    from placeviz.agreement import (
+        check_agreement,
+        check_workers_range,
+        cluster_workers,
+        task_pipelines,
+        task_placement_options,
+    )
+    from placeviz.io import load
+    from placeviz.tasks import parse_worker_graphs
+
+    tasks = parse_worker_graphs(worker_graphs)
+    workers = cluster_workers(placement_options)
+    check_workers_range(tasks, workers)
+    model = load(model_spec, tag=tag)
+    pipe = run_pipeline(model, task_placement_options(placement_options, 0), sync,
+                        StepOptions(tuple(fetches), tuple(targets), tuple(feeds)), tag=tag, place_always=bool(explain))
     report = pipe.analysis
+    if tasks or model.per_task:
+        pipes, sources = task_pipelines(model, pipe, model_spec, tasks, placement_options, sync, workers=workers,
+                                        tag=tag)
+        agreement = check_agreement(pipes, sources)
+        report.agreement = agreement.to_json() if agreement is not None else None
     if explain:
         if pipe.placement_error is not None:
             # --explain asks about placement itself: its failure is the answer, as an error.
@@ -124,6 +147,24 @@ def _print_report(console, r: Analysis) -> None:
         _print_placement(console, r.placement)
     if r.partition is not None:
         _print_traffic(console, r.partition)
+    if r.agreement is not None:
+        _print_agreement(console, r.agreement)
+
+
+def _print_agreement(console, a: dict) -> None:
+    console.print()
+    tasks = ", ".join(f"{t['task']} ({t['source']})" for t in a["tasks"])
+    compared = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in sorted(a["compared"].items())) or "nothing"
+    verdict = "[bold green]agree[/bold green]" if a["agree"] else "[bold red]disagree[/bold red]"
+    console.print(f"Between-graph replication: tasks {tasks}; shared {compared} compared: the tasks' graphs {verdict}")
+    shown = a["disagreements"][:20]
+    for d in shown:
+        color = {"error": "red", "warning": "yellow"}.get(d["severity"], "dim")
+        console.print(f"  [{color}]{d['severity']}[/{color}] {d['message']}")
+    if len(a["disagreements"]) > len(shown):
+        console.print(f"  ... {len(a['disagreements']) - len(shown)} more (use --format json)")
+    for note in a.get("notes", []):
+        console.print(f"[dim]note: {note}[/dim]")
 
 
 def _print_traffic(console, p: dict) -> None:

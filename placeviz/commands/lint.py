@@ -22,8 +22,13 @@ FORMATS = ("text", "json", "sarif", "github")
 
 def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=(), ignore=(), preview=False,
         fail_on=None, fmt="text", baseline=None, write_baseline=None, config=None, rules_dirs=(),
-        output=None) -> int:
-    """Lint MODELS; returns the exit code (0 clean, 1 findings at or above fail-on, 2 errors)."""
+        output=None, worker_graphs=()) -> int:
+    """Lint MODELS; returns the exit code (0 clean, 1 findings at or above fail-on, 2 errors).
+
+    ``worker_graphs``: ``--worker-graph I=MODEL`` values (the graphs other worker tasks built, for
+    PV211); they need exactly one MODEL, the chief's.
+    """
+    from placeviz.agreement import check_workers_range, cluster_workers
     from placeviz.commands.place_options import build_placement_options
     from placeviz.lint.baseline import read_baseline
     from placeviz.lint.baseline import write_baseline as save_baseline
@@ -32,6 +37,7 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     from placeviz.lint.engine import FAIL_ON_DEFAULT, run_lint
     from placeviz.lint.runner import LintOptions
     from placeviz.lint.selection import select_rules, unknown_selectors
+    from placeviz.tasks import parse_worker_graphs
 
     cfg = load_config(config)
     rules = load_rules(rules_dirs)
@@ -48,8 +54,14 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     if cfg.cluster and not place["cluster_file"] and not place["ps_tasks"]:
         place["cluster_file"] = cfg.cluster
     placement_options = build_placement_options(place)
+    tasks = parse_worker_graphs(worker_graphs)
+    if tasks and len(models) != 1:
+        raise PlacevizError(f"--worker-graph needs exactly one MODEL (the chief's graph, task 0); got {len(models)}")
+    workers = cluster_workers(placement_options)
+    check_workers_range(tasks, workers)
     options = LintOptions(placement_options=placement_options, sync=sync, tag=tag,
-                          cluster=placement_options.cluster, thresholds=cfg.thresholds, severity=cfg.severity)
+                          cluster=placement_options.cluster, thresholds=cfg.thresholds, severity=cfg.severity,
+                          worker_graphs=tasks, workers=workers)
     baseline_file = baseline or cfg.baseline
     known = read_baseline(baseline_file) if baseline_file and not write_baseline else None
     report = run_lint(list(models), selected, options, all_rules=rules, ignores=cfg.per_node_ignores,

@@ -34,7 +34,7 @@ CATEGORIES = {
 }
 """First digit of a rule ID -> category."""
 
-NEEDS = frozenset({"placement", "cluster", "ps-count", "meta", "sync", "partition"})
+NEEDS = frozenset({"placement", "cluster", "ps-count", "meta", "sync", "partition", "tasks"})
 """What a rule may need beyond the GraphDef:
 
 * ``placement``: placed devices (``ctx.devices``); missing when TF's placer would reject the graph;
@@ -43,7 +43,9 @@ NEEDS = frozenset({"placement", "cluster", "ps-count", "meta", "sync", "partitio
   or ``--ps-tasks N`` (not inferred from the tasks the graph happens to use);
 * ``meta``: MetaGraphDef collections (trainable/local variables, train ops, queue runners);
 * ``sync``: detected SyncReplicas machinery (``ctx.machinery``/``ctx.proof``);
-* ``partition``: the partition of one train step (``ctx.partitions``).
+* ``partition``: the partition of one train step (``ctx.partitions``);
+* ``tasks``: the graphs other worker tasks built (between-graph replication: ``--worker-graph``, or
+  a builder taking ``task_index``), compared with the model's in ``ctx.agreement``.
 
 A rule whose need is missing is reported as skipped with the reason, never silently dropped.
 """
@@ -117,6 +119,9 @@ class LintContext:
     placement_options: object | None = None
     """:class:`placeviz.placement.PlacementOptions` the model was placed with (the PLACE options:
     ``--ps-tasks``, ``--soft-placement``, ...), or None when the caller gave none."""
+    agreement: object | None = None
+    """:class:`placeviz.agreement.Agreement` of the model (task 0, the chief) with the graphs the
+    other worker tasks built, or None when only the model's graph is known."""
 
     @property
     def loaded(self) -> bool:
@@ -202,6 +207,8 @@ class LintContext:
             return self.machinery is not None
         if need == "partition":
             return self.partitions is not None
+        if need == "tasks":
+            return self.agreement is not None
         raise ValueError(f"unknown need {need!r}")
 
     def missing(self, rule: Rule) -> list[str]:

@@ -20,6 +20,7 @@ NEED_TEXT = {
     "meta": "MetaGraphDef collections (.meta or SavedModel)",
     "sync": "SyncReplicas machinery in the graph",
     "partition": "a partition of one train step (needs placement)",
+    "tasks": "the other worker tasks' graphs (--worker-graph I=MODEL, or a builder taking task_index)",
 }
 _PAGE_RE = re.compile(r"^[A-Z]{2,}[0-9]{3}\.md$")
 

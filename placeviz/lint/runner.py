@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from placeviz.agreement import task_placement_options
 from placeviz.errors import GraphError, LoadError, PlacevizError
 from placeviz.lint.api import SEVERITIES, Finding, LintContext
 from placeviz.lint.discovery import LoadedRule
@@ -31,6 +32,8 @@ NEED_REASONS = {
     "ps-count": "needs the number of PS tasks: give --ps-tasks N or --cluster FILE (with a ps job)",
     "meta": "needs MetaGraphDef collections: lint a .meta file or a SavedModel, not a bare GraphDef",
     "sync": "no SyncReplicas machinery in the graph (--sync-replicas rewrites a plain graph first)",
+    "tasks": "needs the graphs the other worker tasks build: give --worker-graph I=MODEL (or a builder taking "
+             "task_index, with --cluster)",
 }
 
 
@@ -65,6 +68,8 @@ class LintOptions:
     cluster: object | None = None  # placeviz.devices.ClusterSpec the user gave
     thresholds: dict = field(default_factory=dict)
     severity: dict = field(default_factory=dict)  # rule ID -> severity override
+    worker_graphs: dict = field(default_factory=dict)  # task index -> MODEL that task built (--worker-graph)
+    workers: int | None = None  # worker tasks of the cluster the user gave (a per-task builder runs per task)
 
 
 @dataclass
@@ -89,6 +94,7 @@ def display_path(spec: str) -> str:
 
 def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> ModelResult:
     """Run ``rules`` on one model; see the module docstring."""
+    from placeviz.agreement import check_agreement, task_pipelines
     from placeviz.io import load
     from placeviz.pipeline import run_pipeline
 
@@ -107,15 +113,22 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
         model.graph.topological_order  # noqa: B018 - the pipeline's analysis refuses illegal cycles
     except GraphError as e:
         return _broken(result, rules, _context(model_path, None, raw, options), e)
+    placement_options = task_placement_options(options.placement_options, 0)
     try:
-        pipe = run_pipeline(model, options.placement_options, options.sync)
+        pipe = run_pipeline(model, placement_options, options.sync)
     except PlacevizError as e:
         result.errors.append(LintError(str(e), model_path))
         return result
     except Exception as e:  # noqa: BLE001 - a pipeline bug: integrity findings may explain it, else exit 2
         error = PlacevizError(f"internal error in the pipeline: {type(e).__name__}: {e}")
         return _broken(result, rules, _context(model_path, None, raw, options), error)
-    return _run_rules(_context(model_path, pipe, raw, options), rules, result)
+    agreement = None
+    if options.worker_graphs or model.per_task:
+        # A bad --worker-graph (not a graph, outside the cluster) raises: one line, exit 2.
+        pipes, sources = task_pipelines(model, pipe, spec, options.worker_graphs, options.placement_options,
+                                        options.sync, workers=options.workers, tag=options.tag)
+        agreement = check_agreement(pipes, sources)
+    return _run_rules(_context(model_path, pipe, raw, options, agreement), rules, result)
 
 
 def lint_pipeline(pipe, rules: list[LoadedRule], options: LintOptions, model_path: str | None = None) -> ModelResult:
@@ -138,12 +151,13 @@ def _run_rules(ctx: LintContext, rules: list[LoadedRule], result: ModelResult) -
     return result
 
 
-def _context(model_path: str, pipe, raw: RawGraph, options: LintOptions) -> LintContext:
+def _context(model_path: str, pipe, raw: RawGraph, options: LintOptions, agreement=None) -> LintContext:
     from placeviz.ops import load_op_table
 
     return LintContext(model_path=model_path, pipeline=pipe, cluster=options.cluster,
                        thresholds=options.thresholds, op_table=load_op_table(), raw=raw,
-                       placement_options=options.placement_options)
+                       placement_options=task_placement_options(options.placement_options, 0),
+                       agreement=agreement)
 
 
 def _broken(result: ModelResult, rules: list[LoadedRule], ctx: LintContext, error: PlacevizError) -> ModelResult:
