@@ -16,10 +16,12 @@ task 0, the chief; the other tasks' graphs come from, in this order:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from placeviz.devices import PyDeviceSpec, parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.io import Model, load
 
@@ -65,11 +67,7 @@ def load_task_graphs(chief: Model, model_spec: str, worker_graphs: dict[int, str
     load.
     """
     say = progress or (lambda _m: None)
-    if workers is not None:
-        bad = sorted(t for t in worker_graphs if t >= workers)
-        if bad:
-            raise PlacevizError(f"--worker-graph {bad[0]}={worker_graphs[bad[0]]}: the cluster has {workers} worker "
-                                f"task(s), 0-{workers - 1}")
+    check_workers_range(worker_graphs, workers)
     out = TaskGraphs(chief=chief)
     for task, spec in sorted(worker_graphs.items()):
         say(f"loading worker {task}'s graph {spec} ...")
@@ -82,3 +80,87 @@ def load_task_graphs(chief: Model, model_spec: str, worker_graphs: dict[int, str
                 out.workers[task] = load(model_spec, tag=tag, task_index=task)
                 out.sources[task] = "builder"
     return out
+
+
+def task_placement_options(options, task: int):
+    """The PLACE options as task ``task``'s client has them.
+
+    ``--worker-device /job:worker/task:%d`` gets the task's index (the program's
+    ``"/job:worker/task:%d" % task_index``); a session on the worker job runs in the task itself
+    (``--master /job:worker/task:0`` becomes task ``task``'s), so a worker device without a task
+    resolves to the task, as TF's placer does. Everything else is the same for every task.
+    """
+    if options is None:
+        return None
+    setter = options.setter
+    worker_device = setter.worker_device or ""
+    if "%d" in worker_device:
+        setter = dataclasses.replace(setter, worker_device=worker_device.replace("%d", str(task)))
+    placer = options.placer
+    worker_job = _job(setter.worker_device) or "worker"
+    master = parse_full_name(placer.master_task) if placer.master_task else None
+    if task and master is not None and master.job == worker_job:
+        placer = dataclasses.replace(placer, master_task=dataclasses.replace(master, task=task).to_string())
+    return dataclasses.replace(options, setter=setter, placer=placer)
+
+
+def _job(device: str) -> str | None:
+    try:
+        return PyDeviceSpec.parse(device).job
+    except Exception:  # noqa: BLE001 - a malformed device: the placement stage reports it
+        return None
+
+
+def cluster_workers(options) -> int | None:
+    """The worker tasks of the ``--cluster`` the user gave (its job of ``--worker-device``), else None."""
+    cluster = getattr(options, "cluster", None) if options is not None else None
+    if cluster is None:
+        return None
+    job = _job(options.setter.worker_device.replace("%d", "0")) or "worker"
+    return cluster.num_tasks(job) if job in cluster.jobs else None
+
+
+def task_pipelines(chief_model, chief_pipe, model_spec: str, worker_graphs: dict[int, str],
+                   placement_options=None, sync_options=None, *, workers: int | None = None, tag: str | None = None,
+                   progress: Callable[[str], None] | None = None,
+                   place_always: bool = False) -> tuple[dict[int, object], dict[int, str]]:
+    """Every task's pipeline (task 0: ``chief_pipe``, the pipeline of ``chief_model`` as loaded) and
+    where each graph came from.
+
+    The other tasks' graphs: ``--worker-graph I=MODEL`` (``worker_graphs``), and a per-task builder
+    called for each task when the number of worker tasks is known: ``workers`` (the cluster's),
+    else the SyncReplicas total replicas of the chief's graph. Each graph is placed with
+    :func:`task_placement_options` and, with ``sync_options``, rewritten as a non-chief worker's.
+    Raises :class:`PlacevizError` (one line) for an index outside the cluster or a graph that does
+    not load. ``place_always``: place graphs without any placement option too (verify runs them).
+    """
+    from placeviz.pipeline import run_pipeline
+    from placeviz.tasks import load_task_graphs
+
+    count = workers
+    if count is None and chief_model.per_task and chief_pipe.machinery is not None:
+        total = chief_pipe.machinery.total_replicas
+        if total:
+            # W as the graph tells it, not a cluster: a --worker-graph beyond it is still allowed.
+            count = max([total, *(t + 1 for t in worker_graphs)])
+    graphs = load_task_graphs(chief_model, model_spec, worker_graphs, count, tag=tag, progress=progress)
+    pipes = {0: chief_pipe}
+    sources = {0: model_spec}
+    worker_sync = dataclasses.replace(sync_options, is_chief=False) if sync_options is not None else None
+    for t, model in sorted(graphs.workers.items()):
+        if progress:
+            progress(f"placing worker {t}'s graph ...")
+        pipes[t] = run_pipeline(model, task_placement_options(placement_options, t), worker_sync, tag=tag,
+                                partition=False, place_always=place_always)
+        sources[t] = worker_graphs.get(t, f"{model_spec} (task_index={t})")
+    return pipes, sources
+
+
+def check_workers_range(worker_graphs: dict[int, str], workers: int | None) -> None:
+    """Raise PlacevizError (one line) for a ``--worker-graph`` index outside the cluster's workers."""
+    if workers is None:
+        return
+    bad = sorted(t for t in worker_graphs if t >= workers)
+    if bad:
+        raise PlacevizError(f"--worker-graph {bad[0]}={worker_graphs[bad[0]]}: the cluster has {workers} worker "
+                            f"task(s), 0-{workers - 1}")

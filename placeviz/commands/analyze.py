@@ -20,15 +20,15 @@ def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, place
     ``worker_graphs``: ``--worker-graph I=MODEL`` values; with them (or a builder taking
     ``task_index`` and a known number of workers) the report's ``agreement`` compares the tasks' graphs.
     """
-    from placeviz.agreement import (
-        check_agreement,
+    from placeviz.agreement import check_agreement
+    from placeviz.io import load
+    from placeviz.tasks import (
         check_workers_range,
         cluster_workers,
+        parse_worker_graphs,
         task_pipelines,
         task_placement_options,
     )
-    from placeviz.io import load
-    from placeviz.tasks import parse_worker_graphs
 
     tasks = parse_worker_graphs(worker_graphs)
     workers = cluster_workers(placement_options)

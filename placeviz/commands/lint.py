@@ -28,7 +28,6 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     ``worker_graphs``: ``--worker-graph I=MODEL`` values (the graphs other worker tasks built, for
     PV211); they need exactly one MODEL, the chief's.
     """
-    from placeviz.agreement import check_workers_range, cluster_workers
     from placeviz.commands.place_options import build_placement_options
     from placeviz.lint.baseline import read_baseline
     from placeviz.lint.baseline import write_baseline as save_baseline
@@ -37,7 +36,7 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     from placeviz.lint.engine import FAIL_ON_DEFAULT, run_lint
     from placeviz.lint.runner import LintOptions
     from placeviz.lint.selection import select_rules, unknown_selectors
-    from placeviz.tasks import parse_worker_graphs
+    from placeviz.tasks import check_workers_range, cluster_workers, parse_worker_graphs
 
     cfg = load_config(config)
     rules = load_rules(rules_dirs)

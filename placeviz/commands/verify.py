@@ -73,9 +73,12 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
         user_servers.check_reachable(servers)
     # The local servers have CPUs only (CUDA_VISIBLE_DEVICES=""): TF soft-places GPU ops on CPU, and
     # placeviz must place the same way for the partitions to compare.
+    from placeviz.tasks import task_placement_options
+
     placer = placement_options.placer
-    placement_options = dataclasses.replace(placement_options, placer=dataclasses.replace(
+    user_options = dataclasses.replace(placement_options, placer=dataclasses.replace(
         placer, allow_soft_placement=True))
+    placement_options = task_placement_options(user_options, 0)  # the chief's (task 0's)
     say("loading and placing the model ...")
     pipe = run_pipeline(model_spec, placement_options, sync_options, tag=tag, place_always=True, partition=False,
                         progress=say)
@@ -83,17 +86,14 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
         raise PlacevizError(f"cannot place the graph: {pipe.placement_error}")
 
     def task_pipes(n_workers: int) -> dict:
-        from placeviz.tasks import load_task_graphs
+        from placeviz.tasks import task_pipelines
 
-        tasks = load_task_graphs(pipe.model, str(model_spec), worker_graphs or {}, n_workers, tag=tag, progress=say)
-        out = {}
-        for t, model in sorted(tasks.workers.items()):
-            worker_sync = dataclasses.replace(sync_options, is_chief=False) if sync_options is not None else None
-            tpipe = run_pipeline(model, placement_options, worker_sync, place_always=True, partition=False)
-            if tpipe.placement is None:
-                raise PlacevizError(f"cannot place worker {t}'s graph: {tpipe.placement_error}")
-            out[t] = (tasks.sources[t], tpipe)
-        return out
+        pipes, sources = task_pipelines(pipe.model, pipe, str(model_spec), worker_graphs or {}, user_options,
+                                        sync_options, workers=n_workers, tag=tag, progress=say, place_always=True)
+        for t, tpipe in pipes.items():
+            if t and tpipe.placement is None:
+                raise PlacevizError(f"cannot place worker {t}'s graph ({sources[t]}): {tpipe.placement_error}")
+        return {t: (sources[t], tpipe) for t, tpipe in pipes.items() if t}
 
     prepared = prepare(pipe, placement_options, servers=servers, reset_containers=reset_containers, workers=workers,
                        steps=steps, timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,

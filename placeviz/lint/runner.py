@@ -19,11 +19,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from placeviz.agreement import task_placement_options
 from placeviz.errors import GraphError, LoadError, PlacevizError
 from placeviz.lint.api import SEVERITIES, Finding, LintContext
 from placeviz.lint.discovery import LoadedRule
 from placeviz.lint.raw import RawGraph, read_graph_def
+from placeviz.tasks import task_placement_options
 
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
@@ -94,9 +94,10 @@ def display_path(spec: str) -> str:
 
 def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> ModelResult:
     """Run ``rules`` on one model; see the module docstring."""
-    from placeviz.agreement import check_agreement, task_pipelines
+    from placeviz.agreement import check_agreement
     from placeviz.io import load
     from placeviz.pipeline import run_pipeline
+    from placeviz.tasks import task_pipelines
 
     model_path = display_path(spec)
     result = ModelResult()

@@ -140,7 +140,7 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
             source, tpipe = task_pipes[t]
             runs.append(workers_mod.from_own_graph(plan, t, source, tpipe, pipe))
         else:
-            runs.append(workers_mod.from_chief(plan, t, pipe.model, sync_ops, own.dropped if t > 0 else set()))
+            runs.append(workers_mod.from_chief(plan, t, pipe.model, sync_ops, own))
     plan.per_worker = [dataclasses.asdict(r) for r in runs]
     for e in plan.per_worker_updates:  # which workers' graphs hold each per-worker update
         e["workers"] = [t for t in range(workers)

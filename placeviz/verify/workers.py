@@ -39,6 +39,13 @@ class ChiefOnly:
 
     variables: list[str] = field(default_factory=list)
     dropped: set[str] = field(default_factory=set)  # the variables and every op that reads them
+    shared_writes: list[str] = field(default_factory=list)  # dropped ops that also use shared state
+
+
+def _is_resource(op: str) -> bool:
+    """Ops that create state other ops then use (variables, accumulators, queues, tables)."""
+    return op in ("VariableV2", "Variable", "VarHandleOp") or "Accumulator" in op or op.endswith(
+        ("Queue", "QueueV2")) or "HashTable" in op
 
 
 def chief_only(pipe, worker_job: str, local_step: str | None) -> ChiefOnly:
@@ -78,6 +85,13 @@ def chief_only(pipe, worker_job: str, local_step: str | None) -> ChiefOnly:
                 seen.add(c)
                 stack.append(c)
     out.dropped = {graph.names[i] for i in seen}
+    # A dropped op that also takes shared state (an accumulator apply fed by a gradient that reads a
+    # chief-only variable) changes what the other workers do, not only the chief's own state.
+    for i in sorted(seen):
+        for src, slot in graph.inputs_of(i):
+            if slot >= 0 and src not in seen and _is_resource(graph.ops[src]):
+                out.shared_writes.append(graph.names[i])
+                break
     return out
 
 
@@ -105,7 +119,7 @@ class WorkerRun:
     """What worker ``task`` runs (JSON-able; ``RunPlan.per_worker``)."""
 
     task: int
-    source: str  # "the chief's graph" | "--worker-graph" | "builder"
+    source: str  # "the chief's graph", or the MODEL that task built (--worker-graph, a per-task builder)
     train_ops: list[str]
     fetches: list[str]  # tensors fetched in each worker run (its own graph's names)
     keys: list[str]  # per fetch: "token", or the chief's gradient tensor it stands for
@@ -119,12 +133,13 @@ def input_queue_runners(model, sync_ops: set[str]) -> list[dict]:
     return [qr for qr in model.collections.queue_runners if not {op_of(x) for x in qr["enqueue_ops"]} & sync_ops]
 
 
-def from_chief(plan, task: int, model, sync_ops: set[str], dropped: set[str]) -> WorkerRun:
+def from_chief(plan, task: int, model, sync_ops: set[str], own: ChiefOnly) -> WorkerRun:
     """Worker ``task`` running the chief's graph (moved to its task, chief-only state left out)."""
+    dropped = own.dropped if task > 0 else set()
     needed = [op_of(x) for x in plan.train_ops + plan.worker_fetches]
-    hit = [n for n in needed if n in dropped]
-    if hit and task > 0:
-        raise PlacevizError(f"the worker train op needs chief-only state ({hit[0]} reads a global variable on the "
+    hit = [n for n in needed if n in dropped] + [n for n in own.shared_writes if task > 0]
+    if hit:
+        raise PlacevizError(f"the worker train op needs chief-only state ({hit[0]} uses a global variable on the "
                             "worker job that only the chief initializes): give the other workers' graphs with "
                             "--worker-graph I=MODEL or a builder taking task_index")
     runners = [qr for qr in input_queue_runners(model, sync_ops)
@@ -134,7 +149,7 @@ def from_chief(plan, task: int, model, sync_ops: set[str], dropped: set[str]) ->
     return WorkerRun(task=task, source="the chief's graph", train_ops=list(plan.train_ops),
                      fetches=list(plan.worker_fetches), keys=keys, queue_runners=runners,
                      local_init_ops=[o for o in local if task == 0 or o not in dropped],
-                     dropped=len(dropped) if task > 0 else 0)
+                     dropped=len(dropped))
 
 
 def from_own_graph(plan, task: int, source: str, pipe, chief_pipe) -> WorkerRun:
