@@ -274,6 +274,15 @@ def _data_inputs(graph: Graph, name: str) -> list[str]:
     return [x for x in graph.node_def(graph.index[name]).input if not x.startswith("^")]
 
 
+def worker_gradient(pipe, accumulator) -> str | None:
+    """The gradient tensor a worker run feeds a dense accumulator: input 2 of its first
+    ``*ApplyGradient`` (``ConditionalAccumulator.apply_grad(grad, local_step)``); None for sparse."""
+    if accumulator.sparse or not accumulator.applies:
+        return None
+    data = _data_inputs(pipe.graph, pipe.machinery.name(accumulator.applies[0]))
+    return tensor(data[2]) if len(data) > 2 else None
+
+
 def update_plan(graph: Graph, op: str, variable: str, accumulator: str | None) -> UpdatePlan:
     """The replay of update op ``op`` of ``variable``: which input is which role, which are
     variables the replay follows (the variable and its slots, through reads and identities) and
@@ -411,10 +420,7 @@ def make_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job: str,
             continue
         var = name(a.variable) if a.variable is not None else None
         applies = [name(u) for u in a.applies]
-        grad = None
-        if not a.sparse and applies:
-            data = _data_inputs(g, applies[0])
-            grad = tensor(data[2]) if len(data) > 2 else None
+        grad = worker_gradient(pipe, a)
         accs.append(AccumulatorPlan(
             name=name(a.node), op=g.ops[a.node], sparse=a.sparse, variable=var,
             num_required=next((r for r in a.num_required if r is not None), None), apply_ops=applies,

@@ -124,7 +124,8 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
     task_pipes = task_pipes(workers) if task_pipes is not None else {}
     sync_ops = {op_of(x) for x in (plan.sync_op, m.name(m.primary.sync_enqueue) if m.primary.sync_enqueue is not None
                                    else None) if x}
-    own = workers_mod.chief_only(pipe, worker_job, plan.local_step)
+    own = workers_mod.chief_only(pipe, worker_job, plan.local_step,
+                                 plan.train_ops + [op_of(f) for f in plan.worker_fetches])
     plan.chief_only = own.variables
     shared = [t for t in range(1, workers) if t not in task_pipes]
     if own.variables and shared:

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
-from placeviz.verify.plan import op_of, tensor
+from placeviz.sync.reach import Reach
+from placeviz.verify.plan import op_of, worker_gradient
 
 
 @dataclass
@@ -48,8 +49,11 @@ def _is_resource(op: str) -> bool:
         ("Queue", "QueueV2")) or "HashTable" in op
 
 
-def chief_only(pipe, worker_job: str, local_step: str | None) -> ChiefOnly:
+def chief_only(pipe, worker_job: str, local_step: str | None, targets: list[str]) -> ChiefOnly:
     """Global variables on the worker job (not the local step, not local variables) and their readers.
+
+    ``targets``: what a worker runs (its train op and fetches); ``shared_writes`` are the dropped
+    ops among them that also use shared state.
 
     The readers are the forward closure over data edges and colocation (``loc:@var``: the
     initializer's constant is built with the variable, without an edge from it). A control edge
@@ -85,9 +89,11 @@ def chief_only(pipe, worker_job: str, local_step: str | None) -> ChiefOnly:
                 seen.add(c)
                 stack.append(c)
     out.dropped = {graph.names[i] for i in seen}
-    # A dropped op that also takes shared state (an accumulator apply fed by a gradient that reads a
-    # chief-only variable) changes what the other workers do, not only the chief's own state.
-    for i in sorted(seen):
+    # A dropped op the worker runs that also takes shared state (an accumulator apply fed by a
+    # gradient that reads a chief-only variable) changes what the other workers do, not only the
+    # chief's own state. (The Saver's SaveV2 reads every variable, but no worker step runs it.)
+    runs = Reach(graph, [graph.index[t] for t in targets if t in graph.index])
+    for i in sorted(seen & set(runs.order)):
         for src, slot in graph.inputs_of(i):
             if slot >= 0 and src not in seen and _is_resource(graph.ops[src]):
                 out.shared_writes.append(graph.names[i])
@@ -180,15 +186,6 @@ def from_own_graph(plan, task: int, source: str, pipe, chief_pipe) -> WorkerRun:
 
 
 def _grads(pipe):
-    """(accumulator, the gradient tensor its first dense apply receives) for the primary token queue."""
-    m, g = pipe.machinery, pipe.graph
-    out = []
-    for a in m.accumulators:
-        if a.queue is not None and a.queue != m.primary.queue:
-            continue
-        grad = None
-        if not a.sparse and a.applies:
-            data = [x for x in g.node_def(a.applies[0]).input if not x.startswith("^")]
-            grad = tensor(data[2]) if len(data) > 2 else None
-        out.append((a, grad))
-    return out
+    """(accumulator, the gradient a worker run feeds it) for the primary token queue's accumulators."""
+    m = pipe.machinery
+    return [(a, worker_gradient(pipe, a)) for a in m.accumulators if a.queue is None or a.queue == m.primary.queue]
