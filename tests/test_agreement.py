@@ -331,7 +331,8 @@ def corpus_built(tmp_path_factory) -> dict:
     sys.path.insert(0, str(REALWORLD))
     import corpus
 
-    return corpus.build_all(_chief_only_programs(), tmp_path_factory.mktemp("realworld_agree"))
+    built = corpus.built_once(_chief_only_programs(), lambda: tmp_path_factory.mktemp("realworld_agree"))
+    return {name: built[name] for name in _chief_only_programs()}
 
 
 def _moved_to_task_1(src: Path, dst: Path) -> Path:
