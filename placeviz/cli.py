@@ -32,6 +32,9 @@ def cli(debug: bool) -> None:
     """See and prove where a TensorFlow parameter-server training graph runs."""
     global _debug
     _debug = debug
+    from placeviz.io import guard_outputs
+
+    click.get_current_context().with_resource(guard_outputs())  # -o never overwrites a MODEL read
 
 
 @cli.command(epilog=MODEL_HELP)

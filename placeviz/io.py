@@ -12,19 +12,26 @@ A MODEL argument may be:
 * ``sample:NAME``, a bundled sample model (see ``placeviz samples list``).
 
 Only builders and samples import TensorFlow. Every failure is a :class:`LoadError` that names the
-source and the problem in one line. Inputs are opened read-only; outputs are written to a temporary
-file in the destination directory and renamed into place, so a failed run never leaves a
-half-written file behind.
+source and the problem in one line. Inputs are opened read-only. Outputs never destroy: see the
+"writing" section (an input is never overwritten, devices and FIFOs are written into, files and
+directories are replaced atomically, the umask is honoured); each failure is an
+:class:`OutputError`, one line.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import importlib
 import importlib.util
 import os
 import re
+import secrets
+import shutil
+import stat
 import sys
-import tempfile
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +39,7 @@ from google.protobuf import message as pb_message
 from google.protobuf import text_format
 
 from placeviz import protos
-from placeviz.errors import GraphError, LoadError
+from placeviz.errors import GraphError, LoadError, PlacevizError
 from placeviz.graph import Graph
 from placeviz.native import kernels
 from placeviz.protos import GraphDef, MetaGraphDef, SavedModel
@@ -88,6 +95,7 @@ def load(spec: str | os.PathLike, *, tag: str | None = None, task_index: int | N
     """
     protos.check_backend()
     spec = os.fspath(spec)
+    _note_input(spec)  # -o may not overwrite it (see "writing")
     if spec.startswith("sample:"):
         return _load_sample(spec)
     path = Path(spec)
@@ -480,35 +488,480 @@ def read_collections(meta: MetaGraphDef) -> Collections:
 
 
 # ---------------------------------------------------------------------------------- writing
-def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename.
+# Outputs never destroy (README, "Output files"). Every command writes through the functions
+# below, so the rules hold in one place:
+#
+# * ``-o`` that is (same inode, through any symlink or hard link) a MODEL this run reads, or a file
+#   inside an input SavedModel directory, is refused. The CLI remembers its inputs while a
+#   :func:`guard_outputs` block is active (``placeviz.cli`` opens one per command).
+# * ``-`` is standard output. ``/dev/stdout``, ``/dev/fd/N`` and ``/proc/self/fd/N`` are written to
+#   that descriptor as a shell redirection would. An existing character device or FIFO
+#   (``/dev/null``, a terminal, a named pipe) is opened and written into, never replaced by a
+#   regular file (as root, ``os.replace`` onto ``/dev/full`` would replace the system's device
+#   node). A block device or a socket is refused.
+# * A regular file is replaced atomically: a temporary file in the same directory, written,
+#   fsync'ed and renamed over the destination (POSIX rename(2) is atomic within a file system), so a
+#   reader sees the old file or the new one and an interrupted run leaves the old one. A symlink is
+#   followed: its target is replaced this way and the link stays; a stderr note says so. (``cp``,
+#   shell ``>`` and ``install`` without ``-T`` write through a symlink too; replacing the link by a
+#   regular file would silently break whatever the link is for.)
+# * New files get ``0o666 & ~umask`` (the mode is given to open(2), which applies the umask and any
+#   default ACL); a replaced file keeps its mode (and owner, when we may set it). A file we may not
+#   write (read-only to us) is refused as the shell refuses ``>``, not replaced behind its back.
+# * A directory output (``partition -o DIR``) is written to a fresh temporary directory next to
+#   DIR and renamed into place as a whole; an earlier output of the same kind is swapped out
+#   atomically (renameat2 RENAME_EXCHANGE, Linux 3.15+) and removed; any other non-empty
+#   directory is refused.
+# * An OS error (EACCES, EROFS, ENOSPC, ENAMETOOLONG, ...) is an :class:`OutputError`: one line
+#   naming the path and the error, exit 2.
 
-    Readers never see a half-written file, and a failure leaves any previous file untouched.
-    """
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise LoadError(str(path), f"output directory {directory} does not exist")
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+STDOUT = "-"
+"""``-o -``: write to standard output."""
+
+_FD_PATH_RE = re.compile(r"^/(?:dev/fd|proc/self/fd)/(\d+)$")
+_DESCRIPTOR_PATHS = {"/dev/stdout": 1, "/dev/stderr": 2}
+_TEMP_NAME_CHARS = 80  # of the destination's name kept in a temporary file's name (NAME_MAX is 255)
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+class OutputError(PlacevizError):
+    """An output cannot be written, or writing it would destroy something: names the path."""
+
+    def __init__(self, path, problem: str):
+        self.path = os.fspath(path)
+        super().__init__(f"{self.path}: {problem}")
+
+
+@dataclass
+class _Inputs:
+    files: dict[tuple[int, int], tuple[str, str]] = field(default_factory=dict)
+    """(st_dev, st_ino) of every input file -> (MODEL as given, its real path)."""
+    trees: dict[str, str] = field(default_factory=dict)
+    """Real path of every input directory (a SavedModel) -> MODEL as given."""
+    modules: dict[str, str] = field(default_factory=dict)
+    """Builder module name (``pkg.module:fn``) -> MODEL as given; its file is looked up when checked."""
+
+
+_inputs: _Inputs | None = None
+
+
+@contextmanager
+def guard_outputs():
+    """While active, every MODEL :func:`load` opens is remembered, and the writers below refuse to
+    overwrite it. The CLI runs each command inside one; library callers may too."""
+    global _inputs
+    saved, _inputs = _inputs, _Inputs()
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+        yield _inputs
+    finally:
+        _inputs = saved
+
+
+def _note_input(spec: str) -> None:
+    """Remember MODEL ``spec`` (a file, a SavedModel directory or a builder) as an input."""
+    if _inputs is None or spec.startswith("sample:"):
+        return
+    path = Path(spec)
+    if not os.path.lexists(path):
+        match = _BUILDER_RE.match(spec)
+        if match is None:
+            return
+        if match["target"].endswith(".py"):
+            path = Path(match["target"])
+        elif _DOTTED_RE.match(match["target"]):
+            _inputs.modules[match["target"]] = spec
+            return
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # load() reports it
+    real = os.path.realpath(path)
+    if stat.S_ISDIR(st.st_mode):
+        _inputs.trees[real] = spec
+        return
+    _inputs.files[(st.st_dev, st.st_ino)] = (spec, real)
+    if path.name in ("saved_model.pb", "saved_model.pbtxt"):  # the rest of the SavedModel too
+        _inputs.trees[os.path.dirname(real)] = spec
+
+
+def _input_files() -> dict[tuple[int, int], tuple[str, str]]:
+    files = dict(_inputs.files)
+    for module_name, spec in _inputs.modules.items():
+        file = getattr(sys.modules.get(module_name), "__file__", None)
+        if file:
+            try:
+                st = os.stat(file)
+            except OSError:
+                continue
+            files[(st.st_dev, st.st_ino)] = (spec, os.path.realpath(file))
+    return files
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def check_output(path: str | os.PathLike, *, directory: bool = False) -> None:
+    """Raise :class:`OutputError` when writing ``path`` would overwrite an input of this run.
+
+    Refused: the same file as an input MODEL (compared by device and inode after following
+    symlinks, so a symlink or a hard link to the input is caught); an existing file inside an
+    input SavedModel directory; with ``directory`` (the output replaces a whole directory), a
+    directory that holds an input or lies inside an input directory. Without an active
+    :func:`guard_outputs` nothing is known about inputs and nothing is refused.
+    """
+    if _inputs is None or os.fspath(path) == STDOUT:
+        return
+    shown = os.fspath(path)
+    real = os.path.realpath(path)
+    files = _input_files()
+    try:
+        st = os.stat(real)
+    except OSError:
+        st = None
+    if st is not None:
+        hit = files.get((st.st_dev, st.st_ino))
+        if hit is not None:
+            same = "" if hit[0] == shown else f" {hit[0]}"
+            raise OutputError(shown, f"is the input model{same} (the same file); refusing to overwrite it, "
+                                     "choose another output")
+        for tree, spec in _inputs.trees.items():
+            if _inside(real, tree):
+                raise OutputError(shown, f"is inside the input SavedModel {spec}; refusing to overwrite it, "
+                                         "choose another output")
+    if directory:
+        for spec, input_real in [*files.values(), *((s, t) for t, s in _inputs.trees.items())]:
+            if _inside(input_real, real):
+                raise OutputError(shown, f"holds the input model {spec}; refusing to replace the directory, "
+                                         "choose another output")
+
+
+def proto_bytes(message, path: str | os.PathLike) -> bytes:
+    """``message`` serialized for ``path``: text format for a text suffix, else binary.
+
+    Binary output uses protobuf's deterministic serialization: map fields (a NodeDef's ``attr``)
+    are written in key order. Without it the order follows the map's hash table, so two runs of
+    ``place`` on the same model wrote different bytes. (Protobuf documents deterministic output
+    as stable for one build of the library, not across versions: enough for reruns and caches.)
+    Text format always prints map entries sorted by key.
+    """
+    if Path(path).suffix.lower() in TEXT_SUFFIXES:
+        return text_format.MessageToString(message).encode("utf-8")
+    return message.SerializeToString(deterministic=True)
 
 
 def save_proto(message, path: str | os.PathLike) -> None:
-    """Save a GraphDef/MetaGraphDef atomically: text format for text suffixes, binary otherwise."""
-    if Path(path).suffix.lower() in TEXT_SUFFIXES:
-        atomic_write(path, text_format.MessageToString(message))
+    """Save a GraphDef/MetaGraphDef through :func:`atomic_write` (see :func:`proto_bytes`)."""
+    atomic_write(path, proto_bytes(message, path))
+
+
+def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
+    """Write ``data`` (str: UTF-8) to the output ``path``, never destroying anything.
+
+    ``-``: standard output. A descriptor path (``/dev/stdout``, ``/dev/fd/N``): that descriptor.
+    An existing character device or FIFO: written into. Anything else: a regular file replaced
+    atomically (a symlink's target; see the notes above). Raises :class:`OutputError` (one line)
+    when ``path`` is an input or the OS refuses.
+    """
+    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    shown = os.fspath(path)
+    if shown == STDOUT:
+        _write_stdout(payload)
+        return
+    fd = _descriptor_number(shown)
+    if fd is not None:
+        _write_descriptor(shown, fd, payload)
+        return
+    st = _stat(shown)
+    if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        check_output(shown)
+        _write_into(shown, payload)
+        return
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise OutputError(shown, "is a directory")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OutputError(shown, "is neither a regular file nor a character device or FIFO (a block device or "
+                                 "socket): refusing to write it")
+    check_output(shown)
+    target = Path(os.path.realpath(shown))
+    if os.path.islink(shown):
+        _say(f"{shown} is a symbolic link: writing its target {target} (the link stays)")
+    _replace_file(shown, target, payload, st)
+
+
+def is_stream(path: str | os.PathLike) -> bool:
+    """Whether the output ``path`` is a stream that is written into rather than replaced: ``-``,
+    a descriptor path, or an existing character device or FIFO. (``sync`` picks a binary GraphDef
+    for one without a suffix, as for ``-``.)"""
+    shown = os.fspath(path)
+    if shown == STDOUT or _descriptor_number(shown) is not None:
+        return True
+    try:
+        mode = os.stat(shown).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def _say(message: str) -> None:
+    from placeviz.commands.output import progress  # the one stderr voice (escaping included)
+
+    progress(f"note: {message}")
+
+
+def _stat(shown: str) -> os.stat_result | None:
+    try:
+        return os.stat(shown)
+    except FileNotFoundError:
+        return None  # also a dangling symlink: its target is created
+    except OSError as e:
+        raise OutputError(shown, f"cannot write: {_os_problem(e)}") from None
+
+
+def _os_problem(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+def _descriptor_number(shown: str) -> int | None:
+    """The descriptor a path names (``/dev/stdout``, ``/dev/fd/3``, ``/proc/self/fd/3``), else None."""
+    normal = os.path.normpath(os.path.abspath(shown))
+    if normal in _DESCRIPTOR_PATHS:
+        return _DESCRIPTOR_PATHS[normal]
+    match = _FD_PATH_RE.match(normal)
+    return int(match.group(1)) if match else None
+
+
+def _write_stdout(payload: bytes) -> None:
+    """Bytes to ``sys.stdout`` (its binary buffer); a reader that went away raises BrokenPipeError,
+    which the CLI treats as the end of the output (``| head``)."""
+    stream = sys.stdout
+    stream.flush()
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:  # a text-only stream (some embedding): decode what we would have written
+        stream.write(payload.decode("utf-8", "replace"))
     else:
-        atomic_write(path, message.SerializeToString())
+        buffer.write(payload)
+        buffer.flush()
+
+
+def _write_descriptor(shown: str, fd: int, payload: bytes) -> None:
+    if fd == 1:
+        _write_stdout(payload)
+        return
+    if fd == 2:
+        sys.stderr.flush()
+    try:
+        _write_all(fd, payload)
+    except OSError as e:
+        raise OutputError(shown, f"cannot write: {_os_problem(e)}") from None
+
+
+def _write_into(shown: str, payload: bytes) -> None:
+    """Write into an existing character device or FIFO: no O_CREAT, no O_TRUNC, no rename.
+
+    A FIFO without a reader blocks in open(2) until one comes, as a shell redirection does."""
+    try:
+        fd = os.open(shown, os.O_WRONLY | os.O_CLOEXEC | os.O_NOCTTY)
+        try:
+            _write_all(fd, payload)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise OutputError(shown, f"cannot write: {_os_problem(e)}") from None
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _create_temp(directory: Path, name: str, *, mkdir: bool = False) -> tuple[int | None, Path]:
+    """A new hidden file (or directory) next to ``name`` in ``directory``, created exclusively with
+    mode 0o666 (0o777 for a directory) so that open(2)/mkdir(2) apply the umask."""
+    base = name[:_TEMP_NAME_CHARS]
+    for _ in range(100):
+        tmp = directory / f".{base}.{secrets.token_hex(4)}.tmp"
+        try:
+            if mkdir:
+                os.mkdir(tmp, 0o777)
+                return None, tmp
+            return os.open(tmp, _NEW_FILE_FLAGS, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(directory))
+
+
+def _keep_owner_and_mode(fd: int, st: os.stat_result) -> None:
+    """Give the new file the replaced file's owner (when allowed) and permission bits."""
+    if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+        try:
+            os.fchown(fd, st.st_uid, st.st_gid)
+        except OSError:
+            pass  # only root (or the owner, for its own groups) may: the file becomes ours
+    os.fchmod(fd, stat.S_IMODE(st.st_mode))
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (best effort: some file systems refuse)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, payload: bytes) -> None:
+    """Create the new file ``path`` (inside a temporary directory) with ``payload``."""
+    _fill(os.open(path, _NEW_FILE_FLAGS, 0o666), payload)
+
+
+def _fill(fd: int, payload: bytes, st: os.stat_result | None = None) -> None:
+    """Write ``payload`` to the new file ``fd``, fsync and close it; ``st``: the file it replaces."""
+    try:
+        if st is not None:
+            _keep_owner_and_mode(fd, st)
+        _write_all(fd, payload)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace_file(shown: str, target: Path, payload: bytes, st: os.stat_result | None) -> None:
+    directory = target.parent
+    if not directory.is_dir():
+        raise OutputError(shown, f"the output directory {directory} does not exist")
+    if st is not None and not os.access(target, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
+        raise OutputError(shown, "cannot write: Permission denied (the file is read-only to us)")
+    tmp = None
+    try:
+        fd, tmp = _create_temp(directory, target.name)
+        _fill(fd, payload, st)
+        os.replace(tmp, target)
+        tmp = None
+        _fsync_directory(directory)
+    except OSError as e:
+        raise OutputError(shown, f"cannot write: {_os_problem(e)}") from None
+    finally:
+        if tmp is not None:
+            _remove(tmp)
+
+
+def _remove(path: Path) -> None:
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink()
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------------- directory outputs
+def write_directory(path: str | os.PathLike, files: dict[str, bytes | str], *,
+                    replaceable: Callable[[Path], bool], kind: str) -> Path:
+    """Write ``files`` (name -> content) as the directory ``path``, all at once.
+
+    The files go into a fresh temporary directory next to ``path`` (same file system), which is
+    then renamed into place: a reader sees the old directory or the complete new one, never a
+    mix, and an interrupted run leaves the old one and no temporary directory (the temporary
+    directory is removed on any exception; only SIGKILL or a power cut can leave a hidden
+    ``.NAME.*.tmp`` behind). A missing or empty ``path`` is simply replaced; a non-empty one is
+    replaced only when ``replaceable(path)`` says it is an earlier output of this ``kind``
+    (swapped atomically, the old one then removed), else refused. A symlink to a directory is
+    followed (a note says so). Returns the directory written.
+    """
+    shown, target, st, existing = _directory_target(path, replaceable, kind)
+    parent = target.parent
+    tmp = None
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        _, tmp = _create_temp(parent, target.name, mkdir=True)
+        if st is not None:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))  # the replaced directory's mode
+        for name, data in files.items():
+            _write_file(tmp / name, data.encode("utf-8") if isinstance(data, str) else bytes(data))
+        _fsync_directory(tmp)
+        if existing:
+            _swap_directories(tmp, target)  # tmp now holds the old output, removed below
+        else:
+            os.rename(tmp, target)  # onto nothing, or onto an empty directory (rename(2) allows it)
+            tmp = None
+        _fsync_directory(parent)
+    except OSError as e:
+        raise OutputError(shown, f"cannot write: {_os_problem(e)}") from None
+    finally:
+        if tmp is not None:
+            _remove(tmp)
+    return target
+
+
+def check_directory_output(path: str | os.PathLike, *, replaceable: Callable[[Path], bool], kind: str) -> None:
+    """The checks of :func:`write_directory`, without writing: to fail before a long computation."""
+    _directory_target(path, replaceable, kind)
+
+
+def _directory_target(path, replaceable, kind: str):
+    shown = os.fspath(path)
+    if shown == STDOUT:
+        raise OutputError(shown, f"{kind} is a directory: it cannot go to standard output")
+    target = Path(os.path.realpath(shown))
+    st = _stat(shown)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise OutputError(shown, "exists and is not a directory")
+    check_output(shown, directory=True)
+    existing = False
+    if st is not None:
+        try:
+            with os.scandir(target) as entries:
+                existing = any(True for _ in entries)
+        except OSError as e:
+            raise OutputError(shown, f"cannot read the directory: {_os_problem(e)}") from None
+        if existing and not replaceable(target):
+            raise OutputError(shown, f"a non-empty directory that is not {kind}: refusing to replace it "
+                                     "(choose a new or empty directory)")
+    if st is not None and os.path.islink(shown):
+        _say(f"{shown} is a symbolic link: writing its target {target} (the link stays)")
+    return shown, target, st, existing
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _swap_directories(new: Path, old: Path) -> None:
+    """Exchange two directories: atomically (:func:`_exchange`), or where the kernel, the C
+    library or the file system cannot, by two renames with a roll-back (a crash between them
+    leaves the old output under ``new``'s hidden name and no ``old``)."""
+    if _exchange(new, old):
+        return
+    _, aside = _create_temp(old.parent, old.name, mkdir=True)
+    os.rename(old, aside)  # onto the empty directory just made
+    try:
+        os.rename(new, old)
+    except BaseException:
+        os.rename(aside, old)
+        raise
+    os.rename(aside, new)  # the caller removes ``new``, now the old output
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """renameat2(a, b, RENAME_EXCHANGE) (Linux 3.15+, glibc 2.28+; rename(2) man page): both names
+    swap in one step. False when unsupported here; OSError for any other failure."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+    renameat2.restype = ctypes.c_int
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), os.fspath(b))

@@ -40,7 +40,6 @@ import json
 import math
 import os
 import sysconfig
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -273,18 +272,9 @@ def generate(path: str | os.PathLike | None = None) -> dict:
     data = encode(table)
     out = Path(path) if path is not None else default_path()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from placeviz.io import atomic_write  # the one writer: devices, symlinks, umask (placeviz.io)
+
+    atomic_write(out, data)
     return summarize(table, out, len(data))
 
 

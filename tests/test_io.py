@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from placeviz.errors import LoadError
-from placeviz.io import atomic_write, load, save_proto
+from placeviz.io import OutputError, atomic_write, load, save_proto
 
 pytestmark = pytest.mark.tf
 
@@ -101,5 +101,5 @@ def test_save_round_trip_is_atomic(tmp_path, tf_models):
         again = load(tmp_path / name)
         assert again.graph_def == model.graph_def
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.pb", "copy.pbtxt"]  # no temp files left
-    with pytest.raises(LoadError, match="does not exist"):
+    with pytest.raises(OutputError, match="does not exist"):
         atomic_write(tmp_path / "no_dir" / "x.pb", b"x")

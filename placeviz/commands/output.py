@@ -9,12 +9,13 @@ import sys
 import click
 from rich.console import Console
 
-from placeviz.io import atomic_write
+from placeviz.io import STDOUT, atomic_write
 
 
 def emit(text: str, output: str | None) -> None:
-    """Print ``text`` to stdout, or write it atomically to ``output``."""
-    if output:
+    """Print ``text`` to stdout (``output`` None or ``-``), or write it to ``output`` through
+    :func:`placeviz.io.atomic_write` (never over an input; devices and FIFOs written into)."""
+    if output and output != STDOUT:
         atomic_write(output, text if text.endswith("\n") else text + "\n")
         progress(f"wrote {output}")
     else:
