@@ -1,46 +1,113 @@
-"""``placeviz partition``: one GraphDef per device (or task) plus ``index.json``, as TF's runtime splits it."""
+"""``placeviz partition``: one GraphDef per device (or task) plus ``index.json``, as TF's runtime splits it.
+
+The output directory is written as a whole (:func:`placeviz.io.write_directory`): a fresh
+temporary directory next to ``-o DIR`` renamed into place, so a reader (or an interrupted run)
+never sees a partial set of partitions or stale files of an earlier run mixed with new ones. An
+earlier partition output in DIR is replaced; any other non-empty directory is refused.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
+import stat
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from placeviz.commands.output import progress, to_json
-from placeviz.errors import PlacevizError
-from placeviz.io import atomic_write, load, save_proto
-from placeviz.partition import partition
+from placeviz.io import check_directory_output, load, proto_bytes, write_directory
+from placeviz.partition import SCHEMA, partition
 from placeviz.pipeline import client_device
 from placeviz.placement import place_graph
+
+INDEX = "index.json"
+KIND = "placeviz partition output"
+_MAX_STEM = 200
+"""Longest file name stem kept from a device name (NAME_MAX is 255 bytes; the stem is ASCII)."""
+_MAX_INDEX_BYTES = 1 << 30
+"""An ``index.json`` bigger than this is not read when judging whether a directory is ours."""
 
 
 def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, level: str,
         replicate_constants: bool, tag: str | None = None) -> None:
     model = load(model_spec, tag=tag)
+    check_directory_output(out_dir, replaceable=is_partition_output, kind=KIND)  # before the long part
     progress("placing ...")
     result = place_graph(model.graph, options)
     progress(f"partitioning ({level} level) ...")
     parts = partition(result.graph, result.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
                       level=level, replicate_constants=replicate_constants,
                       client_device=client_device(options.placer.master_task))
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise PlacevizError(f"{out}: cannot create the output directory: {e.strerror}") from None
     index = parts.to_json()
-    files = {}
+    names = partition_file_names(parts.partitions)
+    files: dict[str, bytes | str] = {}
     for device, graph_def in parts.partitions.items():
-        name = partition_file_name(device)
-        save_proto(graph_def, out / name)
-        files[device] = name
+        files[names[device]] = proto_bytes(graph_def, names[device])
     for entry in index["partitions"]:
-        entry["file"] = files[entry["device"]]
-    atomic_write(out / "index.json", to_json(index))
+        entry["file"] = names[entry["device"]]
+    files[INDEX] = to_json(index)
+    write_directory(out_dir, files, replaceable=is_partition_output, kind=KIND)
     total = sum(t["bytes"] or 0 for t in parts.transfers)
-    progress(f"wrote {len(files)} partitions and index.json to {out}: {len(parts.transfers)} transfers, "
+    progress(f"wrote {len(names)} partitions and {INDEX} to {out_dir}: {len(parts.transfers)} transfers, "
              f"{total:,} bytes per step where shapes are known")
 
 
 def partition_file_name(device: str) -> str:
-    """``/job:ps/replica:0/task:1/device:CPU:0`` -> ``job_ps_replica_0_task_1_device_CPU_0.pb``."""
-    return re.sub(r"[^A-Za-z0-9]+", "_", device).strip("_") + ".pb"
+    """``/job:ps/replica:0/task:1/device:CPU:0`` -> ``job_ps_replica_0_task_1_device_CPU_0.pb``.
+
+    Two devices can give one name (``/job:ps`` and ``/job:ps_``): a whole output uses
+    :func:`partition_file_names`, which keeps them apart.
+    """
+    stem = re.sub(r"[^A-Za-z0-9]+", "_", device).strip("_") or "partition"
+    return stem[:_MAX_STEM] + ".pb"
+
+
+def partition_file_names(devices: Iterable[str]) -> dict[str, str]:
+    """A distinct file name per device: :func:`partition_file_name`, plus ``_`` and the first 10 hex
+    digits of the SHA-256 of the full device name when two devices would share a name (compared
+    case-insensitively, as macOS and Windows file systems compare them) or the device name was cut.
+
+    The hash depends on the device name only, so a file's name is the same in every run.
+    """
+    devices = list(dict.fromkeys(devices))
+    plain = {d: partition_file_name(d) for d in devices}
+    shared = Counter(name.casefold() for name in plain.values())
+
+    def hashed(device: str, digits: int) -> str:
+        stem = plain[device][:-len(".pb")][:_MAX_STEM - digits - 1]
+        return f"{stem}_{hashlib.sha256(device.encode('utf-8', 'surrogatepass')).hexdigest()[:digits]}.pb"
+
+    names = {d: hashed(d, 10) if shared[plain[d].casefold()] > 1 or _was_cut(d) else plain[d] for d in devices}
+    if len({n.casefold() for n in names.values()}) < len(names):  # a hashed name met a plain one
+        names = {d: hashed(d, 32) for d in devices}
+    return names
+
+
+def _was_cut(device: str) -> bool:
+    return len(re.sub(r"[^A-Za-z0-9]+", "_", device).strip("_")) > _MAX_STEM
+
+
+def is_partition_output(directory: Path) -> bool:
+    """Whether ``directory`` holds exactly what ``placeviz partition`` writes: an ``index.json`` of
+    schema ``placeviz.partition/1`` and regular files it lists, nothing else (so replacing the
+    directory loses nothing but an earlier partition output)."""
+    index_path = directory / INDEX
+    try:
+        st = os.stat(index_path, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_INDEX_BYTES:
+            return False
+        index = json.loads(index_path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(index, dict) or index.get("schema") != SCHEMA or not isinstance(index.get("partitions"), list):
+        return False
+    listed = {entry.get("file") for entry in index["partitions"] if isinstance(entry, dict)}
+    try:
+        with os.scandir(directory) as entries:
+            return all(entry.name == INDEX or (entry.name in listed and entry.is_file(follow_symlinks=False))
+                       for entry in entries)
+    except OSError:
+        return False

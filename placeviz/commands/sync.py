@@ -6,7 +6,7 @@ from pathlib import Path
 
 from placeviz.commands.output import progress
 from placeviz.errors import PlacevizError
-from placeviz.io import load, save_proto
+from placeviz.io import check_output, is_stream, load, save_proto
 from placeviz.protos import MetaGraphDef
 from placeviz.sync.rewrite import rewrite_sync
 
@@ -16,8 +16,12 @@ META_SUFFIXES = {".meta"}
 
 def output_kind(output: str, meta_graph: bool) -> str:
     """``"graph"`` or ``"meta"`` from ``-o``'s suffix: ``.pb``/``.pbtxt`` a GraphDef (a
-    MetaGraphDef with ``--meta-graph``), ``.meta`` a MetaGraphDef. Anything else is refused."""
+    MetaGraphDef with ``--meta-graph``), ``.meta`` a MetaGraphDef; ``-`` (stdout), or a device or
+    FIFO without a suffix, a binary GraphDef (a MetaGraphDef with ``--meta-graph``). Anything else
+    is refused."""
     suffix = Path(output).suffix.lower()
+    if not suffix and is_stream(output):
+        return "meta" if meta_graph else "graph"
     if suffix in META_SUFFIXES:
         return "meta"
     if suffix in GRAPH_SUFFIXES:
@@ -37,6 +41,7 @@ def run(model_spec: str, output: str, replicas_to_aggregate: int, total_replicas
     """
     kind = output_kind(output, meta_graph)  # before loading: a bad -o fails fast
     model = load(model_spec, tag=tag)
+    check_output(output)  # before rewriting: -o may not be the model (placeviz.io, "writing")
     source = model.meta_graph if model.meta_graph is not None else model.graph_def
     result = rewrite_sync(source, replicas_to_aggregate, total_replicas, variable_averages,
                           collections=model.collections if model.meta_graph is not None else None,
