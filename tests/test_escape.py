@@ -84,6 +84,7 @@ HOSTILE = [
     "\\N \\G \\L \\l escString",
     "del\x7f c1\x85 nul-free\x01\x02",
     "{0} %s %(x)s",
+    "[link=https://evil.example/]CLICK[/link] [bold red]rich markup[/bold red]",
 ]
 """Each string is an op type and a device of one node of :func:`hostile_graph`."""
 HOSTILE_FILE_NAME = "evil\n::error file=x,line=1::name %0A, a:b <!--<script> ##[error]x \x1b]0;T\x07.pbtxt"
@@ -233,6 +234,41 @@ def test_lint_formats_carry_hostile_strings_safely(models, which, no_kernels):
     else:
         assert {f["model"] for f in findings} == {HOSTILE_FILE_NAME}
         assert sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+
+
+# ------------------------------------------------------------------------------------ analyze
+def _on_a_terminal(args: list, cwd: Path, no_kernels: bool) -> str:
+    """stdout of ``placeviz ARGS`` run on a pseudo-terminal (rich styles only a terminal's output)."""
+    env = {k: v for k, v in os.environ.items() if k != NO_KERNELS_ENV}
+    if no_kernels:
+        env[NO_KERNELS_ENV] = "1"
+    master, slave = os.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "placeviz", *map(str, args)], cwd=cwd, env=env,
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 1 << 16)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=300) in (0, 1), proc.stderr.read().decode()[-2000:]
+    proc.stderr.close()
+    return b"".join(chunks).decode("utf-8")
+
+
+@KERNEL_MODES
+def test_analyze_on_a_terminal_shows_hostile_strings_as_text(models, no_kernels):
+    out = _on_a_terminal(["analyze", models["strings"].name], models["dir"], no_kernels)
+    assert "\x1b[1m" in out  # a terminal indeed: rich styled the output
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out).replace("\r\n", "\n")  # rich's own SGR styles
+    assert "\x1b" not in text  # no OSC 8 hyperlink ([link=...]), no OSC 0 title, no CSI from the model
+    assert_safe_lines(text)
+    assert "[link=" in text and "[bold red]" in text  # rich markup in an op type or device is shown as text
 
 
 # ------------------------------------------------------------------------------------ errors, progress
