@@ -10,7 +10,8 @@ into an output as it is; it goes through the function of that output's language:
 output                            function
 ================================  =========================================================
 a terminal or CI log line         :func:`terminal_text` (stderr errors and progress, ``lint``
-                                  text format, the plain lines of the ``github`` format)
+                                  text format, the plain lines of the ``github`` format;
+                                  ``analyze`` adds rich's markup escape)
 GitHub workflow command           :func:`github_data` (the message), :func:`github_property`
                                   (``file=``, ``title=``)
 DOT double-quoted string          :func:`dot_string` (labels, tooltips, every model string)
@@ -26,7 +27,8 @@ the bidirectional controls (Unicode's Bidi_Control property: they reorder what a
 "Trojan Source" trick, CVE-2021-42574), lone surrogates (a file name that is not valid UTF-8;
 they cannot be encoded) and U+FFFE/U+FFFF (not XML characters, so an SVG holding one does not
 load). Every function shows them as visible escapes (``\\n``, ``\\x1b``, ``\\u202e``), except
-where the language has its own encoding for one (a newline in a GitHub message is ``%0A``).
+where the language has its own encoding for one (a newline in a GitHub message is ``%0A``; JSON
+keeps every character exactly, as a ``\\uXXXX`` escape; HTML keeps tab, newline and CR).
 Backslashes are not doubled: the result is meant to be read, and an escape that is a literal
 backslash in the input reads the same.
 
