@@ -16,6 +16,7 @@ from placeviz import __version__
 from placeviz.commands.place_options import build_placement_options, place_options
 from placeviz.commands.sync_options import sync_options
 from placeviz.errors import PlacevizError
+from placeviz.escape import terminal_text
 
 _debug = False
 
@@ -369,6 +370,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as e:
         code = e.exit_code
     except click.ClickException as e:
+        e.message = terminal_text(e.message)  # it may quote a file name: one line, no escape sequences
         e.show()
         code = 2 if isinstance(e, click.UsageError) else e.exit_code
     except click.Abort:
@@ -377,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
     except PlacevizError as e:
         if _debug:
             raise
-        click.echo(f"placeviz: error: {e}", err=True)
+        click.echo(f"placeviz: error: {terminal_text(str(e))}", err=True)
         code = e.exit_code
     except BrokenPipeError:
         # The reader (e.g. `| head`) went away: not an error of ours.
@@ -390,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:  # noqa: BLE001 - the last line of defence: one line, exit 2
         if _debug:
             raise
-        click.echo(f"placeviz: internal error: {type(e).__name__}: {e} (run with --debug for a traceback)",
+        click.echo(f"placeviz: internal error: {type(e).__name__}: {terminal_text(str(e))} (run with --debug for a traceback)",
                    err=True)
         code = 2
     sys.exit(code or 0)

@@ -1,12 +1,19 @@
-"""``placeviz analyze``: load a model and report what it holds, as tables or JSON."""
+"""``placeviz analyze``: load a model and report what it holds, as tables or JSON.
+
+The text report is rich markup: every string from the model (names, op types, devices, file
+names, messages quoting them) goes through :func:`_t` first, so ``[link=...]`` in an op type is
+not a terminal hyperlink and ``ESC ] 0 ;`` in a device does not retitle the terminal.
+"""
 
 from __future__ import annotations
 
+from rich.markup import escape as _markup_escape
 from rich.table import Table
 
 from placeviz.analysis import Analysis
 from placeviz.commands.output import emit, render_rich, to_json
 from placeviz.errors import PlacevizError
+from placeviz.escape import terminal_text
 from placeviz.pipeline import StepOptions, run_pipeline
 
 TOP_OPS = 15
@@ -75,12 +82,18 @@ def human_bytes(n: int | None) -> str:
     raise AssertionError("unreachable")
 
 
+def _t(value) -> str:
+    """Model text for rich: control characters shown escaped (:func:`~placeviz.escape.terminal_text`),
+    then rich's markup escaped (a ``[tag]`` stays text)."""
+    return _markup_escape(terminal_text(str(value)))
+
+
 def format_text(report: Analysis) -> str:
     return render_rich(lambda console: _print_report(console, report))
 
 
 def _print_report(console, r: Analysis) -> None:
-    console.print(f"[bold]{r.model}[/bold]  ({r.kind}, GraphDef producer {r.producer})")
+    console.print(f"[bold]{_t(r.model)}[/bold]  ({r.kind}, GraphDef producer {r.producer})")
     console.print(
         f"{r.node_count:,} nodes, {r.data_edge_count:,} data edges, {r.control_edge_count:,} control "
         f"edges, {r.function_count} library functions; {len(r.variables)} variables holding "
@@ -93,7 +106,7 @@ def _print_report(console, r: Analysis) -> None:
     ops.add_column("nodes", justify="right")
     items = list(r.op_histogram.items())
     for op, count in items[:TOP_OPS]:
-        ops.add_row(op, f"{count:,}")
+        ops.add_row(_t(op), f"{count:,}")
     if len(items) > TOP_OPS:
         rest = sum(c for _, c in items[TOP_OPS:])
         ops.add_row(f"({len(items) - TOP_OPS} more op types)", f"{rest:,}")
@@ -109,7 +122,7 @@ def _print_report(console, r: Analysis) -> None:
     for v in r.variables:
         var_counts[v.device] = var_counts.get(v.device, 0) + 1
     for device, count in r.requested_devices.items():
-        devices.add_row(device or "(none)", f"{count:,}", str(var_counts.get(device, 0)),
+        devices.add_row(_t(device or "(none)"), f"{count:,}", str(var_counts.get(device, 0)),
                         human_bytes(by_device.get(device, 0)))
     console.print(devices)
 
@@ -121,7 +134,8 @@ def _print_report(console, r: Analysis) -> None:
             shape = "?" if v.shape is None else "[" + ",".join("?" if d is None else str(d) for d in v.shape) + "]"
             trainable = "?" if v.trainable is None else ("yes" if v.trainable else "no")
             name = v.name + (f"  (part of {v.partition_of})" if v.partition_of else "")
-            table.add_row(name, v.op, v.dtype, shape, human_bytes(v.bytes), trainable, v.device or "(none)")
+            table.add_row(_t(name), _t(v.op), _t(v.dtype), shape, human_bytes(v.bytes), trainable,
+                          _t(v.device or "(none)"))
         if len(r.variables) > VARIABLES_SHOWN:
             table.add_row(f"... {len(r.variables) - VARIABLES_SHOWN} more (use --format json)", "", "", "",
                           "", "", "")
@@ -129,18 +143,18 @@ def _print_report(console, r: Analysis) -> None:
 
     if r.other_state:
         console.print(f"Other state: {len(r.other_state)} nodes ("
-                      + ", ".join(sorted({s['op'] for s in r.other_state})) + ")")
+                      + _t(", ".join(sorted({s['op'] for s in r.other_state}))) + ")")
     if r.unplaced_count:
         shown = ", ".join(r.unplaced_sample[:8])
         more = f" and {r.unplaced_count - 8:,} more" if r.unplaced_count > 8 else ""
         console.print(f"Unplaced: {r.unplaced_count:,} of {r.node_count:,} nodes request no device "
-                      f"({shown}{more})")
+                      f"({_t(shown)}{more})")
     else:
         console.print("Unplaced: none, every node requests a device")
     if r.train_ops:
-        console.print("Train ops: " + ", ".join(r.train_ops))
+        console.print("Train ops: " + _t(", ".join(r.train_ops)))
     for note in r.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {_t(note)}[/dim]")
     if r.sync is not None:
         _print_sync(console, r.sync)
     if r.placement is not None:
@@ -153,27 +167,27 @@ def _print_report(console, r: Analysis) -> None:
 
 def _print_agreement(console, a: dict) -> None:
     console.print()
-    tasks = ", ".join(f"{t['task']} ({t['source']})" for t in a["tasks"])
+    tasks = _t(", ".join(f"{t['task']} ({t['source']})" for t in a["tasks"]))
     compared = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in sorted(a["compared"].items())) or "nothing"
     verdict = "[bold green]agree[/bold green]" if a["agree"] else "[bold red]disagree[/bold red]"
     console.print(f"Between-graph replication: tasks {tasks}; shared {compared} compared: the tasks' graphs {verdict}")
     shown = a["disagreements"][:20]
     for d in shown:
         color = {"error": "red", "warning": "yellow"}.get(d["severity"], "dim")
-        console.print(f"  [{color}]{d['severity']}[/{color}] {d['message']}")
+        console.print(f"  [{color}]{d['severity']}[/{color}] {_t(d['message'])}")
     if len(a["disagreements"]) > len(shown):
         console.print(f"  ... {len(a['disagreements']) - len(shown)} more (use --format json)")
     for note in a.get("notes", []):
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {_t(note)}[/dim]")
 
 
 def _print_traffic(console, p: dict) -> None:
     console.print()
     if "error" in p:
-        console.print(f"[bold red]Partitioning failed:[/bold red] {p['error']}")
+        console.print(f"[bold red]Partitioning failed:[/bold red] {_t(p['error'])}")
         return
-    console.print(f"Network traffic for {p['run']['what']}"
-                  + (f" ({', '.join(p['run']['targets'] + p['run']['fetches'])})" if p['run']['targets'] or
+    console.print(f"Network traffic for {_t(p['run']['what'])}"
+                  + (f" ({_t(', '.join(p['run']['targets'] + p['run']['fetches']))})" if p['run']['targets'] or
                      p['run']['fetches'] else "")
                   + f": {human_bytes(p['bytes_per_step'])} per step in {p['transfers']} transfers"
                   + (f" ({p['unknown_size_transfers']} of unknown size)" if p["unknown_size_transfers"] else ""))
@@ -181,7 +195,7 @@ def _print_traffic(console, p: dict) -> None:
     for col in ("task", "sent per step", "received per step"):
         table.add_column(col, justify="left" if col == "task" else "right")
     for t in p["tasks"]:
-        table.add_row(t["task"], human_bytes(t["sent_bytes"]), human_bytes(t["received_bytes"]))
+        table.add_row(_t(t["task"]), human_bytes(t["sent_bytes"]), human_bytes(t["received_bytes"]))
     console.print(table)
     if p["variable_reads"]:
         reads = Table(title="Variables read across the network per step", title_justify="left")
@@ -189,10 +203,10 @@ def _print_traffic(console, p: dict) -> None:
             reads.add_column(col, justify="right" if col in ("reads", "bytes") else "left")
         for v in p["variable_reads"][:15]:
             count = str(v["reads_per_step"]) + (" per iteration" if v.get("per_iteration_of") else "")
-            reads.add_row(v["variable"], count, human_bytes(v["bytes_per_step"]), ", ".join(v["to_tasks"]))
+            reads.add_row(_t(v["variable"]), count, human_bytes(v["bytes_per_step"]), _t(", ".join(v["to_tasks"])))
         console.print(reads)
     for note in p.get("notes", []):
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {_t(note)}[/dim]")
 
 
 def _print_sync(console, sync: dict) -> None:
@@ -204,18 +218,18 @@ def _print_sync(console, sync: dict) -> None:
     console.print(f"SyncReplicas: R={sync.get('replicas_to_aggregate')} gradients per step, "
                   f"{sync.get('tokens_per_step')} tokens per step"
                   + (f", {backup} backup worker(s)" if backup else "")
-                  + f"; worker train op {', '.join(sync.get('worker_train_ops') or ['?'])}, "
-                  f"chief sync op {', '.join(sync.get('sync_ops') or ['?'])}")
+                  + f"; worker train op {_t(', '.join(sync.get('worker_train_ops') or ['?']))}, "
+                  f"chief sync op {_t(', '.join(sync.get('sync_ops') or ['?']))}")
     console.print(f"Single update per step: {verdict}")
     for v in sync["violations"][:10]:
-        console.print(f"  [red]violation[/red] {v['kind']}: {v['message']}")
+        console.print(f"  [red]violation[/red] {v['kind']}: {_t(v['message'])}")
     table = Table(title="Per-variable verdicts", title_justify="left")
     for col in ("variable", "verdict", "updates per step", "evidence"):
         table.add_column(col)
     for v in sync["variables"][:VARIABLES_SHOWN]:
         evidence = v["evidence"][0]["path"] if v["evidence"] else []
         path = " <- ".join(evidence[:4]) + (" ..." if len(evidence) > 4 else "")
-        table.add_row(v["name"], v["verdict"], str(v.get("updates_per_step", "")), path)
+        table.add_row(_t(v["name"]), v["verdict"], str(v.get("updates_per_step", "")), _t(path))
     if len(sync["variables"]) > VARIABLES_SHOWN:
         table.add_row(f"... {len(sync['variables']) - VARIABLES_SHOWN} more (use --format json)", "", "", "")
     console.print(table)
@@ -223,32 +237,32 @@ def _print_sync(console, sync: dict) -> None:
     if per_worker:
         names = sorted({u["variable"] for u in per_worker})
         console.print(f"Updated by every worker run (not synchronized, allowed): {len(names)} variables, e.g. "
-                      + ", ".join(names[:5]))
+                      + _t(", ".join(names[:5])))
 
 
 def _print_placement(console, p: dict) -> None:
     console.print()
     if "error" in p:
-        console.print(f"[bold red]Placement fails as TensorFlow's would:[/bold red] {p['error']}")
+        console.print(f"[bold red]Placement fails as TensorFlow's would:[/bold red] {_t(p['error'])}")
         return
     how = "setter replayed, then placer" if p["setter_ran"] else "graph's own devices, then placer"
     table = Table(title=f"Placement ({how})", title_justify="left")
     for col in ("task", "nodes", "variables", "variable bytes"):
         table.add_column(col, justify="left" if col == "task" else "right")
     for t in p["tasks"]:
-        table.add_row(t["task"], f"{t['nodes']:,}", str(t["variables"]), human_bytes(t["variable_bytes"]))
+        table.add_row(_t(t["task"]), f"{t['nodes']:,}", str(t["variables"]), human_bytes(t["variable_bytes"]))
     console.print(table)
     balance = p["ps_balance"]
     if balance["max_over_mean"] is not None:
-        console.print(f"PS balance ({balance['job']}): max {human_bytes(balance['max_variable_bytes'])}, mean "
+        console.print(f"PS balance ({_t(balance['job'])}): max {human_bytes(balance['max_variable_bytes'])}, mean "
                       f"{human_bytes(int(balance['mean_variable_bytes']))}, max/mean {balance['max_over_mean']:.2f}")
     for e in p.get("explain", []):
-        console.print(f"\n[bold]{e['node']}[/bold] ({e['op']}) -> {e['device']}")
+        console.print(f"\n[bold]{_t(e['node'])}[/bold] ({_t(e['op'])}) -> {_t(e['device'])}")
         if "setter_rule" in e:
-            console.print(f"  setter: {e['setter_device'] or '(no device)'}: {e['setter_rule']}")
-        console.print(f"  requested: {e['requested'] or '(none)'}; placer: {e['reason']}")
+            console.print(f"  setter: {_t(e['setter_device'] or '(no device)')}: {_t(e['setter_rule'])}")
+        console.print(f"  requested: {_t(e['requested'] or '(none)')}; placer: {_t(e['reason'])}")
         group = e["colocation_group"]
         if len(group) > 1:
-            console.print(f"  colocation group ({len(group)}): {', '.join(group[:8])}{' ...' if len(group) > 8 else ''}")
+            console.print(f"  colocation group ({len(group)}): {_t(', '.join(group[:8]))}{' ...' if len(group) > 8 else ''}")
         if e["candidates"]:
-            console.print(f"  candidates in TF's order: {', '.join(e['candidates'][:4])}")
+            console.print(f"  candidates in TF's order: {_t(', '.join(e['candidates'][:4]))}")

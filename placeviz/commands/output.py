@@ -9,6 +9,7 @@ import sys
 import click
 from rich.console import Console
 
+from placeviz.escape import terminal_text
 from placeviz.io import STDOUT, atomic_write
 
 
@@ -39,5 +40,9 @@ def render_rich(render, width: int | None = None) -> str:
 
 
 def progress(message: str) -> None:
-    """A progress line on stderr (never mixed into stdout results)."""
-    click.echo(f"placeviz: {message}", err=True)
+    """A progress line on stderr (never mixed into stdout results).
+
+    Messages name files, nodes and devices, which may hold newlines or escape sequences:
+    :func:`~placeviz.escape.terminal_text` keeps the line one line and the terminal untouched.
+    """
+    click.echo(f"placeviz: {terminal_text(message)}", err=True)

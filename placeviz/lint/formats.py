@@ -4,6 +4,13 @@ SARIF has its own module (:mod:`placeviz.lint.sarif`). Every format carries the 
 the skipped rules with their reasons and the errors: GitHub shows only 10 annotations of each
 type per step, so the ``github`` format ends with a plain summary line that does not depend on
 them.
+
+Model files, node names, op types, devices and messages are untrusted text (see
+:mod:`placeviz.escape`): every ``text`` line goes through :func:`~placeviz.escape.terminal_text`
+(one finding is one line, and no escape sequence reaches the terminal), and the ``github`` format
+encodes annotation messages and properties as GitHub's toolkit does and its plain lines like the
+``text`` ones, so each finding is exactly one workflow command and nothing else in the log is one.
+JSON and SARIF are escaped by ``json.dumps``.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import json
 import re
 from pathlib import Path
 
+from placeviz.escape import github_data, github_property, terminal_text
 from placeviz.lint.baseline import fingerprint
 
 JSON_SCHEMA = "placeviz.lint/1"
@@ -36,7 +44,7 @@ def format_text(report) -> str:
     for model, reason, ids in group_skipped(report.skipped):
         lines.append(f"skipped on {model}: {short_ids(ids)}: {reason}")
     lines.append(summary_line(report))
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(terminal_text, lines)) + "\n"
 
 
 def short_ids(ids: list[str], shown: int = 8) -> str:
@@ -107,29 +115,27 @@ def format_json(report) -> str:
 
 
 # ---------------------------------------------------------------------------------- github
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
 def format_github(report) -> str:
-    """GitHub Actions workflow commands: one annotation per finding, then the full counts."""
+    """GitHub Actions workflow commands: one annotation per finding, then the full counts.
+
+    Messages and properties are encoded with :func:`~placeviz.escape.github_data` and
+    :func:`~placeviz.escape.github_property` (GitHub's toolkit's ``escapeData``/``escapeProperty``),
+    the plain lines with :func:`~placeviz.escape.terminal_text` (the runner reads ``##[cmd]``
+    anywhere in a line), so a name holding ``\n::error::`` cannot add a command of its own.
+    """
     lines = []
     lines_of = NodeLines()
     for f in report.findings:
-        props = f"file={_escape_property(f.model)},line={lines_of(f.model, f.node)}," \
-                f"title={_escape_property(f'{f.rule} {f.name}')}"
+        props = f"file={github_property(f.model)},line={lines_of(f.model, f.node)}," \
+                f"title={github_property(f'{f.rule} {f.name}')}"
         where = f"{f.node} ({f.device}): " if f.node and f.device else (f"{f.node}: " if f.node else "")
-        lines.append(f"::{GITHUB_LEVEL[f.severity]} {props}::{_escape_data(where + f.message)}")
+        lines.append(f"::{GITHUB_LEVEL[f.severity]} {props}::{github_data(where + f.message)}")
     for e in report.errors:
-        props = f"file={_escape_property(e.model)}," if e.model else ""
-        lines.append(f"::error {props}title=placeviz lint error::{_escape_data(e.message)}")
+        props = f"file={github_property(e.model)}," if e.model else ""
+        lines.append(f"::error {props}title=placeviz lint error::{github_data(e.message)}")
     for model, reason, ids in group_skipped(report.skipped):
-        lines.append(f"placeviz lint: skipped on {model}: {short_ids(ids)}: {reason}")
-    lines.append(summary_line(report))
+        lines.append(terminal_text(f"placeviz lint: skipped on {model}: {short_ids(ids)}: {reason}"))
+    lines.append(terminal_text(summary_line(report)))
     return "\n".join(lines) + "\n"
 
 

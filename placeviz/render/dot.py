@@ -9,14 +9,19 @@ layout stable between runs (dot's result depends on input order).
 The layout limits measured in shared/research/perf.md section 5 are written into the DOT itself
 (``mclimit``, ``nslimit``, ``nslimit1``, and ``splines=false`` above a few dozen boxes), so
 running ``dot`` by hand on a ``.dot`` output behaves like ``placeviz render`` does.
+
+Labels and tooltips carry model strings (names, op types, devices, file names), which are
+untrusted: every one goes through :func:`text` (:func:`placeviz.escape.dot_string`, kept away
+from the ``graphviz`` package's HTML-label pass-through), the legend's HTML-like label through
+:func:`placeviz.escape.dot_html`. Identifiers, colours, shapes and styles are placeviz's own, and
+no ``URL``/``href`` attribute is ever written, so the SVG Graphviz makes holds no link.
 """
 
 from __future__ import annotations
 
-import html
-
 import graphviz
 
+from placeviz.escape import dot_html, dot_string
 from placeviz.render.diagram import Box, Cluster, Diagram, Edge
 
 LAYOUT_LIMITS = {"mclimit": "0.1", "nslimit": "1", "nslimit1": "1"}
@@ -33,9 +38,12 @@ def _sortable(key: tuple) -> tuple:
     return tuple((0, k, "") if isinstance(k, int) else (1, 0, str(k)) for k in key)
 
 
-def escape(text: str) -> str:
-    """A label for a double-quoted DOT string: backslashes kept literal, newlines as ``\\n``."""
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+def text(value: str) -> str:
+    """A label or tooltip: :func:`~placeviz.escape.dot_string` (quotes, backslashes, entities and
+    control characters escaped; newlines are line breaks), marked ``nohtml`` so the ``graphviz``
+    package quotes it even when it looks like ``<...>`` (which it would otherwise write as an
+    HTML-like label, where ``<td href=...>`` is a link)."""
+    return graphviz.nohtml(dot_string(value))
 
 
 def _fmt(value: float) -> str:
@@ -53,7 +61,7 @@ def to_dot(diagram: Diagram) -> str:
     g = graphviz.Digraph(diagram.name)
     attrs = {
         "rankdir": diagram.rankdir, "fontname": FONT, "fontsize": "11", "labelloc": "t", "labeljust": "l",
-        "label": escape("\n".join([diagram.title, *diagram.notes])), "newrank": "true", "id": diagram.name,
+        "label": text("\n".join([diagram.title, *diagram.notes])), "newrank": "true", "id": diagram.name,
         **LAYOUT_LIMITS, "outputorder": "edgesfirst", "nodesep": "0.25", "ranksep": "0.45",
     }
     if len(diagram.boxes) > SPLINES_OFF_ABOVE:
@@ -75,8 +83,8 @@ def to_dot(diagram: Diagram) -> str:
     def fill(container, key: tuple) -> None:
         for c in children.get(key, []):
             with container.subgraph(name=cluster_ids[c.key]) as sub:
-                sub.attr(id=f"{diagram.name}_{cluster_ids[c.key]}", label=escape(c.label), style="filled,rounded", fillcolor=c.fill, color=c.border,
-                         tooltip=escape(c.tooltip or c.label), fontsize="10")
+                sub.attr(id=f"{diagram.name}_{cluster_ids[c.key]}", label=text(c.label), style="filled,rounded", fillcolor=c.fill, color=c.border,
+                         tooltip=text(c.tooltip or c.label), fontsize="10")
                 fill(sub, c.key)
         for b in boxes_in.get(key, []):
             _emit_box(container, b, ids[b.key], f"{diagram.name}_{ids[b.key]}")
@@ -95,10 +103,10 @@ def _emit_box(container, b: Box, node_id: str, svg_id: str) -> None:
     fill = b.fill
     if ";" in fill:  # a role mix: "filled" would read the list as a two-colour gradient
         style = ",".join(["striped", *(s for s in style.split(",") if s not in ("filled", "striped"))])
-    attrs = {"id": svg_id, "label": escape(b.label), "shape": b.shape, "style": style, "fillcolor": fill,
+    attrs = {"id": svg_id, "label": text(b.label), "shape": b.shape, "style": style, "fillcolor": fill,
              "color": b.border}
     if b.tooltip:
-        attrs["tooltip"] = escape(b.tooltip)
+        attrs["tooltip"] = text(b.tooltip)
     if b.penwidth != 1.0:
         attrs["penwidth"] = _fmt(b.penwidth)
     if b.peripheries != 1:
@@ -111,9 +119,9 @@ def _emit_box(container, b: Box, node_id: str, svg_id: str) -> None:
 def _emit_edge(g, e: Edge, ids: dict, svg_id: str) -> None:
     attrs = {"id": svg_id, "color": e.color}
     if e.label:
-        attrs["label"] = escape(e.label)
+        attrs["label"] = text(e.label)
     if e.tooltip:
-        attrs["tooltip"] = escape(e.tooltip)
+        attrs["tooltip"] = text(e.tooltip)
     if e.style != "solid":
         attrs["style"] = e.style
     if e.penwidth != 1.0:
@@ -131,12 +139,11 @@ def _legend_label(diagram: Diagram) -> str:
     """An HTML-like table: one node for the whole legend, so it costs the layout nothing."""
     rows = ['<tr><td colspan="2" align="left"><b>Legend</b></td></tr>']
     for item in diagram.legend:
-        text = html.escape(item.text)
         if item.line is not None:
             color = item.fill or "#555555"
             glyph = {"dashed": "- - - -", "dotted": ". . . . .", "bold": "<b>=====</b>"}.get(item.line, "-------")
             swatch = f'<td><font color="{color}">{glyph}</font></td>'
         else:
             swatch = f'<td bgcolor="{item.fill or "#ffffff"}" width="18" border="1"> </td>'
-        rows.append(f'<tr>{swatch}<td align="left">{text}</td></tr>')
+        rows.append(f'<tr>{swatch}<td align="left">{dot_html(item.text)}</td></tr>')
     return '<<table border="0" cellborder="0" cellspacing="2" cellpadding="2">' + "".join(rows) + "</table>>"

@@ -9,15 +9,21 @@ where it runs even when the picture shows it collapsed into a group.
 
 Lint findings have a slot of their own: :func:`build_report` takes an optional list of dicts
 ``{rule, severity, node, device, message}``; ``None`` says lint was not run.
+
+Every model string is untrusted (:mod:`placeviz.escape`): text and attributes go through
+:func:`~placeviz.escape.html_text`, the search index (names, op types, devices) is JSON written by
+:func:`~placeviz.escape.script_json` (no ``</script>`` or ``<!--<script>`` in a name can end or
+swallow the script element), and each SVG from Graphviz is checked inert by
+:func:`~placeviz.escape.svg_for_html` before it is inlined. The only links are the page's own
+``#`` fragments, so the only script that runs is the one the report ships.
 """
 
 from __future__ import annotations
 
-import html
-import json
-import re
 from collections.abc import Callable
 
+from placeviz.errors import PlacevizError
+from placeviz.escape import UnsafeSvg, html_text, script_json, svg_for_html
 from placeviz.render import DEFAULT_MAX_NODES, build_view
 from placeviz.render.context import ViewContext, human_bytes
 from placeviz.render.diagram import Diagram
@@ -32,17 +38,17 @@ VIEW_TITLES = {
 }
 VARIABLES_SHOWN = 200
 FINDING_KEYS = ("rule", "severity", "node", "device", "message")
-_PROLOG = re.compile(r"^.*?(?=<svg)", re.S)
-
-
-def esc(value) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+esc = html_text
 
 
 def inline_svg(svg: bytes) -> str:
     """The ``<svg>`` element alone: no XML prolog and no DOCTYPE (whose DTD URL a browser never
-    needs; dropping it keeps the file free of external references)."""
-    return _PROLOG.sub("", svg.decode("utf-8"), count=1)
+    needs; dropping it keeps the file free of external references), checked inert
+    (:func:`~placeviz.escape.svg_for_html`: no script, handler, link or external URL)."""
+    try:
+        return svg_for_html(svg)
+    except UnsafeSvg as e:
+        raise PlacevizError(f"HTML report refused: {e}") from None
 
 
 def _table(headers: list[str], rows: list[list], numeric: set[int] = frozenset(), cls: str = "") -> str:
@@ -135,7 +141,7 @@ def _search_index(ctx: ViewContext, diagrams: dict[str, Diagram]) -> str:
         boxes["overview"] = [per_device[dev_idx[dv]] for dv in ctx.devices]
     doc = {"names": g.names, "op": [op_idx[o] for o in g.ops], "dev": [dev_idx[d] for d in ctx.devices],
            "ops": op_types, "devices": devices, "boxes": boxes}
-    return json.dumps(doc, separators=(",", ":")).replace("</", "<\\/")
+    return script_json(doc)
 
 
 def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None = None, depth: int | None = None,
@@ -150,8 +156,6 @@ def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None 
         try:
             d = build_view(ctx, view, focus=focus if view == "deps" else None, depth=depth, max_nodes=max_nodes)
         except Exception as e:  # a view that cannot be drawn (no train op to focus on) is a note
-            from placeviz.errors import PlacevizError
-
             if not isinstance(e, PlacevizError):
                 raise
             sections.append(f'<section id="view-{view}"><h2>{esc(VIEW_TITLES[view])}</h2>'
@@ -301,7 +305,9 @@ _JS = r"""
     });
   }
   if (location.hash.indexOf("#find=") === 0) {  // a link can open the report on one op
-    input.value = decodeURIComponent(location.hash.slice(6));
+    var wanted = location.hash.slice(6);
+    try { wanted = decodeURIComponent(wanted); } catch (e) { /* a malformed %-escape: search it as typed */ }
+    input.value = wanted;
     search();
   }
   document.body.setAttribute("data-ready", "1");  // tests check that the script ran to the end
