@@ -17,7 +17,7 @@ import click
 from placeviz.commands import verify as verify_command
 from placeviz.commands.analyze import explain_node, format_text
 from placeviz.commands.output import progress, to_json
-from placeviz.commands.partition import partition_file_name
+from placeviz.commands.partition import partition_file_names
 from placeviz.devices import ClusterSpec
 from placeviz.errors import PlacevizError
 from placeviz.io import atomic_write, model_from_proto, save_proto
@@ -76,8 +76,9 @@ def run(out_dir: str) -> None:
     parts = partition(result.graph, result.placement.devices, targets=tuple(pipe.run["targets"]), level="device")
     parts_dir = out / "partitions"
     parts_dir.mkdir(exist_ok=True)
+    names = partition_file_names(parts.partitions)  # distinct even when two devices sanitize alike
     for device, graph_def in parts.partitions.items():
-        save_proto(graph_def, parts_dir / partition_file_name(device))
+        save_proto(graph_def, parts_dir / names[device])
     text = format_text(report)
     atomic_write(out / "analysis.txt", text)
     atomic_write(out / "analysis.json", to_json(report.to_json()))
