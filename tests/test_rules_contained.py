@@ -87,7 +87,9 @@ def test_sys_exit_and_keyboard_interrupt_in_check_are_rule_errors(work, capsys, 
     "while True:\n    try:\n        time_waster = sum(range(1000))\n    except BaseException:\n        pass",
     # one long call in C: no Python-level timer would ever get to run
     "import re\nre.match(r'(a+)+$', 'a' * 64 + 'b')",
-], ids=["python-loop", "swallows-exceptions", "c-level"])
+    # prints without end: the output is drained and capped, neither memory nor disk fills up
+    "while True:\n    print('x' * 4096)",
+], ids=["python-loop", "swallows-exceptions", "c-level", "prints-forever"])
 def test_an_endless_rule_times_out_and_lint_goes_on(work, capsys, body):
     pid_file = work / "pid"
     (work / "rules" / "loop.py").write_text(rule("XY210", f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
@@ -100,6 +102,10 @@ def test_an_endless_rule_times_out_and_lint_goes_on(work, capsys, body):
                                        "it was stopped, and the other rules ran"}
     pid = int(pid_file.read_text())
     assert pid != os.getpid() and not Path(f"/proc/{pid}").exists()  # killed and reaped
+    if "print" in body:
+        [note] = [line for line in err.splitlines() if "XY210" in line and "printed" in line]
+        printed = int(note.split(" printed ")[1].split(" bytes")[0].replace(",", ""))
+        assert printed > 1 << 20 and note.endswith("first line: '" + "x" * 200 + "'")
 
 
 def test_what_a_rule_prints_stays_out_of_the_report(work, capsys):
@@ -125,6 +131,7 @@ def test_what_a_rule_prints_stays_out_of_the_report(work, capsys):
     ("import sys\nsys.exit(0)\n", "SystemExit: it called sys.exit(0)"),
     ("raise KeyboardInterrupt\n", "KeyboardInterrupt: raised by the rule itself (not a Ctrl-C)"),
     ("while True:\n    pass\n", "its import timed out after 1 s (--rule-timeout)"),
+    ("while True:\n    print('x' * 4096)\n", "its import timed out after 1 s (--rule-timeout)"),
 ])
 def test_a_module_that_exits_or_hangs_at_import_is_one_line(work, capsys, module, message):
     (work / "rules" / "bad.py").write_text(module)

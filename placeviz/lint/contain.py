@@ -42,7 +42,6 @@ import pickle
 import select
 import signal
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -104,59 +103,83 @@ def run_contained(func: Callable[[], object], timeout: float | None) -> Outcome:
 
 
 # --------------------------------------------------------------------------------- forked
+class _Sink:
+    """Printed output: the first :data:`OUTPUT_KEPT` bytes kept, the rest only counted, so a rule
+    printing without end costs neither memory nor disk."""
+
+    def __init__(self):
+        self.kept = bytearray()
+        self.size = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        room = OUTPUT_KEPT - len(self.kept)
+        if room > 0:
+            self.kept += chunk[:room]
+
+    def text(self) -> str:
+        return self.kept.decode("utf-8", "replace")
+
+
 def run_forked(func: Callable[[], object], timeout: float | None) -> Outcome:
     """See the module docstring. A real Ctrl-C (or SIGTERM) of placeviz while the child runs
     kills the child and propagates."""
-    rfd, wfd = os.pipe()
-    out = tempfile.TemporaryFile()
+    rfd, wfd = os.pipe()  # the pickled result
+    out_r, out_w = os.pipe()  # what the rule prints (its stdout and stderr)
     parent = os.getpid()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads (we exec no C++)
             pid = os.fork()
     except BaseException:
-        os.close(rfd)
-        os.close(wfd)
-        out.close()
+        for fd in (rfd, wfd, out_r, out_w):
+            os.close(fd)
         raise
     if pid == 0:  # the child: never returns
         code = 0
         try:
             os.close(rfd)
-            _child(func, wfd, out.fileno(), parent)
+            os.close(out_r)
+            _child(func, wfd, out_w, parent)
         except BaseException:  # noqa: BLE001 - nothing may leave the child
             code = 70
         finally:
             os._exit(code)
     os.close(wfd)
+    os.close(out_w)
     timed_out = False
     chunks: list[bytes] = []
+    sink = _Sink()
     status = None
     try:
         deadline = time.monotonic() + timeout if timeout else None
-        while True:
+        open_fds = {rfd, out_r}
+        while open_fds:  # until the child closed both pipes (it ended), or the deadline
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 timed_out = True
                 break
-            ready, _, _ = select.select([rfd], [], [], remaining)
-            if ready:
-                chunk = os.read(rfd, 1 << 16)
+            ready, _, _ = select.select(list(open_fds), [], [], remaining)
+            for fd in ready:
+                chunk = os.read(fd, 1 << 16)
                 if not chunk:
-                    break
-                chunks.append(chunk)
+                    open_fds.discard(fd)
+                elif fd == rfd:
+                    chunks.append(chunk)
+                else:
+                    sink.add(chunk)
         if not timed_out:
             status = _reap(pid, deadline)
             timed_out = status is None
     finally:
         os.close(rfd)
+        os.close(out_r)
         if status is None:  # timed out, or interrupted: the child must not outlive this call
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-    outcome = Outcome()
-    outcome.output, outcome.output_bytes = _read_output(out)
+    outcome = Outcome(output=sink.text(), output_bytes=sink.size)
     if timed_out:
         outcome.error, outcome.timed_out = f"timed out after {timeout:g} s", True
         return outcome
@@ -196,16 +219,6 @@ def _status_phrase(status: int | None) -> str:
     return f"ended its process with exit code {code} (os._exit?) before returning"
 
 
-def _read_output(out) -> tuple[str, int]:
-    try:
-        size = os.fstat(out.fileno()).st_size
-        out.seek(0)
-        data = out.read(OUTPUT_KEPT)
-    finally:
-        out.close()
-    return data.decode("utf-8", "replace"), size
-
-
 def _child(func: Callable[[], object], wfd: int, out_fd: int, parent: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM, signal.SIGPIPE):
         with contextlib.suppress(OSError, ValueError):
@@ -221,7 +234,8 @@ def _child(func: Callable[[], object], wfd: int, out_fd: int, parent: int) -> No
     os.close(devnull)
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
-    stream = open(out_fd, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    os.close(out_fd)
+    stream = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
     sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115
     sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = stream
     try:
@@ -290,23 +304,27 @@ def run_here(func: Callable[[], object], timeout: float | None) -> Outcome:
                 signal.signal(signal.SIGALRM, old_alarm)
             if set_int:
                 signal.signal(signal.SIGINT, old_int if old_int is not None else signal.default_int_handler)
-    outcome.output, outcome.output_bytes = captured.text, captured.size
+    outcome.output, outcome.output_bytes = captured.text(), captured.size
     return outcome
-
-
-class _Captured:
-    text = ""
-    size = 0
 
 
 @contextlib.contextmanager
 def _captured():
-    """Redirect ``sys.stdout``/``sys.stderr`` and file descriptors 1 and 2 into a temporary file
-    for the block (Python ``print`` and C-level writes alike); the text lands in the result."""
-    result = _Captured()
-    out = tempfile.TemporaryFile()
-    stream = io.TextIOWrapper(os.fdopen(os.dup(out.fileno()), "wb"), encoding="utf-8", errors="replace",
-                              line_buffering=True)
+    """Redirect ``sys.stdout``/``sys.stderr`` and file descriptors 1 and 2 into a pipe for the
+    block (Python ``print`` and C-level writes alike), drained by a thread into a :class:`_Sink`."""
+    sink = _Sink()
+    read_end, write_end = os.pipe()
+
+    def drain():
+        while True:
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            sink.add(chunk)
+
+    reader = threading.Thread(target=drain, name="placeviz-rule-output", daemon=True)
+    reader.start()
+    stream = io.TextIOWrapper(os.fdopen(write_end, "wb"), encoding="utf-8", errors="replace", line_buffering=True)
     saved_streams = sys.stdout, sys.stderr
     saved_fds = []
     for stream_obj in saved_streams:
@@ -315,12 +333,13 @@ def _captured():
     try:
         for fd in (1, 2):
             try:
-                saved_fds.append((fd, os.dup(fd)))
-                os.dup2(out.fileno(), fd)
+                saved = os.dup(fd)
             except OSError:
-                pass
+                continue
+            saved_fds.append((fd, saved))
+            os.dup2(write_end, fd)
         sys.stdout = sys.stderr = stream
-        yield result
+        yield sink
     finally:
         with contextlib.suppress(Exception):
             stream.flush()
@@ -329,5 +348,7 @@ def _captured():
             os.dup2(saved, fd)
             os.close(saved)
         with contextlib.suppress(Exception):
-            stream.close()
-        result.text, result.size = _read_output(out)
+            stream.close()  # the last write end: the reader sees EOF
+        reader.join(timeout=5)  # a process the module started may hold the pipe open: then leave it
+        if not reader.is_alive():
+            os.close(read_end)
