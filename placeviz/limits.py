@@ -130,8 +130,9 @@ def read_regular_file(path: str | os.PathLike, source: str, limit: int | None = 
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "not a regular file")
+            also = " (or a SavedModel directory)" if what == "model" else ""
             raise InputRefused(source, f"{kind}, not a regular file: placeviz reads a {what} only from a "
-                                       "regular file (or a SavedModel directory)")
+                                       f"regular file{also}")
         if st.st_size > limit:
             raise InputRefused(source, _too_big(st.st_size, limit, what, option))
         chunks: list[bytes] = []

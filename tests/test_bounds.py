@@ -195,6 +195,9 @@ def test_cluster_files_beyond_the_bounds(tmp_path, capsys):
         assert name in line and message in line
     code, _, err = run_cli(["analyze", model, "--cluster", "/dev/zero"], capsys)
     assert code == 2 and "/dev/zero: a character device, not a regular file" in one_line(err)
+    code, _, err = run_cli(["lint", model, "--baseline", "/dev/zero"], capsys)
+    assert code == 2 and one_line(err) == ("placeviz: error: --baseline /dev/zero: a character device, not a "
+                                           "regular file: placeviz reads a baseline only from a regular file")
 
 
 # ----------------------------------------------------------------------------------- inputs
