@@ -136,6 +136,15 @@ def test_device_options_beyond_the_bounds(tmp_path, capsys, option, value, messa
     assert option in line and message in line
 
 
+@pytest.mark.parametrize("command", ["analyze", "lint"])
+def test_a_huge_worker_graph_index_fails_fast(tmp_path, command):
+    model = graph_file(tmp_path / "m.pb")
+    done = run_capped([command, model, "--worker-graph", f"99999999999={model}"])
+    assert done.returncode == 2, done.stderr
+    assert one_line(done.stderr) == ("placeviz: error: device '/job:worker/task:99999999999': task 99999999999 is "
+                                     "beyond placeviz's bound of 10,000 tasks per job (task indices 0-9999)")
+
+
 def test_the_device_set_bound_counts_before_allocating(tmp_path, capsys):
     # (10,000 ps + 1 worker) x 1,024 CPUs: each option is within its bound, the product is not.
     model = graph_file(tmp_path / "m.pb", device="")

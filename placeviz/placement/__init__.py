@@ -111,8 +111,9 @@ def cluster_for(graph: Graph, options: PlacementOptions) -> ClusterSpec:
             if not 0 <= (parsed.task or 0) < MAX_TASKS_PER_JOB:
                 # Every task below the highest one gets an address: check before building them.
                 # (load() refuses such a graph already; options and other callers may not.)
-                raise LimitError(f"device {device!r}: {device_bound_problem(device) or 'task ' + str(parsed.task)}"
-                                 f" (placeviz places on task indices 0-{MAX_TASKS_PER_JOB - 1})")
+                problem = device_bound_problem(device) or (f"task {parsed.task} is outside placeviz's task indices "
+                                                           f"0-{MAX_TASKS_PER_JOB - 1}")
+                raise LimitError(f"device {device!r}: {problem}")
             tasks[parsed.job] = max(tasks.get(parsed.job, 0), (parsed.task or 0) + 1)
     if options.setter.ps_tasks:
         ps_job = PyDeviceSpec.parse(options.setter.ps_device).job or "ps"
