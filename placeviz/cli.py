@@ -41,6 +41,7 @@ def cli(debug: bool, max_bytes: int) -> None:
     from placeviz.limits import set_max_input_bytes
 
     set_max_input_bytes(max_bytes)
+    click.get_current_context().call_on_close(lambda: set_max_input_bytes(None))  # for this run only
 
 
 def _size_option(value: str) -> int:

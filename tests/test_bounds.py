@@ -23,6 +23,7 @@ from conftest import run_cli
 
 import placeviz.graph
 import placeviz.io
+import placeviz.limits
 import placeviz.partition
 import placeviz.placement.placer
 import placeviz.placement.setter
@@ -240,6 +241,7 @@ def test_max_bytes_refuses_bigger_models_with_one_line(tmp_path, capsys, monkeyp
     monkeypatch.delenv("PLACEVIZ_MAX_BYTES")
     code, _, err = run_cli(["--max-bytes", "lots", "analyze", model], capsys)
     assert code == 2 and "not a size" in err
+    assert placeviz.limits.max_input_bytes == 2 << 30  # each run set its limit for itself only
     assert parse_size("2GiB") == 2 << 30 and parse_size("1.5 KB") == 1500 and parse_size("3M") == 3 << 20
 
 
