@@ -337,7 +337,9 @@ static int host_of(Ctx *c, int out, PyObject *i_o, Py_ssize_t i, PyObject *pos_o
     return rc;
 }
 
-/* bytes per step: size * prod(shape), or None when the shape or size is unknown. New reference. */
+/* bytes per step: size * prod(shape) in Python's exact ints, or None when the shape or size is unknown
+ * or the product is beyond int64 (an overflow: placeviz.limits.MAX_TENSOR_BYTES, as partition.py's
+ * loop). New reference. */
 static PyObject *nbytes_of(PyObject *shape, PyObject *size)
 {
     if (shape == Py_None || size == Py_None)
@@ -364,6 +366,18 @@ static PyObject *nbytes_of(PyObject *shape, PyObject *size)
         nbytes = next;
     }
     Py_DECREF(fast);
+    if (nbytes != NULL && PyLong_Check(nbytes)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(nbytes, &overflow);
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(nbytes);
+            return NULL;
+        }
+        if (overflow > 0) {
+            Py_DECREF(nbytes);
+            Py_RETURN_NONE;
+        }
+    }
     return nbytes;
 }
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from placeviz.errors import GraphError, LoadError
 from placeviz.graph import CONTROL, Graph
 from placeviz.io import Model
+from placeviz.limits import overflows, tensor_bytes
 from placeviz.protos import dtype_name, dtype_size
 
 SCHEMA = "placeviz.analysis/1"
@@ -133,7 +134,8 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
     devices = Counter(graph.devices)
     unplaced = [graph.names[i] for i, d in enumerate(graph.devices) if not d]
     trainable = set(model.collections.trainable_variables) if model.collections.present else None
-    variables = [_variable_info(graph, i, trainable, model.collections.partitioned)
+    overflowed: list[str] = []
+    variables = [_variable_info(graph, i, trainable, model.collections.partitioned, overflowed)
                  for i, op in enumerate(graph.ops) if op in VARIABLE_OPS]
     other_state = [{"name": graph.names[i], "op": op, "device": graph.devices[i]}
                    for i, op in enumerate(graph.ops) if op in OTHER_STATE_OPS]
@@ -143,6 +145,8 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
     notes = []
     if not model.collections.present:
         notes.append("no MetaGraphDef collections: which variables are trainable is unknown")
+    if overflowed:
+        notes.append(_overflow_note(overflowed))
     return Analysis(
         model=model.source,
         kind=model.kind,
@@ -164,19 +168,25 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
     )
 
 
-def _variable_info(graph: Graph, i: int, trainable: set[str] | None, partitioned: dict) -> VariableInfo:
+def _overflow_note(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (f"overflow: the size of variable(s) {shown} (dtype size x shape) is more than 2**63 - 1 bytes; "
+            "TF refuses such a shape, and placeviz reports its bytes as unknown (null)")
+
+
+def _variable_info(graph: Graph, i: int, trainable: set[str] | None, partitioned: dict,
+                   overflowed: list[str]) -> VariableInfo:
+    """``overflowed``: gets the variable's name when its byte count is beyond int64."""
     attr = graph.node_def(i).attr
     dtype = attr["dtype"].type if "dtype" in attr else 0
     shape: list[int | None] | None = None
     if "shape" in attr and not attr["shape"].shape.unknown_rank:
         shape = [d.size if d.size >= 0 else None for d in attr["shape"].shape.dim]
     size = dtype_size(dtype) if dtype else None
-    nbytes = None
-    if shape is not None and size is not None and all(d is not None for d in shape):
-        nbytes = size
-        for d in shape:
-            nbytes *= d
+    nbytes = tensor_bytes(size, shape)  # exact; None when unknown or beyond int64 (see _overflow_note)
     name = graph.names[i]
+    if nbytes is None and overflows(size, shape):
+        overflowed.append(name)
     return VariableInfo(
         name=name,
         op=graph.ops[i],

@@ -21,7 +21,10 @@ from placeviz.escape import terminal_text
 _debug = False
 
 MODEL_HELP = ("MODEL: file.pb | file.pbtxt | file.meta | saved_model_dir | path/to/builder.py:function | "
-              "package.module:function | sample:NAME")
+              "package.module:function | sample:NAME. A builder MODEL (file.py:fn, pkg.module:fn) runs that "
+              "Python code with your permissions, as `python file.py` would: use only code you trust. "
+              "Model files are data: at most --max-bytes (placeviz --max-bytes SIZE, default 2 GiB) and regular "
+              "files only.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -29,13 +32,29 @@ MODEL_HELP = ("MODEL: file.pb | file.pbtxt | file.meta | saved_model_dir | path/
                     "(the same results, 2-3x slower on big graphs).")
 @click.version_option(__version__, prog_name="placeviz")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-def cli(debug: bool) -> None:
+@click.option("--max-bytes", metavar="SIZE", envvar="PLACEVIZ_MAX_BYTES", default="2GiB", show_default=True,
+              callback=lambda _ctx, _param, value: _size_option(value),
+              help="Refuse model files larger than SIZE (bytes, or KiB/MiB/GiB/KB/MB/GB); env PLACEVIZ_MAX_BYTES.")
+def cli(debug: bool, max_bytes: int) -> None:
     """See and prove where a TensorFlow parameter-server training graph runs."""
     global _debug
     _debug = debug
     from placeviz.io import guard_outputs
+    from placeviz.limits import set_max_input_bytes
 
-    click.get_current_context().with_resource(guard_outputs())  # -o never overwrites a MODEL read
+    ctx = click.get_current_context()
+    ctx.with_resource(guard_outputs())  # -o never overwrites a MODEL read
+    set_max_input_bytes(max_bytes)
+    ctx.call_on_close(lambda: set_max_input_bytes(None))  # for this run only
+
+
+def _size_option(value: str) -> int:
+    from placeviz.limits import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 @cli.command(epilog=MODEL_HELP)
@@ -160,10 +179,13 @@ def sync_command(model, output, meta_graph, replicas_to_aggregate, total_replica
 @click.option("--worker-graph", "worker_graphs", multiple=True, metavar="I=MODEL",
               help="Between-graph replication: the graph worker task I built itself (MODEL is task 0's, the "
                    "chief's); the tasks' graphs are compared (repeatable).")
+@click.option("--rule-timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Stop a --rules DIR rule that runs longer than this per model (default 10; 0: no limit); "
+                   "it is reported as timed out and lint goes on.")
 @place_options
 @sync_options
 def lint_command(models, select, extend_select, ignore, preview, fail_on, fmt, output, baseline, write_baseline,
-                 config, rules_dirs, tag, worker_graphs, place, sync) -> int:
+                 config, rules_dirs, tag, worker_graphs, rule_timeout, place, sync) -> int:
     """Check MODELS for parameter-server mistakes; exit 0 clean, 1 findings, 2 errors.
 
     --cluster FILE (a PLACE option) is also the cluster spec the cluster rules check against.
@@ -174,7 +196,7 @@ def lint_command(models, select, extend_select, ignore, preview, fail_on, fmt, o
     return command.run(models, place=place, sync=sync, tag=tag, select=select, extend_select=extend_select,
                        ignore=ignore, preview=preview, fail_on=fail_on, fmt=fmt, baseline=baseline,
                        write_baseline=write_baseline, config=config, rules_dirs=rules_dirs, output=output,
-                       worker_graphs=worker_graphs)
+                       worker_graphs=worker_graphs, rule_timeout=rule_timeout)
 
 
 @cli.command("rules")
@@ -363,19 +385,32 @@ def demo(out_dir: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the CLI, turning placeviz errors into one stderr line and exit code 2."""
+    """Entry point: run the CLI, turning placeviz errors into one stderr line and exit code 2.
+
+    Signals end a run with one line and the shell's code, 128 + the signal number: 130 for
+    SIGINT (Ctrl-C, which click turns into ``Abort``), 143 for SIGTERM, 129 for SIGHUP, after the
+    stack unwound (see :mod:`placeviz.interrupts`). An OS error on a path (EACCES, EISDIR,
+    ENOSPC...) that reached here is one line naming the path and the error, exit 2.
+    """
+    from placeviz.interrupts import Terminated, handle_termination
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # only matters when TF gets imported
     try:
-        code = cli.main(args=argv, prog_name="placeviz", standalone_mode=False)
+        with handle_termination():
+            code = cli.main(args=argv, prog_name="placeviz", standalone_mode=False)
     except click.exceptions.Exit as e:
         code = e.exit_code
     except click.ClickException as e:
         e.message = terminal_text(e.message)  # it may quote a file name: one line, no escape sequences
         e.show()
         code = 2 if isinstance(e, click.UsageError) else e.exit_code
-    except click.Abort:
-        click.echo("placeviz: aborted", err=True)
-        code = 1
+    except click.Abort as e:
+        interrupted = isinstance(e.__cause__, KeyboardInterrupt)
+        click.echo("placeviz: interrupted" if interrupted else "placeviz: aborted", err=True)
+        code = 130 if interrupted else 2
+    except Terminated as e:
+        click.echo(f"placeviz: terminated by {e.name}", err=True)
+        code = e.exit_code
     except PlacevizError as e:
         if _debug:
             raise
@@ -389,11 +424,17 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("placeviz: interrupted", err=True)
         code = 130
+    except OSError as e:  # a permission or disk problem that no command turned into its own message
+        if _debug:
+            raise
+        where = f"{e.filename}: " if e.filename is not None else ""
+        click.echo(f"placeviz: error: {terminal_text(where + str(e.strerror or e))}", err=True)
+        code = 2
     except Exception as e:  # noqa: BLE001 - the last line of defence: one line, exit 2
         if _debug:
             raise
-        click.echo(f"placeviz: internal error: {type(e).__name__}: {terminal_text(str(e))} (run with --debug for a traceback)",
-                   err=True)
+        click.echo(f"placeviz: internal error: {type(e).__name__}: {terminal_text(str(e))} "
+                   "(run with --debug for a traceback)", err=True)
         code = 2
     sys.exit(code or 0)
 

@@ -39,6 +39,12 @@ MasterSession sees for a cluster and :func:`sort_devices` orders candidates like
 
 Every result is cached where the setter or placer calls it once per node (graphs of 1M nodes):
 parsing a device string is a dict hit after the first time.
+
+Bounds (:mod:`placeviz.limits`): TF accepts any int32 task index and any device count, and
+``ParseFullName`` keeps only the low 32 bits of a longer number; placeviz allocates per task and
+device, so :class:`DeviceSet`, :meth:`ClusterSpec.from_ps_tasks` and cluster files are checked
+against documented bounds (10,000 tasks per job, 1,024 devices per task, 100,000 devices in a
+cluster) before anything is built. :class:`ClusterSpec` itself stays TF's (sparse int32 indices).
 """
 
 from __future__ import annotations
@@ -51,6 +57,16 @@ from pathlib import Path
 from typing import Any
 
 from placeviz.errors import PlacevizError
+from placeviz.limits import (
+    MAX_CLUSTER_DEVICES,
+    MAX_CLUSTER_FILE_BYTES,
+    MAX_CLUSTER_TASKS,
+    MAX_DEVICES_PER_TASK,
+    MAX_TASKS_PER_JOB,
+    LimitError,
+    check_count,
+    read_regular_file,
+)
 
 __all__ = [
     "VALID_DEVICE_TYPES", "DEVICE_TYPE_PRIORITY", "DeviceSpecError", "DeviceMergeError", "ClusterError",
@@ -60,6 +76,7 @@ __all__ = [
     "merge_override_dev_names", "merge_unset_dev_names", "is_same_address_space",
     "is_different_address_space", "address_space", "split_device_name", "names_for_device_mappings",
     "ClusterSpec", "TaskSpec", "Device", "DeviceSet", "sort_devices", "device_type_priority",
+    "check_cluster_bounds",
 ]
 
 
@@ -833,9 +850,11 @@ class ClusterSpec:
         """
         source = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as e:
-            raise ClusterError(f"cannot read the cluster file: {e.strerror or e}", source) from None
+            # A regular file of bounded size only: not /dev/zero, a FIFO, or a 2 GB JSON array.
+            text = read_regular_file(path, source, MAX_CLUSTER_FILE_BYTES, what="cluster", option=None).decode("utf-8")
+        except PlacevizError as e:
+            problem = getattr(e, "problem", None) or str(e)
+            raise ClusterError(problem.replace("cannot read:", "cannot read the cluster file:", 1), source) from None
         except UnicodeDecodeError:
             raise ClusterError("the cluster file is not UTF-8 text", source) from None
         try:
@@ -875,6 +894,8 @@ class ClusterSpec:
             raise ClusterError(f"the number of ps tasks must be a positive integer, got {ps_tasks!r}")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ClusterError(f"the number of workers must be a positive integer, got {workers!r}")
+        check_count(ps_tasks, MAX_TASKS_PER_JOB, "the number of ps tasks")
+        check_count(workers, MAX_TASKS_PER_JOB, "the number of workers")
         return cls({"ps": {i: f"ps{i}:2222" for i in range(ps_tasks)},
                     "worker": {i: f"worker{i}:2222" for i in range(workers)}}, f"--ps-tasks {ps_tasks}")
 
@@ -936,6 +957,31 @@ class ClusterSpec:
     def __repr__(self) -> str:
         items = ", ".join(f"{j!r}: {v!r}" for j, v in sorted(self.as_dict().items()))
         return "ClusterSpec({" + items + "})"
+
+
+def check_cluster_bounds(cluster: ClusterSpec, cpus_per_task: int = 1, gpus_per_worker: int = 0,
+                         gpu_jobs: Iterable[str] = ("worker",)) -> None:
+    """:class:`LimitError` (naming the bound and the cluster's source) for a cluster beyond
+    placeviz's bounds (:mod:`placeviz.limits`): a task index of 10,000 or more, more than 10,000
+    tasks in a job or 100,000 in all, more than 1,024 CPUs or GPUs per task, or a device set of
+    more than 100,000 devices. Counts only: nothing is allocated before the check.
+    """
+    source = cluster.source
+    check_count(cpus_per_task, MAX_DEVICES_PER_TASK, "the number of CPUs per task", source)
+    check_count(gpus_per_worker, MAX_DEVICES_PER_TASK, "the number of GPUs per worker", source)
+    total = devices = 0
+    gpu_jobs = frozenset(gpu_jobs)
+    for job, tasks in cluster._jobs.items():
+        check_count(len(tasks), MAX_TASKS_PER_JOB, f"the number of tasks of job {job!r}", source)
+        top = max(tasks, default=0)
+        if top >= MAX_TASKS_PER_JOB:
+            raise LimitError(f"{source + ': ' if source else ''}job {job!r} has task {top}, beyond placeviz's "
+                             f"bound of {MAX_TASKS_PER_JOB:,} tasks per job (task indices 0-{MAX_TASKS_PER_JOB - 1})")
+        total += len(tasks)
+        devices += len(tasks) * (cpus_per_task + (gpus_per_worker if job in gpu_jobs else 0))
+    check_count(total, MAX_CLUSTER_TASKS, "the number of tasks in the cluster", source)
+    check_count(devices, MAX_CLUSTER_DEVICES, "the number of devices in the cluster (tasks x devices per task)",
+                source)
 
 
 def _looks_like_tf_config(doc: dict) -> bool:
@@ -1017,7 +1063,9 @@ class DeviceSet:
     the cluster (job order as given, tasks ascending), ``cpus_per_task`` CPU devices and, on tasks
     of the jobs in ``gpu_jobs`` (default: ``worker`` only), ``gpus_per_worker`` GPU devices, named
     ``/job:J/replica:0/task:T/device:CPU:k`` (what a MasterSession lists). :meth:`local` builds a
-    DirectSession's set (job ``localhost``); :meth:`from_names` takes explicit names.
+    DirectSession's set (job ``localhost``); :meth:`from_names` takes explicit names. The cluster
+    and counts are checked against placeviz's bounds first (:func:`check_cluster_bounds`), so a
+    hostile task index or device count is a :class:`~placeviz.limits.LimitError`, not gigabytes.
     """
 
     __slots__ = ("devices", "_by_name")
@@ -1033,6 +1081,7 @@ class DeviceSet:
                     raise ClusterError(f"the number of {what} must be a non-negative integer, got {n!r}",
                                        cluster.source)
             gpu_jobs = frozenset(gpu_jobs)
+            check_cluster_bounds(cluster, cpus_per_task, gpus_per_worker, gpu_jobs)
             for job in cluster.jobs:
                 if not _is_job_name(job):
                     raise ClusterError(f"job name {job!r} cannot be used in a TensorFlow device name "

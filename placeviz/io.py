@@ -12,7 +12,11 @@ A MODEL argument may be:
 * ``sample:NAME``, a bundled sample model (see ``placeviz samples list``).
 
 Only builders and samples import TensorFlow. Every failure is a :class:`LoadError` that names the
-source and the problem in one line. Inputs are opened read-only. Outputs never destroy: see the
+source and the problem in one line. A model file is untrusted input: it is read only if it is a
+regular file of at most ``placeviz --max-bytes`` (default 2 GiB), and a graph whose device strings
+name a task, replica or device index beyond placeviz's bounds is refused before anything is sized
+by it (:mod:`placeviz.limits`). A builder, by contrast, is code: loading ``file.py:fn`` runs
+``file.py`` with the user's permissions, as ``python file.py`` would. Inputs are opened read-only. Outputs never destroy: see the
 "writing" section (an input is never overwritten, devices and FIFOs are written into, files and
 directories are replaced atomically, the umask is honoured); each failure is an
 :class:`OutputError`, one line.
@@ -41,6 +45,7 @@ from google.protobuf import text_format
 from placeviz import protos
 from placeviz.errors import GraphError, LoadError, PlacevizError
 from placeviz.graph import Graph
+from placeviz.limits import InputRefused, device_bound_problem, read_regular_file
 from placeviz.native import kernels
 from placeviz.protos import GraphDef, MetaGraphDef, SavedModel
 
@@ -99,9 +104,10 @@ def load(spec: str | os.PathLike, *, tag: str | None = None, task_index: int | N
     if spec.startswith("sample:"):
         return _load_sample(spec)
     path = Path(spec)
-    if path.is_dir():
+    kind = _path_kind(spec, path)
+    if kind == "dir":
         return _load_saved_model_dir(spec, path, tag)
-    if not path.exists():
+    if kind is None:
         match = _BUILDER_RE.match(spec)
         if match and (match["target"].endswith(".py") or _DOTTED_RE.match(match["target"])):
             return _load_builder(spec, match["target"], match["func"], task_index)
@@ -116,6 +122,21 @@ def load(spec: str | os.PathLike, *, tag: str | None = None, task_index: int | N
     if suffix in TEXT_SUFFIXES:
         return _load_text(spec, data)
     return _load_binary_graph(spec, data)
+
+
+def _path_kind(spec: str, path: Path) -> str | None:
+    """"dir", "other" (anything else that exists, checked by ``_read``), or None (nothing there).
+
+    ``os.stat`` rather than ``Path.is_dir``/``exists``: those raise on EACCES (a directory on the
+    way without search permission), which must be one line naming the path, not an internal error.
+    """
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise LoadError(spec, f"cannot read: {e.strerror or e}") from None
+    return "dir" if stat.S_ISDIR(st.st_mode) else "other"
 
 
 def model_from_proto(source: str, kind: str, obj) -> Model:
@@ -137,11 +158,10 @@ def _reparse(cls, obj):
 
 
 def _read(spec: str, path: Path) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise LoadError(spec, f"cannot read: {e.strerror or e}") from None
+    """The bytes of a model file: a regular file of at most ``placeviz --max-bytes`` (2 GiB,
+    protobuf's own message limit, by default), refused with one line before it is read otherwise
+    (``/dev/zero``, a FIFO, a terminal; see :func:`placeviz.limits.read_regular_file`)."""
+    data = read_regular_file(path, spec)
     if not data:
         raise LoadError(spec, "the file is empty")
     return data
@@ -397,6 +417,7 @@ def _from_graph_def(spec: str, kind: str, graph_def: GraphDef, meta=None, collec
             raise LoadError(spec, str(e)) from None
         raise
     _check_node_names(spec, graph.names)
+    _check_device_bounds(spec, graph)
     return Model(source=spec, kind=kind, graph_def=graph_def, graph=graph, meta_graph=meta,
                  tags=tuple(tags), collections=collections or Collections())
 
@@ -418,6 +439,18 @@ def _check_node_names(spec: str, names: list[str]) -> None:
         return
     i = next(i for i, name in enumerate(names) if not match(name))
     raise LoadError(spec, f"node #{i} has an invalid name {names[i][:60]!r}: not a GraphDef, or a corrupt one")
+
+
+def _check_device_bounds(spec: str, graph: Graph) -> None:
+    """InputRefused for the first node whose device names a task, replica or device index beyond
+    placeviz's bounds (:mod:`placeviz.limits`): such a number would size a cluster later (every
+    task below it gets an address), so it is refused here, before anything is allocated.
+    Only the distinct device strings are looked at (a few per graph)."""
+    for device in set(graph.devices):
+        problem = device_bound_problem(device)
+        if problem is not None:
+            node = graph.names[graph.devices.index(device)]
+            raise InputRefused(spec, f"node {node[:60]!r} has device {device[:80]!r}: {problem}")
 
 
 def _from_meta_graph(spec: str, kind: str, meta: MetaGraphDef, wire=None) -> Model:

@@ -75,6 +75,7 @@ from typing import Any
 from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
+from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
 from placeviz.protos import GraphDef, NodeDef, dtype_name, dtype_size
 from placeviz.prune import PLACEHOLDER_OPS, PruneError, RunSignature, parse_run, prune_mask
@@ -1320,6 +1321,8 @@ class _Partitioner:
                         nbytes = size
                         for d in shape:
                             nbytes *= d
+                        if nbytes > MAX_TENSOR_BYTES:
+                            nbytes = None  # an overflow: counted as unknown (placeviz.limits)
                     slot_out: int | str = oslot
                 else:
                     dtype = DT_FLOAT
@@ -1488,6 +1491,8 @@ class _Partitioner:
                 nbytes = size
                 for d in shape:
                     nbytes *= d
+                if nbytes > MAX_TENSOR_BYTES:
+                    nbytes = None  # an overflow: counted as unknown (placeviz.limits)
         devs = self.devs
         dname = _DTYPE_NAMES.get(dtype)
         if dname is None:

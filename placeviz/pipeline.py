@@ -22,6 +22,7 @@ from placeviz.analysis import Analysis, analyze
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph
 from placeviz.io import Model, load, model_from_proto
+from placeviz.limits import LimitError
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
         say("placing ...")
         try:
             pipe.placement = place_graph(model.graph, placement_options)
+        except LimitError:
+            raise  # a cluster beyond placeviz's bounds: exit 2, not a placement to report
         except PlacevizError as e:
             pipe.placement_error = str(e)
             report.placement = {"stage": "placed", "error": str(e)}

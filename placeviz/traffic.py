@@ -8,9 +8,12 @@ many times each variable's value is read across the network per step.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from functools import cache
 
 from placeviz.graph import CONTROL, Graph
+from placeviz.limits import overflows
 from placeviz.partition import PartitionResult
+from placeviz.protos import DTYPE_SIZE, dtype_name
 
 TOP_TRANSFERS = 10
 _VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"})
@@ -91,8 +94,28 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict) -> dict:
               "to_tasks": sorted(r["to_tasks"]),
               "per_iteration_of": sorted(r["frames"]) or None} for v, r in reads.items()),
             key=lambda r: (-r["bytes_per_step"], r["variable"])),
-        "notes": ["a read inside a while loop crosses the network once per iteration; the trip count is "
-                  "unknown statically, so reads_per_step and bytes_per_step count one iteration "
-                  "(see per_iteration_of)"]
-        if any(r["frames"] for r in reads.values()) else [],
+        "notes": (["a read inside a while loop crosses the network once per iteration; the trip count is "
+                   "unknown statically, so reads_per_step and bytes_per_step count one iteration "
+                   "(see per_iteration_of)"]
+                  if any(r["frames"] for r in reads.values()) else []) + _overflow_notes(transfers),
     }
+
+
+def _overflow_notes(transfers: list[dict]) -> list[str]:
+    """A note naming the transfers whose size overflowed (``bytes`` None although shape and dtype
+    are known: more than 2**63 - 1 bytes, see :mod:`placeviz.limits`), so that "unknown" is not
+    mistaken for a shape nobody wrote down."""
+    over = [t for t in transfers if t["slot"] != "control" and t["bytes"] is None
+            and isinstance(t.get("shape"), list) and all(isinstance(d, int) for d in t["shape"])
+            and overflows(_size_by_name().get(t.get("dtype")), t["shape"])]
+    if not over:
+        return []
+    names = ", ".join(f"{t['src']}:{t['slot']}" for t in over[:5]) + (f" and {len(over) - 5} more" if len(over) > 5
+                                                                      else "")
+    return [f"overflow: {len(over)} transfer(s) ({names}) carry a tensor of more than 2**63 - 1 bytes (dtype size x "
+            "shape); TF refuses such a shape, and they are counted in unknown_size_transfers, not in the bytes"]
+
+
+@cache
+def _size_by_name() -> dict[str, int | None]:
+    return {dtype_name(code + ref): size for code, size in DTYPE_SIZE.items() for ref in (0, 100)}

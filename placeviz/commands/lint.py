@@ -22,24 +22,27 @@ FORMATS = ("text", "json", "sarif", "github")
 
 def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=(), ignore=(), preview=False,
         fail_on=None, fmt="text", baseline=None, write_baseline=None, config=None, rules_dirs=(),
-        output=None, worker_graphs=()) -> int:
+        output=None, worker_graphs=(), rule_timeout=None) -> int:
     """Lint MODELS; returns the exit code (0 clean, 1 findings at or above fail-on, 2 errors).
 
     ``worker_graphs``: ``--worker-graph I=MODEL`` values (the graphs other worker tasks built, for
-    PV211); they need exactly one MODEL, the chief's.
+    PV211); they need exactly one MODEL, the chief's. ``rule_timeout``: seconds a ``--rules DIR``
+    rule may take per model (None: the default; 0: no limit; see :mod:`placeviz.lint.contain`).
     """
     from placeviz.commands.place_options import build_placement_options
     from placeviz.lint.baseline import read_baseline
     from placeviz.lint.baseline import write_baseline as save_baseline
     from placeviz.lint.config import load_config
+    from placeviz.lint.contain import DEFAULT_TIMEOUT
     from placeviz.lint.discovery import load_rules
     from placeviz.lint.engine import FAIL_ON_DEFAULT, run_lint
     from placeviz.lint.runner import LintOptions
     from placeviz.lint.selection import select_rules, unknown_selectors
     from placeviz.tasks import check_workers_range, cluster_workers, parse_worker_graphs
 
+    rule_timeout = DEFAULT_TIMEOUT if rule_timeout is None else (rule_timeout or None)
     cfg = load_config(config)
-    rules = load_rules(rules_dirs)
+    rules = load_rules(rules_dirs, timeout=rule_timeout)
     for option, values in (("--select", select), ("--extend-select", extend_select), ("--ignore", ignore)):
         bad = unknown_selectors(values, rules)
         if bad:
@@ -60,13 +63,20 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     check_workers_range(tasks, workers)
     options = LintOptions(placement_options=placement_options, sync=sync, tag=tag,
                           cluster=placement_options.cluster, thresholds=cfg.thresholds, severity=cfg.severity,
-                          worker_graphs=tasks, workers=workers)
+                          worker_graphs=tasks, workers=workers, rule_timeout=rule_timeout)
     baseline_file = baseline or cfg.baseline
     known = read_baseline(baseline_file) if baseline_file and not write_baseline else None
     report = run_lint(list(models), selected, options, all_rules=rules, ignores=cfg.per_node_ignores,
                       config_path=config_path, config_findings=config_findings, baseline=known,
                       fail_on=fail_on or cfg.fail_on or FAIL_ON_DEFAULT)
     emit(format_report(report, fmt), output)
+    for r in rules:  # what user rule modules printed, never part of the report
+        if r.output:
+            first = r.output.strip().splitlines()
+            progress(f"rule module {r.path} printed {len(r.output):,} characters when imported, kept out of the "
+                     f"report; first line: {repr(first[0][:200]) if first else '(blank)'}")
+    for note in report.notes:
+        progress(note)
     for e in report.errors:  # also on stderr, one line each: the report may have gone to a file
         progress(f"error: {e.message}")
     if write_baseline:

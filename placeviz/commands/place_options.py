@@ -1,4 +1,10 @@
-"""The PLACE options shared by every command that places a graph (DESIGN.md section 5)."""
+"""The PLACE options shared by every command that places a graph (DESIGN.md section 5).
+
+Counts and device strings are bounded here, before anything is allocated for them
+(:mod:`placeviz.limits`): ``--ps-tasks`` at most 10,000, ``--cpus-per-task`` and
+``--gpus-per-worker`` at most 1,024 (click names the range), task and device indices in
+``--worker-device``/``--ps-device``/``--master`` and the size of a ``--cluster`` file likewise.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import functools
 import click
 
 from placeviz.errors import PlacevizError
+from placeviz.limits import MAX_DEVICES_PER_TASK, MAX_TASKS_PER_JOB, device_bound_problem
 
 PLACE_HELP = "Placement"
 
@@ -14,7 +21,7 @@ PLACE_HELP = "Placement"
 def place_options(func):
     """Add the PLACE options to a click command; they arrive as one ``place`` dict argument."""
     options = [
-        click.option("--ps-tasks", type=click.IntRange(min=0), default=0,
+        click.option("--ps-tasks", type=click.IntRange(min=0, max=MAX_TASKS_PER_JOB), default=0,
                      help="Place an unplaced graph with replica_device_setter(ps_tasks=N)."),
         click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False),
                      help='Cluster JSON ({"ps": [...], "worker": [...]}) or a TF_CONFIG document.'),
@@ -26,8 +33,10 @@ def place_options(func):
                      show_default=True, help="PS strategy (greedy: TF1 contrib byte-size load balancing)."),
         click.option("--ps-ops", help="Comma-separated op types the setter puts on PS (default: TF's list)."),
         click.option("--no-merge-devices", is_flag=True, help="replica_device_setter(merge_devices=False)."),
-        click.option("--cpus-per-task", type=click.IntRange(min=1), default=1, show_default=True),
-        click.option("--gpus-per-worker", type=click.IntRange(min=0), default=0, show_default=True),
+        click.option("--cpus-per-task", type=click.IntRange(min=1, max=MAX_DEVICES_PER_TASK), default=1,
+                     show_default=True),
+        click.option("--gpus-per-worker", type=click.IntRange(min=0, max=MAX_DEVICES_PER_TASK), default=0,
+                     show_default=True),
         click.option("--replace-devices", is_flag=True,
                      help="Re-run the setter on a placed graph (its jobs and tasks are dropped first)."),
         click.option("--master", default="/job:worker/task:0", show_default=True,
@@ -60,16 +69,22 @@ def place_options(func):
 
 def build_placement_options(place: dict):
     """Turn the parsed PLACE options into :class:`placeviz.placement.PlacementOptions`."""
-    from placeviz.devices import ClusterSpec, parse_full_name
+    from placeviz.devices import ClusterSpec, check_cluster_bounds, parse_full_name
     from placeviz.placement import PlacementOptions
     from placeviz.placement.placer import PlacerConfig
     from placeviz.placement.setter import SetterConfig
 
+    # Bounds first (placeviz.limits): a task index or device count here sizes the device set.
+    for option in ("worker_device", "ps_device", "master"):
+        problem = device_bound_problem(place[option] or "")
+        if problem is not None:
+            raise PlacevizError(f"--{option.replace('_', '-')} {place[option]!r}: {problem}")
     cluster = None
     if place["cluster_file"]:
         cluster, _task = ClusterSpec.from_json_file(place["cluster_file"])
         if place["ps_tasks"]:
             raise PlacevizError("give --ps-tasks or --cluster, not both (TF ignores ps_tasks when a cluster is given)")
+        check_cluster_bounds(cluster, place["cpus_per_task"], place["gpus_per_worker"])
     ps_ops = frozenset(x.strip() for x in place["ps_ops"].split(",") if x.strip()) if place["ps_ops"] else None
     master = parse_full_name(place["master"])
     if master is None or master.job is None or master.task is None:

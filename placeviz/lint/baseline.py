@@ -12,6 +12,7 @@ import json
 
 from placeviz.errors import PlacevizError
 from placeviz.io import atomic_write
+from placeviz.limits import read_regular_file
 from placeviz.lint.api import Finding
 
 SCHEMA = "placeviz.lint-baseline/1"
@@ -24,10 +25,10 @@ def fingerprint(finding: Finding) -> str:
 
 def read_baseline(path: str) -> set[str]:
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise PlacevizError(f"--baseline {path}: cannot read: {e.strerror or e}") from None
+        # A regular file of bounded size (placeviz.limits): not /dev/zero or a FIFO, read forever.
+        doc = json.loads(read_regular_file(path, f"--baseline {path}", what="baseline"))
+    except PlacevizError as e:
+        raise PlacevizError(str(e)) from None
     except ValueError as e:
         raise PlacevizError(f"--baseline {path}: not JSON: {e}") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("findings"), list):

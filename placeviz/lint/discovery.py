@@ -8,6 +8,12 @@ directories may both hold a ``my_rule.py``.
 Every rule is validated before anything runs (ID and kebab-case name unique across all sources,
 ``check`` callable, built-in file named after its ID): a bad rule set is a usage error (exit 2),
 never a half-run lint.
+
+A user's module is imported under :func:`placeviz.lint.contain.run_here`: ``sys.exit()``,
+``KeyboardInterrupt`` (not a real Ctrl-C) or any exception at import is a :class:`RuleError` (one
+line, exit 2) instead of ending placeviz with the module's exit code; an import that takes longer
+than the rule time limit is stopped the same way; and what the module prints is kept out of
+placeviz's output (:attr:`LoadedRule.output`, which ``lint`` notes on stderr).
 """
 
 from __future__ import annotations
@@ -18,11 +24,12 @@ import importlib.util
 import pkgutil
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from placeviz.errors import PlacevizError
 from placeviz.lint.api import Rule
+from placeviz.lint.contain import DEFAULT_TIMEOUT, run_here
 
 ID_RE = re.compile(r"^[A-Z]{2,}[0-9]{3}$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
@@ -41,6 +48,8 @@ class LoadedRule:
     check: object  # Callable[[LintContext], Iterable[Finding]]
     origin: str  # "builtin" or the user's directory
     path: str
+    output: str = ""
+    """What a user's module printed while it was imported (kept out of placeviz's output)."""
 
     @property
     def id(self) -> str:
@@ -65,20 +74,23 @@ def builtin_rule_modules() -> list[str]:
     return sorted(found)
 
 
-def load_rules(extra_dirs=(), *, builtin: bool = True) -> list[LoadedRule]:
-    """All rules, sorted by ID: the built-in ones (unless ``builtin`` is False) and those of ``extra_dirs``."""
+def load_rules(extra_dirs=(), *, builtin: bool = True, timeout: float | None = DEFAULT_TIMEOUT) -> list[LoadedRule]:
+    """All rules, sorted by ID: the built-in ones (unless ``builtin`` is False) and those of ``extra_dirs``.
+
+    ``timeout``: seconds each user module's import may take (None or 0: no limit).
+    """
     loaded: list[LoadedRule] = []
     if builtin:
         for module_name in builtin_rule_modules():
             module = _import(module_name)
             loaded.append(_from_module(module, "builtin", getattr(module, "__file__", None) or module_name))
     for directory in extra_dirs:
-        loaded.extend(_load_dir(Path(directory)))
+        loaded.extend(_load_dir(Path(directory), timeout))
     _check_unique(loaded)
     return sorted(loaded, key=lambda r: r.id)
 
 
-def _load_dir(directory: Path) -> list[LoadedRule]:
+def _load_dir(directory: Path, timeout: float | None = DEFAULT_TIMEOUT) -> list[LoadedRule]:
     if not directory.is_dir():
         raise RuleError(f"--rules {directory}: not a directory")
     out = []
@@ -87,7 +99,8 @@ def _load_dir(directory: Path) -> list[LoadedRule]:
             continue
         digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
         module_name = f"placeviz_user_rules_{digest}.{path.stem}"
-        out.append(_from_module(_import_file(module_name, path), str(directory), str(path)))
+        module, output = _import_file(module_name, path, timeout)
+        out.append(replace(_from_module(module, str(directory), str(path)), output=output))
     return out
 
 
@@ -98,16 +111,17 @@ def _import(module_name: str):
         raise RuleError(f"rule module {module_name} cannot be imported: {type(e).__name__}: {e}") from None
 
 
-def _import_file(module_name: str, path: Path):
+def _import_file(module_name: str, path: Path, timeout: float | None = DEFAULT_TIMEOUT):
+    """The user's module and what it printed at import (contained: see the module docstring)."""
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001
+    outcome = run_here(lambda: spec.loader.exec_module(module), timeout)
+    if outcome.error is not None:
         del sys.modules[module_name]
-        raise RuleError(f"rule module {path} cannot be imported: {type(e).__name__}: {e}") from None
-    return module
+        what = f"its import timed out after {timeout:g} s (--rule-timeout)" if outcome.timed_out else outcome.error
+        raise RuleError(f"rule module {path} cannot be imported: {what}")
+    return module, outcome.output
 
 
 def _from_module(module, origin: str, path: str) -> LoadedRule:

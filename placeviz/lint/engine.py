@@ -30,6 +30,8 @@ class LintReport:
     baselined: int = 0
     fail_on: str = FAIL_ON_DEFAULT
     config: str | None = None
+    notes: list[str] = field(default_factory=list)
+    """For stderr only, never the report: what user rules printed (see placeviz.lint.contain)."""
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(SEVERITIES, 0)
@@ -84,6 +86,7 @@ def run_lint(specs: list[str], selected: list[LoadedRule], options: LintOptions,
         findings.extend(_sorted(_override(result.findings, options.severity)))
         report.skipped.extend(result.skipped)
         report.errors.extend(result.errors)
+        report.notes.extend(result.notes)
     findings = suppressor.filter(findings)
     report.suppressed = suppressor.suppressed
     selected_ids = {r.id: r.rule for r in selected}

@@ -8,6 +8,10 @@ It never drops a rule silently:
   *skipped*, with the reason, in every output format;
 * a rule that raises becomes an *error* naming the rule and the exception (exit 2, no traceback),
   and the other rules still run;
+* a user's rule (``--rules DIR``) runs contained (:mod:`placeviz.lint.contain`): in a child
+  process with a time limit (``LintOptions.rule_timeout``), so ``sys.exit``, ``KeyboardInterrupt``,
+  a crash or an endless loop in it is an error of that rule (timed out, ...) and lint goes on;
+  what it prints is kept out of the report and noted on stderr (``ModelResult.notes``);
 * a graph too broken to build (duplicate names, dangling inputs, an illegal cycle) is handed to
   the integrity rules (PV0xx) on the raw GraphDef, which report every such problem as findings
   (exit 1); the other rules are skipped. A file that is not a graph at all stays an error (exit 2).
@@ -20,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from placeviz.errors import GraphError, LoadError, PlacevizError
+from placeviz.limits import InputRefused
 from placeviz.lint.api import SEVERITIES, Finding, LintContext
+from placeviz.lint.contain import DEFAULT_TIMEOUT, run_contained
 from placeviz.lint.discovery import LoadedRule
 from placeviz.lint.raw import RawGraph, read_graph_def
 from placeviz.tasks import task_placement_options
@@ -70,6 +76,7 @@ class LintOptions:
     severity: dict = field(default_factory=dict)  # rule ID -> severity override
     worker_graphs: dict = field(default_factory=dict)  # task index -> MODEL that task built (--worker-graph)
     workers: int | None = None  # worker tasks of the cluster the user gave (a per-task builder runs per task)
+    rule_timeout: float | None = DEFAULT_TIMEOUT  # seconds per user rule and model (None or 0: no limit)
 
 
 @dataclass
@@ -78,6 +85,8 @@ class ModelResult:
     skipped: list[Skipped] = field(default_factory=list)
     errors: list[LintError] = field(default_factory=list)
     ran: list[LoadedRule] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Said on stderr, never in the report: what user rules printed."""
 
 
 def display_path(spec: str) -> str:
@@ -101,19 +110,23 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
 
     model_path = display_path(spec)
     result = ModelResult()
+    timeout = options.rule_timeout
     try:
         model = load(spec, tag=options.tag)
+    except InputRefused as e:  # not to be read at all (a FIFO, /dev/zero, too big): no raw pass either
+        result.errors.append(LintError(str(e), model_path))
+        return result
     except LoadError as e:
         graph_def = read_graph_def(spec, options.tag)
         if graph_def is None:
             result.errors.append(LintError(str(e), model_path))
             return result
-        return _broken(result, rules, _context(model_path, None, RawGraph(graph_def), options), e)
+        return _broken(result, rules, _context(model_path, None, RawGraph(graph_def), options), e, timeout)
     raw = RawGraph.from_graph(model.graph, model.graph_def)
     try:
         model.graph.topological_order  # noqa: B018 - the pipeline's analysis refuses illegal cycles
     except GraphError as e:
-        return _broken(result, rules, _context(model_path, None, raw, options), e)
+        return _broken(result, rules, _context(model_path, None, raw, options), e, timeout)
     placement_options = task_placement_options(options.placement_options, 0)
     try:
         pipe = run_pipeline(model, placement_options, options.sync)
@@ -122,14 +135,14 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
         return result
     except Exception as e:  # noqa: BLE001 - a pipeline bug: integrity findings may explain it, else exit 2
         error = PlacevizError(f"internal error in the pipeline: {type(e).__name__}: {e}")
-        return _broken(result, rules, _context(model_path, None, raw, options), error)
+        return _broken(result, rules, _context(model_path, None, raw, options), error, timeout)
     agreement = None
     if options.worker_graphs or model.per_task:
         # A bad --worker-graph (not a graph, outside the cluster) raises: one line, exit 2.
         pipes, sources = task_pipelines(model, pipe, spec, options.worker_graphs, options.placement_options,
                                         options.sync, workers=options.workers, tag=options.tag)
         agreement = check_agreement(pipes, sources)
-    return _run_rules(_context(model_path, pipe, raw, options, agreement), rules, result)
+    return _run_rules(_context(model_path, pipe, raw, options, agreement), rules, result, timeout)
 
 
 def lint_pipeline(pipe, rules: list[LoadedRule], options: LintOptions, model_path: str | None = None) -> ModelResult:
@@ -137,10 +150,11 @@ def lint_pipeline(pipe, rules: list[LoadedRule], options: LintOptions, model_pat
     so the model is not loaded and placed twice). The graph loaded, so no integrity pre-pass."""
     model_path = model_path or display_path(pipe.model.source)
     raw = RawGraph.from_graph(pipe.model.graph, pipe.model.graph_def)
-    return _run_rules(_context(model_path, pipe, raw, options), rules, ModelResult())
+    return _run_rules(_context(model_path, pipe, raw, options), rules, ModelResult(), options.rule_timeout)
 
 
-def _run_rules(ctx: LintContext, rules: list[LoadedRule], result: ModelResult) -> ModelResult:
+def _run_rules(ctx: LintContext, rules: list[LoadedRule], result: ModelResult,
+               timeout: float | None = DEFAULT_TIMEOUT) -> ModelResult:
     for r in rules:
         if r.rule.category == "meta":
             continue  # judged by the engine from the config, once per run
@@ -148,7 +162,7 @@ def _run_rules(ctx: LintContext, rules: list[LoadedRule], result: ModelResult) -
         if missing:
             result.skipped.append(Skipped(r.id, r.name, ctx.model_path, _reason(ctx, missing[0])))
         else:
-            _run_rule(r, ctx, result)
+            _run_rule(r, ctx, result, timeout)
     return result
 
 
@@ -161,11 +175,12 @@ def _context(model_path: str, pipe, raw: RawGraph, options: LintOptions, agreeme
                        agreement=agreement)
 
 
-def _broken(result: ModelResult, rules: list[LoadedRule], ctx: LintContext, error: PlacevizError) -> ModelResult:
+def _broken(result: ModelResult, rules: list[LoadedRule], ctx: LintContext, error: PlacevizError,
+            timeout: float | None = DEFAULT_TIMEOUT) -> ModelResult:
     """The graph could not be built: integrity rules only; the rest are skipped."""
     for r in rules:
         if r.rule.integrity:
-            _run_rule(r, ctx, result)
+            _run_rule(r, ctx, result, timeout)
     if not result.findings and not result.errors:
         # None of the integrity rules explains the failure: it is not a finding we can report.
         result.errors.append(LintError(str(error), ctx.model_path))
@@ -192,7 +207,10 @@ def _reason(ctx: LintContext, need: str) -> str:
     return NEED_REASONS.get(need, f"needs {need}")
 
 
-def _run_rule(r: LoadedRule, ctx: LintContext, result: ModelResult) -> None:
+def _run_rule(r: LoadedRule, ctx: LintContext, result: ModelResult, timeout: float | None = DEFAULT_TIMEOUT) -> None:
+    if r.origin != "builtin":
+        _run_user_rule(r, ctx, result, timeout)
+        return
     try:
         found = list(r.check(ctx) or ())
     except Exception as e:  # noqa: BLE001 - one broken rule must not stop the others
@@ -200,6 +218,31 @@ def _run_rule(r: LoadedRule, ctx: LintContext, result: ModelResult) -> None:
         result.errors.append(LintError(f"rule {r.id} ({r.name}) failed on {ctx.model_path}: "
                                        f"{type(e).__name__}{': ' + text if text else ''}", ctx.model_path, r.id))
         return
+    _accept(r, ctx, result, found)
+
+
+def _run_user_rule(r: LoadedRule, ctx: LintContext, result: ModelResult, timeout: float | None) -> None:
+    """A ``--rules DIR`` rule, contained (:func:`placeviz.lint.contain.run_contained`)."""
+    outcome = run_contained(lambda: list(r.check(ctx) or ()), timeout)
+    if outcome.output_bytes:
+        lines = outcome.output.strip().splitlines()
+        first = repr(lines[0][:200]) if lines else "(blank)"
+        result.notes.append(f"rule {r.id} ({r.name}) printed {outcome.output_bytes:,} bytes on stdout/stderr on "
+                            f"{ctx.model_path}, kept out of the report; first line: {first}")
+    if outcome.timed_out:
+        result.errors.append(LintError(f"rule {r.id} ({r.name}) timed out on {ctx.model_path} after {timeout:g} s "
+                                       "(--rule-timeout): it was stopped, and the other rules ran", ctx.model_path,
+                                       r.id))
+        return
+    if outcome.error is not None:
+        result.errors.append(LintError(f"rule {r.id} ({r.name}) failed on {ctx.model_path}: {outcome.error}",
+                                       ctx.model_path, r.id))
+        return
+    _accept(r, ctx, result, outcome.value)
+
+
+def _accept(r: LoadedRule, ctx: LintContext, result: ModelResult, found: list) -> None:
+    """Keep what a rule yielded if every item is a valid Finding of that rule, else one error."""
     for f in found:
         problem = None
         if not isinstance(f, Finding):

@@ -17,6 +17,13 @@ from itertools import compress
 
 from placeviz.devices import ClusterSpec, DeviceSet, PyDeviceSpec, parse_full_name
 from placeviz.graph import Graph, gc_paused
+from placeviz.limits import (
+    MAX_CLUSTER_TASKS,
+    MAX_TASKS_PER_JOB,
+    LimitError,
+    check_count,
+    device_bound_problem,
+)
 from placeviz.placement.placer import Placement, PlacerConfig, place, read_fact_attrs
 from placeviz.placement.scopes import VARIABLE_OPS
 from placeviz.placement.setter import SetterConfig, SetterResult, run_setter
@@ -86,7 +93,9 @@ def cluster_for(graph: Graph, options: PlacementOptions) -> ClusterSpec:
 
     Given (``--cluster``), or the one ``--ps-tasks`` describes (the ps job with N tasks and the
     worker and master jobs with as many tasks as they name), or, with neither, every job and task
-    the graph's devices name (so a placed graph can be analyzed as it is).
+    the graph's devices name (so a placed graph can be analyzed as it is). A job gets every task
+    below the highest one named, so the task indices are checked against placeviz's bounds
+    (:mod:`placeviz.limits`) before any is listed: :class:`LimitError`.
     """
     if options.cluster is not None:
         return options.cluster
@@ -99,12 +108,20 @@ def cluster_for(graph: Graph, options: PlacementOptions) -> ClusterSpec:
     for device in named:
         parsed = parse_full_name(device) if device else None
         if parsed is not None and parsed.job:
+            if not 0 <= (parsed.task or 0) < MAX_TASKS_PER_JOB:
+                # Every task below the highest one gets an address: check before building them.
+                # (load() refuses such a graph already; options and other callers may not.)
+                problem = device_bound_problem(device) or (f"task {parsed.task} is outside placeviz's task indices "
+                                                           f"0-{MAX_TASKS_PER_JOB - 1}")
+                raise LimitError(f"device {device!r}: {problem}")
             tasks[parsed.job] = max(tasks.get(parsed.job, 0), (parsed.task or 0) + 1)
     if options.setter.ps_tasks:
         ps_job = PyDeviceSpec.parse(options.setter.ps_device).job or "ps"
+        check_count(options.setter.ps_tasks, MAX_TASKS_PER_JOB, "--ps-tasks")
         tasks[ps_job] = max(tasks.get(ps_job, 0), options.setter.ps_tasks)
     if not tasks:
         tasks = {"localhost": 1}
+    check_count(sum(tasks.values()), MAX_CLUSTER_TASKS, "the number of tasks the graph's devices name")
     return ClusterSpec.from_dict({job: [f"{job}{k}:2222" for k in range(n)] for job, n in tasks.items()})
 
 

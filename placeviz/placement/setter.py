@@ -71,6 +71,7 @@ from google.protobuf import unknown_fields
 from placeviz.devices import ClusterSpec, PyDeviceSpec
 from placeviz.errors import PlacevizError
 from placeviz.graph import CONTROL, Graph, RemappedNodeDefs, _located_names, gc_paused
+from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
 from placeviz.placement import scopes
 from placeviz.protos import GraphDef, dtype_size
@@ -209,6 +210,10 @@ def byte_size_load_fn(graph: Graph, op_table, tf_major: str = "2") -> Callable[[
         elements = 1
         for d in shape:
             elements *= d
+        if size * elements > MAX_TENSOR_BYTES:
+            # TF1's np.prod would wrap to a negative load; a float() of it may not even exist.
+            raise SetterError(f"greedy strategy: the size of {node.name} ({size} bytes x its {len(shape)} dims) "
+                              "overflows int64 (more than 2**63 - 1 bytes): byte_size_load_fn cannot size it")
         return float(size * elements)
 
     return load

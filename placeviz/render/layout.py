@@ -15,13 +15,17 @@ Each attempt that fails says why on stderr, so a slow render is never silent.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from placeviz.errors import PlacevizError
+from placeviz.interrupts import set_parent_death_signal
 from placeviz.render.diagram import Diagram
 from placeviz.render.dot import to_dot
 
@@ -56,19 +60,32 @@ class _Attempt(Exception):
 
 
 def run_graphviz(source: str, fmt: str, engine: str = "dot", timeout: float = 30.0, extra=()) -> bytes:
-    """``engine -Tfmt`` on ``source``; raises ``_Attempt`` with a one-line reason on timeout or error."""
+    """``engine -Tfmt`` on ``source``; raises ``_Attempt`` with a one-line reason on timeout or error.
+
+    Graphviz never outlives this call: it runs in its own process group (a terminal's Ctrl-C
+    reaches placeviz, which decides), the group is killed on a timeout and on any exception while
+    it runs (Ctrl-C's KeyboardInterrupt, SIGTERM's :class:`placeviz.interrupts.Terminated`), and
+    on Linux the kernel kills it if placeviz itself is SIGKILLed (``PR_SET_PDEATHSIG``).
+    """
     exe = shutil.which(engine)
     if exe is None:
         raise GraphvizMissing(install_hint(fmt))
+    proc = subprocess.Popen([exe, f"-T{fmt}", *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=set_parent_death_signal)
     try:
-        proc = subprocess.run([exe, f"-T{fmt}", *extra], input=source.encode("utf-8"), capture_output=True,
-                              timeout=timeout, check=False)
+        out, err = proc.communicate(source.encode("utf-8"), timeout=timeout)
     except subprocess.TimeoutExpired:
         raise _Attempt(f"{engine} did not finish in {timeout:g} s") from None
-    if proc.returncode != 0 or not proc.stdout:
-        message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
+            proc.communicate()
+    if proc.returncode != 0 or not out:
+        message = err.decode("utf-8", "replace").strip().splitlines()
         raise _Attempt(f"{engine} failed (exit {proc.returncode}): {message[0] if message else 'no output'}")
-    return proc.stdout
+    return out
 
 
 @dataclass
