@@ -1,8 +1,11 @@
 """The TF side of ``placeviz verify``: ``python -m placeviz.verify.coordinator WORKDIR``.
 
-Started by :mod:`placeviz.verify.runner` in a fresh process, which first moves into a private
-loopback-only network namespace (:func:`placeviz.verify.sandbox.enter_private_network`) unless it
-runs on servers the user already runs (``--servers FILE``). It then follows ``plan.json`` (a
+Started by :mod:`placeviz.verify.runner` in a fresh process, which first arms
+``PR_SET_PDEATHSIG`` (it dies with placeviz verify, even on SIGKILL) and moves into private user,
+network and mount namespaces (:func:`placeviz.verify.sandbox.enter_sandbox`: only loopback, only
+the temp dir writable) unless it runs on servers the user already runs (``--servers FILE``) or
+``--no-isolation`` says not to. When the kernel refuses, it writes ``{"refused": why}`` and exits
+4 without starting anything. It then follows ``plan.json`` (a
 :class:`placeviz.verify.plan.RunPlan`) the way a TF1 chief with ``SyncReplicasHook`` and its
 workers would:
 
@@ -35,8 +38,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,9 +50,11 @@ import time
 import traceback
 from pathlib import Path
 
-import numpy as np
-
 from placeviz.verify import sandbox
+
+# numpy is imported by main() once the process is in its sandbox: its BLAS starts threads at import,
+# and unshare(CLONE_NEWUSER) refuses a process with more than one thread (EINVAL, unshare(2)).
+np = None
 
 CHILD_FLAG = "--verify-coordinator"
 QUEUE_OPS = frozenset({"FIFOQueue", "FIFOQueueV2", "PaddingFIFOQueue", "PaddingFIFOQueueV2", "RandomShuffleQueue",
@@ -656,26 +663,80 @@ def _first_line(e: BaseException) -> str:
     return text[:500]
 
 
-def main(workdir: str) -> None:
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, default=_jsonable))
+    tmp.replace(path)
+
+
+def write_probe(work: Path) -> dict:
+    """Evidence of the mount namespace: a file created next to the temp dir (outside it) must fail
+    with EROFS, one inside it must succeed. Neither is left behind."""
+    out = {"writable": str(work)}
+    outside = work.parent / f".placeviz-verify-probe-{os.getpid()}"
+    try:
+        os.close(os.open(outside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(outside)
+        out["outside"] = "written"
+    except OSError as e:
+        out["outside"] = errno.errorcode.get(e.errno, str(e.errno))
+    inside = work / ".probe"
+    try:
+        inside.write_bytes(b"")
+        inside.unlink()
+        out["inside"] = "written"
+    except OSError as e:
+        out["inside"] = errno.errorcode.get(e.errno, str(e.errno))
+    return out
+
+
+_OWN_FILES = re.compile(r"(plan\.json|graph_w\d+\.pb|feeds_w\d+\.npz|cluster\.json|task_.*\.stderr|\.?ready_.*\.json"
+                        r"|result\.json(\.tmp)?|arrays\.npz)")
+
+
+def written_by_the_graph(work: Path, limit: int = 50) -> list[str]:
+    """Files in the temp dir that verify did not write: what the graph's ops wrote (``--allow-io``,
+    relative paths land here, the servers' working directory), shown in the report."""
+    out = []
+    for path in sorted(work.rglob("*")):
+        rel = path.relative_to(work).as_posix()
+        if path.is_file() and not _OWN_FILES.fullmatch(rel):
+            out.append(rel)
+    return out[:limit]
+
+
+def main(workdir: str, parent: int | None = None) -> None:
     work = Path(workdir)
+    # Die with placeviz verify, even on its SIGKILL (prctl(2) PR_SET_PDEATHSIG; armed here, not in a
+    # preexec_fn, so the parent needs no fork-time code; a parent that died before this is caught by
+    # the getppid check).
+    sandbox.die_with_parent()
+    if parent is not None and os.getppid() != parent:
+        os._exit(5)
+    global np
     plan = json.loads((work / "plan.json").read_text())
-    isolated = False
+    isolation: dict = {"requested": bool(plan.get("isolation", True)), "namespaces": False}
     if not plan["existing_cluster"]:
-        try:
-            isolated = sandbox.enter_private_network()
-        except OSError:
-            isolated = False
-        if not isolated:
-            progress("WARNING: no private network namespace (unshare refused): the local TF servers listen on "
-                     "every interface and are reachable from other hosts while they run")
+        if isolation["requested"]:
+            try:
+                made = sandbox.enter_sandbox(work)
+            except (sandbox.SandboxError, OSError) as e:
+                _write_json(work / "result.json", {"refused": str(e)})
+                os._exit(4)
+            sandbox.die_with_parent()  # again: a user namespace may have reset it (prctl(2))
+            isolation.update(namespaces=True, **made, mounts=write_probe(work))
+        else:
+            progress("WARNING: --no-isolation: the local TF servers listen on every interface (reachable from "
+                     "other hosts while they run) and the graph's ops can write wherever you can")
+    import numpy as np
     code = 0
-    coordinator = Coordinator(work, plan, isolated)
+    coordinator = Coordinator(work, plan, isolation["namespaces"])
+    coordinator.result["isolation"] = isolation
     try:
         result = coordinator.run()
+        isolation["written"] = written_by_the_graph(work)
         np.savez(work / "arrays.npz", **{k.replace("/", "|"): v for k, v in coordinator.arrays.items()})
-        tmp = work / "result.json.tmp"
-        tmp.write_text(json.dumps(result, default=_jsonable))
-        tmp.replace(work / "result.json")
+        _write_json(work / "result.json", result)
     except BaseException:  # noqa: BLE001 - reported through the exit code and stderr
         traceback.print_exc()
         code = 3
@@ -695,7 +756,7 @@ def _jsonable(x):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == CHILD_FLAG:
-        main(sys.argv[2])
-    print(f"usage: python -m placeviz.verify.coordinator {CHILD_FLAG} WORKDIR", file=sys.stderr)
+    if len(sys.argv) in (3, 4) and sys.argv[1] == CHILD_FLAG:
+        main(sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else None)
+    print(f"usage: python -m placeviz.verify.coordinator {CHILD_FLAG} WORKDIR [PARENT_PID]", file=sys.stderr)
     sys.exit(2)
