@@ -34,15 +34,19 @@ KILL_WAIT_S = 10.0
 
 
 def sweep(work: str, wait_s: float = KILL_WAIT_S) -> list[int]:
-    """SIGKILL every process naming ``work`` and wait until they are gone, again until a scan finds
-    none (a process may start while the first scan runs), for at most ``wait_s``; then remove
-    ``work``. Returns the pids it killed."""
+    """SIGKILL every process naming ``work`` and wait until they are gone, scanning again until two
+    scans 0.1 s apart find none (a process may start while a scan runs), for at most ``wait_s``;
+    then remove ``work``. Returns the pids it killed."""
     deadline = time.monotonic() + wait_s
     killed: list[int] = []
-    while time.monotonic() < deadline:
+    quiet = 0
+    while quiet < 2 and time.monotonic() < deadline:
         found = sandbox.kill_naming(work)
         if not found:
-            break
+            quiet += 1
+            time.sleep(0.1)
+            continue
+        quiet = 0
         killed += found
         while any(sandbox.alive(p) for p in found) and time.monotonic() < deadline:
             time.sleep(0.05)
