@@ -7,10 +7,10 @@ signals sent to a real ``python -m placeviz verify`` process; no mocks. What is 
   train step, ``ReadFile`` in an init op, ``PyFunc``, a ``WriteFile`` inside a ``tf.function``) is
   one line naming the node and the op, exit 2, before anything starts; a Saver or summaries that
   no verify run executes are no finding (the reverse closure of what verify runs);
-* **--allow-io**: the ops run, the servers' working directory is verify's temp dir (a relative
-  write lands there and is removed with it), and a write to an absolute path outside fails with
-  "Read-only file system" (a TF error of the run, exit 1), one process or one per task
-  (``--isolate``); ``--no-isolation`` really is unconfined and says so first;
+* **--allow-io**: the ops run, the servers' working directory is a scratch dir in verify's temp
+  dir (a relative write lands there and is removed with it), and a write to an absolute path
+  outside fails with "Read-only file system" (a TF error of the run, exit 1), one process or one
+  per task (``--isolate``); ``--no-isolation`` really is unconfined and says so first;
 * **no namespace, no run**: where the kernel refuses the namespaces (a user namespace whose
   ``max_*_namespaces`` are 0) verify exits 2 naming ``--no-isolation``;
 * **signals**: SIGINT (exit 130), SIGTERM (143), SIGKILL of ``placeviz verify`` while it runs a
@@ -428,13 +428,14 @@ def test_allow_io_runs_and_a_relative_write_lands_in_the_temp_dir(models, tmp_pa
                                          "temp dir")
     isolation = c["isolation"]
     assert isolation["status"] == "pass", isolation
-    assert isolation["evidence"]["isolation"]["mounts"]["outside"] == "EROFS"
+    mounts = isolation["evidence"]["isolation"]["mounts"]
+    assert mounts["outside"] == mounts["own_files"] == "EROFS" and mounts["inside"] == "written"
     assert isolation["evidence"]["isolation"]["user_namespace"] is True  # so the read-only mounts are locked
     assert isolation["evidence"]["isolation"]["written"] == ["verify-wrote-this.txt"]
     assert "the graph's ops wrote 1 file(s) there, removed with it: verify-wrote-this.txt" in isolation["summary"]
     assert not (tmp_path / "verify-wrote-this.txt").exists() and not (ROOT / "verify-wrote-this.txt").exists()
     assert c["released"]["status"] == "pass" and c["released"]["evidence"]["temp_dir_removed"] is True
-    assert Path(isolation["evidence"]["isolation"]["mounts"]["writable"]).parent == tmpdir_env
+    assert Path(mounts["writable"]).parent.parent == tmpdir_env  # TMPDIR/placeviz-verify-*/run
     assert leftover_temp_dirs(tmpdir_env) == []
 
 

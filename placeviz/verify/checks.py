@@ -441,8 +441,9 @@ def check_stale(plan: dict, result: dict) -> Check:
 
 
 def check_isolation(plan: dict, result: dict) -> Check:
-    """Local servers: every process saw only ``lo``, and a write outside the temp dir failed with
-    EROFS (the coordinator's probe, :func:`placeviz.verify.coordinator.write_probe`). ``warn`` with
+    """Local servers: every process saw only ``lo``, and a write outside the temp dir and one among
+    verify's own files failed with EROFS while one in the scratch dir succeeded (the coordinator's
+    probe, :func:`placeviz.verify.coordinator.write_probe`). ``warn`` with
     ``--no-isolation`` (the run was asked to go without); ``fail`` if the namespaces were made but
     do not hold."""
     title = "local servers reachable only from loopback, host file system read-only"
@@ -457,14 +458,14 @@ def check_isolation(plan: dict, result: dict) -> Check:
     seen = net.get("interfaces", {})
     only_lo = bool(seen) and all(v == ["lo"] for v in seen.values())
     mounts = (result.get("isolation") or {}).get("mounts") or {}
-    read_only = mounts.get("outside") == "EROFS" and mounts.get("inside") == "written"
+    read_only = mounts.get("outside") == mounts.get("own_files") == "EROFS" and mounts.get("inside") == "written"
     if net.get("namespace") and only_lo and read_only:
         written = (result.get("isolation") or {}).get("written") or []
         wrote = (f"; the graph's ops wrote {len(written)} file(s) there, removed with it: {', '.join(written[:5])}"
                  f"{' ...' if len(written) > 5 else ''}") if written else ""
         return Check("isolation", title, "pass",
                      f"{len(seen)} process(es) ran in private user, network and mount namespaces: only lo, and a "
-                     f"write outside {mounts['writable']} failed with EROFS{wrote}", evidence)
+                     f"write anywhere but {mounts['writable']} failed with EROFS{wrote}", evidence)
     why = "not in a private network namespace" if not net.get("namespace") else \
         f"interfaces {seen}" if not only_lo else f"write probe {mounts}"
     return Check("isolation", title, "fail", f"the sandbox did not hold: {why}", evidence)

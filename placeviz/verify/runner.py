@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from placeviz.verify import sandbox
-from placeviz.verify.coordinator import CHILD_FLAG
+from placeviz.verify.coordinator import CHILD_FLAG, SCRATCH
 
 GRACE_S = 20.0
 STOPPED_S = 2.0  # a coordinator stopped this long is killed (it would never make progress again)
@@ -167,6 +167,15 @@ def _wait(proc: subprocess.Popen, timeout: float) -> str | None:
             stopped_since = None
 
 
+def _read_result(work: Path) -> dict:
+    """``result.json`` as the coordinator wrote it at its end, or {} when it did not get there (the
+    file is opened before the sandbox and written last: empty or cut short if the process died)."""
+    try:
+        return json.loads((work / "result.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def run_plan(plan_json: dict, graphs: list[bytes], feeds: list[dict[str, np.ndarray]],
              progress: Callable[[str], None] | None = None) -> RawRun:
     say = progress or (lambda _m: None)
@@ -181,11 +190,13 @@ def run_plan(plan_json: dict, graphs: list[bytes], feeds: list[dict[str, np.ndar
             (work / f"graph_w{i}.pb").write_bytes(data)
         for i, f in enumerate(feeds):
             np.savez(work / f"feeds_w{i}.npz", **f)
+        scratch = work / SCRATCH
+        scratch.mkdir()
         cmd = [sys.executable, "-m", "placeviz.verify.coordinator", CHILD_FLAG, str(work), str(os.getpid())]
         env = sandbox.child_env()
-        env["TMPDIR"] = str(work)  # the only place a child may write once it is in its mount namespace
+        env["TMPDIR"] = str(scratch)  # the only place a child may write once it is in its mount namespace
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                env=env, cwd=work, start_new_session=True)
+                                env=env, cwd=scratch, start_new_session=True)
         tail: list[str] = []
 
         def relay() -> None:
@@ -208,10 +219,9 @@ def run_plan(plan_json: dict, graphs: list[bytes], feeds: list[dict[str, np.ndar
         if reason == "stopped":
             say("the coordinator process was stopped (SIGSTOP?): killed it")
         reader.join(timeout=5)
-        result_file = work / "result.json"
-        result = json.loads(result_file.read_text()) if result_file.exists() else {}
+        result = _read_result(work)
         arrays: dict[str, np.ndarray] = {}
-        if (work / "arrays.npz").exists():
+        if result and "refused" not in result:
             with np.load(work / "arrays.npz") as data:
                 arrays = {k.replace("|", "/"): data[k] for k in data.files}
     finally:
