@@ -67,7 +67,10 @@ STALL_S = 6.0  # no run finished and no state change for this long while everyth
 
 
 def progress(message: str) -> None:
-    print(f"@@ {message}", file=sys.stderr, flush=True)
+    """One ``@@ `` line on stderr, which the parent relays as progress: a control character from the
+    model (a node name with a newline) is shown escaped, so it cannot end the line or forge another."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    print(f"@@ {text}", file=sys.stderr, flush=True)
 
 
 class Failure(Exception):
