@@ -108,13 +108,17 @@ class HostOp:
         return f"node '{self.node}'{inside}, run by {self.role} '{self.target}'"
 
 
+_FUNC_OPS: dict[int, frozenset[str]] = {}
+
+
 def _graph_function_ops(table) -> frozenset[str]:
-    """Op types with an attr of type ``func`` or ``list(func)`` (they call library functions)."""
-    cached = getattr(table, "_placeviz_func_ops", None)
+    """Op types with an attr of type ``func`` or ``list(func)`` (they call library functions), from
+    the op table's attr lists (once per table)."""
+    cached = _FUNC_OPS.get(id(table))
     if cached is None:
-        cached = frozenset(op for op, raw in table._raw.items()
-                           if any(len(a) > 1 and a[1] in _FUNC_ATTR_TYPES for a in raw.get("attrs", ())))
-        table._placeviz_func_ops = cached
+        cached = _FUNC_OPS[id(table)] = frozenset(
+            op for op, raw in table._raw.items()
+            if any(len(a) > 1 and a[1] in _FUNC_ATTR_TYPES for a in raw.get("attrs", ())))
     return cached
 
 

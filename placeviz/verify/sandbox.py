@@ -272,7 +272,11 @@ def naming(path: str) -> list[int]:
     """Pids of the processes (not this one) one of whose arguments is ``path`` or a path under it."""
     me, under = os.getpid(), path.rstrip("/") + "/"
     out = []
-    for entry in os.scandir("/proc"):
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:
+        return out
+    for entry in entries:
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         try:
