@@ -407,7 +407,7 @@ def test_no_namespace_means_no_run(models, tmp_path, tmpdir_env):
 # --allow-io: the ops run, confined; --no-isolation: unconfined, said first
 
 
-def _json_run(models: Path, tmp_path: Path, capsys, args: list) -> tuple[int, dict, str]:
+def _json_run(tmp_path: Path, capsys, args: list) -> tuple[int, dict, str]:
     out = tmp_path / "report.json"
     code, stdout, err = run_cli(["verify", *args, "--format", "json", "-o", out], capsys)
     assert stdout == ""
@@ -419,13 +419,13 @@ def _json_run(models: Path, tmp_path: Path, capsys, args: list) -> tuple[int, di
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
 def test_allow_io_runs_and_a_relative_write_lands_in_the_temp_dir(models, tmp_path, capsys, monkeypatch, tmpdir_env):
     monkeypatch.chdir(tmp_path)
-    code, report, err = _json_run(models, tmp_path, capsys, [models / "write_rel.meta", "--steps", 2, "--allow-io"])
+    code, report, err = _json_run(tmp_path, capsys, [models / "write_rel.meta", "--steps", 2, "--allow-io"])
     c = checks(report)
     assert code == 0, {k: v["summary"] for k, v in c.items() if v["status"] != "pass"}
     assert report["run"]["allow_io"] is True and report["warnings"] == []
     assert report["notes"][0].startswith("--allow-io: the run executes 1 op(s) that touch the file system or run "
-                                         "code (WriteFile ('write_loss')), in a mount namespace where only verify's "
-                                         "temp dir")
+                                         "code (WriteFile ('write_loss')), in a mount namespace where only a "
+                                         "scratch dir in verify's temp dir")
     isolation = c["isolation"]
     assert isolation["status"] == "pass", isolation
     mounts = isolation["evidence"]["isolation"]["mounts"]
@@ -446,7 +446,7 @@ def test_allow_io_write_outside_the_temp_dir_fails_read_only_in_every_task_proce
     """``--isolate``: the WriteFile runs in the worker task processes, which inherit the mount
     namespace: the write fails, and the run reports it as TF's own error (exit 1)."""
     target = outside_path(models)
-    code, report, _err = _json_run(models, tmp_path, capsys, [models / "write_abs.meta", "--steps", 2, "--allow-io",
+    code, report, _err = _json_run(tmp_path, capsys, [models / "write_abs.meta", "--steps", 2, "--allow-io",
                                                                "--isolate"])
     c = checks(report)
     assert code == 1 and c["run"]["status"] == "fail", c["run"]

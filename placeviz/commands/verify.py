@@ -143,8 +143,8 @@ def host_io(prepared, model_spec: str, *, allow_io: bool, isolation: bool, serve
     ops = ", ".join(dict.fromkeys(f"{h.op} ('{h.node}')" for _s, h in found[:3]))
     where = ("on the machines of your --servers, unconfined" if servers else
              "with the host's file system writable (--no-isolation)" if not isolation else
-             "in a mount namespace where only verify's temp dir (their working directory, removed afterwards) is "
-             "writable: a write elsewhere fails with 'Read-only file system'")
+             "in a mount namespace where only a scratch dir in verify's temp dir (their working directory, "
+             "removed afterwards) is writable: a write elsewhere fails with 'Read-only file system'")
     prepared.plan.notes.insert(0, f"--allow-io: the run executes {len(found)} op(s) that touch the file system or "
                                   f"run code ({ops}{' ...' if len(found) > 3 else ''}), {where}")
 
