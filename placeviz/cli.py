@@ -273,6 +273,13 @@ def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, pl
 @click.option("--worker-graph", "worker_graphs", metavar="I=MODEL", multiple=True,
               help="Between-graph replication: the graph worker task I's program built (repeatable); default: "
                    "the chief's graph (MODEL) on every task, without its chief-only state.")
+@click.option("--allow-io", is_flag=True,
+              help="Run ops that touch the file system or run code (WriteFile, ReadFile, Save/Restore, readers, "
+                   "file datasets, PyFunc, custom ops...) instead of refusing the graph; local servers can then "
+                   "write only in verify's temp dir.")
+@click.option("--no-isolation", "no_isolation", is_flag=True,
+              help="Run the local servers without private namespaces: reachable from other hosts, free to write "
+                   "wherever you can. Without it, a kernel that refuses the namespaces means no run.")
 @click.option("--inject-fault", "fault", metavar="TASK@STEP", hidden=True,
               help="Testing: kill task process TASK (e.g. worker:2) after global step STEP (needs --isolate).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -281,21 +288,24 @@ def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, pl
 @place_options
 @sync_options
 def verify(model, workers, steps, timeout, isolate, servers_file, reset_containers, feeds_file, seed,
-           chief_queue_runner, worker_graphs, fault, fmt, output, tag, place, sync) -> None:
+           chief_queue_runner, worker_graphs, allow_io, no_isolation, fault, fmt, output, tag, place, sync) -> None:
     """Run MODEL's synchronous training on real TF servers (127.0.0.1, private network) and check it.
 
     Checks that K global steps make global_step == K, that every update ran once per step in the
     chief's sync run only, the values against numpy, stale gradients, and the partition graphs.
     --cluster FILE is the cluster the graph is placed on, as in every command: the local servers
     get its jobs and task counts. --servers FILE runs on servers you already run instead.
-    Exit 0 when every check passes, 1 when one fails.
+    The local servers run in private user, network and mount namespaces (only loopback; only
+    verify's temp dir writable); a graph whose run would touch the file system or run code is
+    refused unless --allow-io. Exit 0 when every check passes, 1 when one fails, 2 on bad input,
+    130 on SIGINT, 143 on SIGTERM (nothing started is left running).
     """
     from placeviz.commands import verify as command
 
     command.main(model, place=place, sync=sync, workers=workers, steps=steps, timeout=timeout, isolate=isolate,
                  feeds_file=feeds_file, seed=seed, chief_queue_runner=chief_queue_runner, fault=fault, fmt=fmt,
                  output=output, tag=tag, servers_file=servers_file, reset_containers=reset_containers,
-                 worker_graphs=worker_graphs)
+                 worker_graphs=worker_graphs, allow_io=allow_io, isolation=not no_isolation)
 
 
 @cli.group()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import sys
+import signal
 
 from placeviz.commands.output import emit, progress, to_json
 from placeviz.errors import PlacevizError
@@ -26,7 +26,7 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
         timeout: float = 180.0, isolate: bool = False, feeds_file: str | None = None, seed: int = 0,
         chief_queue_runner: str = "auto", fault: str | None = None, tag: str | None = None,
         servers=None, reset_containers: bool = False, worker_graphs: dict[int, str] | None = None,
-        say=progress):
+        allow_io: bool = False, isolation: bool = True, say=progress):
     """Verify ``model_spec`` and return a :class:`placeviz.verify.report.VerifyReport`.
 
     ``placement_options``: :class:`placeviz.placement.PlacementOptions` (``--ps-tasks``, ``--cluster``
@@ -39,7 +39,11 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
     earlier run fails the run. ``sync_options``: :class:`placeviz.pipeline.SyncOptions` to rewrite
     a plain graph first. ``worker_graphs``: worker task -> MODEL that task's program built
     (``--worker-graph``); with a builder MODEL taking ``task_index``, each worker's graph comes from
-    its own call. ``say``: progress callback.
+    its own call. ``allow_io`` (``--allow-io``): run ops that touch the file system or run code
+    (:mod:`placeviz.verify.hostops`) instead of refusing the graph. ``isolation`` False
+    (``--no-isolation``): run the local servers without the private namespaces (said first, on
+    stderr and in the report); with it, a kernel that refuses them is a one-line error before any
+    server starts. ``say``: progress callback.
     Raises :class:`PlacevizError` for bad input (exit 2); a failed check or run is in the report::
 
         report = run("sample:mlp", placement_options=PlacementOptions(setter=SetterConfig(ps_tasks=2)),
@@ -61,6 +65,10 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
                             "--servers")
     if fault is not None and not isolate:
         raise PlacevizError("--inject-fault kills a task process: it needs --isolate")
+    if not isolation and servers is not None:
+        raise PlacevizError("--no-isolation is about verify's own local servers; with --servers it starts none")
+    if not isolation:
+        say(f"WARNING: {NOT_ISOLATED}")
     if reset_containers and servers is None:
         raise PlacevizError("--reset-containers clears the containers of --servers; verify's own local servers "
                             "start empty")
@@ -98,24 +106,71 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
     prepared = prepare(pipe, placement_options, servers=servers, reset_containers=reset_containers, workers=workers,
                        steps=steps, timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,
                        chief_queue_runner=chief_queue_runner, fault=fault, task_pipes=task_pipes)
+    host_io(prepared, str(model_spec), allow_io=allow_io, isolation=isolation, servers=servers is not None)
+    prepared.plan.isolation, prepared.plan.allow_io = isolation, allow_io
     for note in prepared.plan.notes:
         say(f"note: {note}")
     say(f"running on {prepared.describe()} ...")
     raw = run_plan(prepared.plan.to_json(), prepared.graphs, prepared.feeds, progress=say)
+    if raw.result.get("refused"):
+        raise PlacevizError(f"verify cannot isolate its TF servers ({raw.result['refused']}), so it runs nothing: "
+                            "pass --no-isolation to run them anyway, reachable from other hosts and free to write "
+                            "wherever you can")
     if not raw.result and not raw.killed:
         last = (raw.stderr_tail.strip().splitlines() or ["no output"])[-1]
-        raise PlacevizError(f"internal error: verify's coordinator process exited with code {raw.returncode}: {last}")
+        how = (f"was killed by {signal.Signals(-raw.returncode).name}" if raw.returncode and raw.returncode < 0
+               and -raw.returncode in signal.valid_signals() else f"exited with code {raw.returncode}")
+        raise PlacevizError(f"verify's coordinator process {how}: {last}")
     return evaluate(pipe, prepared, raw, model_spec=str(model_spec))
+
+
+NOT_ISOLATED = ("--no-isolation: the local TF servers run without private namespaces: they listen on every "
+                "interface (reachable from other hosts while they run) and the graph's ops can write wherever you "
+                "can")
+
+
+def host_io(prepared, model_spec: str, *, allow_io: bool, isolation: bool, servers: bool) -> None:
+    """Refuse a run that would execute ops touching the file system or running code (one line naming
+    the first, exit 2), unless ``allow_io``; then say in the plan's notes where they run."""
+    from placeviz.verify.hostops import refusal
+
+    found = prepared.host_ops
+    if not found:
+        return
+    source, first = found[0]
+    if not allow_io:
+        raise PlacevizError(refusal(first, source or model_spec, len(found) - 1, servers))
+    ops = ", ".join(dict.fromkeys(f"{h.op} ('{h.node}')" for _s, h in found[:3]))
+    where = ("on the machines of your --servers, unconfined" if servers else
+             "with the host's file system writable (--no-isolation)" if not isolation else
+             "in a mount namespace where only a scratch dir in verify's temp dir (their working directory, "
+             "removed afterwards) is writable: a write elsewhere fails with 'Read-only file system'")
+    prepared.plan.notes.insert(0, f"--allow-io: the run executes {len(found)} op(s) that touch the file system or "
+                                  f"run code ({ops}{' ...' if len(found) > 3 else ''}), {where}")
 
 
 def main(model_spec, *, place: dict, sync, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner,
          fault, fmt: str, output: str | None, tag: str | None, servers_file: str | None = None,
-         reset_containers: bool = False, worker_graphs: tuple[str, ...] = ()) -> None:
-    """The CLI command: exit 0 when every check passes, 1 when one fails (2 comes from errors).
+         reset_containers: bool = False, worker_graphs: tuple[str, ...] = (), allow_io: bool = False,
+         isolation: bool = True) -> None:
+    """The CLI command: exit 0 when every check passes, 1 when one fails (2 comes from errors), 130
+    on SIGINT, 143 on SIGTERM, after stopping everything it started
+    (:func:`placeviz.verify.runner.signal_exits`).
 
     ``--cluster FILE`` is the placement cluster (local servers of its shape run the graph);
     ``--servers FILE`` runs on the user's servers and is also the placement cluster unless
     ``--cluster`` is given."""
+    from placeviz.verify.runner import signal_exits
+
+    with signal_exits():
+        _main(model_spec, place=place, sync=sync, workers=workers, steps=steps, timeout=timeout, isolate=isolate,
+              feeds_file=feeds_file, seed=seed, chief_queue_runner=chief_queue_runner, fault=fault, fmt=fmt,
+              output=output, tag=tag, servers_file=servers_file, reset_containers=reset_containers,
+              worker_graphs=worker_graphs, allow_io=allow_io, isolation=isolation)
+
+
+def _main(model_spec, *, place, sync, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner, fault,
+          fmt, output, tag, servers_file, reset_containers, worker_graphs, allow_io, isolation) -> None:
     from placeviz.commands.place_options import build_placement_options
     from placeviz.devices import ClusterSpec
     from placeviz.tasks import parse_worker_graphs
@@ -133,12 +188,13 @@ def main(model_spec, *, place: dict, sync, workers, steps, timeout, isolate, fee
     report = run(model_spec, placement_options=build_placement_options(place), sync_options=sync, workers=workers,
                  steps=steps, timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,
                  chief_queue_runner=chief_queue_runner, fault=fault, tag=tag, servers=servers,
-                 reset_containers=reset_containers, worker_graphs=parse_worker_graphs(worker_graphs))
+                 reset_containers=reset_containers, worker_graphs=parse_worker_graphs(worker_graphs),
+                 allow_io=allow_io, isolation=isolation)
     from placeviz.verify.report import format_text
 
     text = to_json(report.to_json()) if fmt == "json" else format_text(report)
     emit(text, output)
     if output or fmt == "json":
         progress(report.summary_line())
-    sys.exit(0 if report.ok else 1)
+    raise SystemExit(0 if report.ok else 1)
 

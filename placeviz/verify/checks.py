@@ -1,8 +1,8 @@
 """Judge what the coordinator saw: each check has a status and the evidence behind it (no TF here).
 
 Statuses: ``pass``, ``fail`` (exit code 1), ``skip`` (not applicable, or the run ended before the
-evidence existed) and ``warn`` (reported, does not fail: partition fidelity, a cluster that could
-not be isolated).
+evidence existed) and ``warn`` (reported, does not fail: partition fidelity, a run the user asked
+to go without isolation, ``--no-isolation``).
 
 The checks, in report order:
 
@@ -22,7 +22,8 @@ The checks, in report order:
 * ``stale_gradient``: a gradient tagged with a local step K steps old is dropped, a current one
   counted;
 * ``partitions``: the runtime's partition graphs agree with ``placeviz partition``;
-* ``isolation`` and ``released``: the servers saw only loopback; every process is gone.
+* ``isolation`` and ``released``: the servers saw only loopback and could not write outside the
+  temp dir; every process is gone and the temp dir removed.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def _close(a, b) -> tuple[bool, float]:
 def check_run(plan: dict, result: dict, raw) -> Check:
     failure = result.get("failure")
     if not result:
-        why = "killed after the timeout" if raw.killed else f"exited with code {raw.returncode}"
+        why = ("was stopped (SIGSTOP?) and killed" if getattr(raw, "kill_reason", None) == "stopped" else
+               "killed after the timeout" if raw.killed else f"exited with code {raw.returncode}")
         last = raw.stderr_tail.strip().splitlines()[-1:] or [""]
         return Check("run", "the run finished", "fail", f"the coordinator process {why}: {last[0]}",
                      {"stderr_tail": raw.stderr_tail})
@@ -439,27 +441,45 @@ def check_stale(plan: dict, result: dict) -> Check:
 
 
 def check_isolation(plan: dict, result: dict) -> Check:
-    title = "local servers reachable only from loopback"
+    """Local servers: every process saw only ``lo``, and a write outside the temp dir and one among
+    verify's own files failed with EROFS while one in the scratch dir succeeded (the coordinator's
+    probe, :func:`placeviz.verify.coordinator.write_probe`). ``warn`` with
+    ``--no-isolation`` (the run was asked to go without); ``fail`` if the namespaces were made but
+    do not hold."""
+    title = "local servers reachable only from loopback, host file system read-only"
     if plan["existing_cluster"]:
         return Check("isolation", title, "skip", "--servers: verify started no server", {})
     net = result.get("network") or {}
+    evidence = {**net, "isolation": result.get("isolation")}
+    if not plan.get("isolation", True):
+        return Check("isolation", title, "warn",
+                     "NOT ISOLATED (--no-isolation): the TF servers listened on every interface and were reachable "
+                     "from other hosts while they ran, and the graph's ops could write wherever you can", evidence)
     seen = net.get("interfaces", {})
     only_lo = bool(seen) and all(v == ["lo"] for v in seen.values())
-    if net.get("namespace") and only_lo:
+    mounts = (result.get("isolation") or {}).get("mounts") or {}
+    read_only = mounts.get("outside") == mounts.get("own_files") == "EROFS" and mounts.get("inside") == "written"
+    if net.get("namespace") and only_lo and read_only:
+        written = (result.get("isolation") or {}).get("written") or []
+        wrote = (f"; the graph's ops wrote {len(written)} file(s) there, removed with it: {', '.join(written[:5])}"
+                 f"{' ...' if len(written) > 5 else ''}") if written else ""
         return Check("isolation", title, "pass",
-                     f"{len(seen)} process(es) ran in a private network namespace whose only interface is lo", net)
-    return Check("isolation", title, "warn",
-                 "NO private network namespace: the TF servers listened on every interface and were reachable "
-                 "from other hosts while they ran", net)
+                     f"{len(seen)} process(es) ran in private user, network and mount namespaces: only lo, and a "
+                     f"write anywhere but {mounts['writable']} failed with EROFS{wrote}", evidence)
+    why = "not in a private network namespace" if not net.get("namespace") else \
+        f"interfaces {seen}" if not only_lo else f"write probe {mounts}"
+    return Check("isolation", title, "fail", f"the sandbox did not hold: {why}", evidence)
 
 
 def check_released(raw) -> Check:
     rel = raw.released
-    if rel.get("ok"):
-        return Check("released", "every started process is gone", "pass",
-                     f"{len(rel.get('processes', {}))} process(es) started, none left running", rel)
-    return Check("released", "every started process is gone", "fail",
-                 f"still running: {rel.get('still_running')}", rel)
+    title = "every started process is gone, the temp dir removed"
+    if rel.get("ok") and rel.get("temp_dir_removed", True):
+        return Check("released", title, "pass",
+                     f"{len(rel.get('processes', {}))} process(es) started, none left running; temp dir removed", rel)
+    what = [f"still running: {rel.get('still_running')}"] if not rel.get("ok") else []
+    what += [] if rel.get("temp_dir_removed", True) else ["the temp dir is still there"]
+    return Check("released", title, "fail", "; ".join(what), rel)
 
 
 def check_partitions(pipe, prepared, result: dict) -> Check:

@@ -1,8 +1,13 @@
 """The TF side of ``placeviz verify``: ``python -m placeviz.verify.coordinator WORKDIR``.
 
-Started by :mod:`placeviz.verify.runner` in a fresh process, which first moves into a private
-loopback-only network namespace (:func:`placeviz.verify.sandbox.enter_private_network`) unless it
-runs on servers the user already runs (``--servers FILE``). It then follows ``plan.json`` (a
+Started by :mod:`placeviz.verify.runner` in a fresh process, which first arms
+``PR_SET_PDEATHSIG`` (it dies with placeviz verify, even on SIGKILL) and moves into private user,
+network and mount namespaces (:func:`placeviz.verify.sandbox.enter_sandbox`: only loopback, only
+``WORKDIR/run`` writable, the servers' working directory; verify's own files in WORKDIR are not,
+so an op of the graph cannot replace them) unless it runs on servers the user already runs
+(``--servers FILE``) or
+``--no-isolation`` says not to. When the kernel refuses, it writes ``{"refused": why}`` and exits
+4 without starting anything. It then follows ``plan.json`` (a
 :class:`placeviz.verify.plan.RunPlan`) the way a TF1 chief with ``SyncReplicasHook`` and its
 workers would:
 
@@ -26,7 +31,8 @@ workers would:
    accumulators and the token queue stand still (a deadlock), or the deadline. It reads what every
    thread waits in and the state of the queue and the accumulators.
 
-Everything goes to ``result.json`` and ``arrays.npz``; the checks are made by the parent
+Everything goes to ``result.json`` and ``arrays.npz`` (opened before the sandbox, written last);
+the checks are made by the parent
 (:mod:`placeviz.verify.checks`). The process ends with ``os._exit`` (TF servers cannot be stopped);
 task processes are killed first.
 """
@@ -35,8 +41,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,18 +53,24 @@ import time
 import traceback
 from pathlib import Path
 
-import numpy as np
-
 from placeviz.verify import sandbox
 
+# numpy is imported by main() once the process is in its sandbox: its BLAS starts threads at import,
+# and unshare(CLONE_NEWUSER) refuses a process with more than one thread (EINVAL, unshare(2)).
+np = None
+
 CHILD_FLAG = "--verify-coordinator"
+SCRATCH = "run"  # WORKDIR/run: the only writable directory in the sandbox, the servers' working directory
 QUEUE_OPS = frozenset({"FIFOQueue", "FIFOQueueV2", "PaddingFIFOQueue", "PaddingFIFOQueueV2", "RandomShuffleQueue",
                        "RandomShuffleQueueV2", "PriorityQueue", "PriorityQueueV2"})
 STALL_S = 6.0  # no run finished and no state change for this long while everything waits: deadlock
 
 
 def progress(message: str) -> None:
-    print(f"@@ {message}", file=sys.stderr, flush=True)
+    """One ``@@ `` line on stderr, which the parent relays as progress: a control character from the
+    model (a node name with a newline) is shown escaped, so it cannot end the line or forge another."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    print(f"@@ {text}", file=sys.stderr, flush=True)
 
 
 class Failure(Exception):
@@ -70,6 +84,7 @@ class Failure(Exception):
 class Coordinator:
     def __init__(self, work: Path, plan: dict, isolated: bool):
         self.work, self.plan = work, plan
+        self.scratch = work / SCRATCH  # cluster.json, the task processes' ready files and stderr
         self.t_start = time.monotonic()
         self.deadline = self.t_start + float(plan["timeout_s"])
         self.timings: dict = {}
@@ -126,15 +141,15 @@ class Coordinator:
         self.timings["servers_start_s"] = round(time.monotonic() - t0, 3)
 
     def spawn_tasks(self, spec: dict) -> None:
-        (self.work / "cluster.json").write_text(json.dumps(spec))
+        (self.scratch / "cluster.json").write_text(json.dumps(spec))
         env = sandbox.child_env()
         for job, addresses in spec.items():
             for i in range(len(addresses)):
-                err = open(self.work / f"task_{job}_{i}.stderr", "wb")  # noqa: SIM115 - kept open for the child
+                err = open(self.scratch / f"task_{job}_{i}.stderr", "wb")  # noqa: SIM115 - kept open for the child
                 self.procs[f"{job}:{i}"] = subprocess.Popen(
-                    [sys.executable, "-m", "placeviz.verify.task_server", str(self.work), job, str(i),
+                    [sys.executable, "-m", "placeviz.verify.task_server", str(self.scratch), job, str(i),
                      str(self.plan.get("cpus_per_task", 1))],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=self.work,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=self.scratch,
                     preexec_fn=sandbox.die_with_parent)
         progress(f"started {len(self.procs)} task processes")
 
@@ -144,7 +159,7 @@ class Coordinator:
         while pending:
             for key, proc in list(pending.items()):
                 job, i = key.split(":")
-                ready = self.work / f"ready_{job}_{i}.json"
+                ready = self.scratch / f"ready_{job}_{i}.json"
                 if ready.exists():
                     info = json.loads(ready.read_text())
                     self.result["pids"][key] = info["pid"]
@@ -161,7 +176,7 @@ class Coordinator:
     def _tail(self, key: str) -> str:
         job, i = key.split(":")
         with contextlib.suppress(OSError):
-            lines = (self.work / f"task_{job}_{i}.stderr").read_text(errors="replace").strip().splitlines()
+            lines = (self.scratch / f"task_{job}_{i}.stderr").read_text(errors="replace").strip().splitlines()
             return lines[-1] if lines else ""
         return ""
 
@@ -656,26 +671,74 @@ def _first_line(e: BaseException) -> str:
     return text[:500]
 
 
-def main(workdir: str) -> None:
-    work = Path(workdir)
-    plan = json.loads((work / "plan.json").read_text())
-    isolated = False
-    if not plan["existing_cluster"]:
+def write_probe(work: Path) -> dict:
+    """Evidence of the mount namespace: creating a file next to the temp dir (outside it) and one
+    among verify's own files must fail with EROFS, one in the scratch dir must succeed. None is left."""
+    out = {"writable": str(work / SCRATCH)}
+    for key, path in (("outside", work.parent / f".placeviz-verify-probe-{os.getpid()}"),
+                      ("own_files", work / ".probe"), ("inside", work / SCRATCH / ".probe")):
         try:
-            isolated = sandbox.enter_private_network()
-        except OSError:
-            isolated = False
-        if not isolated:
-            progress("WARNING: no private network namespace (unshare refused): the local TF servers listen on "
-                     "every interface and are reachable from other hosts while they run")
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.unlink(path)
+            out[key] = "written"
+        except OSError as e:
+            out[key] = errno.errorcode.get(e.errno, str(e.errno))
+    return out
+
+
+_OWN_FILES = re.compile(r"cluster\.json|task_.*\.stderr|\.?ready_.*\.json")
+
+
+def written_by_the_graph(scratch: Path, limit: int = 50) -> list[str]:
+    """Files in the scratch dir that verify did not write: what the graph's ops wrote (``--allow-io``;
+    relative paths land here, the servers' working directory), shown in the report."""
+    out = []
+    for path in sorted(scratch.rglob("*")):
+        rel = path.relative_to(scratch).as_posix()
+        if path.is_file() and not _OWN_FILES.fullmatch(rel):
+            out.append(rel)
+    return out[:limit]
+
+
+def main(workdir: str, parent: int | None = None) -> None:
+    work = Path(workdir)
+    # Die with placeviz verify, even on its SIGKILL (prctl(2) PR_SET_PDEATHSIG; armed here, not in a
+    # preexec_fn, so the parent needs no fork-time code; a parent that died before this is caught by
+    # the getppid check).
+    sandbox.die_with_parent()
+    if parent is not None and os.getppid() != parent:
+        os._exit(5)
+    global np
+    plan = json.loads((work / "plan.json").read_text())
+    # Opened before the sandbox: in it, only WORKDIR/run (which the graph may write) is writable, so
+    # that an op of the graph (--allow-io) cannot replace verify's own inputs or its result.
+    result_out = open(work / "result.json", "w")  # noqa: SIM115 - written at the end, through os._exit
+    arrays_out = open(work / "arrays.npz", "wb")  # noqa: SIM115
+    isolation: dict = {"requested": bool(plan.get("isolation", True)), "namespaces": False}
+    if not plan["existing_cluster"]:
+        if isolation["requested"]:
+            try:
+                made = sandbox.enter_sandbox(work / SCRATCH)
+            except (sandbox.SandboxError, OSError) as e:
+                result_out.write(json.dumps({"refused": str(e)}))
+                result_out.close()
+                os._exit(4)
+            sandbox.die_with_parent()  # again: a user namespace may have reset it (prctl(2))
+            isolation.update(namespaces=True, **made, mounts=write_probe(work))
+        else:
+            progress("WARNING: --no-isolation: the local TF servers listen on every interface (reachable from "
+                     "other hosts while they run) and the graph's ops can write wherever you can")
+    import numpy as np
     code = 0
-    coordinator = Coordinator(work, plan, isolated)
+    coordinator = Coordinator(work, plan, isolation["namespaces"])
+    coordinator.result["isolation"] = isolation
     try:
         result = coordinator.run()
-        np.savez(work / "arrays.npz", **{k.replace("/", "|"): v for k, v in coordinator.arrays.items()})
-        tmp = work / "result.json.tmp"
-        tmp.write_text(json.dumps(result, default=_jsonable))
-        tmp.replace(work / "result.json")
+        isolation["written"] = written_by_the_graph(work / SCRATCH)
+        np.savez(arrays_out, **{k.replace("/", "|"): v for k, v in coordinator.arrays.items()})
+        arrays_out.close()
+        result_out.write(json.dumps(result, default=_jsonable))
+        result_out.close()
     except BaseException:  # noqa: BLE001 - reported through the exit code and stderr
         traceback.print_exc()
         code = 3
@@ -695,7 +758,7 @@ def _jsonable(x):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == CHILD_FLAG:
-        main(sys.argv[2])
-    print(f"usage: python -m placeviz.verify.coordinator {CHILD_FLAG} WORKDIR", file=sys.stderr)
+    if len(sys.argv) in (3, 4) and sys.argv[1] == CHILD_FLAG:
+        main(sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else None)
+    print(f"usage: python -m placeviz.verify.coordinator {CHILD_FLAG} WORKDIR [PARENT_PID]", file=sys.stderr)
     sys.exit(2)

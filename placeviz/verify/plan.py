@@ -243,6 +243,8 @@ class RunPlan:
     per_worker: list[dict] = field(default_factory=list)  # placeviz.verify.workers.WorkerRun per worker task
     chief_only: list[str] = field(default_factory=list)  # variables only the chief's graph has
     reset_containers: bool = False  # --servers --reset-containers: Session.reset before the run
+    isolation: bool = True  # local servers in private namespaces (False: --no-isolation)
+    allow_io: bool = False  # --allow-io: ops that touch the file system or run code may run
 
     def to_json(self) -> dict:
         return asdict(self)

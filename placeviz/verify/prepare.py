@@ -13,7 +13,9 @@ Decisions made here (TF-free):
   chief's with the worker device moved to task i (:func:`placeviz.verify.plan.worker_graph`) and
   without the chief-only state (:mod:`placeviz.verify.workers`);
 * **feeds**: every placeholder the worker train op depends on, synthetic (seeded per worker) or
-  from ``--feeds FILE.npz``.
+  from ``--feeds FILE.npz``;
+* **host ops**: the ops of every graph's run that touch the file system or run code
+  (:mod:`placeviz.verify.hostops`), for the command to refuse.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 from placeviz.devices import PyDeviceSpec, parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.verify import feeds as feed_data
+from placeviz.verify import hostops
 from placeviz.verify import workers as workers_mod
 from placeviz.verify.plan import RunPlan, make_plan, op_of, placeholders, worker_graph
 
@@ -39,6 +42,9 @@ class Prepared:
     unfed: list[str] = field(default_factory=list)
     client_device: str = ""
     cluster_file: str | None = None  # the file the servers' addresses (--servers) or shape (--cluster) come from
+    # ops the run executes that touch the host (placeviz.verify.hostops), with the MODEL of the graph
+    # that holds them (None: the chief's MODEL); refused unless --allow-io
+    host_ops: list = field(default_factory=list)
 
     def describe(self) -> str:
         p = self.plan
@@ -168,6 +174,10 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
     if unfed and not feeds_file:
         plan.notes.append(f"kept the default value of {len(unfed)} integer/boolean/string input(s) "
                           f"({', '.join(unfed[:3])}{' ...' if len(unfed) > 3 else ''})")
+    chief_targets, own_targets = hostops.run_targets(plan)
+    host_ops = [(None, h) for h in hostops.find(graph, chief_targets)]
+    for t, targets in sorted(own_targets.items()):
+        host_ops += [(task_pipes[t][0], h) for h in hostops.find(task_pipes[t][1].graph, targets)]
     base = graph.graph_def
     non_chief = workers_mod.without(base, own.dropped) if own.dropped and shared else base
     graphs = []
@@ -180,5 +190,6 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
     from placeviz.pipeline import client_device
 
     return Prepared(plan=plan, graphs=graphs, feeds=per_worker, unfed=unfed,
-                    client_device=client_device(placement_options.placer.master_task) or "", cluster_file=source)
+                    client_device=client_device(placement_options.placer.master_task) or "", cluster_file=source,
+                    host_ops=host_ops)
 

@@ -35,18 +35,28 @@ class VerifyReport:
         return (f"verify: {verdict}: {counts['pass']} passed, {counts['fail']} failed, {counts['warn']} warnings, "
                 f"{counts['skip']} skipped ({self.raw_seconds:.1f} s)")
 
+    def warnings(self) -> list[str]:
+        """What the report says before anything else: a run without isolation (``--no-isolation``)."""
+        p = self.plan
+        if p.get("isolation", True) or p.get("existing_cluster"):
+            return []
+        check = self.check("isolation")
+        return [f"WARNING: {check.summary if check is not None else 'NOT ISOLATED (--no-isolation)'}"]
+
     def to_json(self) -> dict:
         p = self.plan
         failure = self.result.get("failure") if self.result else None
         return {
             "schema": SCHEMA,
+            "warnings": self.warnings(),
             "model": self.model,
             "ok": self.ok,
             "run": {
                 "cluster": self.result.get("cluster_spec") or p["cluster"], "workers": p["workers"],
                 "steps": p["steps"], "replicas_to_aggregate": p["replicas_to_aggregate"],
                 "tokens_per_step": p["tokens_per_step"], "isolate": p["isolate"],
-                "existing_cluster": p["existing_cluster"], "train_ops": p["train_ops"], "sync_op": p["sync_op"],
+                "existing_cluster": p["existing_cluster"], "isolation": p.get("isolation", True),
+                "allow_io": p.get("allow_io", False), "train_ops": p["train_ops"], "sync_op": p["sync_op"],
                 "chief_queue_runner": p["queue_runner"], "init_tokens_ops": p["init_tokens_ops"],
                 "feeds": p["feeds"], "seed": p["seed"], "tf_version": self.result.get("tf_version"),
                 "per_worker": [{"task": w["task"], "graph": w["source"], "train_ops": w["train_ops"],
@@ -67,7 +77,7 @@ class VerifyReport:
 def format_text(report: VerifyReport) -> str:
     p = report.plan
     cluster = report.result.get("cluster_spec") or p["cluster"]
-    lines = [f"placeviz verify {report.model}",
+    lines = [*report.warnings(), f"placeviz verify {report.model}",
              f"  cluster: {_cluster_text(cluster)}{' (one process per task)' if p['isolate'] else ''}; "
              f"W={p['workers']} workers, K={p['steps']} steps, R={p['replicas_to_aggregate']}, "
              f"tokens/step={p['tokens_per_step']}",
