@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from placeviz.escape import terminal_text
+
 SCHEMA = "placeviz.verify/1"
 MARK = {"pass": "PASS", "fail": "FAIL", "skip": "skip", "warn": "WARN"}
 
@@ -92,7 +94,7 @@ def format_text(report: VerifyReport) -> str:
     t = report.timings()
     parts = [f"{k.removesuffix('_s')} {v:.2f} s" for k, v in t.items() if isinstance(v, (int, float))]
     lines += ["", "timings: " + ", ".join(parts), "", report.summary_line()]
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(terminal_text, lines)) + "\n"  # names from the model stay one line each
 
 
 def _cluster_text(cluster: dict) -> str:
