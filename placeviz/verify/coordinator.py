@@ -53,6 +53,8 @@ import time
 import traceback
 from pathlib import Path
 
+from placeviz.agreement import QUEUE_OPS
+from placeviz.escape import terminal_text
 from placeviz.verify import sandbox
 
 # numpy is imported by main() once the process is in its sandbox: its BLAS starts threads at import,
@@ -61,16 +63,13 @@ np = None
 
 CHILD_FLAG = "--verify-coordinator"
 SCRATCH = "run"  # WORKDIR/run: the only writable directory in the sandbox, the servers' working directory
-QUEUE_OPS = frozenset({"FIFOQueue", "FIFOQueueV2", "PaddingFIFOQueue", "PaddingFIFOQueueV2", "RandomShuffleQueue",
-                       "RandomShuffleQueueV2", "PriorityQueue", "PriorityQueueV2"})
 STALL_S = 6.0  # no run finished and no state change for this long while everything waits: deadlock
 
 
 def progress(message: str) -> None:
     """One ``@@ `` line on stderr, which the parent relays as progress: a control character from the
     model (a node name with a newline) is shown escaped, so it cannot end the line or forge another."""
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
-    print(f"@@ {text}", file=sys.stderr, flush=True)
+    print(f"@@ {terminal_text(message)}", file=sys.stderr, flush=True)
 
 
 class Failure(Exception):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from placeviz.agreement import ACCUMULATOR_OPS, QUEUE_OPS, VARIABLE_OPS
 from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.sync.reach import Reach
@@ -45,8 +46,7 @@ class ChiefOnly:
 
 def _is_resource(op: str) -> bool:
     """Ops that create state other ops then use (variables, accumulators, queues, tables)."""
-    return op in ("VariableV2", "Variable", "VarHandleOp") or "Accumulator" in op or op.endswith(
-        ("Queue", "QueueV2")) or "HashTable" in op
+    return op in VARIABLE_OPS or op in ACCUMULATOR_OPS or op in QUEUE_OPS or "HashTable" in op
 
 
 def chief_only(pipe, worker_job: str, local_step: str | None, targets: list[str]) -> ChiefOnly:
@@ -65,7 +65,7 @@ def chief_only(pipe, worker_job: str, local_step: str | None, targets: list[str]
     out = ChiefOnly()
     seeds = []
     for i, (name, op) in enumerate(zip(graph.names, graph.ops, strict=True)):
-        if op in ("VariableV2", "Variable", "VarHandleOp") and name not in local:
+        if op in VARIABLE_OPS and name not in local:
             parsed = parse_full_name(devices[i])
             if parsed is not None and parsed.job == worker_job:
                 out.variables.append(name)
