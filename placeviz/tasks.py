@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from placeviz.devices import PyDeviceSpec, parse_full_name
+from placeviz.devices import PyDeviceSpec
 from placeviz.errors import PlacevizError
 from placeviz.io import Model, load
 
@@ -83,32 +83,8 @@ def load_task_graphs(chief: Model, model_spec: str, worker_graphs: dict[int, str
 
 
 def task_placement_options(options, task: int):
-    """The PLACE options as task ``task``'s client has them.
-
-    ``--worker-device /job:worker/task:%d`` gets the task's index (the program's
-    ``"/job:worker/task:%d" % task_index``); a session on the worker job runs in the task itself
-    (``--master /job:worker/task:0`` becomes task ``task``'s), so a worker device without a task
-    resolves to the task, as TF's placer does. Everything else is the same for every task.
-    """
-    if options is None:
-        return None
-    setter = options.setter
-    worker_device = setter.worker_device or ""
-    if "%d" in worker_device:
-        setter = dataclasses.replace(setter, worker_device=worker_device.replace("%d", str(task)))
-    placer = options.placer
-    worker_job = _job(setter.worker_device) or "worker"
-    master = parse_full_name(placer.master_task) if placer.master_task else None
-    if task and master is not None and master.job == worker_job:
-        placer = dataclasses.replace(placer, master_task=dataclasses.replace(master, task=task).to_string())
-    return dataclasses.replace(options, setter=setter, placer=placer)
-
-
-def _job(device: str) -> str | None:
-    try:
-        return PyDeviceSpec.parse(device).job
-    except Exception:  # noqa: BLE001 - a malformed device: the placement stage reports it
-        return None
+    """:meth:`placeviz.placement.PlacementOptions.for_task`, None-safe (no PLACE options: None)."""
+    return None if options is None else options.for_task(task)
 
 
 def cluster_workers(options) -> int | None:
@@ -116,7 +92,7 @@ def cluster_workers(options) -> int | None:
     cluster = getattr(options, "cluster", None) if options is not None else None
     if cluster is None:
         return None
-    job = _job(options.setter.worker_device.replace("%d", "0")) or "worker"
+    job = PyDeviceSpec.parse(options.for_task(0).setter.worker_device).job or "worker"
     return cluster.num_tasks(job) if job in cluster.jobs else None
 
 

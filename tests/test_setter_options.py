@@ -86,3 +86,21 @@ def test_unknown_scope_end_is_one_line(built, tmp_path, capsys):
                             "--setter-scope-end", "no/such/node", "-o", tmp_path / "x.pb"], capsys)
     assert code == 2 and err.count("\n") == 1 and "no/such/node" in err
     assert not (tmp_path / "x.pb").exists()
+
+
+@pytest.mark.parametrize("command", ["place", "partition"])
+def test_worker_device_template_is_the_chiefs_task(built, tmp_path, capsys, command):
+    """``--worker-device /job:worker/task:%d`` (the program's ``"/job:worker/task:%d" % task_index``)
+    on a single graph: the chief's, task 0, as analyze/lint/verify read MODEL."""
+    outs = []
+    for device in ("/job:worker/task:%d", "/job:worker/task:0"):
+        out = tmp_path / f"{command}-{device.rsplit(':', 1)[-1].replace('%', 'pct')}"
+        code, _, err = run_cli([command, built / "unplaced.pb", "--ps-tasks", "2", "--worker-device", device,
+                                "-o", out if command == "partition" else out.with_suffix(".pb")], capsys)
+        assert code == 0, err
+        outs.append(out if command == "partition" else out.with_suffix(".pb"))
+    if command == "place":
+        assert outs[0].read_bytes() == outs[1].read_bytes()
+    else:
+        assert sorted(p.name for p in outs[0].iterdir()) == sorted(p.name for p in outs[1].iterdir())
+        assert all((outs[0] / p.name).read_bytes() == p.read_bytes() for p in outs[1].iterdir())

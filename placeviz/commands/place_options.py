@@ -26,8 +26,9 @@ def place_options(func):
         click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False),
                      help='Cluster JSON ({"ps": [...], "worker": [...]}) or a TF_CONFIG document.'),
         click.option("--worker-device", default="/job:worker", show_default=True,
-                     help="replica_device_setter's worker_device (TF's default; mnist_replica-style "
-                          "programs pass /job:worker/task:%d)."),
+                     help="replica_device_setter's worker_device (TF's default). Programs that pass "
+                          "'/job:worker/task:%d' % task_index: give it as written; MODEL is task 0's graph, "
+                          "each --worker-graph I gets task I."),
         click.option("--ps-device", default="/job:ps", show_default=True, help="replica_device_setter's ps_device."),
         click.option("--strategy", type=click.Choice(["round-robin", "greedy"]), default="round-robin",
                      show_default=True, help="PS strategy (greedy: TF1 contrib byte-size load balancing)."),

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
@@ -44,6 +45,32 @@ class PlacementOptions:
     @property
     def wants_setter(self) -> bool:
         return self.setter.ps_tasks > 0 or self.setter.cluster is not None
+
+    def for_task(self, task: int) -> PlacementOptions:
+        """The options as worker task ``task``'s client has them (between-graph replication).
+
+        ``--worker-device /job:worker/task:%d`` gets the task's index (the program's
+        ``"/job:worker/task:%d" % task_index``); a session on the worker job runs in the task itself
+        (``--master /job:worker/task:0`` becomes task ``task``'s), so a worker device without a
+        task resolves to the task, as TF's placer does. Everything else is the same for every
+        task; task 0 (the chief) only fills in the ``%d``.
+        """
+        setter = self.setter
+        if "%d" in (setter.worker_device or ""):
+            setter = dataclasses.replace(setter, worker_device=setter.worker_device.replace("%d", str(task)))
+        placer = self.placer
+        worker_job = _job(setter.worker_device) or "worker"
+        master = parse_full_name(placer.master_task) if placer.master_task else None
+        if task and master is not None and master.job == worker_job:
+            placer = dataclasses.replace(placer, master_task=dataclasses.replace(master, task=task).to_string())
+        return dataclasses.replace(self, setter=setter, placer=placer)
+
+
+def _job(device: str) -> str | None:
+    try:
+        return PyDeviceSpec.parse(device).job
+    except Exception:  # noqa: BLE001 - a malformed device: the placement stage reports it
+        return None
 
 
 @dataclass
@@ -127,6 +154,7 @@ def cluster_for(graph: Graph, options: PlacementOptions) -> ClusterSpec:
 
 def place_graph(graph: Graph, options: PlacementOptions, op_table=None) -> PlacementResult:
     """Run the setter (when it applies) and the placer; see the module docstring."""
+    options = options.for_task(0)  # a graph alone is the chief's: `/job:worker/task:%d` is task 0
     with gc_paused():  # the whole pipeline: a collection between the stages would walk both graphs
         return _place_graph(graph, options, op_table)
 
@@ -137,6 +165,7 @@ def setter_stage(graph: Graph, options: PlacementOptions, op_table=None) -> Sett
     It only writes device strings, as TF's device function does at op-creation time; nothing is
     checked against a cluster here (a ``/device:GPU:3`` pin is TF's placer's business, later).
     """
+    options = options.for_task(0)
     if not (options.wants_setter and (options.replace_devices or not is_placed(graph))):
         return None
     source = strip_jobs(graph) if options.replace_devices else graph
