@@ -590,6 +590,18 @@ def guard_outputs():
         _inputs = saved
 
 
+def note_input(path: str | os.PathLike, option: str) -> None:
+    """Remember the file of ``option`` (``--cluster``, ``--servers``, ``--feeds``), an input other
+    than MODEL: ``-o`` may not overwrite it either."""
+    if _inputs is None:
+        return
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # its reader reports it
+    _inputs.files[(st.st_dev, st.st_ino)] = (f"{option} file {os.fspath(path)}", os.path.realpath(path))
+
+
 def _note_input(spec: str) -> None:
     """Remember MODEL ``spec`` (a file, a SavedModel directory or a builder) as an input."""
     if _inputs is None or spec.startswith("sample:"):
@@ -655,9 +667,9 @@ def check_output(path: str | os.PathLike, *, directory: bool = False) -> None:
     if st is not None:
         hit = files.get((st.st_dev, st.st_ino))
         if hit is not None:
-            same = "" if hit[0] == shown else f" {hit[0]}"
-            raise OutputError(shown, f"is the input model{same} (the same file); refusing to overwrite it, "
-                                     "choose another output")
+            what = f"the {hit[0]}" if hit[0].startswith("--") else (
+                "the input model" + ("" if hit[0] == shown else f" {hit[0]}"))
+            raise OutputError(shown, f"is {what} (the same file); refusing to overwrite it, choose another output")
         for tree, spec in _inputs.trees.items():
             if _inside(real, tree):
                 raise OutputError(shown, f"is inside the input SavedModel {spec}; refusing to overwrite it, "

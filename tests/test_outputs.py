@@ -193,6 +193,18 @@ def test_a_python_builder_is_an_input_too(tmp_path, capsys):
     assert snapshot(builder) == before
 
 
+@pytest.mark.parametrize("command", [["analyze", "{model}", "--cluster", "{other}", "--format", "json", "-o", "{other}"],
+                                     ["place", "{model}", "--cluster", "{other}", "-o", "{other}"]])
+def test_the_cluster_file_is_an_input_too(command, model, tmp_path, capsys):
+    """``-o cluster.json`` next to ``--cluster cluster.json`` would overwrite the user's cluster."""
+    other = tmp_path / "cluster.json"
+    other.write_text('{"ps": ["ps0:2222", "ps1:2222"], "worker": ["w0:2222"]}')
+    before = snapshot(other)
+    code, _, err = run_cli([a.format(model=model, other=other) for a in command], capsys)
+    assert code == 2 and "is the --cluster file" in one_line(err), err
+    assert snapshot(other) == before
+
+
 def test_any_file_of_an_input_saved_model_is_refused(tmp_path, capsys):
     saved = SavedModel(saved_model_schema_version=1)
     meta = saved.meta_graphs.add()

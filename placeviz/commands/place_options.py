@@ -80,6 +80,10 @@ def build_placement_options(place: dict):
         problem = device_bound_problem(place[option] or "")
         if problem is not None:
             raise PlacevizError(f"--{option.replace('_', '-')} {place[option]!r}: {problem}")
+    from placeviz.io import note_input
+
+    if place["cluster_file"]:
+        note_input(place["cluster_file"], "--cluster")  # -o may not overwrite it
     cluster = None
     if place["cluster_file"]:
         cluster, _task = ClusterSpec.from_json_file(place["cluster_file"])

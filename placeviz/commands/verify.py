@@ -177,6 +177,11 @@ def _main(model_spec, *, place, sync, workers, steps, timeout, isolate, feeds_fi
 
     if importlib.util.find_spec("tensorflow") is None:
         raise PlacevizError(TF_MISSING)
+    from placeviz.io import note_input
+
+    for path, option in ((servers_file, "--servers"), (feeds_file, "--feeds")):
+        if path:
+            note_input(path, option)  # -o may not overwrite it
     servers = None
     if servers_file:
         servers, _task = ClusterSpec.from_json_file(servers_file)
