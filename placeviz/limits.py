@@ -41,6 +41,9 @@ MAX_DEVICES_PER_TASK = 1_024
 """``--cpus-per-task`` and ``--gpus-per-worker`` at most this; device indices 0 .. MAX_DEVICES_PER_TASK - 1."""
 MAX_CLUSTER_TASKS = 100_000
 """Tasks of all jobs of one cluster together."""
+MAX_LOCAL_TASKS = 256
+"""``verify`` on local servers: at most this many TF servers (ps + worker tasks) on this machine,
+each a gRPC server with its own threads, plus one session and one thread per worker."""
 MAX_CLUSTER_DEVICES = 100_000
 """Devices (tasks x devices per task) of one cluster's device set."""
 DEFAULT_MAX_INPUT_BYTES = 2 << 30

@@ -130,6 +130,7 @@ def test_bad_task_graphs_are_one_line_exit_2_before_any_server(trainer, tmp_path
         ([chief, "--worker-graph", "one=x.meta"], "expected I=MODEL"),
         ([f"{trainer}:build_failing_on_task_1", "--timeout", 30], "for task_index=1: no data shard"),
         ([f"{trainer}:chief_graph_reading_averages", "--workers", 2], "needs chief-only state"),
+        ([chief, "--workers", 1000], "verify would start 1001 local TF servers (1 ps, 1000 worker); at most 256"),
     ]
     for args, expected in cases:
         code, _report, err = _run(args, capsys)

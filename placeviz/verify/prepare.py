@@ -104,6 +104,14 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
         cluster.update({ps_job: ps, worker_job: workers})
     if workers < 1:
         raise PlacevizError("verify needs at least one worker")
+    if not existing:
+        from placeviz.limits import MAX_LOCAL_TASKS
+
+        local = sum(n if isinstance(n, int) else len(n) for n in cluster.values())
+        if local > MAX_LOCAL_TASKS:
+            shape = ", ".join(f"{n} {job}" for job, n in cluster.items())
+            raise PlacevizError(f"verify would start {local} local TF servers ({shape}); at most {MAX_LOCAL_TASKS} run "
+                                "on one machine: lower --workers, or run on your own servers with --servers FILE")
 
     train_ops = [m.name(i) for i in m.primary.worker_train_ops] if m is not None and m.primary else []
     names = placeholders(graph, train_ops)
