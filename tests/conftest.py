@@ -19,6 +19,26 @@ from placeviz.cli import main  # noqa: E402 - after the environment is settled
 TESTS = Path(__file__).parent
 
 
+@pytest.fixture(params=["c", "python"])
+def kernel_mode(request, monkeypatch) -> str:
+    """Run the test with the C kernels (skipped where they are not built), then with every module on
+    its Python loops, as ``PLACEVIZ_NO_KERNELS=1`` gives (``placeviz/native.py``)."""
+    import placeviz.graph
+    import placeviz.io
+    import placeviz.partition
+    import placeviz.prune
+    from placeviz.placement import placer, setter
+
+    slots = [(placeviz.graph, "_wire"), (placeviz.io, "_wire"), (placeviz.prune, "_kernels"),
+             (placeviz.partition, "_kernels"), (setter, "_kernels"), (placer, "_kernels")]
+    if request.param == "python":
+        for module, name in slots:
+            monkeypatch.setattr(module, name, None)
+    elif any(getattr(module, name) is None for module, name in slots):
+        pytest.skip("the C kernels are not built")
+    return request.param
+
+
 def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
     """Run ``placeviz ARGS`` in-process; return (exit code, stdout, stderr)."""
     try:

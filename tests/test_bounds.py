@@ -33,20 +33,7 @@ from placeviz.native import NO_KERNELS_ENV
 from placeviz.protos import GraphDef
 
 REPO = Path(__file__).parent.parent
-KERNEL_SLOTS = [(placeviz.graph, "_wire"), (placeviz.io, "_wire"), (placeviz.prune, "_kernels"),
-                (placeviz.partition, "_kernels"), (placeviz.placement.setter, "_kernels"),
-                (placeviz.placement.placer, "_kernels")]
 
-
-@pytest.fixture(params=["c", "python"])
-def kernel_mode(request, monkeypatch):
-    """Run the test with the C kernels, then with every module on its Python loops."""
-    if request.param == "python":
-        for module, name in KERNEL_SLOTS:
-            monkeypatch.setattr(module, name, None)
-    elif any(getattr(module, name) is None for module, name in KERNEL_SLOTS):
-        pytest.skip("the C kernels are not built")
-    return request.param
 
 
 def graph_file(path: Path, device: str = "/job:ps/task:0", dims=(4, 3), dtype: int = 1) -> Path:

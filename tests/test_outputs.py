@@ -103,23 +103,6 @@ def model(tmp_path) -> Path:
     return path
 
 
-@pytest.fixture(params=["kernels", "python"])
-def kernel_mode(request, monkeypatch) -> str:
-    """The C kernels (when built) or the pure-Python paths, as ``PLACEVIZ_NO_KERNELS=1`` gives."""
-    import placeviz.graph
-    import placeviz.partition
-    import placeviz.prune
-    from placeviz.placement import placer, setter
-
-    holders = [(placeviz.graph, "_wire"), (pio, "_wire"), (placeviz.prune, "_kernels"),
-               (placeviz.partition, "_kernels"), (setter, "_kernels"), (placer, "_kernels")]
-    if request.param == "python":
-        for module, attr in holders:
-            monkeypatch.setattr(module, attr, None)
-    elif any(getattr(module, attr) is None for module, attr in holders):
-        pytest.skip("the C kernels are not built here")
-    return request.param
-
 
 def snapshot(path: Path) -> tuple[bytes, int, int]:
     st = path.stat()

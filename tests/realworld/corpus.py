@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).parent
 PROGRAMS_DIR = HERE / "programs"
 
@@ -126,6 +128,21 @@ def build(name: str, out: Path) -> Program:
 
 
 _BUILT: dict[str, Program | Exception] = {}
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> dict[str, Program | Exception]:
+    """Every program built once per test process (the test modules import this fixture)."""
+    pytest.importorskip("tensorflow")
+    return built_once(program_names(), lambda: tmp_path_factory.mktemp("realworld"))
+
+
+def program(built: dict, name: str) -> Program:
+    """``name``'s build, or the test fails with the build's error."""
+    result = built[name]
+    if isinstance(result, Exception):
+        pytest.fail(str(result))
+    return result
 
 
 def built_once(names: Iterable[str], root_factory) -> dict[str, Program | Exception]:

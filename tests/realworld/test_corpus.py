@@ -35,17 +35,8 @@ pytestmark = pytest.mark.tf
 PROGRAMS = corpus.program_names()
 
 
-@pytest.fixture(scope="session")
-def built(tmp_path_factory) -> dict:
-    pytest.importorskip("tensorflow")
-    return corpus.built_once(PROGRAMS, lambda: tmp_path_factory.mktemp("realworld"))
-
-
-def _program(built, name) -> corpus.Program:
-    program = built[name]
-    if isinstance(program, Exception):
-        pytest.fail(str(program))
-    return program
+from corpus import built  # noqa: E402, F401 - the session fixture, shared by the corpus tests
+from corpus import program as _program  # noqa: E402
 
 
 def _label(sync: bool, chief: bool) -> str:
