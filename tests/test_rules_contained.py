@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
-from test_bounds import kernel_mode  # noqa: F401 - the fixture: C kernels, then the Python loops
 
 from placeviz.lint import contain
 from placeviz.protos import GraphDef
