@@ -280,6 +280,19 @@ def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, pl
 @click.option("--no-isolation", "no_isolation", is_flag=True,
               help="Run the local servers without private namespaces: reachable from other hosts, free to write "
                    "wherever you can. Without it, a kernel that refuses the namespaces means no run.")
+@click.option("--mode", type=click.Choice(["sync", "async", "barrier"]), default="sync", show_default=True,
+              help="sync: the SyncReplicas graph as TF runs it; async: the plain graph, each worker applying its own "
+                   "updates (staleness, locking); barrier: sync with R=W and each worker allowed one step per global "
+                   "step (the straggler's pace).")
+@click.option("--slow-worker", "slow_workers", metavar="I=SECONDS", multiple=True,
+              help="Delay worker I's gradients by SECONDS every step (repeatable; an op in verify's copy of the "
+                   "graph, the file is not changed).")
+@click.option("--trace", "trace_file", type=click.Path(dir_okay=False), metavar="FILE.json",
+              help="Write a Chrome trace (Perfetto, chrome://tracing) of every task's ops in every run.")
+@click.option("--timeline", "timeline_file", type=click.Path(dir_okay=False), metavar="FILE.png|svg",
+              help="Draw the worker lanes over time, step boundaries and the staleness histogram.")
+@click.option("--loss", metavar="TENSOR", help="The scalar loss read after the run (default: the tensor the "
+                                               "gradients were taken of, when it can be found).")
 @click.option("--inject-fault", "fault", metavar="TASK@STEP", hidden=True,
               help="Testing: kill task process TASK (e.g. worker:2) after global step STEP (needs --isolate).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -288,7 +301,8 @@ def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, pl
 @place_options
 @sync_options
 def verify(model, workers, steps, timeout, isolate, servers_file, reset_containers, feeds_file, seed,
-           chief_queue_runner, worker_graphs, allow_io, no_isolation, fault, fmt, output, tag, place, sync) -> None:
+           chief_queue_runner, worker_graphs, allow_io, no_isolation, mode, slow_workers, trace_file, timeline_file,
+           loss, fault, fmt, output, tag, place, sync) -> None:
     """Run MODEL's synchronous training on real TF servers (127.0.0.1, private network) and check it.
 
     Checks that K global steps make global_step == K, that every update ran once per step in the
@@ -305,7 +319,8 @@ def verify(model, workers, steps, timeout, isolate, servers_file, reset_containe
     command.main(model, place=place, sync=sync, workers=workers, steps=steps, timeout=timeout, isolate=isolate,
                  feeds_file=feeds_file, seed=seed, chief_queue_runner=chief_queue_runner, fault=fault, fmt=fmt,
                  output=output, tag=tag, servers_file=servers_file, reset_containers=reset_containers,
-                 worker_graphs=worker_graphs, allow_io=allow_io, isolation=not no_isolation)
+                 worker_graphs=worker_graphs, allow_io=allow_io, isolation=not no_isolation, mode=mode,
+                 slow_workers=slow_workers, trace_file=trace_file, timeline_file=timeline_file, loss=loss)
 
 
 @cli.group()

@@ -26,7 +26,8 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
         timeout: float = 180.0, isolate: bool = False, feeds_file: str | None = None, seed: int = 0,
         chief_queue_runner: str = "auto", fault: str | None = None, tag: str | None = None,
         servers=None, reset_containers: bool = False, worker_graphs: dict[int, str] | None = None,
-        allow_io: bool = False, isolation: bool = True, say=progress):
+        allow_io: bool = False, isolation: bool = True, mode: str = "sync", slow_workers: dict | None = None,
+        trace: bool = False, loss: str | None = None, say=progress):
     """Verify ``model_spec`` and return a :class:`placeviz.verify.report.VerifyReport`.
 
     ``placement_options``: :class:`placeviz.placement.PlacementOptions` (``--ps-tasks``, ``--cluster``
@@ -40,7 +41,11 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
     a plain graph first. ``worker_graphs``: worker task -> MODEL that task's program built
     (``--worker-graph``); with a builder MODEL taking ``task_index``, each worker's graph comes from
     its own call. ``allow_io`` (``--allow-io``): run ops that touch the file system or run code
-    (:mod:`placeviz.verify.hostops`) instead of refusing the graph. ``isolation`` False
+    (:mod:`placeviz.verify.hostops`) instead of refusing the graph. ``mode``: ``sync``, ``async``
+    (the plain graph, every worker applying its own updates) or ``barrier`` (sync, one gradient per
+    worker per step); ``slow_workers``: worker -> seconds of delay per step; ``trace``: keep every
+    op of every run (for ``--trace``); ``loss``: the scalar read after the run
+    (:mod:`placeviz.verify.modes`). ``isolation`` False
     (``--no-isolation``): run the local servers without the private namespaces (said first, on
     stderr and in the report); with it, a kernel that refuses them is a one-line error before any
     server starts. ``say``: progress callback.
@@ -60,6 +65,11 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
 
     if steps < 1:
         raise PlacevizError("--steps must be at least 1")
+    if mode == "async" and sync_options is not None:
+        raise PlacevizError("--mode async runs the plain graph as it is; --sync-replicas rewrites it into "
+                            "SyncReplicas form: give one of them")
+    if mode == "async" and worker_graphs:
+        raise PlacevizError("--mode async runs the chief's graph on every worker; --worker-graph is for sync mode")
     if isolate and servers is not None:
         raise PlacevizError("--isolate starts local servers, one process per task; it cannot be combined with "
                             "--servers")
@@ -105,7 +115,8 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
 
     prepared = prepare(pipe, placement_options, servers=servers, reset_containers=reset_containers, workers=workers,
                        steps=steps, timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,
-                       chief_queue_runner=chief_queue_runner, fault=fault, task_pipes=task_pipes)
+                       chief_queue_runner=chief_queue_runner, fault=fault, task_pipes=task_pipes, mode=mode,
+                       slow_workers=slow_workers, trace=trace, loss=loss)
     host_io(prepared, str(model_spec), allow_io=allow_io, isolation=isolation, servers=servers is not None)
     prepared.plan.isolation, prepared.plan.allow_io = isolation, allow_io
     for note in prepared.plan.notes:
@@ -152,7 +163,8 @@ def host_io(prepared, model_spec: str, *, allow_io: bool, isolation: bool, serve
 def main(model_spec, *, place: dict, sync, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner,
          fault, fmt: str, output: str | None, tag: str | None, servers_file: str | None = None,
          reset_containers: bool = False, worker_graphs: tuple[str, ...] = (), allow_io: bool = False,
-         isolation: bool = True) -> None:
+         isolation: bool = True, mode: str = "sync", slow_workers: tuple[str, ...] = (), trace_file: str | None = None,
+         timeline_file: str | None = None, loss: str | None = None) -> None:
     """The CLI command: exit 0 when every check passes, 1 when one fails (2 comes from errors), 130
     on SIGINT, 143 on SIGTERM, after stopping everything it started
     (:func:`placeviz.verify.runner.signal_exits`).
@@ -166,11 +178,13 @@ def main(model_spec, *, place: dict, sync, workers, steps, timeout, isolate, fee
         _main(model_spec, place=place, sync=sync, workers=workers, steps=steps, timeout=timeout, isolate=isolate,
               feeds_file=feeds_file, seed=seed, chief_queue_runner=chief_queue_runner, fault=fault, fmt=fmt,
               output=output, tag=tag, servers_file=servers_file, reset_containers=reset_containers,
-              worker_graphs=worker_graphs, allow_io=allow_io, isolation=isolation)
+              worker_graphs=worker_graphs, allow_io=allow_io, isolation=isolation, mode=mode,
+              slow_workers=slow_workers, trace_file=trace_file, timeline_file=timeline_file, loss=loss)
 
 
 def _main(model_spec, *, place, sync, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner, fault,
-          fmt, output, tag, servers_file, reset_containers, worker_graphs, allow_io, isolation) -> None:
+          fmt, output, tag, servers_file, reset_containers, worker_graphs, allow_io, isolation, mode, slow_workers,
+          trace_file, timeline_file, loss) -> None:
     from placeviz.commands.place_options import build_placement_options
     from placeviz.devices import ClusterSpec
     from placeviz.tasks import parse_worker_graphs
@@ -178,6 +192,12 @@ def _main(model_spec, *, place, sync, workers, steps, timeout, isolate, feeds_fi
     if importlib.util.find_spec("tensorflow") is None:
         raise PlacevizError(TF_MISSING)
     from placeviz.io import note_input
+    from placeviz.verify.modes import parse_slow_workers
+    from placeviz.verify.timeline import check_picture_path
+
+    slow = parse_slow_workers(slow_workers, workers)
+    if timeline_file:
+        check_picture_path(timeline_file)
 
     for path, option in ((servers_file, "--servers"), (feeds_file, "--feeds")):
         if path:
@@ -194,12 +214,27 @@ def _main(model_spec, *, place, sync, workers, steps, timeout, isolate, feeds_fi
                  steps=steps, timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,
                  chief_queue_runner=chief_queue_runner, fault=fault, tag=tag, servers=servers,
                  reset_containers=reset_containers, worker_graphs=parse_worker_graphs(worker_graphs),
-                 allow_io=allow_io, isolation=isolation)
+                 allow_io=allow_io, isolation=isolation, mode=mode, slow_workers=slow, trace=bool(trace_file), loss=loss)
     from placeviz.verify.report import format_text
 
     text = to_json(report.to_json()) if fmt == "json" else format_text(report)
+    write_timeline(report, trace_file, timeline_file)
     emit(text, output)
     if output or fmt == "json":
         progress(report.summary_line())
     raise SystemExit(0 if report.ok else 1)
 
+
+
+def write_timeline(report, trace_file: str | None, timeline_file: str | None, label: str | None = None) -> None:
+    """``--trace FILE.json`` (Chrome trace of every task) and ``--timeline FILE.png|svg`` (worker lanes)."""
+    from placeviz.io import atomic_write
+    from placeviz.verify import timeline
+
+    if trace_file:
+        atomic_write(trace_file, timeline.chrome_trace_bytes([(label or report.plan.get("mode", "sync"), report)]))
+        progress(f"wrote {trace_file} (open it in https://ui.perfetto.dev or chrome://tracing)")
+    if timeline_file:
+        atomic_write(timeline_file, timeline.picture_bytes([(label or report.plan.get("mode", "sync"), report)],
+                                                           timeline_file))
+        progress(f"wrote {timeline_file}")

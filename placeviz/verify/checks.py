@@ -71,6 +71,10 @@ def check_run(plan: dict, result: dict, raw) -> Check:
         last = raw.stderr_tail.strip().splitlines()[-1:] or [""]
         return Check("run", "the run finished", "fail", f"the coordinator process {why}: {last[0]}",
                      {"stderr_tail": raw.stderr_tail})
+    if failure is None and plan.get("mode") == "async":
+        return Check("run", "the run finished", "pass",
+                     f"{plan['workers']} workers ran {plan['steps']} train steps in all, each on its own",
+                     {"worker_runs": len(result["worker_runs"])})
     if failure is None:
         return Check("run", "the run finished", "pass",
                      f"{plan['workers']} workers and the chief ran {plan['steps']} global steps",
@@ -516,7 +520,15 @@ def evaluate(pipe, prepared, raw, *, model_spec: str):
     plan = prepared.plan.to_json()
     result, arrays = raw.result, raw.arrays
     checks = [check_run(plan, result, raw)]
-    if result:
+    if result and plan.get("mode") == "async":
+        from placeviz.verify import staleness
+
+        per_var = staleness.applies(plan, result)
+        checks += [staleness.check_async_run(plan, result, arrays), staleness.check_staleness(plan, result, per_var),
+                   staleness.check_locking(plan, per_var),
+                   staleness.check_async_values(plan, result, arrays, per_var),
+                   check_partitions(pipe, prepared, result), check_isolation(plan, result)]
+    elif result:
         matched = match_steps(plan, result, arrays)
         checks += [check_global_step(plan, result, arrays), check_single_update(plan, result),
                    check_per_worker(plan, result), check_gradients(plan, result, arrays, matched),

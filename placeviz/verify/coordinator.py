@@ -64,6 +64,8 @@ np = None
 CHILD_FLAG = "--verify-coordinator"
 SCRATCH = "run"  # WORKDIR/run: the only writable directory in the sandbox, the servers' working directory
 STALL_S = 6.0  # no run finished and no state change for this long while everything waits: deadlock
+MAX_EVENTS = 300_000  # --trace keeps every op of every run up to this many (then only the marked ones)
+_LABEL_OP = re.compile(r"= ([A-Za-z0-9_>]+)\(")
 
 
 def progress(message: str) -> None:
@@ -85,6 +87,7 @@ class Coordinator:
         self.work, self.plan = work, plan
         self.scratch = work / SCRATCH  # cluster.json, the task processes' ready files and stderr
         self.t_start = time.monotonic()
+        self.epoch0_us = time.time() * 1e6  # step stats' all_start_micros are wall-clock microseconds
         self.deadline = self.t_start + float(plan["timeout_s"])
         self.timings: dict = {}
         self.arrays: dict[str, np.ndarray] = {}
@@ -95,13 +98,16 @@ class Coordinator:
         self.result: dict = {
             "network": {"namespace": isolated, "interfaces": {"coordinator": sandbox.interfaces()}},
             "pids": {"coordinator": os.getpid()}, "timings": self.timings, "worker_runs": [], "sync_runs": [],
-            "failure": None, "errors": [], "partition_runs": {}, "threads": {},
+            "failure": None, "errors": [], "partition_runs": {}, "threads": {}, "events": [],
+            "events_truncated": False,
         }
         self.last_progress = time.monotonic()
         self.sync_done = 0
         self.injected, self.injected_at = False, 0
         self.runner_queues: dict[int, set[str]] = {}
         self.queue_probes: list = []
+        self.close_op = None
+        self.tickets = 0
 
     # ------------------------------------------------------------------------------ cluster
     def cluster_spec(self) -> dict:
@@ -215,6 +221,8 @@ class Coordinator:
                 tf.compat.v1.import_graph_def(graph_def, name="")
             self.graphs.append(g)
         self.original = frozenset(n.name for n in self.graphs[0].as_graph_def().node)
+        for i, seconds in plan.get("slow_workers", {}).items():
+            self._add_delay(int(i), float(seconds))
         self._add_probe_ops(self.graphs[0])
         self._add_queue_probes()
         self.timings["graph_import_s"] = round(time.monotonic() - t0, 3)
@@ -223,6 +231,25 @@ class Coordinator:
             target = "grpc://" + spec[plan["worker_job"]][i]
             self.sessions.append(tf.compat.v1.Session(target, graph=g, config=config))
         self.timings["sessions_s"] = round(time.monotonic() - t0, 3)
+
+    def _add_delay(self, i: int, seconds: float) -> None:
+        """``--slow-worker``: an ``IteratorGetNext`` of a ``SleepDataset`` (it sleeps ``seconds`` before
+        each element; tensorflow/core/kernels/data/experimental/sleep_dataset_op.cc) on worker ``i``'s
+        device, made a control input of the plan's ``delay_targets`` in worker ``i``'s graph: its
+        gradients reach the ps that much later than its read of the parameters."""
+        from tensorflow.python.data.experimental.ops.testing import sleep
+
+        tf, g = self.tf, self.graphs[i]
+        targets = [g.get_operation_by_name(n) for n in self.plan["delay_targets"] if _has_op(g, n)]
+        if not targets:
+            return
+        device = f"/job:{self.plan['worker_job']}/task:{i}"
+        with g.as_default(), tf.device(device), tf.name_scope("placeviz_slow_worker"):
+            ds = tf.data.Dataset.from_tensors(np.int64(0)).repeat().apply(sleep(int(seconds * 1e6)))
+            delay = tf.compat.v1.data.make_one_shot_iterator(ds).get_next(name="delay")
+        for op in targets:
+            op._add_control_input(delay.op)  # noqa: SLF001 - TF has no public API to add one to an imported op
+        self.delay_ops = getattr(self, "delay_ops", set()) | {delay.op.name}
 
     def _add_probe_ops(self, g) -> None:
         """Ops of ours in the chief's graph: accumulator counts, queue size, variable reads, queue close."""
@@ -239,13 +266,15 @@ class Coordinator:
                         self.probe[a["name"]] = raw.ResourceAccumulatorNumAccumulated(handle=h)
                     else:
                         self.probe[a["name"]] = raw.AccumulatorNumAccumulated(handle=h)
-            q = g.get_operation_by_name(plan["token_queue"])
-            with g.colocate_with(q):
-                v2 = q.type.endswith("V2")
-                self.probe["__queue_size__"] = (raw.QueueSizeV2 if v2 else raw.QueueSize)(handle=q.outputs[0])
-                self.queue_closed = (raw.QueueIsClosedV2 if v2 else raw.QueueIsClosed)(handle=q.outputs[0])
-                self.close_op = (raw.QueueCloseV2 if v2 else raw.QueueClose)(handle=q.outputs[0],
-                                                                             cancel_pending_enqueues=True)
+            self.close_op = None
+            if plan["token_queue"]:
+                q = g.get_operation_by_name(plan["token_queue"])
+                with g.colocate_with(q):
+                    v2 = q.type.endswith("V2")
+                    self.probe["__queue_size__"] = (raw.QueueSizeV2 if v2 else raw.QueueSize)(handle=q.outputs[0])
+                    self.queue_closed = (raw.QueueIsClosedV2 if v2 else raw.QueueIsClosed)(handle=q.outputs[0])
+                    self.close_op = (raw.QueueCloseV2 if v2 else raw.QueueClose)(handle=q.outputs[0],
+                                                                                 cancel_pending_enqueues=True)
             for name, kind in plan["variables"].items():
                 op = g.get_operation_by_name(name)
                 if kind == "resource":
@@ -350,6 +379,17 @@ class Coordinator:
         for name, value in values.items():
             self.arrays[f"{label}/{name}"] = np.asarray(value)
 
+    def read_loss(self) -> None:
+        """The loss after the run, on worker 0's inputs (the same seeded feeds in every mode)."""
+        loss = self.plan.get("loss")
+        if not loss:
+            return
+        try:
+            value = self.sessions[0].run(loss, feed_dict=self.feeds[0], options=self.run_options(30))
+            self.result["loss"] = {"tensor": loss, "value": float(np.mean(value))}
+        except Exception as e:  # noqa: BLE001 - reported, the run itself is done
+            self.result["loss"] = {"tensor": loss, "error": f"{type(e).__name__}: {_first_line(e)}"}
+
     def read_probe(self) -> dict:
         values = self.sessions[0].run(self.probe, options=self.run_options(3))
         return {k: (int(v) if np.ndim(v) == 0 else np.asarray(v).tolist()) for k, v in values.items()}
@@ -363,6 +403,25 @@ class Coordinator:
             timeout_in_ms=max(100, int(limit * 1000)),
             trace_level=tf.compat.v1.RunOptions.FULL_TRACE if trace else tf.compat.v1.RunOptions.NO_TRACE,
             output_partition_graphs=partitions)
+
+    def record(self, who: str, run: int, metadata) -> None:
+        """The run's ops from its step stats as ``[who, run, device, node, op, start_us, dur_us]``
+        (microseconds since the coordinator started): every op with ``--trace`` (up to MAX_EVENTS),
+        else only the marked ones the analysis reads (reads and updates of the variables, the token
+        dequeue, accumulator applies and takes, the slow-worker delay)."""
+        out = []
+        keep_all = self.plan.get("trace") and len(self.result["events"]) < MAX_EVENTS
+        for dev in metadata.step_stats.dev_stats:
+            for ns in dev.node_stats:
+                if not keep_all and ns.node_name not in self.marks:
+                    continue
+                m = _LABEL_OP.search(ns.timeline_label)
+                out.append([who, run, dev.device, ns.node_name, m.group(1) if m else "",
+                            round(ns.all_start_micros - self.epoch0_us, 1), max(0, int(ns.all_end_rel_micros))])
+        with self.lock:
+            if keep_all is False and self.plan.get("trace"):
+                self.result["events_truncated"] = True
+            self.result["events"].extend(out)
 
     def counts(self, metadata) -> dict[str, int]:
         c: collections.Counter = collections.Counter()
@@ -410,6 +469,8 @@ class Coordinator:
         state = self.result["threads"][f"worker:{i}"] = {"state": "starting", "runs": 0}
         n = 0
         while not self.stop.is_set():
+            if not self.may_start(i, n, state):
+                return
             metadata = self.tf.compat.v1.RunMetadata()
             first = i == 0 and n == 0
             state.update(state="running", op=",".join(train_ops), since=round(time.monotonic() - self.t_start, 3))
@@ -436,11 +497,33 @@ class Coordinator:
             if first:
                 self.timings["first_worker_run_s"] = round(t1 - t0, 3)
                 self.keep_partitions("worker", "main", fetches, train_ops, t1 - t0, metadata)
+            self.record(f"worker:{i}", n, metadata)
             with self.lock:
                 self.result["worker_runs"].append(record)
                 self.last_progress = t1
             state.update(state="idle", runs=n + 1)
             n += 1
+
+    def may_start(self, i: int, n: int, state: dict) -> bool:
+        """Whether worker ``i`` may start its run ``n`` (waiting first in barrier mode); False: stop.
+
+        async: a run is one of the K handed out in all; barrier: run n waits until global step n is
+        done, so each worker gives one gradient per step; sync: always (TF's token queue decides)."""
+        mode = self.plan.get("mode", "sync")
+        if mode == "async":
+            with self.lock:
+                if self.tickets <= 0:
+                    state["state"] = "done"
+                    return False
+                self.tickets -= 1
+                return True
+        if mode == "barrier" and self.sync_done < n:
+            state.update(state="barrier", since=round(time.monotonic() - self.t_start, 3))
+            while self.sync_done < n:
+                if self.stop.wait(0.001):
+                    state["state"] = "stopped"
+                    return False
+        return True
 
     def queue_runner(self) -> None:
         plan, sess = self.plan, self.sessions[0]
@@ -465,6 +548,7 @@ class Coordinator:
             if k == 1:
                 self.timings["first_sync_run_s"] = round(t1 - t0, 3)
                 self.keep_partitions("sync", "main", plan["sync_fetches"], [plan["sync_op"]], t1 - t0, metadata)
+            self.record("chief", k, metadata)
             with self.lock:
                 self.result["sync_runs"].append({"step": k, "t0": round(t0 - self.t_start, 4),
                                                  "t1": round(t1 - self.t_start, 4), "counts": self.counts(metadata)})
@@ -501,6 +585,8 @@ class Coordinator:
             if err is not None:
                 raise Failure("tf_error", f"an input queue runner stopped: {type(err).__name__}: {_first_line(err)}")
             if qr is not None and not qr.is_alive() and self.sync_done >= plan["steps"]:
+                return
+            if plan.get("mode") == "async" and not any(t.is_alive() for t in threads) and self.tickets <= 0:
                 return
             if not any(t.is_alive() for t in threads) and (qr is None or not qr.is_alive()):
                 raise Failure("tf_error", "every worker stopped before the run finished")
@@ -548,7 +634,7 @@ class Coordinator:
             if st.get("state") == "running":
                 waiting.append({"who": who, "op": st.get("op"), "for_s": round(now - st.get("since", now), 2),
                                 "runs_done": st.get("runs", 0)})
-        if plan["queue_runner"] is None:
+        if plan["queue_runner"] is None and plan.get("mode") != "async":
             waiting.append({"who": "chief queue runner", "op": None, "note": "not running: the chief has none"})
         probe = None
         with contextlib.suppress(Exception):
@@ -588,6 +674,9 @@ class Coordinator:
         plan = self.plan
         self.failure: Failure | None = None
         self.watch = frozenset(plan["watch"])
+        self.tickets = plan["steps"] if plan.get("mode") == "async" else 0
+        self.marks = set(plan["watch"]) | {r for rs in plan.get("reads", {}).values() for r in rs} | {
+            "placeviz_slow_worker/delay"} | ({plan["token_dequeue"]} if plan.get("token_dequeue") else set())
         spec = self.cluster_spec()
         self.result["cluster_spec"] = spec
         if plan["isolate"]:  # their TF imports overlap with ours
@@ -606,7 +695,7 @@ class Coordinator:
             self.start_cluster(spec)
             progress("creating the worker sessions ...")
             self.build_sessions(spec)
-            if plan["existing_cluster"] and not plan.get("reset_containers"):
+            if plan["existing_cluster"] and not plan.get("reset_containers") and plan["token_queue"]:
                 self.leftover_state()
             self.feeds = []
             for i in range(plan["workers"]):
@@ -620,7 +709,7 @@ class Coordinator:
             if plan["queue_runner"] is not None:
                 qr = threading.Thread(target=self.queue_runner, daemon=True, name="chief-qr")
                 qr.start()
-            else:
+            elif plan.get("mode") != "async":
                 progress("no chief queue runner: nothing will run the sync op")
             progress(f"{plan['workers']} workers run {', '.join(plan['train_ops'])} ...")
             self.last_progress = time.monotonic()
@@ -631,16 +720,18 @@ class Coordinator:
                 raise self.failure
             self.timings["steps_s"] = round(time.monotonic() - t_steps, 3)
             self.stop.set()
-            self.sessions[0].run(self.close_op, options=self.run_options(10))
+            if self.close_op is not None:
+                self.sessions[0].run(self.close_op, options=self.run_options(10))
             for t in threads:
                 t.join(timeout=10)
             self.read_variables("final")
+            self.read_loss()
             self.result["final_probe"] = self.read_probe()
             self.result["stale_probe"] = self.stale_probe()
         except Failure as f:
             self.stop.set()
             self.result["failure"] = self.diagnose(f)
-            if f.kind != "leftover_state":  # the user's servers stay as they were found
+            if f.kind != "leftover_state" and self.close_op is not None:  # the user's servers stay as found
                 with contextlib.suppress(Exception):
                     self.sessions[0].run(self.close_op, options=self.run_options(3))
         except Exception as e:  # noqa: BLE001 - any other error is a result too
@@ -653,6 +744,14 @@ class Coordinator:
         self.timings["total_s"] = round(time.monotonic() - self.t_start, 3)
         self.result["task_stderr"] = {k: self._tail(k) for k in self.procs}
         return self.result
+
+
+def _has_op(g, name: str) -> bool:
+    try:
+        g.get_operation_by_name(name)
+    except (KeyError, ValueError):
+        return False
+    return True
 
 
 def _has_tensor(g, name: str) -> bool:
@@ -685,7 +784,7 @@ def write_probe(work: Path) -> dict:
     return out
 
 
-_OWN_FILES = re.compile(r"cluster\.json|task_.*\.stderr|\.?ready_.*\.json")
+_OWN_FILES = re.compile(r"cluster\.json|task_.*\.stderr|\.?ready_.*\.json|\.placeviz-mplconfig/.*")
 
 
 def written_by_the_graph(scratch: Path, limit: int = 50) -> list[str]:

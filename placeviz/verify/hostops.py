@@ -273,6 +273,7 @@ def run_targets(plan) -> tuple[list[tuple[str, str]], dict[int, list[tuple[str, 
     chief += [("a tensor the sync run fetches", t) for t in plan.sync_fetches]
     chief += [("a variable verify reads", v) for v in plan.variables]
     chief += [("the token queue", plan.token_queue)] if plan.token_queue else []
+    chief += [("the loss verify reads", plan.loss)] if plan.loss else []
     for a in plan.accumulators:
         chief += [("an accumulator", a.name)] + [("the stale-gradient probe", o) for o in a.apply_ops]
     own: dict[int, list[tuple[str, str]]] = {}

@@ -185,6 +185,7 @@ class UpdatePlan:
     use_nesterov: bool = False
     attrs: dict[str, bool] = field(default_factory=dict)  # the kernel's BOOL_ATTRS the model reads
     why: str | None = None  # why it is not replayed (kind None)
+    use_locking: bool | None = None  # the kernel's use_locking attr (None: the op has none)
 
 
 @dataclass
@@ -245,6 +246,12 @@ class RunPlan:
     reset_containers: bool = False  # --servers --reset-containers: Session.reset before the run
     isolation: bool = True  # local servers in private namespaces (False: --no-isolation)
     allow_io: bool = False  # --allow-io: ops that touch the file system or run code may run
+    mode: str = "sync"  # sync | async | barrier (placeviz.verify.modes)
+    slow_workers: dict = field(default_factory=dict)  # worker index (str in JSON) -> seconds (--slow-worker)
+    delay_targets: list[str] = field(default_factory=list)  # ops a slow worker's delay is a control input of
+    reads: dict = field(default_factory=dict)  # async: variable -> the ops of a step that read it
+    loss: str | None = None  # a scalar loss tensor read after the run (--loss, or the gradients' seed)
+    trace: bool = False  # keep every op of every run for --trace (else only the ops the analysis needs)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -293,6 +300,8 @@ def update_plan(graph: Graph, op: str, variable: str, accumulator: str | None) -
     op_type = graph.ops[i]
     kind = optimizer_kind(op_type)
     plan = UpdatePlan(op=op, op_type=op_type, variable=variable, accumulator=accumulator, kind=kind)
+    attr = graph.node_def(i).attr
+    plan.use_locking = bool(attr["use_locking"].b) if "use_locking" in attr else None
     if kind is None:
         plan.why = SPARSE_ADAM[op_type] if op_type in SPARSE_ADAM and _sparse_adam(graph, op) else None
         plan.why = not_replayed_why(plan)

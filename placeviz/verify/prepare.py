@@ -29,7 +29,7 @@ import numpy as np
 from placeviz.devices import PyDeviceSpec, parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.verify import feeds as feed_data
-from placeviz.verify import hostops
+from placeviz.verify import hostops, modes
 from placeviz.verify import workers as workers_mod
 from placeviz.verify.plan import RunPlan, make_plan, op_of, placeholders, worker_graph
 
@@ -59,10 +59,12 @@ class Prepared:
 
 def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = False, workers: int | None,
             steps: int, timeout: float, isolate: bool, feeds_file: str | None, seed: int, chief_queue_runner: str,
-            fault: str | None, task_pipes=None) -> Prepared:
+            fault: str | None, task_pipes=None, mode: str = "sync", slow_workers: dict | None = None,
+            trace: bool = False, loss: str | None = None) -> Prepared:
     """``servers``: the ClusterSpec of ``--servers`` (the user's running servers), or None for local ones.
     ``task_pipes(W)``: worker task -> (source, the placed pipeline of the graph that task built), for
-    the W workers decided here (:func:`placeviz.commands.verify.run` loads them)."""
+    the W workers decided here (:func:`placeviz.commands.verify.run` loads them). ``mode``,
+    ``slow_workers``, ``trace``, ``loss``: see :mod:`placeviz.verify.modes`."""
     graph = pipe.graph
     worker_job = PyDeviceSpec.parse(placement_options.setter.worker_device).job or "worker"
     ps_job = PyDeviceSpec.parse(placement_options.setter.ps_device).job or "ps"
@@ -113,7 +115,10 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
             raise PlacevizError(f"verify would start {local} local TF servers ({shape}); at most {MAX_LOCAL_TASKS} run "
                                 "on one machine: lower --workers, or run on your own servers with --servers FILE")
 
-    train_ops = [m.name(i) for i in m.primary.worker_train_ops] if m is not None and m.primary else []
+    if mode == "async":
+        train_ops = modes.train_ops(pipe)
+    else:
+        train_ops = [m.name(i) for i in m.primary.worker_train_ops] if m is not None and m.primary else []
     names = placeholders(graph, train_ops)
     unfed: list[str] = []
     if feeds_file:
@@ -127,17 +132,37 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
     if required:
         raise PlacevizError(f"placeholder(s) {', '.join(required)} need values: give them with --feeds FILE.npz")
     feed_names = sorted({k for f in per_worker for k in f})
-    plan = make_plan(pipe, workers=workers, steps=steps, cluster=cluster, worker_job=worker_job, ps_job=ps_job,
-                     timeout_s=timeout, isolate=isolate, existing_cluster=existing, seed=seed, feeds=feed_names,
-                     chief_queue_runner=chief_queue_runner, fault=fault,
-                     cpus_per_task=placement_options.cpus_per_task)
+    common = dict(workers=workers, steps=steps, cluster=cluster, worker_job=worker_job, ps_job=ps_job,
+                  timeout_s=timeout, isolate=isolate, existing_cluster=existing, seed=seed, feeds=feed_names,
+                  fault=fault, cpus_per_task=placement_options.cpus_per_task)
+    if mode == "async":
+        plan = modes.make_async_plan(pipe, **common)
+    else:
+        plan = make_plan(pipe, chief_queue_runner=chief_queue_runner, **common)
+        plan.mode, plan.delay_targets, plan.loss = mode, modes.delay_targets_sync(plan), modes.loss_tensor(graph)
+        if mode == "barrier":
+            plan.notes.append(f"barrier: each worker starts its run n only after global step n is done, so every "
+                              f"step averages exactly one gradient of each of the {workers} workers")
+    slow_workers = slow_workers or {}
+    modes.check_slow_workers(slow_workers, workers)
+    plan.slow_workers = {str(i): s for i, s in sorted(slow_workers.items())}
+    if slow_workers:
+        plan.notes.append("slow worker(s): " + ", ".join(f"worker {i} +{s:g} s" for i, s in sorted(slow_workers.items()))
+                          + " before its gradients reach the ps (a SleepDataset's IteratorGetNext on its device, a "
+                          "control input of " + ("its update ops" if mode == "async" else "its accumulator applies")
+                          + "; the file is not changed)")
+    if loss is not None:
+        if op_of(loss) not in graph.index:
+            raise PlacevizError(f"--loss {loss}: no such tensor in the graph")
+        plan.loss = loss if ":" in loss else f"{loss}:0"
+    plan.trace = trace
     gpu = [n for n, d in zip(graph.names, graph.devices, strict=True) if "GPU" in d.upper()]
     if gpu:
         plan.notes.append(f"{len(gpu)} node(s) ask for a GPU ({', '.join(gpu[:3])}{' ...' if len(gpu) > 3 else ''}); "
                           "the servers have CPUs only, so TF soft-places them on their task's CPU")
     task_pipes = task_pipes(workers) if task_pipes is not None else {}
     sync_ops = {op_of(x) for x in (plan.sync_op, m.name(m.primary.sync_enqueue) if m.primary.sync_enqueue is not None
-                                   else None) if x}
+                                   else None) if x} if mode != "async" else set()
     own = workers_mod.chief_only(pipe, worker_job, plan.local_step,
                                  plan.train_ops + [op_of(f) for f in plan.worker_fetches])
     plan.chief_only = own.variables

@@ -195,6 +195,9 @@ def run_plan(plan_json: dict, graphs: list[bytes], feeds: list[dict[str, np.ndar
         cmd = [sys.executable, "-m", "placeviz.verify.coordinator", CHILD_FLAG, str(work), str(os.getpid())]
         env = sandbox.child_env()
         env["TMPDIR"] = str(scratch)  # the only place a child may write once it is in its mount namespace
+        # TF imports matplotlib when it is installed, which writes a font cache: keep it apart from
+        # the files the graph's ops write (coordinator.written_by_the_graph)
+        env["MPLCONFIGDIR"] = str(scratch / ".placeviz-mplconfig")
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env=env, cwd=scratch, start_new_session=True)
         tail: list[str] = []
