@@ -469,7 +469,7 @@ class Coordinator:
         state = self.result["threads"][f"worker:{i}"] = {"state": "starting", "runs": 0}
         n = 0
         while not self.stop.is_set():
-            if not self.may_start(i, n, state):
+            if not self.may_start(state):
                 return
             metadata = self.tf.compat.v1.RunMetadata()
             first = i == 0 and n == 0
@@ -504,26 +504,17 @@ class Coordinator:
             state.update(state="idle", runs=n + 1)
             n += 1
 
-    def may_start(self, i: int, n: int, state: dict) -> bool:
-        """Whether worker ``i`` may start its run ``n`` (waiting first in barrier mode); False: stop.
-
-        async: a run is one of the K handed out in all; barrier: run n waits until global step n is
-        done, so each worker gives one gradient per step; sync: always (TF's token queue decides)."""
-        mode = self.plan.get("mode", "sync")
-        if mode == "async":
-            with self.lock:
-                if self.tickets <= 0:
-                    state["state"] = "done"
-                    return False
-                self.tickets -= 1
-                return True
-        if mode == "barrier" and self.sync_done < n:
-            state.update(state="barrier", since=round(time.monotonic() - self.t_start, 3))
-            while self.sync_done < n:
-                if self.stop.wait(0.001):
-                    state["state"] = "stopped"
-                    return False
-        return True
+    def may_start(self, state: dict) -> bool:
+        """async: whether one of the K runs handed out in all is left for this worker (False: stop).
+        Other modes: always (TF's token queue decides when a worker's run can finish)."""
+        if self.plan.get("mode") != "async":
+            return True
+        with self.lock:
+            if self.tickets <= 0:
+                state["state"] = "done"
+                return False
+            self.tickets -= 1
+            return True
 
     def queue_runner(self) -> None:
         plan, sess = self.plan, self.sessions[0]

@@ -141,8 +141,7 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
         plan = make_plan(pipe, chief_queue_runner=chief_queue_runner, **common)
         plan.mode, plan.delay_targets, plan.loss = mode, modes.delay_targets_sync(plan), modes.loss_tensor(graph)
         if mode == "barrier":
-            plan.notes.append(f"barrier: each worker starts its run n only after global step n is done, so every "
-                              f"step averages exactly one gradient of each of the {workers} workers")
+            barrier(plan)
     slow_workers = slow_workers or {}
     modes.check_slow_workers(slow_workers, workers)
     plan.slow_workers = {str(i): s for i, s in sorted(slow_workers.items())}
@@ -226,3 +225,22 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
                     client_device=client_device(placement_options.placer.master_task) or "", cluster_file=source,
                     host_ops=host_ops)
 
+
+
+def barrier(plan: RunPlan) -> None:
+    """``--mode barrier``: the SyncReplicas graph with R = W whose chief puts no initial tokens in the
+    token queue (``get_init_tokens_op(num_tokens=0)``, sync_replicas_optimizer.py). Every worker's run
+    then ends by waiting for a token of the step its gradient completes; with R = W no step
+    completes without every worker's gradient, so each worker is already waiting when the sync op
+    enqueues the step's W tokens and gets exactly one: one gradient per worker per step, at the
+    slowest worker's pace. With TF's default R initial tokens a fast worker takes a second token of
+    the first step instead, and from then on may take a slow worker's."""
+    r, w = plan.replicas_to_aggregate, plan.workers
+    if r != w:
+        raise PlacevizError(f"--mode barrier needs R = W (one gradient of every worker per step); the graph "
+                            f"aggregates R={r} with W={w} workers")
+    skipped = ", ".join(plan.init_tokens_ops) or "none"
+    plan.init_tokens_ops = []
+    plan.notes.append(f"barrier: the chief runs no init tokens op ({skipped} skipped, as get_init_tokens_op("
+                      f"num_tokens=0)): each worker waits for the token of the step its gradient completes, so every "
+                      f"step averages exactly one gradient of each of the {w} workers")
