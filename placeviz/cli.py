@@ -323,6 +323,49 @@ def verify(model, workers, steps, timeout, isolate, servers_file, reset_containe
                  slow_workers=slow_workers, trace_file=trace_file, timeline_file=timeline_file, loss=loss)
 
 
+@cli.command("compare-modes", epilog=MODEL_HELP)
+@click.argument("model")
+@click.option("--workers", type=click.IntRange(min=2), default=3, show_default=True, help="Worker tasks W.")
+@click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Global steps K per mode (async: K runs in all).")
+@click.option("--backup-workers", "backup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="B: the third run aggregates R = W - B gradients per step (0: leave that run out).")
+@click.option("--slow-worker", "slow_workers", metavar="I=SECONDS", multiple=True,
+              help="Delay worker I's gradients by SECONDS every step, in every mode (repeatable).")
+@click.option("--loss", metavar="TENSOR", help="The scalar loss compared after K steps (default: the tensor the "
+                                               "gradients were taken of).")
+@click.option("--timeout", type=click.FloatRange(min=5), default=180.0, show_default=True,
+              help="Seconds per run before a hang is reported.")
+@click.option("--feeds", "feeds_file", type=click.Path(dir_okay=False, exists=True),
+              help="Input values (.npz), as verify; default: seeded synthetic data (the same in every mode).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic feeds.")
+@click.option("--allow-io", is_flag=True, help="As verify: run ops that touch the file system or run code.")
+@click.option("--no-isolation", "no_isolation", is_flag=True, help="As verify: no private namespaces.")
+@click.option("--trace", "trace_file", type=click.Path(dir_okay=False), metavar="FILE.json",
+              help="One Chrome trace of every task in every mode.")
+@click.option("--timeline", "timeline_file", type=click.Path(dir_okay=False), metavar="FILE.png|svg",
+              help="Worker lanes over time per mode, with the staleness and gradients panels.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result here instead of stdout.")
+@click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
+@place_options
+def compare_modes(model, workers, steps, backup, slow_workers, loss, timeout, feeds_file, seed, allow_io,
+                  no_isolation, trace_file, timeline_file, fmt, output, tag, place) -> None:
+    """Run MODEL's plain training graph async, SyncReplicas (R=W, R=W-B) and barrier; compare them.
+
+    The same W workers, seeded inputs and --slow-worker delays in every mode. One table: steps/s,
+    time per step, token waits, staleness, which worker's gradients each step averaged or dropped,
+    the loss after K steps, and the relations the runs show (placeviz.modes/1 JSON with --format
+    json). Exit 0 when every run's checks pass, 1 otherwise, 2 on bad input.
+    """
+    from placeviz.commands import compare_modes as command
+
+    command.main(model, place=place, workers=workers, steps=steps, backup=backup, slow_workers=slow_workers,
+                 timeout=timeout, feeds_file=feeds_file, seed=seed, loss=loss, allow_io=allow_io,
+                 isolation=not no_isolation, trace_file=trace_file, timeline_file=timeline_file, fmt=fmt,
+                 output=output, tag=tag)
+
+
 @cli.group()
 def samples() -> None:
     """The bundled sample models, built with TensorFlow's real tf.compat.v1 API."""

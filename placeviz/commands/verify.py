@@ -218,7 +218,7 @@ def _main(model_spec, *, place, sync, workers, steps, timeout, isolate, feeds_fi
     from placeviz.verify.report import format_text
 
     text = to_json(report.to_json()) if fmt == "json" else format_text(report)
-    write_timeline(report, trace_file, timeline_file)
+    write_timeline([(mode, report)], trace_file, timeline_file)
     emit(text, output)
     if output or fmt == "json":
         progress(report.summary_line())
@@ -226,15 +226,18 @@ def _main(model_spec, *, place, sync, workers, steps, timeout, isolate, feeds_fi
 
 
 
-def write_timeline(report, trace_file: str | None, timeline_file: str | None, label: str | None = None) -> None:
-    """``--trace FILE.json`` (Chrome trace of every task) and ``--timeline FILE.png|svg`` (worker lanes)."""
+def write_timeline(runs: list, trace_file: str | None, timeline_file: str | None) -> None:
+    """``--trace FILE.json`` (a Chrome trace of every task) and ``--timeline FILE.png|svg`` (worker
+    lanes) of ``runs``: (label, :class:`placeviz.verify.report.VerifyReport`) pairs."""
     from placeviz.io import atomic_write
     from placeviz.verify import timeline
 
     if trace_file:
-        atomic_write(trace_file, timeline.chrome_trace_bytes([(label or report.plan.get("mode", "sync"), report)]))
+        atomic_write(trace_file, timeline.chrome_trace_bytes(runs))
         progress(f"wrote {trace_file} (open it in https://ui.perfetto.dev or chrome://tracing)")
     if timeline_file:
-        atomic_write(timeline_file, timeline.picture_bytes([(label or report.plan.get("mode", "sync"), report)],
-                                                           timeline_file))
+        from placeviz.verify.metrics import mode_summary
+
+        rows = [{"label": label, **mode_summary(report)} for label, report in runs]
+        atomic_write(timeline_file, timeline.picture_bytes(rows, timeline_file))
         progress(f"wrote {timeline_file}")

@@ -40,6 +40,11 @@ def mode_summary(report) -> dict:
                s_per_step=round(wall / steps, 4) if wall and steps else None)
     per_worker = collections.Counter(r["worker"] for r in runs)
     out["runs_per_worker"] = {str(w): per_worker.get(w, 0) for w in range(p["workers"])}
+    busy: dict[int, float] = collections.defaultdict(float)
+    for r in runs:
+        busy[r["worker"]] += r["t1"] - r["t0"]
+    out["mean_run_s"] = {str(w): round(busy[w] / per_worker[w], 4) if per_worker.get(w) else None
+                         for w in range(p["workers"])}
     token = p.get("token_dequeue")
     waits: dict[str, float] = {str(w): 0.0 for w in range(p["workers"])}
     if token:
@@ -58,6 +63,11 @@ def mode_summary(report) -> dict:
     else:
         out["staleness"] = None
     out["gradients"] = _gradients(report)
+    dropped = [[_worker_of(x), int(x.split("#", 1)[1])] for row in (out["gradients"] or {}).get("per_step", [])
+               for x in row.get("dropped_runs", [])]
+    out["timeline"] = {"runs": [[r["worker"], r["run"], r["t0"], r["t1"]] for r in runs],
+                       "steps": [[r["step"], r["t0"], r["t1"]] for r in syncs], "dropped": dropped,
+                       "global_step": p.get("global_step")}
     loss = result.get("loss") or {}
     out["loss"] = loss.get("value")
     out["loss_tensor"] = loss.get("tensor")
@@ -79,7 +89,8 @@ def _gradients(report) -> dict | None:
         late = [_worker_of(x) for x in row.get("dropped_late") or []]
         averaged.update(used)
         dropped.update(late)
-        rows.append({"step": row["step"], "averaged": used, "dropped": late})
+        rows.append({"step": row["step"], "averaged": used, "dropped": late,
+                     "dropped_runs": list(row.get("dropped_late") or [])})
     total = sum(averaged.values())
     twice = [r["step"] for r in rows if len(set(r["averaged"])) < len(r["averaged"])]
     return {"per_step": rows,

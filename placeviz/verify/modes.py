@@ -174,15 +174,26 @@ def _reads(g, variable: str, update_ops: set[str], closure) -> list[str]:
 
 
 def loss_tensor(g) -> str | None:
-    """The scalar the gradients were taken of: input 0 of ``gradients/Shape``, the default
-    ``grad_ys`` TF builds as ``fill(shape(y), 1)`` under the ``gradients`` name scope
-    (tensorflow/python/ops/gradients_util.py ``_DefaultGradYs``). None when it cannot be found."""
-    for name in ("gradients/Shape", "gradients/grad_ys_0"):
-        i = g.index.get(name)
-        if i is not None and g.ops[i] == "Shape":
-            data = [x for x in g.node_def(i).input if not x.startswith("^")]
-            if data:
-                return tensor(data[0])
+    """The scalar the gradients were taken of, from the default ``grad_ys`` TF builds under the
+    ``gradients`` name scope, ``grad_ys_0 = fill(shape(y), 1)`` (tensorflow/python/ops/
+    gradients_util.py ``_DefaultGradYs``): input 0 of ``gradients/Shape`` when the shape is
+    computed, else (a static shape folds ``Shape`` into a ``Const``) the op whose gradient function
+    consumes ``grad_ys_0``: gradient ops are built under ``name_scope(op.name + "_grad")``
+    (gradients_util.py ``_GradientsHelper``). None when it cannot be found."""
+    shape = g.index.get("gradients/Shape")
+    if shape is not None and g.ops[shape] == "Shape":
+        data = [x for x in g.node_def(shape).input if not x.startswith("^")]
+        if data:
+            return tensor(data[0])
+    seed = g.index.get("gradients/grad_ys_0")
+    if seed is None:
+        return None
+    for c, slot in g.consumers_of(seed):
+        name = g.names[c]
+        if slot >= 0 and name.startswith("gradients/") and "_grad/" in name:
+            y = name[len("gradients/"): name.index("_grad/")]
+            if y in g.index:
+                return f"{y}:0"
     return None
 
 

@@ -56,7 +56,8 @@ class VerifyReport:
             "run": {
                 "cluster": self.result.get("cluster_spec") or p["cluster"], "workers": p["workers"],
                 "steps": p["steps"], "replicas_to_aggregate": p["replicas_to_aggregate"],
-                "tokens_per_step": p["tokens_per_step"], "isolate": p["isolate"],
+                "tokens_per_step": p["tokens_per_step"], "isolate": p["isolate"], "mode": p.get("mode", "sync"),
+                "slow_workers": p.get("slow_workers") or {}, "loss": p.get("loss"),
                 "existing_cluster": p["existing_cluster"], "isolation": p.get("isolation", True),
                 "allow_io": p.get("allow_io", False), "train_ops": p["train_ops"], "sync_op": p["sync_op"],
                 "chief_queue_runner": p["queue_runner"], "init_tokens_ops": p["init_tokens_ops"],
@@ -73,24 +74,35 @@ class VerifyReport:
             "network": self.result.get("network"),
             "processes": self.result.get("pids"),
             "notes": p.get("notes", []),
+            "modes": self.mode_summary(),
         }
+
+    def mode_summary(self) -> dict:
+        """Steps/s, token waits, staleness, gradients per step and worker (:mod:`placeviz.verify.metrics`)."""
+        from placeviz.verify.metrics import mode_summary
+
+        return mode_summary(self)
 
 
 def format_text(report: VerifyReport) -> str:
     p = report.plan
     cluster = report.result.get("cluster_spec") or p["cluster"]
+    mode = p.get("mode", "sync")
+    shape = (f"W={p['workers']} workers, K={p['steps']} runs in all, each applying its own update (async)"
+             if mode == "async" else f"W={p['workers']} workers, K={p['steps']} steps, R={p['replicas_to_aggregate']}, "
+             f"tokens/step={p['tokens_per_step']}{' (barrier)' if mode == 'barrier' else ''}")
     lines = [*report.warnings(), f"placeviz verify {report.model}",
-             f"  cluster: {_cluster_text(cluster)}{' (one process per task)' if p['isolate'] else ''}; "
-             f"W={p['workers']} workers, K={p['steps']} steps, R={p['replicas_to_aggregate']}, "
-             f"tokens/step={p['tokens_per_step']}",
-             f"  worker train op: {', '.join(p['train_ops'])}; chief queue runner: "
-             f"{p['queue_runner'] or 'NONE'} ({p['sync_op']})"]
+             f"  cluster: {_cluster_text(cluster)}{' (one process per task)' if p['isolate'] else ''}; {shape}",
+             f"  worker train op: {', '.join(p['train_ops'])}" + ("" if mode == "async" else
+                                                                  f"; chief queue runner: {p['queue_runner'] or 'NONE'} "
+                                                                  f"({p['sync_op']})")]
     for note in p.get("notes", []):
         lines.append(f"  note: {note}")
     lines.append("")
     for c in report.checks:
         lines.append(f"{MARK[c.status]:4}  {c.id:20} {c.summary}")
         lines.extend(_details(c))
+    lines += _mode_lines(report)
     t = report.timings()
     parts = [f"{k.removesuffix('_s')} {v:.2f} s" for k, v in t.items() if isinstance(v, (int, float))]
     lines += ["", "timings: " + ", ".join(parts), "", report.summary_line()]
@@ -131,4 +143,26 @@ def _details(c) -> list[str]:
         state = ev.get("state")
         if state:
             out.append(f"        state: {state}")
+    return out
+
+
+def _mode_lines(report: VerifyReport) -> list[str]:
+    """The run in numbers: steps/s, token waits, staleness, each worker's averaged and dropped gradients."""
+    if not report.result or report.result.get("failure") is not None:
+        return []
+    m = report.mode_summary()
+    out = ["", f"run: {m['global_steps']} {'runs' if m['mode'] == 'async' else 'global steps'} in {m['wall_s']} s "
+               f"({m['steps_per_s']} per s)"]
+    if m.get("token_wait_s"):
+        out.append("  token wait per worker (s): " + ", ".join(f"{w}: {s:.3f}" for w, s in m["token_wait_s"].items()))
+    g = m.get("gradients")
+    if g:
+        out.append("  gradients per worker: " + ", ".join(f"worker {w}: {v['averaged']} averaged, {v['dropped']} dropped"
+                                                           for w, v in g["per_worker"].items()))
+    st = m.get("staleness")
+    if m["mode"] == "async" and st:
+        out.append(f"  staleness: mean {st['mean']}, max {st['max']}; per worker: "
+                   + ", ".join(f"{w}: {v['mean']}" for w, v in (st.get("per_worker") or {}).items()))
+    if m.get("loss") is not None:
+        out.append(f"  loss ({m['loss_tensor']}) after the run: {m['loss']:.6g}")
     return out

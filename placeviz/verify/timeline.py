@@ -139,21 +139,20 @@ def check_picture_path(path: str) -> None:
         raise PlacevizError("--timeline needs matplotlib: install placeviz[tf]")
 
 
-def picture_bytes(runs: list[tuple[str, object]], path: str) -> bytes:
-    """Worker lanes over time per mode (left) and the staleness or gradients panel (right)."""
+def picture_bytes(rows: list[dict], path: str) -> bytes:
+    """Worker lanes over time per mode (left) and the staleness or gradients panel (right).
+    ``rows``: :func:`placeviz.verify.metrics.mode_summary` dicts with a ``label``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from placeviz.verify.metrics import mode_summary
-
-    n = len(runs)
+    n = len(rows)
     fig, axes = plt.subplots(n, 2, figsize=(13, 1.2 + 1.9 * n), squeeze=False,
                              gridspec_kw={"width_ratios": [3.2, 1]})
-    for row, (label, report) in enumerate(runs):
-        _lanes(axes[row][0], label, report)
-        _side(axes[row][1], mode_summary(report))
+    for k, m in enumerate(rows):
+        _lanes(axes[k][0], m)
+        _side(axes[k][1], m)
     fig.tight_layout()
     buf = io.BytesIO()
     fmt = Path(path).suffix.lower().lstrip(".")
@@ -162,27 +161,32 @@ def picture_bytes(runs: list[tuple[str, object]], path: str) -> bytes:
     return buf.getvalue()
 
 
-def _lanes(ax, label: str, report) -> None:
-    p, result = report.plan, report.result or {}
-    workers = p["workers"]
-    slow = {int(k): v for k, v in (p.get("slow_workers") or {}).items()}
-    runs = result.get("worker_runs", [])
-    t_origin = min((r["t0"] for r in runs), default=0.0)
-    colors = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7"]
-    for r in runs:
-        w = r["worker"]
-        x0, width = r["t0"] - t_origin, r["t1"] - r["t0"]
-        ax.broken_barh([(x0, width)], (w - 0.35, 0.7), facecolors=colors[w % len(colors)], edgecolor="white",
-                       linewidth=0.6, hatch="//" if w in slow else None)
-    steps = result.get("sync_runs", [])
-    for s in steps:
-        ax.axvline(s["t1"] - t_origin, color="#555555", linewidth=0.6, linestyle=":")
-    if p.get("mode") == "async" and p.get("global_step"):
+_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#ff9da7"]
+
+
+def _lanes(ax, m: dict) -> None:
+    workers, tl = m["workers"], m["timeline"]
+    slow = {int(k): v for k, v in (m.get("slow_workers") or {}).items()}
+    runs = tl["runs"]
+    t_origin = min((r[2] for r in runs), default=0.0)
+    ends = {(r[0], r[1]): r[3] - t_origin for r in runs}
+    for w, _n, t0, t1 in runs:
+        ax.broken_barh([(t0 - t_origin, t1 - t0)], (w - 0.35, 0.7), facecolors=_COLORS[w % len(_COLORS)],
+                       edgecolor="white", linewidth=0.6, hatch="//" if w in slow else None)
+    for _k, _t0, t1 in tl["steps"]:
+        ax.axvline(t1 - t_origin, color="#555555", linewidth=0.6, linestyle=":")
+    late = [(ends[(w, n)], w) for w, n in tl.get("dropped", []) if (w, n) in ends]
+    if late:
+        ax.scatter([x for x, _w in late], [w for _x, w in late], marker="x", color="#d62728", s=40, zorder=3,
+                   label="gradient dropped as late")
+        ax.legend(fontsize=7, loc="upper right")
+    label = m.get("label", m["mode"])
+    if m["mode"] == "async":
         ax.set_title(f"{label}: {len(runs)} runs, each applying its own update (W={workers})", fontsize=10,
                      loc="left")
     else:
-        ax.set_title(f"{label}: {len(steps)} global steps (dotted: step done), R={p.get('replicas_to_aggregate')}, "
-                     f"W={workers}", fontsize=10, loc="left")
+        ax.set_title(f"{label}: {len(tl['steps'])} global steps (dotted: step done), "
+                     f"R={m.get('replicas_to_aggregate')}, W={workers}", fontsize=10, loc="left")
     ax.set_yticks(range(workers))
     ax.set_yticklabels([f"worker {w}" + (f" (+{slow[w]:g} s)" if w in slow else "") for w in range(workers)],
                        fontsize=9)
