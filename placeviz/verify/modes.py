@@ -85,7 +85,7 @@ def make_async_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job
                     timeout_s: float, isolate: bool, existing_cluster: bool, seed: int, feeds: list[str],
                     fault: str | None = None, cpus_per_task: int = 1) -> RunPlan:
     """The run of a plain (asynchronous) training graph: K worker runs in all, no chief sync op."""
-    from placeviz.sync.detect import is_optimizer_apply
+    from placeviz.sync.detect import state_index
     from placeviz.sync.reach import Reach
 
     if pipe.machinery is not None and pipe.machinery.primary is not None:
@@ -95,15 +95,12 @@ def make_async_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job
     g = pipe.graph
     targets = train_ops(pipe)
     closure = set(Reach(g, [g.index[t] for t in targets]).order)
+    idx = state_index(g)
     updates = []
-    for i in sorted(closure):
-        op = g.ops[i]
-        if not (is_optimizer_apply(op) or op in _SPARSE_UPDATES):
-            continue
-        data = [x for x in g.node_def(i).input if not x.startswith("^")]
-        var = value_variable(g, data[0]) if data else None
-        if var is not None:
-            updates.append(update_plan(g, g.names[i], var, None))
+    for v in _trained_variables(pipe, idx, closure):
+        for w in idx.writers.get(v, ()):
+            if w in closure and (v, 0) in idx.writes.get(w, ()):
+                updates.append(update_plan(g, g.names[w], g.names[v], None))
     if not updates:
         raise PlacevizError(f"--mode async: the train op {targets[0]} runs no optimizer update "
                             "(Apply*/SparseApply*/Scatter* of a variable)")
@@ -116,12 +113,21 @@ def make_async_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job
         variables[gs] = "resource" if g.ops[g.index[gs]] == "VarHandleOp" else "ref"
     update_ops = {u.op for u in updates}
     reads = {u.variable: _reads(g, u.variable, update_ops, closure) for u in updates}
+    # Adam's beta powers: advanced once per run by their own Assign (adam.py _finish); the replay
+    # gives each update the power its run read (plan.powers: the writers, timed like the updates)
+    powers = {}
+    for u in updates:
+        for role in ("beta1_power", "beta2_power"):
+            v = u.state.get(role)
+            if v is not None and v not in powers:
+                powers[v] = sorted(g.names[w] for w in idx.writers.get(g.index[v], ()) if w in closure)
+                reads[v] = _reads(g, v, set(powers[v]), closure)
     fetches = list(dict.fromkeys(t for u in updates for t in u.fetch.values()))
     loss = loss_tensor(g)
     global_init, local_init = init_ops(pipe.model)
     incs = [g.names[i] for i in sorted(closure) if g.ops[i] in ("AssignAdd", "AssignAddVariableOp") and gs is not None
             and value_variable(g, next(x for x in g.node_def(i).input if not x.startswith("^"))) == gs]
-    watch = sorted(update_ops | set(incs))
+    watch = sorted(update_ops | set(incs) | {w for ws in powers.values() for w in ws})
     plan = RunPlan(
         workers=workers, steps=steps, worker_job=worker_job, ps_job=ps_job, cluster=cluster, train_ops=targets,
         global_step=gs, local_step=None, init_ops=global_init, local_init_ops=local_init, chief_init_op=None,
@@ -130,10 +136,31 @@ def make_async_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job
         increments=incs, per_worker_updates=[], watch=watch, variables=variables, feeds=feeds,
         worker_fetches=fetches, sync_fetches=[], timeout_s=timeout_s, isolate=isolate,
         existing_cluster=existing_cluster, seed=seed, fault=fault, cpus_per_task=cpus_per_task, mode="async",
-        reads=reads, delay_targets=sorted(update_ops), loss=loss)
+        reads=reads, delay_targets=sorted(update_ops), loss=loss, powers=powers)
     plan.notes.append(f"async: {workers} workers loop on {targets[0]} until {steps} runs in all are done; each run "
                       f"applies its own gradients ({len(updates)} update op(s)), no aggregation")
     return plan
+
+
+def _trained_variables(pipe, idx, closure: set[int]) -> list[int]:
+    """The variables the train step trains: the ``trainable_variables`` collection's, else those an
+    optimizer kernel in the step writes as its variable (input 0), minus optimizer slots (written
+    at another input of an ``Apply*``, or named ``<variable>/<slot>``: slot_creator.py makes slots
+    under the primary variable's name)."""
+    from placeviz.sync.detect import is_optimizer_apply
+
+    g = pipe.graph
+    trainable = set(pipe.model.collections.trainable_variables)
+    if trainable:
+        return [g.index[v] for v in sorted(trainable) if v in g.index and idx.is_state(g.index[v])]
+    primary, slots = set(), set()
+    for w in closure:
+        if not (is_optimizer_apply(g.ops[w]) or g.ops[w] in _SPARSE_UPDATES):
+            continue
+        for state, pos in idx.writes.get(w, ()):
+            (primary if pos == 0 else slots).add(state)
+    names = set(g.names[v] for v in primary | slots)
+    return sorted(v for v in primary - slots if g.names[v].rsplit("/", 1)[0] not in names)
 
 
 def _global_step(pipe, closure: set[int]) -> str | None:

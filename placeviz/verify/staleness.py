@@ -34,6 +34,7 @@ from placeviz.verify.checks import RTOL, SMALL, Check, _close, _replay_input
 from placeviz.verify.optimizers import UPDATES
 
 WHO, RUN, DEVICE, NODE, OP, START, DUR = range(7)  # the fields of one recorded event
+BETA_ROLES = ("beta1_power", "beta2_power")
 
 
 @dataclass
@@ -46,6 +47,7 @@ class Apply:
     run: int
     start: float  # microseconds since the coordinator started
     end: float
+    device: str
     read: float | None  # when this run's forward pass read the variable (None: no read recorded)
     staleness: int | None = None  # updates of the variable that started between ``read`` and ``start``
 
@@ -54,24 +56,27 @@ def _worker(who: str) -> int | None:
     return int(who.split(":", 1)[1]) if who.startswith("worker:") else None
 
 
+def read_times(plan: dict, result: dict) -> dict[tuple[str, int, str], float]:
+    """(who, run, variable) -> when that run first read the variable (its read ops' earliest start)."""
+    read_of = {r: v for v, names in (plan.get("reads") or {}).items() for r in names}
+    reads: dict[tuple[str, int, str], float] = {}
+    for e in result.get("events", []):
+        if e[NODE] in read_of:
+            k = (e[WHO], e[RUN], read_of[e[NODE]])
+            reads[k] = min(reads.get(k, e[START]), e[START])
+    return reads
+
+
 def applies(plan: dict, result: dict) -> dict[str, list[Apply]]:
     """Per variable, its updates in ps order, each with its staleness."""
     updates = {u["op"]: u for u in plan["updates"]}
-    read_of = {r: v for v, names in (plan.get("reads") or {}).items() for r in names}
-    reads: dict[tuple[str, int, str], float] = {}
-    found: list[tuple] = []
-    for e in result.get("events", []):
-        key = (e[WHO], e[RUN])
-        if e[NODE] in read_of:
-            k = (*key, read_of[e[NODE]])
-            reads[k] = min(reads.get(k, e[START]), e[START])
-        elif e[NODE] in updates and _worker(e[WHO]) is not None:
-            found.append(e)
+    reads = read_times(plan, result)
+    found = [e for e in result.get("events", []) if e[NODE] in updates and _worker(e[WHO]) is not None]
     out: dict[str, list[Apply]] = collections.defaultdict(list)
     for e in found:
         v = updates[e[NODE]]["variable"]
         out[v].append(Apply(variable=v, op=e[NODE], worker=_worker(e[WHO]), run=e[RUN], start=e[START],
-                            end=e[START] + e[DUR], read=reads.get((e[WHO], e[RUN], v))))
+                            end=e[START] + e[DUR], device=e[DEVICE], read=reads.get((e[WHO], e[RUN], v))))
     for rows in out.values():
         rows.sort(key=lambda a: (a.start, a.end))
         starts = [a.start for a in rows]
@@ -95,6 +100,23 @@ def summary(per_var: dict[str, list[Apply]]) -> dict:
             "mean": round(float(np.mean(values)), 3) if values else None, "max": max(values) if values else None,
             "per_worker": {str(w): {"mean": round(float(np.mean(v)), 3), "max": max(v), "updates": len(v)}
                            for w, v in sorted(by_worker.items())}}
+
+
+def _powers(plan: dict, result: dict) -> dict[str, list[float]]:
+    """Adam's beta-power variable -> the start times of every run's advance of it (adam.py
+    ``_finish``: ``beta1_power.assign(beta1_power * beta1)`` once per run, after its updates)."""
+    writers = {w: v for v, ws in (plan.get("powers") or {}).items() for w in ws}
+    out: dict[str, list[float]] = {v: [] for v in plan.get("powers") or {}}
+    for e in result.get("events", []):
+        if e[NODE] in writers and _worker(e[WHO]) is not None:
+            out[writers[e[NODE]]].append(e[START])
+    return out
+
+
+def _devices(plan: dict, result: dict, variables) -> dict[str, str]:
+    """The device each of ``variables`` is read on (its read ops run with it)."""
+    read_of = {r: v for v, names in (plan.get("reads") or {}).items() if v in variables for r in names}
+    return {read_of[e[NODE]]: e[DEVICE] for e in result.get("events", []) if e[NODE] in read_of}
 
 
 def overlaps(rows: list[Apply]) -> int:
@@ -174,17 +196,22 @@ def check_async_values(plan: dict, result: dict, arrays: dict, per_var: dict[str
         return Check("values", title, "skip", "the run did not finish", {})
     ops = {u["op"]: u for u in plan["updates"]}
     skipped = {u["op"]: not_replayed_why(u) for u in plan["updates"] if u["kind"] is None}
+    powers = _powers(plan, result)
     for u in plan["updates"]:
-        if u["kind"] is not None and ({"beta1_power", "beta2_power"} & set(u["state"])):
-            skipped[u["op"]] = ("Adam's beta powers are advanced by a separate op in each run (adam.py _finish), "
-                                "whose order against the other workers' updates the replay does not pin")
+        for role in BETA_ROLES:
+            v = u["state"].get(role)
+            if v is not None and v not in powers:
+                skipped[u["op"]] = f"{role} {v}: its advances were not recorded"
+    reads = read_times(plan, result)
+    power_device = _devices(plan, result, powers)
     states: dict[str, np.ndarray] = {}
     for u in plan["updates"]:
         for v in u["state"].values():
             if f"initial/{v}" in arrays:
                 states[v] = np.array(arrays[f"initial/{v}"], np.float64)
     replayed: dict[str, int] = collections.Counter()
-    missing_inputs = []
+    missing_inputs: list[str] = []
+    betas: dict[str, np.ndarray] = {}
     for v, rows in per_var.items():
         for a in rows:
             u = ops[a.op]
@@ -196,17 +223,38 @@ def check_async_values(plan: dict, result: dict, arrays: dict, per_var: dict[str
                 missing_inputs.append(f"{a.op} of worker {a.worker} run {a.run}: {e.args[0]} not captured")
                 continue
             local = {role: states[s] for role, s in u["state"].items()}
-            UPDATES[u["kind"]](local, inputs, u.get("attrs") or {})
-            for role, s in u["state"].items():
-                states[s] = np.asarray(local[role], np.float64)
-            replayed[v] += 1
+            for role, beta in zip(BETA_ROLES, ("beta1", "beta2"), strict=True):
+                if role in u["state"]:  # the power this run read: advanced once per run read before it
+                    b = u["state"][role]
+                    # A ref variable's read is an alias of its buffer, which Adam's Assign overwrites in
+                    # place (state_ops AssignOp copies into the initialized buffer): a kernel on the
+                    # power's own device sees the value at its start, a remote one the value sent.
+                    seen = a.start if a.device == power_device.get(b) else reads.get((f"worker:{a.worker}", a.run, b))
+                    if seen is None:
+                        missing_inputs.append(f"{a.op} of worker {a.worker} run {a.run}: its read of {b} not recorded")
+                        break
+                    k = sum(1 for t in powers[b] if t < seen)
+                    local[role] = np.asarray(arrays[f"initial/{b}"], np.float64) * inputs[beta] ** k
+            else:
+                UPDATES[u["kind"]](local, inputs, u.get("attrs") or {})
+                for role, s in u["state"].items():
+                    if role not in BETA_ROLES:
+                        states[s] = np.asarray(local[role], np.float64)
+                replayed[v] += 1
+                betas.update({u["state"][r]: inputs[b] for r, b in zip(BETA_ROLES, ("beta1", "beta2"), strict=True)
+                              if r in u["state"]})
     if missing_inputs:
         return Check("values", title, "skip", "; ".join(missing_inputs[:3]), {})
+    for b, beta in betas.items():  # after every run's advance
+        states[b] = np.asarray(arrays[f"initial/{b}"], np.float64) * beta ** len(powers[b])
     rows_out, bad, ambiguous = [], [], []
-    checked = {s for u in plan["updates"] if u["op"] not in skipped for s in u["state"].values()}
+    checked = {s for u in plan["updates"] if u["op"] not in skipped for s in u["state"].values()
+               if s in betas or s not in powers}
     unlocked_overlap = {u["variable"] for u in plan["updates"] if not u.get("use_locking")
                         and overlaps([a for a in per_var.get(u["variable"], []) if a.op == u["op"]])}
     owner = {s: u["variable"] for u in plan["updates"] for s in u["state"].values()}
+    replayed.update({b: len(powers[b]) for b in betas})
+    owner.update({b: b for b in betas})
     for s in sorted(checked):
         final = arrays.get(f"final/{s}")
         if final is None or s not in states:
