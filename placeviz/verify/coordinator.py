@@ -246,6 +246,12 @@ class Coordinator:
         device = f"/job:{self.plan['worker_job']}/task:{i}"
         with g.as_default(), tf.device(device), tf.name_scope("placeviz_slow_worker"):
             ds = tf.data.Dataset.from_tensors(np.int64(0)).repeat().apply(sleep(int(seconds * 1e6)))
+            # no prefetch (tf.data's default inject_prefetch/autotune would sleep ahead, between runs)
+            options = tf.data.Options()
+            options.experimental_optimization.apply_default_optimizations = False
+            options.experimental_optimization.inject_prefetch = False
+            options.autotune.enabled = False
+            ds = ds.with_options(options)
             delay = tf.compat.v1.data.make_one_shot_iterator(ds).get_next(name="delay")
         for op in targets:
             op._add_control_input(delay.op)  # noqa: SLF001 - TF has no public API to add one to an imported op

@@ -96,11 +96,16 @@ def make_async_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job
     targets = train_ops(pipe)
     closure = set(Reach(g, [g.index[t] for t in targets]).order)
     idx = state_index(g)
-    updates = []
+    updates, other_writes = [], {}
     for v in _trained_variables(pipe, idx, closure):
         for w in idx.writers.get(v, ()):
             if w in closure and (v, 0) in idx.writes.get(w, ()):
-                updates.append(update_plan(g, g.names[w], g.names[v], None))
+                # an optimizer builds each variable's update under <opt>/update_<var>/ (optimizer.py
+                # apply_gradients: name_scope("update_" + var.op.name)); any other write is the program's
+                if "/update_" in g.names[w]:
+                    updates.append(update_plan(g, g.names[w], g.names[v], None))
+                else:
+                    other_writes.setdefault(g.names[v], []).append(g.names[w])
     if not updates:
         raise PlacevizError(f"--mode async: the train op {targets[0]} runs no optimizer update "
                             "(Apply*/SparseApply*/Scatter* of a variable)")
@@ -136,7 +141,7 @@ def make_async_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job
         increments=incs, per_worker_updates=[], watch=watch, variables=variables, feeds=feeds,
         worker_fetches=fetches, sync_fetches=[], timeout_s=timeout_s, isolate=isolate,
         existing_cluster=existing_cluster, seed=seed, fault=fault, cpus_per_task=cpus_per_task, mode="async",
-        reads=reads, delay_targets=sorted(update_ops), loss=loss, powers=powers)
+        reads=reads, delay_targets=sorted(update_ops), loss=loss, powers=powers, other_writes=other_writes)
     plan.notes.append(f"async: {workers} workers loop on {targets[0]} until {steps} runs in all are done; each run "
                       f"applies its own gradients ({len(updates)} update op(s)), no aggregation")
     return plan

@@ -251,6 +251,7 @@ class RunPlan:
     delay_targets: list[str] = field(default_factory=list)  # ops a slow worker's delay is a control input of
     reads: dict = field(default_factory=dict)  # async: variable -> the ops of a step that read it
     powers: dict = field(default_factory=dict)  # async: Adam's beta-power variable -> the ops that advance it
+    other_writes: dict = field(default_factory=dict)  # async: trained variable -> its writes outside the optimizer
     loss: str | None = None  # a scalar loss tensor read after the run (--loss, or the gradients' seed)
     trace: bool = False  # keep every op of every run for --trace (else only the ops the analysis needs)
 

@@ -267,7 +267,9 @@ def check_async_values(plan: dict, result: dict, arrays: dict, per_var: dict[str
             row["ambiguous"] = True
             ambiguous.append(s)
         elif not ok:
-            bad.append(f"{s}: max |TF - replay| = {diff:.3g}")
+            others = (plan.get("other_writes") or {}).get(owner[s])
+            also = f" (the train step also writes it outside the optimizer: {', '.join(others[:2])})" if others else ""
+            bad.append(f"{s}: max |TF - replay| = {diff:.3g}{also}")
         rows_out.append(row)
     ev = {"variables": rows_out, "not_replayed": skipped, "rtol": RTOL,
           "order": "the start of each update kernel on the variable's ps task"}
