@@ -4,8 +4,10 @@ It builds a real sample training graph with TensorFlow (an Inception-style CNN w
 ``SyncReplicasOptimizer`` with a backup worker, built *without* a device setter, as a
 single-machine program would be), then asks placeviz what ``replica_device_setter(ps_tasks=2)`` and
 TF's placer would do with it, partitions one worker step, lints the graph, draws it (overview SVG
-and the HTML report), and finally runs it on a loopback TF cluster of 2 ps and 3 workers to show
-by execution that each variable is updated once per global step. Everything lands in one directory.
+and the HTML report), after running it on a loopback TF cluster of 2 ps and 3 workers (worker 2
+slowed by 0.2 s) to show by execution that each variable is updated once per global step, and
+which worker's gradients each step averaged or dropped as late (a Chrome trace and a timeline
+picture of the run; the report's "Run on a cluster" section). Everything lands in one directory.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ WORKERS = 3
 # addresses are only names here; verify starts its own servers on loopback.
 DEMO_CLUSTER = ClusterSpec.from_dict({"ps": [f"ps{i}:2222" for i in range(PS_TASKS)],
                                       "worker": [f"worker{i}:2222" for i in range(WORKERS)]})
-VERIFY_STEPS = 3
+VERIFY_STEPS = 4
+SLOW_S = 0.2  # worker 2's delay: its gradients arrive late and the backup worker's take their place
 VERIFY_TIMEOUT = 240.0
 EXPLAIN = ("global_step", "sync_replicas/conditional_accumulator", "sync_token_q")
 
@@ -88,14 +91,18 @@ def run(out_dir: str) -> None:
     atomic_write(out / "lint.json", lint_formats.format_json(lint_report))
     atomic_write(out / "lint.sarif", format_sarif(lint_report))
 
-    progress("[5/6] rendering: device overview and the HTML report ...")
-    rendered = _render(pipe, out, lint_report)
-
-    progress("[6/6] verifying on a local TF cluster (2 ps x 3 workers, 3 steps, loopback only) ...")
+    progress(f"[5/6] verifying on a local TF cluster (2 ps x 3 workers, {VERIFY_STEPS} steps, worker 2 slowed by "
+             f"{SLOW_S} s, loopback only) ...")
     verify_report = verify_command.run(str(model_path), placement_options=placement_options, steps=VERIFY_STEPS,
-                                       timeout=VERIFY_TIMEOUT)
-    atomic_write(out / "verify.json", to_json(verify_report.to_json()))
+                                       timeout=VERIFY_TIMEOUT, slow_workers={2: SLOW_S}, trace=True)
+    verify_doc = verify_report.to_json()
+    atomic_write(out / "verify.json", to_json(verify_doc))
+    verify_command.write_timeline([("sync", verify_report)], str(out / "verify-trace.json"),
+                                  str(out / "verify-timeline.png") if _has_matplotlib() else None)
     verify_text = format_verify(verify_report)
+
+    progress("[6/6] rendering: device overview and the HTML report (with the verify run) ...")
+    rendered = _render(pipe, out, lint_report, verify_doc)
 
     click.echo(text, nl=False)
     click.echo()
@@ -106,7 +113,8 @@ def run(out_dir: str) -> None:
     click.echo(verify_text, nl=False)
     files = [model_path, out / f"{DEMO_SAMPLE}.placed.pb", out / "analysis.txt", out / "analysis.json",
              f"{parts_dir}/ ({len(parts.partitions)} per-device GraphDefs of one worker step)",
-             out / "lint.json", out / "lint.sarif", *rendered, out / "verify.json"]
+             out / "lint.json", out / "lint.sarif", *rendered, out / "verify.json", out / "verify-trace.json",
+             *([out / "verify-timeline.png"] if _has_matplotlib() else [])]
     click.echo("\nWrote " + ", ".join(str(f) for f in files))
     if not verify_report.ok:
         raise PlacevizError("the demo's verify run failed; see verify.json")
@@ -124,7 +132,13 @@ def _lint(model_path: Path, placement_options):
     return run_lint([str(model_path)], selected, options, all_rules=rules)
 
 
-def _render(pipe, out: Path, lint_report) -> list[Path]:
+def _has_matplotlib() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _render(pipe, out: Path, lint_report, verify_doc: dict | None = None) -> list[Path]:
     """The device overview as SVG and the HTML report (analysis tables, views, lint findings)."""
     from placeviz.commands.render import write_report
     from placeviz.render import ViewContext, build_view

@@ -9,13 +9,13 @@ matplotlib from the ``[tf]`` extra, else a note). Everything from the file is es
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 from pathlib import Path
 
 from placeviz.errors import PlacevizError
 from placeviz.escape import html_text as esc
-from placeviz.escape import svg_for_html
 
 SCHEMAS = ("placeviz.verify/1", "placeviz.modes/1")
 
@@ -104,7 +104,10 @@ def _picture(rows: list[dict]) -> str:
     from placeviz.verify.timeline import picture_bytes
 
     try:
-        svg = picture_bytes(drawable, "timeline.svg")
-    except (KeyError, TypeError, ValueError) as e:  # a hand-edited file: say so, draw the rest
+        png = picture_bytes(drawable, "timeline.png")
+    except (KeyError, TypeError, ValueError, IndexError) as e:  # a hand-edited file: say so, show the rest
         return f'<p class="note">The timeline could not be drawn: {esc(type(e).__name__)}: {esc(e)}</p>'
-    return f'<h3>Timeline</h3><div class="timeline">{svg_for_html(svg)}</div>'
+    # a PNG data URI: self-contained and inert (no markup from the file reaches the page)
+    data = base64.b64encode(png).decode()
+    return (f'<h3>Timeline</h3><img class="timeline" alt="worker lanes over time per mode" '
+            f'src="data:image/png;base64,{data}" style="max-width:100%">')
