@@ -15,9 +15,11 @@ from placeviz.commands.output import emit, render_rich, to_json
 from placeviz.errors import PlacevizError
 from placeviz.escape import terminal_text
 from placeviz.pipeline import StepOptions, run_pipeline
+from placeviz.sizes import bar, bytes_at_least, human_bytes
 
 TOP_OPS = 15
 VARIABLES_SHOWN = 40
+VARIABLES_BY_TASK_SHOWN = 60
 
 
 def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, placement_options=None,
@@ -71,17 +73,6 @@ def explain_node(result, name: str) -> dict:
     return out
 
 
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
 def _t(value) -> str:
     """Model text for rich: control characters shown escaped (:func:`~placeviz.escape.terminal_text`),
     then rich's markup escaped (a ``[tag]`` stays text)."""
@@ -126,12 +117,13 @@ def _print_report(console, r: Analysis) -> None:
                         human_bytes(by_device.get(device, 0)))
     console.print(devices)
 
-    if r.variables:
+    placed = r.placement is not None and "error" not in r.placement
+    if r.variables and not placed:
         table = Table(title="Variables", title_justify="left")
         for col in ("name", "op", "dtype", "shape", "bytes", "trainable", "device"):
             table.add_column(col, justify="right" if col == "bytes" else "left")
         for v in r.variables[:VARIABLES_SHOWN]:
-            shape = "?" if v.shape is None else "[" + ",".join("?" if d is None else str(d) for d in v.shape) + "]"
+            shape = _shape(v.shape)
             trainable = "?" if v.trainable is None else ("yes" if v.trainable else "no")
             name = v.name + (f"  (part of {v.partition_of})" if v.partition_of else "")
             table.add_row(_t(name), _t(v.op), _t(v.dtype), shape, human_bytes(v.bytes), trainable,
@@ -159,6 +151,8 @@ def _print_report(console, r: Analysis) -> None:
         _print_sync(console, r.sync)
     if r.placement is not None:
         _print_placement(console, r.placement)
+        if placed and r.variables:
+            _print_variables_by_task(console, r)
     if r.partition is not None:
         _print_traffic(console, r.partition)
     if r.agreement is not None:
@@ -209,6 +203,46 @@ def _print_traffic(console, p: dict) -> None:
         console.print(f"[dim]note: {_t(note)}[/dim]")
 
 
+def _task_of(device: str | None) -> str:
+    return (device or "").split("/device:", 1)[0]
+
+
+def _print_variables_by_task(console, r: Analysis) -> None:
+    """Which device holds each variable: the question behind ``--ps-tasks``. One table per device,
+    titled with its full runtime name (never cut); slots are folded into their variable's row (TF
+    builds them under ``colocate_with`` the variable, so the placer keeps them on its device);
+    sorted by device, then by bytes."""
+    primaries = [v for v in r.variables if v.slot_of is None]
+    primaries.sort(key=lambda v: (v.placed_device or "", -(v.bytes or 0), v.name))
+    shown = primaries[:VARIABLES_BY_TASK_SHOWN]
+    console.print()
+    console.print("[bold]Variables by PS task[/bold] (device after placement; slots: the optimizer's slot "
+                  "variables, on the same device)")
+    devices = list(dict.fromkeys(v.placed_device for v in shown))
+    for device in devices:
+        rows = [v for v in shown if v.placed_device == device]
+        every = [v for v in r.variables if v.placed_device == device]
+        known = sum(v.bytes or 0 for v in every)
+        unknown = sum(1 for v in every if v.bytes is None)
+        slots = sum(v.bytes or 0 for v in every if v.slot_of is not None)
+        title = (f"{_t(device or '(not placed)')}: {len(every)} variable{'s' if len(every) != 1 else ''}, "
+                 f"{bytes_at_least(known, unknown, len(every))} (slots {human_bytes(slots)})")
+        table = Table(title=title, title_justify="left")
+        for col in ("variable", "shape", "dtype", "bytes", "slots", "placed by"):
+            table.add_column(col, justify="right" if col in ("bytes", "slots") else "left", overflow="fold")
+        for v in rows:
+            slot_text = f"{human_bytes(v.slot_bytes)} ({', '.join(s['slot'] for s in v.slots)})" if v.slots else ""
+            table.add_row(_t(v.name), _shape(v.shape), _t(v.dtype), human_bytes(v.bytes), _t(slot_text),
+                          _t(v.placed_by or ""))
+        console.print(table)
+    if len(primaries) > VARIABLES_BY_TASK_SHOWN:
+        console.print(f"... {len(primaries) - VARIABLES_BY_TASK_SHOWN} more variables (use --format json)")
+
+
+def _shape(shape) -> str:
+    return "?" if shape is None else "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
 def _print_sync(console, sync: dict) -> None:
     console.print()
     verdict = ("[bold green]holds[/bold green]: every trainable variable and the global step are updated "
@@ -246,11 +280,15 @@ def _print_placement(console, p: dict) -> None:
         console.print(f"[bold red]Placement fails as TensorFlow's would:[/bold red] {_t(p['error'])}")
         return
     how = "setter replayed, then placer" if p["setter_ran"] else "graph's own devices, then placer"
-    table = Table(title=f"Placement ({how})", title_justify="left")
-    for col in ("task", "nodes", "variables", "variable bytes"):
-        table.add_column(col, justify="left" if col == "task" else "right")
+    table = Table(title=f"Placement ({how}); variable bytes include optimizer slots", title_justify="left")
+    for col in ("task", "nodes", "variables", "variable bytes", "of which slots", "load"):
+        table.add_column(col, justify="left" if col in ("task", "load") else "right",
+                         overflow="fold" if col == "task" else "ellipsis", no_wrap=col == "load")
+    top = max((t["variable_bytes"] for t in p["tasks"]), default=0)
     for t in p["tasks"]:
-        table.add_row(_t(t["task"]), f"{t['nodes']:,}", str(t["variables"]), human_bytes(t["variable_bytes"]))
+        table.add_row(_t(t["task"]), f"{t['nodes']:,}", str(t["variables"]),
+                      bytes_at_least(t["variable_bytes"], t.get("unknown_size_variables", 0), t["variables"]),
+                      human_bytes(t.get("slot_bytes", 0)), bar(t["variable_bytes"], top))
     console.print(table)
     balance = p["ps_balance"]
     if balance["max_over_mean"] is not None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from placeviz.commands.output import progress, to_json
 from placeviz.io import check_directory_output, load, proto_bytes, write_directory
 from placeviz.partition import SCHEMA, partition
-from placeviz.pipeline import client_device
+from placeviz.pipeline import added_nodes_note, client_device, placement_notes
 from placeviz.placement import place_graph
 
 INDEX = "index.json"
@@ -35,8 +35,12 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
         replicate_constants: bool, tag: str | None = None) -> None:
     model = load(model_spec, tag=tag)
     check_directory_output(out_dir, replaceable=is_partition_output, kind=KIND)  # before the long part
+    for note in placement_notes(model.graph, options):
+        progress(f"note: {note}")
     progress("placing ...")
     result = place_graph(model.graph, options)
+    if len(result.graph) > len(model.graph):
+        progress(f"note: {added_nodes_note(len(result.graph) - len(model.graph), len(model.graph))}")
     progress(f"partitioning ({level} level) ...")
     parts = partition(result.graph, result.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
                       level=level, replicate_constants=replicate_constants,

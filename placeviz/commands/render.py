@@ -15,7 +15,7 @@ from pathlib import Path
 from placeviz.commands.output import progress
 from placeviz.errors import PlacevizError
 from placeviz.io import atomic_write
-from placeviz.pipeline import StepOptions, run_pipeline
+from placeviz.pipeline import StepOptions, placement_notes, run_pipeline
 
 BIG_MODEL_BYTES = 2 << 20
 """Models above this size (about 10k ops) get progress lines on stderr while they render."""
@@ -49,6 +49,8 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
         require_graphviz(fmt)
     say = progress if _is_big(model) else None
     pipe = run_pipeline(model, placement_options, sync, StepOptions(), tag=tag, progress=say)
+    for note in placement_notes(pipe.model.graph, placement_options):
+        progress(f"note: {note}")
     if fmt == "html":
         from placeviz.commands.lint import findings_for_pipeline
 

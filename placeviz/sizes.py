@@ -1,0 +1,45 @@
+"""Byte counts as people read them, and honest about what is not known.
+
+A size placeviz cannot know statically (a tensor with an unknown batch dimension, a variable
+without a full shape) is shown as unknown (``? B``), never as zero; a sum over sizes some of
+which are unknown is a lower bound (``≥ 2.8 KiB, 28 of 52 unknown``). Every text and picture
+prints sizes through these functions so that they read the same everywhere.
+"""
+
+from __future__ import annotations
+
+UNKNOWN = "? B"
+BAR = "█"
+
+
+def human_bytes(n: int | float | None) -> str:
+    """Binary units: ``512 B``, ``2.0 KiB``, ``1.3 MiB``; ``? B`` when unknown (None)."""
+    if n is None:
+        return UNKNOWN
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def bytes_at_least(known: int, unknown: int, total: int | None = None) -> str:
+    """A sum of which ``unknown`` of ``total`` parts have no known size.
+
+    ``bytes_at_least(2867, 28, 52)`` is ``≥ 2.8 KiB, 28 of 52 unknown``; with every part unknown,
+    ``? B (52 unknown)``; with none, the plain size.
+    """
+    if not unknown:
+        return human_bytes(known)
+    of = f"{unknown:,} of {total:,}" if total is not None else f"{unknown:,}"
+    if not known:
+        return f"{UNKNOWN} ({of} unknown)"
+    return f"≥ {human_bytes(known)}, {of} unknown"
+
+
+def bar(value: float, top: float, width: int = 20) -> str:
+    """A text bar ``value / top`` of ``width`` characters (at least one for a non-zero value)."""
+    if top <= 0 or value <= 0:
+        return ""
+    return BAR * max(1, round(width * value / top))
