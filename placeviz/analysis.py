@@ -226,7 +226,7 @@ def attach_placement(report: Analysis, result) -> None:
             continue
         v.placed_device = devices[i]
         v.placed_by = (result.setter.explain(i) if result.setter is not None
-                       else f"its own device, {WHY_NAMES[placement.reason[i]]}")
+                       else f"requested {graph.devices[i] or '(no device)'}; {WHY_NAMES[placement.reason[i]]}")
 
 
 def _overflow_note(names: list[str]) -> str:

@@ -97,8 +97,11 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
 
     say = progress or (lambda _msg: None)
     model = model_spec if isinstance(model_spec, Model) else load(model_spec, tag=tag)
+    from placeviz.coverage import serving_graph_problem
+
+    serving = serving_graph_problem(model)  # a serving graph is neither rewritten nor placed
     rewrite = None
-    if sync_options is not None:
+    if sync_options is not None and serving is None:
         from placeviz.sync.rewrite import rewrite_sync
 
         say("sync pass: rewriting into SyncReplicas form ...")
@@ -112,8 +115,11 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
     report = analyze(model, with_sync=False)  # filled below from the one detection/proof of the model's graph
     pipe = Pipeline(model=model, analysis=report, rewrite=rewrite)
 
-    report.notes.extend(placement_notes(model.graph, placement_options))
-    wants_placement = placement_options is not None and (
+    if serving is not None:
+        report.notes.append(serving)  # and nothing is placed or partitioned: see placeviz.coverage
+    else:
+        report.notes.extend(placement_notes(model.graph, placement_options))
+    wants_placement = serving is None and placement_options is not None and (
         place_always or placement_options.wants_setter or placement_options.cluster is not None
         or is_placed(model.graph))
     if wants_placement:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from placeviz.commands.output import progress, to_json
+from placeviz.coverage import refuse_serving_graph
 from placeviz.io import check_directory_output, load, proto_bytes, write_directory
 from placeviz.partition import SCHEMA, partition
 from placeviz.pipeline import added_nodes_note, client_device, placement_notes
@@ -34,6 +35,7 @@ _MAX_INDEX_BYTES = 1 << 30
 def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, level: str,
         replicate_constants: bool, tag: str | None = None) -> None:
     model = load(model_spec, tag=tag)
+    refuse_serving_graph(model)
     check_directory_output(out_dir, replaceable=is_partition_output, kind=KIND)  # before the long part
     for note in placement_notes(model.graph, options):
         progress(f"note: {note}")

@@ -127,6 +127,12 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
         model.graph.topological_order  # noqa: B018 - the pipeline's analysis refuses illegal cycles
     except GraphError as e:
         return _broken(result, rules, _context(model_path, None, raw, options), e, timeout)
+    from placeviz.coverage import serving_graph_problem
+
+    serving = serving_graph_problem(model)
+    if serving is not None:  # not a training graph: no rule can judge it (exit 2, as for bad input)
+        result.errors.append(LintError(serving, model_path))
+        return result
     placement_options = task_placement_options(options.placement_options, 0)
     try:
         pipe = run_pipeline(model, placement_options, options.sync)

@@ -1,0 +1,215 @@
+"""The answers users come for: where each variable lands (with its optimizer slots), and one-line
+notes for what placeviz does not cover (issue 17, parts 1 and 5).
+
+The placed device of every variable in ``analyze --format json`` must be the device ``place
+--stage placed`` writes for it, and its task the one TensorFlow's own ``replica_device_setter``
+gives it; slots are the ones TF's optimizer reports (``Optimizer.get_slot``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import run_cli
+
+from placeviz.protos import GraphDef
+
+pytestmark = pytest.mark.tf
+
+
+@pytest.fixture(scope="module")
+def wide_deep(tmp_path_factory):
+    """sample:wide_deep placed on 2 ps tasks: analyze's JSON and place's placed GraphDef."""
+    from placeviz.commands import analyze, place
+    from placeviz.commands.place_options import build_placement_options
+
+    out = tmp_path_factory.mktemp("wide_deep")
+    options = build_placement_options(_place_args(ps_tasks=2))
+    report = analyze.run("sample:wide_deep", tag=None, fmt="json", output=str(out / "a.json"),
+                         placement_options=options)
+    place.run("sample:wide_deep", str(out / "placed.pbtxt"), options, "placed")
+    from google.protobuf import text_format
+
+    placed = text_format.Parse((out / "placed.pbtxt").read_text(), GraphDef())
+    return json.loads((out / "a.json").read_text()), {n.name: n.device for n in placed.node}, report
+
+
+def _place_args(**given) -> dict:
+    args = {"ps_tasks": 0, "cluster_file": None, "worker_device": "/job:worker", "ps_device": "/job:ps",
+            "strategy": "round-robin", "ps_ops": None, "no_merge_devices": False, "cpus_per_task": 1,
+            "gpus_per_worker": 0, "replace_devices": False, "master": "/job:worker/task:0",
+            "soft_placement": False, "global_default_graph": False, "setter_scope_end": None, "plain_noops": ()}
+    args.update(given)
+    return args
+
+
+def test_every_variable_has_the_device_place_writes(wide_deep):
+    doc, placed, _ = wide_deep
+    assert doc["variables"]
+    for v in doc["variables"]:
+        assert v["placed_device"] == placed[v["name"]], v["name"]
+        assert v["placed_device"].startswith("/job:ps/replica:0/task:") and v["placed_by"]
+
+
+def test_slots_and_per_task_bytes(wide_deep):
+    doc, _, _ = wide_deep
+    by_name = {v["name"]: v for v in doc["variables"]}
+    slots = [v for v in doc["variables"] if v["slot_of"]]
+    assert len(slots) == 14  # one Adagrad accumulator per trainable variable (global_step has none)
+    for s in slots:
+        primary = by_name[s["slot_of"]]
+        assert {"name": s["name"], "slot": "Adagrad", "bytes": s["bytes"]} in primary["slots"]
+        assert s["placed_device"] == primary["placed_device"]  # colocated, as TF builds them
+        assert s["bytes"] == primary["bytes"]
+    tasks = {t["task"]: t for t in doc["placement"]["tasks"]}
+    for task, t in tasks.items():
+        mine = [v for v in doc["variables"] if v["placed_device"].startswith(task + "/")]
+        assert t["variable_bytes"] == sum(v["bytes"] for v in mine)
+        assert t["slot_bytes"] == sum(v["bytes"] for v in mine if v["slot_of"])
+        assert t["unknown_size_variables"] == 0
+    loads = [t["variable_bytes"] for t in tasks.values() if t["job"] == "ps"]
+    assert doc["placement"]["ps_balance"]["max_over_mean"] == pytest.approx(max(loads) / (sum(loads) / len(loads)))
+    # the setter replay splits tf.group NoOps per device: said, and counted
+    added = doc["placement"]["nodes_added"]
+    assert added == sum(t["nodes"] for t in tasks.values()) - doc["graph"]["nodes"] > 0
+    assert any("setter replay added" in n for n in doc["notes"])
+
+
+def test_text_names_every_device_and_variable_whole(wide_deep):
+    from placeviz.commands.analyze import format_text
+
+    doc, _, report = wide_deep
+    text = format_text(report)
+    section = text[text.index("Variables by PS task"):text.index("Network traffic")]
+    assert "…" not in section  # folded onto more lines, never cut
+    for device in {v["placed_device"] for v in doc["variables"]}:
+        assert device in section
+    # the variable column, its folded lines joined: every name is there whole
+    first_column = "".join(line.split("│")[1].strip() for line in section.splitlines() if line.startswith("│"))
+    for v in doc["variables"]:
+        if not v["slot_of"]:
+            assert v["name"] in first_column, v["name"]
+    assert "█" in text and "of which slots" in text and "max/mean" in text
+
+
+_TF_SLOTS = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    g = tf.Graph()
+    with g.as_default(), tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=3)):
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        w = tf.compat.v1.get_variable("dense/w", [4, 5], use_resource=False)
+        b = tf.compat.v1.get_variable("dense/b", [5], use_resource=False)
+        loss = tf.reduce_sum(tf.matmul(x, w) + b)
+        step = tf.compat.v1.train.get_or_create_global_step()
+        opt = tf.compat.v1.train.AdamOptimizer()
+        opt.minimize(loss, global_step=step, name="train")
+    slots = {v.op.name: sorted(opt.get_slot(v, s).op.name for s in opt.get_slot_names()) for v in (w, b)}
+    devices = {n.name: n.device for n in g.as_graph_def().node}
+    tf.io.write_graph(tf.compat.v1.train.export_meta_graph(graph=g), sys.argv[1], "m.meta", as_text=False)
+    print(json.dumps({"slots": slots, "devices": devices}))
+""")
+
+
+def test_slots_and_tasks_match_tensorflow(tmp_path, capsys):
+    """Adam's slots as TF's optimizer names them (beta1_power is Adam's own, not a slot), and every
+    variable on the ps task TF's replica_device_setter gave it."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, "-c", _TF_SLOTS, str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    truth = json.loads(proc.stdout.strip().splitlines()[-1])
+    code, out, err = run_cli(["analyze", tmp_path / "m.meta", "--format", "json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    ours = {v["name"]: sorted(s["name"] for s in v["slots"]) for v in doc["variables"] if v["slots"]}
+    assert ours == truth["slots"]
+    assert {v["name"] for v in doc["variables"] if v["slot_of"] is None} >= {"beta1_power", "beta2_power"}
+    for v in doc["variables"]:
+        tf_device = truth["devices"][v["name"]]  # e.g. /job:ps/task:2
+        assert v["placed_device"].replace("/replica:0", "").startswith(tf_device + "/"), (v, tf_device)
+
+
+def test_unplaced_graph_without_placement_options_says_so(capsys):
+    code, out, _ = run_cli(["analyze", "sample:mlp", "--format", "json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["placement"] is None
+    assert any("give --ps-tasks N" in n for n in doc["notes"])
+    assert all(v["placed_device"] is None for v in doc["variables"])
+    code, out, _ = run_cli(["analyze", "sample:mlp", "--ps-tasks", "0", "--format", "json"], capsys)
+    notes = json.loads(out)["notes"]
+    assert any(n.startswith("--ps-tasks 0:") for n in notes)
+    assert not any("give --ps-tasks N (or" in n for n in notes)  # one note, not two
+    code, out, _ = run_cli(["analyze", "sample:mlp", "--ps-tasks", "2", "--format", "json"], capsys)
+    assert not any("--ps-tasks" in n for n in json.loads(out)["notes"])
+
+
+def test_partition_and_render_say_the_graph_is_unplaced(tmp_path, capsys):
+    code, _, err = run_cli(["partition", "sample:mlp", "-o", tmp_path / "parts"], capsys)
+    assert code == 0 and "give --ps-tasks N" in err
+    code, _, err = run_cli(["render", "sample:mlp", "-o", tmp_path / "mlp.dot", "--view", "overview"], capsys)
+    assert code == 0 and "give --ps-tasks N" in err
+
+
+_KERAS = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+    model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="relu"),
+                                 tf.keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    tf.saved_model.save(model, sys.argv[1])
+""")
+
+
+@pytest.fixture(scope="module")
+def keras_saved_model(tmp_path_factory):
+    out = tmp_path_factory.mktemp("keras") / "saved"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, "-c", _KERAS, str(out)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_tf2_saved_model_is_a_serving_graph_not_placed(keras_saved_model, tmp_path, capsys):
+    code, out, err = run_cli(["analyze", keras_saved_model, "--ps-tasks", "2", "--format", "json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    [note] = [n for n in doc["notes"] if "serving graph" in n]
+    assert "no training step" in note and "export_meta_graph" in note
+    assert doc["placement"] is None and doc["partition"] is None
+    code, out, _ = run_cli(["analyze", keras_saved_model], capsys)
+    assert "serving graph" in out
+    for args in (["lint", keras_saved_model, "--ps-tasks", "2"],
+                 ["place", keras_saved_model, "--ps-tasks", "2", "-o", tmp_path / "p.pbtxt"],
+                 ["partition", keras_saved_model, "--ps-tasks", "2", "-o", tmp_path / "parts"]):
+        code, _, err = run_cli(args, capsys)
+        assert code == 2 and "serving graph" in err and "Traceback" not in err, args
+    assert not (tmp_path / "p.pbtxt").exists()
+
+
+def test_tf1_training_saved_model_is_still_analysed(tf_models, capsys):
+    code, out, _ = run_cli(["analyze", tf_models / "saved_tf1", "--format", "json"], capsys)
+    assert code == 0 and not any("serving graph" in n for n in json.loads(out)["notes"])
+
+
+@pytest.mark.parametrize("name", ["model.ckpt-100.index", "model.ckpt-100.data-00000-of-00001"])
+def test_checkpoint_file_points_at_the_meta(tmp_path, capsys, name):
+    (tmp_path / name).write_bytes(b"\x00\x01 not a graph")
+    code, out, err = run_cli(["analyze", tmp_path / name], capsys)
+    assert code == 2 and out == ""
+    assert f"{tmp_path / 'model.ckpt-100'}.meta" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_python_file_without_function(tmp_path, capsys):
+    builder = tmp_path / "train.py"
+    builder.write_text("raise SystemExit('must not run')\n")
+    code, _, err = run_cli(["analyze", builder], capsys)
+    assert code == 2 and "FILE.py:FUNCTION" in err and len(err.strip().splitlines()) == 1
