@@ -47,6 +47,8 @@ class StepOptions:
     feeds: tuple[str, ...] = ()
     level: str = "task"
     replicate_constants: bool = True
+    batch_size: int | None = None
+    """``--batch-size``: the size of an unknown leading dimension in transfers (None: unknown)."""
 
 
 @dataclass
@@ -186,6 +188,11 @@ def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say) -
         pipe.partition_error = str(e)
         pipe.analysis.partition = {"level": step.level, "error": str(e), "run": pipe.run}
         return
+    if step.batch_size is not None:
+        from placeviz.traffic import assume_batch
+
+        # A new list for every later reader (analyze, render, lint); the partitions stay TF's.
+        pipe.partitions.transfers = assume_batch(pipe.partitions.transfers, step.batch_size)
     pipe.analysis.partition = {"level": step.level, **traffic_summary(pipe.graph, pipe.partitions, pipe.run)}
 
 

@@ -213,3 +213,70 @@ def test_python_file_without_function(tmp_path, capsys):
     builder.write_text("raise SystemExit('must not run')\n")
     code, _, err = run_cli(["analyze", builder], capsys)
     assert code == 2 and "FILE.py:FUNCTION" in err and len(err.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- honest sizes
+_BATCH = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    batch = None if sys.argv[2] == "none" else int(sys.argv[2])
+    g = tf.Graph()
+    with g.as_default(), tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=2)):
+        ids = tf.compat.v1.placeholder(tf.int64, [batch], name="ids")
+        x = tf.compat.v1.placeholder(tf.float32, [batch, 4], name="x")
+        emb = tf.compat.v1.get_variable("emb", [100, 8], use_resource=False)
+        w = tf.compat.v1.get_variable("w", [12, 1], use_resource=False)
+        h = tf.concat([tf.nn.embedding_lookup(emb, ids), x], axis=1)
+        loss = tf.reduce_sum(tf.matmul(h, w))
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            loss, global_step=tf.compat.v1.train.get_or_create_global_step(), name="train")
+    tf.io.write_graph(tf.compat.v1.train.export_meta_graph(graph=g), sys.argv[1], sys.argv[2] + ".meta",
+                      as_text=False)
+""")
+
+
+def test_batch_size_gives_the_bytes_tf_infers_for_that_batch(tmp_path, capsys):
+    """The same program built by TF with ``[None, ...]`` inputs and with ``[16, ...]`` inputs:
+    ``--batch-size 16`` on the first must give the traffic of the second, whose shapes TF's own
+    shape inference fixed; without it, the unknown sizes are shown as unknown, never as 0."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    for batch in ("none", "16"):
+        proc = subprocess.run([sys.executable, "-c", _BATCH, str(tmp_path), batch], capture_output=True, text=True,
+                              env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+    def traffic(*args):
+        code, out, err = run_cli(["analyze", *args, "--format", "json"], capsys)
+        assert code == 0, err
+        return json.loads(out)["partition"]
+
+    fixed = traffic(tmp_path / "16.meta")
+    unknown = traffic(tmp_path / "none.meta")
+    assumed = traffic(tmp_path / "none.meta", "--batch-size", "16")
+    assert fixed["unknown_size_transfers"] == 0 and assumed["unknown_size_transfers"] == 0
+    assert unknown["unknown_size_transfers"] == assumed["assumed_batch_transfers"] > 0
+    assert assumed["assumed_batch"] == 16 and unknown["assumed_batch"] is None
+    assert assumed["bytes_per_step"] == fixed["bytes_per_step"] > unknown["bytes_per_step"]
+    assert ({t["task"]: (t["sent_bytes"], t["received_bytes"]) for t in assumed["tasks"]}
+            == {t["task"]: (t["sent_bytes"], t["received_bytes"]) for t in fixed["tasks"]})
+    assert any(t["sent_unknown"] for t in unknown["tasks"])
+    code, out, _ = run_cli(["analyze", tmp_path / "none.meta"], capsys)
+    words = " ".join(out.split())
+    header = words[words.index("Network traffic"):words.index("Per task")]
+    assert f"({unknown['unknown_size_transfers']} of " in header and "≥" in header
+    assert "unknown" in out[out.index("Per task"):]
+    code, out, _ = run_cli(["analyze", tmp_path / "none.meta", "--batch-size", "16"], capsys)
+    assert "sized with --batch-size 16" in " ".join(out.split())  # the header may wrap
+
+
+def test_sizes_read_as_unknown_never_zero():
+    from placeviz.sizes import bytes_at_least, human_bytes, transfers_text
+
+    assert human_bytes(None) == "? B" and human_bytes(0) == "0 B" and human_bytes(2867) == "2.8 KiB"
+    assert bytes_at_least(2867, 28, 52) == "≥ 2.8 KiB, 28 of 52 unknown"
+    assert bytes_at_least(0, 3, 3) == "? B (3 of 3 unknown)" and bytes_at_least(96, 0) == "96 B"
+    assert transfers_text(7, 0, 0, 7) == "7 control"
+    assert transfers_text(3, 96, 0, 1) == "2 tensors + 1 control, 96 B/step"
+    assert transfers_text(3, 0, 3, 0) == "3 tensors, ? B/step (3 unknown)"
+    assert transfers_text(3, 1024, 1, 0) == "3 tensors, ≥ 1.0 KiB/step (1 of 3 unknown)"

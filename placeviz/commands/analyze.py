@@ -15,7 +15,7 @@ from placeviz.commands.output import emit, render_rich, to_json
 from placeviz.errors import PlacevizError
 from placeviz.escape import terminal_text
 from placeviz.pipeline import StepOptions, run_pipeline
-from placeviz.sizes import bar, bytes_at_least, human_bytes
+from placeviz.sizes import bar, bytes_at_least, human_bytes, traffic_total
 
 TOP_OPS = 15
 VARIABLES_SHOWN = 40
@@ -23,7 +23,8 @@ VARIABLES_BY_TASK_SHOWN = 60
 
 
 def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, placement_options=None,
-        explain: tuple[str, ...] = (), fetches=(), targets=(), feeds=(), sync=None, worker_graphs=()) -> Analysis:
+        explain: tuple[str, ...] = (), fetches=(), targets=(), feeds=(), sync=None, worker_graphs=(),
+        batch_size: int | None = None) -> Analysis:
     """Load MODEL, run the static pipeline (sync pass, placement, partition) and emit the report.
 
     ``worker_graphs``: ``--worker-graph I=MODEL`` values; with them (or a builder taking
@@ -44,7 +45,7 @@ def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, place
     check_workers_range(tasks, workers)
     model = load(model_spec, tag=tag)
     pipe = run_pipeline(model, task_placement_options(placement_options, 0), sync,
-                        StepOptions(tuple(fetches), tuple(targets), tuple(feeds)), tag=tag, place_always=bool(explain))
+                        StepOptions(tuple(fetches), tuple(targets), tuple(feeds), batch_size=batch_size), tag=tag, place_always=bool(explain))
     report = pipe.analysis
     if tasks or model.per_task:
         pipes, sources = task_pipelines(model, pipe, model_spec, tasks, placement_options, sync, workers=workers,
@@ -183,13 +184,13 @@ def _print_traffic(console, p: dict) -> None:
     console.print(f"Network traffic for {_t(p['run']['what'])}"
                   + (f" ({_t(', '.join(p['run']['targets'] + p['run']['fetches']))})" if p['run']['targets'] or
                      p['run']['fetches'] else "")
-                  + f": {human_bytes(p['bytes_per_step'])} per step in {p['transfers']} transfers"
-                  + (f" ({p['unknown_size_transfers']} of unknown size)" if p["unknown_size_transfers"] else ""))
+                  + f": {traffic_total(p)}")
     table = Table(title="Per task", title_justify="left")
     for col in ("task", "sent per step", "received per step"):
         table.add_column(col, justify="left" if col == "task" else "right")
     for t in p["tasks"]:
-        table.add_row(_t(t["task"]), human_bytes(t["sent_bytes"]), human_bytes(t["received_bytes"]))
+        table.add_row(_t(t["task"]), bytes_at_least(t["sent_bytes"], t.get("sent_unknown", 0)),
+                      bytes_at_least(t["received_bytes"], t.get("received_unknown", 0)))
     console.print(table)
     if p["variable_reads"]:
         reads = Table(title="Variables read across the network per step", title_justify="left")
@@ -197,7 +198,9 @@ def _print_traffic(console, p: dict) -> None:
             reads.add_column(col, justify="right" if col in ("reads", "bytes") else "left")
         for v in p["variable_reads"][:15]:
             count = str(v["reads_per_step"]) + (" per iteration" if v.get("per_iteration_of") else "")
-            reads.add_row(_t(v["variable"]), count, human_bytes(v["bytes_per_step"]), _t(", ".join(v["to_tasks"])))
+            reads.add_row(_t(v["variable"]), count,
+                          bytes_at_least(v["bytes_per_step"], v.get("unknown_size_reads", 0), v["reads_per_step"]),
+                          _t(", ".join(v["to_tasks"])))
         console.print(reads)
     for note in p.get("notes", []):
         console.print(f"[dim]note: {_t(note)}[/dim]")

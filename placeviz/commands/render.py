@@ -39,7 +39,7 @@ def _is_big(model: str) -> bool:
 
 
 def run(model: str, output: str, *, view: str, focus: str | None, depth: int | None, max_nodes: int,
-        layout_timeout: float, tag: str | None, placement_options, sync) -> None:
+        layout_timeout: float, tag: str | None, placement_options, sync, batch_size: int | None = None) -> None:
     """Load and place MODEL (via the pipeline), build the view, lay it out, write ``output``."""
     from placeviz.render import ViewContext, build_view, to_dot
     from placeviz.render.layout import lay_out, require_graphviz
@@ -48,7 +48,7 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
     if fmt != "dot":
         require_graphviz(fmt)
     say = progress if _is_big(model) else None
-    pipe = run_pipeline(model, placement_options, sync, StepOptions(), tag=tag, progress=say)
+    pipe = run_pipeline(model, placement_options, sync, StepOptions(batch_size=batch_size), tag=tag, progress=say)
     for note in placement_notes(pipe.model.graph, placement_options):
         progress(f"note: {note}")
     if fmt == "html":

@@ -14,7 +14,7 @@ from functools import cached_property
 from placeviz.analysis import VARIABLE_OPS
 from placeviz.graph import CONTROL
 from placeviz.render.roles import RoleCache, device_colors, short_device
-from placeviz.sizes import human_bytes  # noqa: F401 - the views import it from here
+from placeviz.sizes import human_bytes, transfers_text  # noqa: F401 - the views import human_bytes from here
 
 NO_DEVICE = "(no device)"
 
@@ -107,8 +107,10 @@ class ViewContext:
         what = run.get("what", "one step")
         ops = ", ".join((run.get("targets") or []) + (run.get("fetches") or []))
         total = sum(t["bytes"] or 0 for t in self.transfers)
+        control = sum(1 for t in self.transfers if t["slot"] == "control")
+        unknown = sum(1 for t in self.transfers if t["slot"] != "control" and t["bytes"] is None)
         return (f"bytes per step: {what}" + (f" ({ops})" if ops else "")
-                + f", {human_bytes(total)} in {len(self.transfers)} transfers")
+                + f", {transfers_text(len(self.transfers), total, unknown, control)}")
 
     def device_label(self, device: str) -> str:
         return short_device(device) if device != NO_DEVICE else NO_DEVICE
