@@ -5,7 +5,7 @@ servers, ``replica_device_setter``): where each op of the training step runs and
 network. Some inputs look like models but are not such a graph; for them a confident answer would
 be a wrong one, so placeviz says what the input is and what to give instead.
 
-* A TF2 SavedModel (``tf.saved_model.save``, also Keras' ``model.export``/``save``) holds a
+* A TF2 SavedModel (``tf.saved_model.save``, also Keras' ``model.export``) holds a
   *serving* graph: the model's ``tf.function`` bodies in the function library, called from a
   small outer graph of captured resource handles (``VarHandleOp``), with no optimizer and no train
   op (``tensorflow/python/saved_model/save.py`` builds it, ``_fill_meta_graph_def``; the
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-SERVING_GRAPH = ("a TF2 SavedModel (tf.saved_model.save / Keras) holds a serving graph: tf.function bodies called "
+SERVING_GRAPH = ("a TF2 SavedModel (tf.saved_model.save / Keras export) holds a serving graph: tf.function bodies called "
                  "with captured variables, no optimizer and no training step, which replica_device_setter never "
                  "places; placeviz analyses TF1 training graphs, so it is not placed, partitioned or linted as one. "
                  "Export the training graph instead, e.g. tf.compat.v1.train.export_meta_graph('train.meta') after "

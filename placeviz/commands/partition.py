@@ -23,6 +23,7 @@ from placeviz.io import check_directory_output, load, proto_bytes, write_directo
 from placeviz.partition import SCHEMA, partition
 from placeviz.pipeline import added_nodes_note, client_device, placement_notes
 from placeviz.placement import place_graph
+from placeviz.sizes import transfers_text
 
 INDEX = "index.json"
 KIND = "placeviz partition output"
@@ -57,8 +58,10 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
     files[INDEX] = to_json(index)
     write_directory(out_dir, files, replaceable=is_partition_output, kind=KIND)
     total = sum(t["bytes"] or 0 for t in parts.transfers)
-    progress(f"wrote {len(names)} partitions and {INDEX} to {out_dir}: {len(parts.transfers)} transfers, "
-             f"{total:,} bytes per step where shapes are known")
+    control = sum(1 for t in parts.transfers if t["slot"] == "control")
+    unknown = sum(1 for t in parts.transfers if t["slot"] != "control" and t["bytes"] is None)
+    progress(f"wrote {len(names)} partitions and {INDEX} to {out_dir}: "
+             f"{transfers_text(len(parts.transfers), total, unknown, control)}")
 
 
 def partition_file_name(device: str) -> str:
