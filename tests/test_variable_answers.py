@@ -101,11 +101,12 @@ _TF_SLOTS = textwrap.dedent("""
     import json, sys
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
+    resource = sys.argv[2] == "resource"
     g = tf.Graph()
     with g.as_default(), tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=3)):
         x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
-        w = tf.compat.v1.get_variable("dense/w", [4, 5], use_resource=False)
-        b = tf.compat.v1.get_variable("dense/b", [5], use_resource=False)
+        w = tf.compat.v1.get_variable("dense/w", [4, 5], use_resource=resource)
+        b = tf.compat.v1.get_variable("dense/b", [5], use_resource=resource)
         loss = tf.reduce_sum(tf.matmul(x, w) + b)
         step = tf.compat.v1.train.get_or_create_global_step()
         opt = tf.compat.v1.train.AdamOptimizer()
@@ -117,12 +118,14 @@ _TF_SLOTS = textwrap.dedent("""
 """)
 
 
-def test_slots_and_tasks_match_tensorflow(tmp_path, capsys):
+@pytest.mark.parametrize("variables", ["ref", "resource"])
+def test_slots_and_tasks_match_tensorflow(tmp_path, capsys, variables):
     """Adam's slots as TF's optimizer names them (beta1_power is Adam's own, not a slot), and every
-    variable on the ps task TF's replica_device_setter gave it."""
+    variable on the ps task TF's replica_device_setter gave it; ref (VariableV2) and resource
+    (VarHandleOp) variables."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run([sys.executable, "-c", _TF_SLOTS, str(tmp_path)], capture_output=True, text=True,
-                          env=env, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", _TF_SLOTS, str(tmp_path), variables], capture_output=True,
+                          text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     truth = json.loads(proc.stdout.strip().splitlines()[-1])
     code, out, err = run_cli(["analyze", tmp_path / "m.meta", "--format", "json"], capsys)
@@ -130,6 +133,8 @@ def test_slots_and_tasks_match_tensorflow(tmp_path, capsys):
     doc = json.loads(out)
     ours = {v["name"]: sorted(s["name"] for s in v["slots"]) for v in doc["variables"] if v["slots"]}
     assert ours == truth["slots"]
+    ops = {v["op"] for v in doc["variables"] if v["name"].startswith("dense/")}  # with their slots
+    assert ops == {"VarHandleOp" if variables == "resource" else "VariableV2"}
     assert {v["name"] for v in doc["variables"] if v["slot_of"] is None} >= {"beta1_power", "beta2_power"}
     for v in doc["variables"]:
         tf_device = truth["devices"][v["name"]]  # e.g. /job:ps/task:2
@@ -280,3 +285,19 @@ def test_sizes_read_as_unknown_never_zero():
     assert transfers_text(3, 96, 0, 1) == "2 tensors + 1 control, 96 B/step"
     assert transfers_text(3, 0, 3, 0) == "3 tensors, ? B/step (3 unknown)"
     assert transfers_text(3, 1024, 1, 0) == "3 tensors, ≥ 1.0 KiB/step (1 of 3 unknown)"
+
+
+def test_html_report_shows_where_each_variable_landed(tmp_path, capsys):
+    code, _, err = run_cli(["render", "sample:wide_deep", "--ps-tasks", "2", "-o", tmp_path / "r.html"], capsys)
+    assert code == 0, err
+    assert "setter replay added" in err
+    code, out, _ = run_cli(["analyze", "sample:wide_deep", "--ps-tasks", "2", "--format", "json"], capsys)
+    doc = json.loads(out)
+    import html
+
+    text = html.unescape((tmp_path / "r.html").read_text())
+    assert "Variables by PS task" in text and "of which slots" in text and "█" in text
+    for v in doc["variables"]:
+        if v["slot_of"] is None:
+            assert f"<td>{v['name']}</td>" in text and f"<td>{v['placed_device']}</td>" in text
+    assert "setter replay added" in text  # the report's notes

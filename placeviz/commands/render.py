@@ -15,7 +15,7 @@ from pathlib import Path
 from placeviz.commands.output import progress
 from placeviz.errors import PlacevizError
 from placeviz.io import atomic_write
-from placeviz.pipeline import StepOptions, placement_notes, run_pipeline
+from placeviz.pipeline import StepOptions, added_nodes_note, placement_notes, run_pipeline
 
 BIG_MODEL_BYTES = 2 << 20
 """Models above this size (about 10k ops) get progress lines on stderr while they render."""
@@ -51,6 +51,9 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
     pipe = run_pipeline(model, placement_options, sync, StepOptions(batch_size=batch_size), tag=tag, progress=say)
     for note in placement_notes(pipe.model.graph, placement_options):
         progress(f"note: {note}")
+    added = (pipe.analysis.placement or {}).get("nodes_added")
+    if added:  # the views draw the placed graph: say why they count more ops than the graph has
+        progress(f"note: {added_nodes_note(added, len(pipe.model.graph))}")
     if fmt == "html":
         from placeviz.commands.lint import findings_for_pipeline
 

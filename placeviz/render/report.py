@@ -119,6 +119,8 @@ def _tables(ctx: ViewContext) -> str:
                  " ← ".join((v["evidence"][0]["path"] if v.get("evidence") else [])[:5])]
                 for v in s["variables"][:VARIABLES_SHOWN]]
         out.append(_table(["variable", "verdict", "updates per step", "evidence path"], rows, {2}))
+    if a.notes:  # what the analysis could not settle or does not cover, as analyze prints it
+        out.append("<h3>Notes</h3><ul>" + "".join(f"<li>{esc(n)}</li>" for n in a.notes) + "</ul>")
     return "\n".join(out)
 
 
