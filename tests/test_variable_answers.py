@@ -301,3 +301,30 @@ def test_html_report_shows_where_each_variable_landed(tmp_path, capsys):
         if v["slot_of"] is None:
             assert f"<td>{v['name']}</td>" in text and f"<td>{v['placed_device']}</td>" in text
     assert "setter replay added" in text  # the report's notes
+
+
+def test_every_device_shows_its_largest_variables():
+    """With many variables, each device still shows its biggest ones (an embedding on the last PS
+    task is not pushed out by the first task's hundred small ones)."""
+    from placeviz.analysis import Analysis, VariableInfo
+    from placeviz.commands.analyze import format_text
+
+    variables = []
+    for task in range(3):
+        for k in range(50):
+            size = 4 * (k + 1) * (1000 if (task, k) == (2, 7) else 1)
+            variables.append(VariableInfo(name=f"t{task}/v{k}", op="VariableV2", dtype="float32", shape=[size // 4],
+                                          bytes=size, trainable=True, device="",
+                                          placed_device=f"/job:ps/replica:0/task:{task}/device:CPU:0",
+                                          placed_by="ps op, strategy call #1"))
+    report = Analysis(model="m", kind="graphdef", node_count=150, data_edge_count=0, control_edge_count=0,
+                      op_histogram={"VariableV2": 150}, requested_devices={"": 150}, unplaced_count=150,
+                      unplaced_sample=[], variables=variables, other_state=[], collections=[], train_ops=[],
+                      producer=0, function_count=0,
+                      placement={"stage": "placed", "setter_ran": True, "tasks": [],
+                                 "ps_balance": {"max_over_mean": None}})
+    text = format_text(report)
+    assert "t2/v7 " in text and text.count("smaller on this device") == 3
+    for task in range(3):
+        assert f"/job:ps/replica:0/task:{task}/device:CPU:0: 50 variables" in text
+        assert f"t{task}/v49 " in text  # each device's largest of the rest

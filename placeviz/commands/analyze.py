@@ -20,6 +20,7 @@ from placeviz.sizes import bar, bytes_at_least, human_bytes, traffic_total
 TOP_OPS = 15
 VARIABLES_SHOWN = 40
 VARIABLES_BY_TASK_SHOWN = 60
+VARIABLES_PER_DEVICE_MIN = 5
 
 
 def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, placement_options=None,
@@ -214,32 +215,36 @@ def _print_variables_by_task(console, r: Analysis) -> None:
     """Which device holds each variable: the question behind ``--ps-tasks``. One table per device,
     titled with its full runtime name (never cut); slots are folded into their variable's row (TF
     builds them under ``colocate_with`` the variable, so the placer keeps them on its device);
-    sorted by device, then by bytes."""
-    primaries = [v for v in r.variables if v.slot_of is None]
-    primaries.sort(key=lambda v: (v.placed_device or "", -(v.bytes or 0), v.name))
-    shown = primaries[:VARIABLES_BY_TASK_SHOWN]
+    sorted by device, then by bytes. Each device shows its largest variables (at least
+    ``VARIABLES_PER_DEVICE_MIN``, sharing ``VARIABLES_BY_TASK_SHOWN`` rows), so a big embedding on
+    any task is always in view; the JSON lists them all."""
+    by_device: dict[str, list] = {}
+    for v in r.variables:
+        by_device.setdefault(v.placed_device or "", []).append(v)
+    per_device = max(VARIABLES_PER_DEVICE_MIN, VARIABLES_BY_TASK_SHOWN // max(1, len(by_device)))
     console.print()
     console.print("[bold]Variables by PS task[/bold] (device after placement; slots: the optimizer's slot "
                   "variables, on the same device)")
-    devices = list(dict.fromkeys(v.placed_device for v in shown))
-    for device in devices:
-        rows = [v for v in shown if v.placed_device == device]
-        every = [v for v in r.variables if v.placed_device == device]
+    for device in sorted(by_device):
+        every = by_device[device]
+        rows = sorted((v for v in every if v.slot_of is None), key=lambda v: (-(v.bytes or 0), v.name))
         known = sum(v.bytes or 0 for v in every)
         unknown = sum(1 for v in every if v.bytes is None)
         slots = sum(v.bytes or 0 for v in every if v.slot_of is not None)
         title = (f"{_t(device or '(not placed)')}: {len(every)} variable{'s' if len(every) != 1 else ''}, "
                  f"{bytes_at_least(known, unknown, len(every))} (slots {human_bytes(slots)})")
-        table = Table(title=title, title_justify="left")
-        for col in ("variable", "shape", "dtype", "bytes", "slots", "placed by"):
-            table.add_column(col, justify="right" if col in ("bytes", "slots") else "left", overflow="fold")
-        for v in rows:
-            slot_text = f"{human_bytes(v.slot_bytes)} ({', '.join(s['slot'] for s in v.slots)})" if v.slots else ""
-            table.add_row(_t(v.name), _shape(v.shape), _t(v.dtype), human_bytes(v.bytes), _t(slot_text),
-                          _t(v.placed_by or ""))
+        slot_names = sorted({sl["slot"] for v in rows for sl in v.slots})
+        table = Table(title=title, title_justify="left", expand=True,
+                      caption=f"slots: {_t(', '.join(slot_names))}" if slot_names else None, caption_justify="left")
+        for col in ("variable", _t("dtype[shape]"), "bytes", "slots", "placed by"):
+            table.add_column(col, justify="right" if col in ("bytes", "slots") else "left", overflow="fold",
+                             ratio=1 if col == "variable" else None)
+        for v in rows[:per_device]:
+            table.add_row(_t(v.name), _t(f"{v.dtype}{_shape(v.shape)}"), human_bytes(v.bytes),
+                          human_bytes(v.slot_bytes) if v.slots else "", _t(v.placed_by or ""))
+        if len(rows) > per_device:
+            table.add_row(f"... {len(rows) - per_device:,} smaller on this device (use --format json)", *[""] * 4)
         console.print(table)
-    if len(primaries) > VARIABLES_BY_TASK_SHOWN:
-        console.print(f"... {len(primaries) - VARIABLES_BY_TASK_SHOWN} more variables (use --format json)")
 
 
 def _shape(shape) -> str:
