@@ -88,6 +88,11 @@ class Analysis:
     def variable_bytes(self) -> int:
         return sum(v.bytes or 0 for v in self.variables)
 
+    @property
+    def unknown_size_variables(self) -> int:
+        """Variables whose size is unknown: :attr:`variable_bytes` leaves them out (a lower bound)."""
+        return sum(1 for v in self.variables if v.bytes is None)
+
     def variable_bytes_by_device(self) -> dict[str, int]:
         out: Counter = Counter()
         for v in self.variables:
@@ -115,6 +120,7 @@ class Analysis:
             "variable_bytes": {
                 "total": self.variable_bytes,
                 "by_requested_device": self.variable_bytes_by_device(),
+                "unknown_size_variables": self.unknown_size_variables,
             },
             "other_state": self.other_state,
             "collections": self.collections,

@@ -273,6 +273,14 @@ def test_batch_size_gives_the_bytes_tf_infers_for_that_batch(tmp_path, capsys):
     assert "unknown" in out[out.index("Per task"):]
     code, out, _ = run_cli(["analyze", tmp_path / "none.meta", "--batch-size", "16"], capsys)
     assert "sized with --batch-size 16" in " ".join(out.split())  # the header may wrap
+    # lint sees the same traffic: 4M rows of 8 floats cross tasks, above PV403's 64 MiB
+    lint = ["lint", tmp_path / "none.meta", "--select", "PV403", "--format", "json", "--fail-on", "never"]
+    code, out, err = run_cli(lint, capsys)
+    assert code == 0 and not json.loads(out)["findings"], err
+    code, out, err = run_cli([*lint, "--batch-size", str(4 << 20)], capsys)
+    assert code == 0, err
+    [finding] = [f for f in json.loads(out)["findings"] if f["rule"] == "PV403"][:1]
+    assert "MiB per step" in finding["message"]
 
 
 def test_sizes_read_as_unknown_never_zero():

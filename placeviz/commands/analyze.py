@@ -90,7 +90,7 @@ def _print_report(console, r: Analysis) -> None:
     console.print(
         f"{r.node_count:,} nodes, {r.data_edge_count:,} data edges, {r.control_edge_count:,} control "
         f"edges, {r.function_count} library functions; {len(r.variables)} variables holding "
-        f"{human_bytes(r.variable_bytes)}"
+        f"{bytes_at_least(r.variable_bytes, r.unknown_size_variables, len(r.variables))}"
     )
     console.print()
 

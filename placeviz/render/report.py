@@ -104,7 +104,8 @@ def _tables(ctx: ViewContext) -> str:
                  v.placed_device or v.device or "(none)", v.placed_by or ""] for v in shown[:VARIABLES_SHOWN]]
         more = (f"<p>… and {len(shown) - VARIABLES_SHOWN:,} more (placeviz analyze --format json)</p>"
                 if len(shown) > VARIABLES_SHOWN else "")
-        out.append(f"<h3>Variables by PS task ({len(a.variables):,} with slots, {esc(human_bytes(a.variable_bytes))})</h3>"
+        total = bytes_at_least(a.variable_bytes, a.unknown_size_variables, len(a.variables))
+        out.append(f"<h3>Variables by PS task ({len(a.variables):,} with slots, {esc(total)})</h3>"
                    + _table(["name", "dtype", "shape", "bytes", "slots", "device" if ctx.placed else "requested device",
                              "placed by"], rows, {3, 4}) + more)
     s = a.sync if ctx.pipe.proof is None else {**(a.sync or {}), **ctx.pipe.proof.to_json()}
@@ -187,7 +188,7 @@ def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None 
                         f'<div class="svg" data-view="{view}">{inline_svg(result.data)}</div></section>')
     title = f"placeviz report: {a.model}"
     summary = (f"{a.node_count:,} ops, {a.data_edge_count:,} data and {a.control_edge_count:,} control edges, "
-               f"{len(a.variables):,} variables holding {human_bytes(a.variable_bytes)}; "
+               f"{len(a.variables):,} variables holding {bytes_at_least(a.variable_bytes, a.unknown_size_variables, len(a.variables))}; "
                f"{len(ctx.device_list)} device{'s' if len(ctx.device_list) != 1 else ''}")
     nav = " · ".join(f'<a href="#view-{v}">{v}</a>' for v in VIEW_TITLES) + ' · <a href="#tables">tables</a> · ' \
         '<a href="#lint">lint</a>'
