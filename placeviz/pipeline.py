@@ -193,12 +193,13 @@ def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say) -
 
         # A new list for every later reader (analyze, render, lint); the partitions stay TF's.
         pipe.partitions.transfers = assume_batch(pipe.partitions.transfers, step.batch_size)
-    pipe.analysis.partition = {"level": step.level, **traffic_summary(pipe.graph, pipe.partitions, pipe.run)}
+    pipe.analysis.partition = {"level": step.level,
+                               **traffic_summary(pipe.graph, pipe.partitions, pipe.run, step.batch_size)}
 
 
-NO_PLACEMENT_NOTE = ("the graph places no variable on a job and no --ps-tasks/--cluster was given: nothing is "
-                     "placed and no network traffic is computed; give --ps-tasks N (or --cluster FILE) to place "
-                     "it as replica_device_setter would")
+NO_PLACEMENT_NOTE = ("the graph places no variable on a job and no --ps-tasks/--cluster was given: nothing goes to "
+                     "a parameter server, so no traffic between tasks shows; give --ps-tasks N (or --cluster FILE) "
+                     "to place it as replica_device_setter would")
 
 
 def placement_notes(graph: Graph, placement_options) -> list[str]:

@@ -27,8 +27,8 @@ def human_bytes(n: int | float | None) -> str:
 def bytes_at_least(known: int, unknown: int, total: int | None = None) -> str:
     """A sum of which ``unknown`` of ``total`` parts have no known size.
 
-    ``bytes_at_least(2867, 28, 52)`` is ``≥ 2.8 KiB, 28 of 52 unknown``; with every part unknown,
-    ``? B (52 unknown)``; with none, the plain size.
+    ``bytes_at_least(2867, 28, 52)`` is ``≥ 2.8 KiB, 28 of 52 unknown``; with nothing known,
+    ``? B (3 of 3 unknown)``; with nothing unknown, the plain size. ``total`` None leaves out "of N".
     """
     if not unknown:
         return human_bytes(known)

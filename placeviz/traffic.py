@@ -61,7 +61,7 @@ def assume_batch(transfers: list[dict], batch_size: int) -> list[dict]:
     return out
 
 
-def traffic_summary(graph: Graph, parts: PartitionResult, run: dict) -> dict:
+def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size: int | None = None) -> dict:
     """The ``traffic`` part of the ``partition`` section of ``placeviz.analysis/1``.
 
     A transfer of unknown size adds nothing to the bytes and one to the ``unknown`` counts next to
@@ -114,7 +114,6 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict) -> dict:
             if frame:
                 r["frames"].add(frame)
     tasks = sorted(set(sent) | set(received) | {p[0] for p in pairs} | {p[1] for p in pairs})
-    batch = next((t["assumed_batch"] for t in transfers if "assumed_batch" in t), None)
     top = sorted((t for t in transfers if t["slot"] != "control"), key=lambda t: -(t["bytes"] or 0))[:TOP_TRANSFERS]
     return {
         "run": run,
@@ -122,7 +121,7 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict) -> dict:
         "transfers": len(transfers),
         "unknown_size_transfers": unknown,
         "control_transfers": control,
-        "assumed_batch": batch,
+        "assumed_batch": batch_size,  # --batch-size (see assume_batch), or None
         "assumed_batch_transfers": assumed,
         "task_pairs": [pairs[k] for k in sorted(pairs)],
         "tasks": [{"task": t, "sent_bytes": sent[t], "received_bytes": received[t], "sent_unknown": sent_unknown[t],
@@ -139,8 +138,8 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict) -> dict:
                    "unknown statically, so reads_per_step and bytes_per_step count one iteration "
                    "(see per_iteration_of)"]
                   if any(r["frames"] for r in reads.values()) else []) + _overflow_notes(transfers)
-                 + ([f"--batch-size {batch}: {assumed} transfer(s) with an unknown leading (batch) dimension are "
-                     f"counted with {batch} rows"] if assumed else []),
+                 + ([f"--batch-size {batch_size}: {assumed} transfer(s) with an unknown leading (batch) dimension are "
+                     f"counted with {batch_size} rows"] if assumed else []),
     }
 
 

@@ -45,8 +45,9 @@ def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, place
     workers = cluster_workers(placement_options)
     check_workers_range(tasks, workers)
     model = load(model_spec, tag=tag)
-    pipe = run_pipeline(model, task_placement_options(placement_options, 0), sync,
-                        StepOptions(tuple(fetches), tuple(targets), tuple(feeds), batch_size=batch_size), tag=tag, place_always=bool(explain))
+    step = StepOptions(tuple(fetches), tuple(targets), tuple(feeds), batch_size=batch_size)
+    pipe = run_pipeline(model, task_placement_options(placement_options, 0), sync, step, tag=tag,
+                        place_always=bool(explain))
     report = pipe.analysis
     if tasks or model.per_task:
         pipes, sources = task_pipelines(model, pipe, model_spec, tasks, placement_options, sync, workers=workers,
@@ -205,10 +206,6 @@ def _print_traffic(console, p: dict) -> None:
         console.print(reads)
     for note in p.get("notes", []):
         console.print(f"[dim]note: {_t(note)}[/dim]")
-
-
-def _task_of(device: str | None) -> str:
-    return (device or "").split("/device:", 1)[0]
 
 
 def _print_variables_by_task(console, r: Analysis) -> None:

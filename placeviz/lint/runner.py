@@ -132,7 +132,7 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
 
     serving = serving_graph_problem(model)
     if serving is not None:  # not a training graph: no rule can judge it (exit 2, as for bad input)
-        result.errors.append(LintError(serving, model_path))
+        result.errors.append(LintError(f"{model_path}: {serving}", model_path))  # worded as a LoadError
         return result
     placement_options = task_placement_options(options.placement_options, 0)
     try:
