@@ -336,3 +336,9 @@ def test_every_device_shows_its_largest_variables():
     for task in range(3):
         assert f"/job:ps/replica:0/task:{task}/device:CPU:0: 50 variables" in text
         assert f"t{task}/v49 " in text  # each device's largest of the rest
+
+
+def test_place_says_ps_tasks_zero_places_nothing(tmp_path, capsys):
+    code, _, err = run_cli(["place", "sample:mlp", "--ps-tasks", "0", "--stage", "setter", "-o", tmp_path / "p.pbtxt"],
+                           capsys)
+    assert code == 0 and "note: --ps-tasks 0: replica_device_setter(ps_tasks=0) returns None" in err

@@ -15,6 +15,8 @@ def run(model_spec: str, output: str, options, stage: str, tag: str | None = Non
     model = load(model_spec, tag=tag)
     refuse_serving_graph(model)
     check_output(output)  # before placing: -o may not be the model (placeviz.io, "writing")
+    for note in options.notes:  # --ps-tasks 0
+        progress(f"note: {note}")
     if stage == "setter":  # the setter only writes strings: TF's placer judges them later
         setter = setter_stage(model.graph, options)
         graph = model.graph if setter is None else setter.graph
