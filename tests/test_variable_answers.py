@@ -342,3 +342,40 @@ def test_place_says_ps_tasks_zero_places_nothing(tmp_path, capsys):
     code, _, err = run_cli(["place", "sample:mlp", "--ps-tasks", "0", "--stage", "setter", "-o", tmp_path / "p.pbtxt"],
                            capsys)
     assert code == 0 and "note: --ps-tasks 0: replica_device_setter(ps_tasks=0) returns None" in err
+
+
+_UNKNOWN_VARIABLE = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+        known = tf.compat.v1.get_variable("known", [4], use_resource=False)
+        free = tf.compat.v1.Variable(tf.zeros_like(x), validate_shape=False, name="free", use_resource=False)
+        tf.identity(tf.reduce_sum(free) + tf.reduce_sum(known), name="out")
+    tf.io.write_graph(tf.compat.v1.train.export_meta_graph(graph=g), sys.argv[1], "m.meta", as_text=False)
+""")
+
+
+def test_a_variable_of_unknown_size_is_not_zero(tmp_path, capsys):
+    """TF's own variable built with validate_shape=False has no static shape: placeviz reports its
+    size as unknown in analyze (text and JSON) and in the pictures, never as 0 B."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, "-c", _UNKNOWN_VARIABLE, str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    model = tmp_path / "m.meta"
+    code, out, err = run_cli(["analyze", model, "--ps-tasks", "1", "--format", "json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert {v["name"]: v["bytes"] for v in doc["variables"]} == {"known": 16, "free": None}
+    assert doc["variable_bytes"]["unknown_size_variables"] == 1
+    [ps] = [t for t in doc["placement"]["tasks"] if t["job"] == "ps"]
+    assert ps["variable_bytes"] == 16 and ps["unknown_size_variables"] == 1
+    code, out, _ = run_cli(["analyze", model, "--ps-tasks", "1"], capsys)
+    assert "holding ≥ 16 B, 1 of 2 unknown" in out and "? B" in out
+    code, _, err = run_cli(["render", model, "--ps-tasks", "1", "--view", "overview", "-o", tmp_path / "o.dot"],
+                           capsys)
+    assert code == 0, err
+    assert "2 variables, ≥ 16 B, 1 of 2 unknown" in (tmp_path / "o.dot").read_text()

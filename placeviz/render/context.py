@@ -14,7 +14,7 @@ from functools import cached_property
 from placeviz.analysis import VARIABLE_OPS
 from placeviz.graph import CONTROL
 from placeviz.render.roles import RoleCache, device_colors, short_device
-from placeviz.sizes import human_bytes, transfers_text  # noqa: F401 - the views import human_bytes from here
+from placeviz.sizes import bytes_at_least, human_bytes, transfers_text  # noqa: F401 - the views import human_bytes from here
 
 NO_DEVICE = "(no device)"
 
@@ -69,6 +69,18 @@ class ViewContext:
                 row[0] += 1
                 row[1] += sizes.get(g.names[i], 0)
         return {d: (r[0], r[1]) for d, r in out.items()}
+
+    @cached_property
+    def unknown_variables_per_device(self) -> Counter:
+        """Device -> variables of unknown size (left out of :attr:`variables_per_device`'s bytes)."""
+        unknown = {v.name for v in self.pipe.analysis.variables if v.bytes is None}
+        g = self.graph
+        return Counter(self.devices[g.index[name]] for name in unknown if name in g.index)
+
+    def variable_bytes_text(self, device: str) -> str:
+        """A device's variable bytes as a label says them: ``≥ X, k of n unknown`` when some are unknown."""
+        n_vars, n_bytes = self.variables_per_device.get(device, (0, 0))
+        return bytes_at_least(n_bytes, self.unknown_variables_per_device[device], n_vars)
 
     @cached_property
     def transfers(self) -> list[dict]:

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 
 from placeviz.render.collapse import Collapse, collapse, quotient_edges, role_counts
-from placeviz.render.context import NO_DEVICE, ViewContext, human_bytes, pen_width, shorten
+from placeviz.render.context import NO_DEVICE, ViewContext, pen_width, shorten
 from placeviz.render.diagram import Box, Cluster, Diagram, Edge, LegendItem
 from placeviz.render.overview import TRAFFIC_COLOR, job_clusters
 from placeviz.render.roles import ROLE_COLOR, ROLE_LABEL, ROLE_SHORT, ROLES, job_of, striped_fill
@@ -63,7 +63,7 @@ def device_clusters(ctx: ViewContext, d: Diagram) -> dict[str, tuple]:
         n_vars, n_bytes = per_device.get(dev, (0, 0))
         label = f"{ctx.device_label(dev)}: {ctx.ops_per_device[dev]:,} ops"
         if n_vars:
-            label += f"\nvariables {human_bytes(n_bytes)} ({n_vars:,})"
+            label += f"\nvariables {ctx.variable_bytes_text(dev)} ({n_vars:,})"
             if job == "ps" and ps_total:
                 share = n_bytes / ps_total
                 filled = round(share * 10)
