@@ -197,6 +197,8 @@ def test_tf2_saved_model_is_a_serving_graph_not_placed(keras_saved_model, tmp_pa
         code, _, err = run_cli(args, capsys)
         assert code == 2 and "serving graph" in err and "Traceback" not in err, args
     assert not (tmp_path / "p.pbtxt").exists()
+    code, _, err = run_cli(["render", keras_saved_model, "--ps-tasks", "2", "-o", tmp_path / "k.dot"], capsys)
+    assert code == 0 and "note: " in err and "serving graph" in err  # drawn as loaded, and said
 
 
 def test_tf1_training_saved_model_is_still_analysed(tf_models, capsys):

@@ -49,7 +49,10 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
         require_graphviz(fmt)
     say = progress if _is_big(model) else None
     pipe = run_pipeline(model, placement_options, sync, StepOptions(batch_size=batch_size), tag=tag, progress=say)
-    for note in placement_notes(pipe.model.graph, placement_options):
+    from placeviz.coverage import serving_graph_problem
+
+    serving = serving_graph_problem(pipe.model)  # drawn as loaded, never placed (placeviz.coverage)
+    for note in [serving] if serving else placement_notes(pipe.model.graph, placement_options):
         progress(f"note: {note}")
     added = (pipe.analysis.placement or {}).get("nodes_added")
     if added:  # the views draw the placed graph: say why they count more ops than the graph has
