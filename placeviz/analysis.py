@@ -44,6 +44,16 @@ class VariableInfo:
     trainable: bool | None  # None when the model carries no collections
     device: str  # as requested in the GraphDef
     partition_of: str | None = None  # full variable name for partitioned variables
+    slot_of: str | None = None  # an optimizer slot: the variable it belongs to (see find_slots)
+    slots: list[dict] = field(default_factory=list)  # this variable's slots: {"name", "slot", "bytes"}
+    placed_device: str | None = None  # full runtime device after the placer; None without placement
+    placed_by: str | None = None  # why it landed there (the setter's rule, or the placer's reason)
+
+    @property
+    def slot_bytes(self) -> int | None:
+        """Bytes of this variable's optimizer slots; None when one of them has an unknown size."""
+        sizes = [s["bytes"] for s in self.slots]
+        return None if None in sizes else sum(sizes)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -78,6 +88,11 @@ class Analysis:
     def variable_bytes(self) -> int:
         return sum(v.bytes or 0 for v in self.variables)
 
+    @property
+    def unknown_size_variables(self) -> int:
+        """Variables whose size is unknown: :attr:`variable_bytes` leaves them out (a lower bound)."""
+        return sum(1 for v in self.variables if v.bytes is None)
+
     def variable_bytes_by_device(self) -> dict[str, int]:
         out: Counter = Counter()
         for v in self.variables:
@@ -105,6 +120,7 @@ class Analysis:
             "variable_bytes": {
                 "total": self.variable_bytes,
                 "by_requested_device": self.variable_bytes_by_device(),
+                "unknown_size_variables": self.unknown_size_variables,
             },
             "other_state": self.other_state,
             "collections": self.collections,
@@ -137,6 +153,7 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
     overflowed: list[str] = []
     variables = [_variable_info(graph, i, trainable, model.collections.partitioned, overflowed)
                  for i, op in enumerate(graph.ops) if op in VARIABLE_OPS]
+    _link_slots(variables, find_slots(graph, [v.name for v in variables]))
     other_state = [{"name": graph.names[i], "op": op, "device": graph.devices[i]}
                    for i, op in enumerate(graph.ops) if op in OTHER_STATE_OPS]
     from placeviz.sync import sync_report
@@ -166,6 +183,56 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
         sync=sync,
         notes=notes,
     )
+
+
+def find_slots(graph: Graph, variables: list[str]) -> dict[str, tuple[str, str]]:
+    """Optimizer slot variables: slot name -> (its primary variable, the slot's own name).
+
+    TF builds a slot under ``colocate_with(primary)`` in the name scope ``primary.op.name + "/"``
+    (``tensorflow/python/training/slot_creator.py``, ``create_slot``/``_create_slot_var``), so a
+    slot is a variable whose ``_class`` names another variable ``P`` and whose name is ``P/<slot>``
+    (``w/Adagrad``, ``w/Adam``, ``w/Adam_1``, ``w/Momentum``, ``w/ExponentialMovingAverage``).
+    Adam's ``beta1_power`` is colocated with a variable too but is not named under it: it is the
+    optimizer's own (non-slot) variable and stays a variable of its own.
+    """
+    names = set(variables)
+    out: dict[str, tuple[str, str]] = {}
+    colocation = graph.colocation
+    for name in variables:
+        for group in colocation.get(graph.index[name], ()):
+            primary = group[len("loc:@"):] if group.startswith("loc:@") else group
+            if primary != name and primary in names and name.startswith(primary + "/"):
+                out[name] = (primary, name[len(primary) + 1:])
+                break
+    return out
+
+
+def _link_slots(variables: list[VariableInfo], slots: dict[str, tuple[str, str]]) -> None:
+    by_name = {v.name: v for v in variables}
+    for v in variables:
+        if v.name in slots:
+            primary, slot = slots[v.name]
+            v.slot_of = primary
+            by_name[primary].slots.append({"name": v.name, "slot": slot, "bytes": v.bytes})
+
+
+def attach_placement(report: Analysis, result) -> None:
+    """Fill every variable's ``placed_device`` and ``placed_by`` from a
+    :class:`placeviz.placement.PlacementResult`: the device is the one ``place --stage placed``
+    writes for the node (the placer's full runtime name), the reason the setter's rule when the
+    setter ran (``tensorflow/python/training/device_setter.py``), else the placer's
+    (``tensorflow/core/common_runtime/placer.cc``)."""
+    from placeviz.placement.placer import WHY_NAMES
+
+    placement = result.placement
+    graph, devices = placement.graph, placement.devices
+    for v in report.variables:
+        i = graph.index.get(v.name)
+        if i is None:
+            continue
+        v.placed_device = devices[i]
+        v.placed_by = (result.setter.explain(i) if result.setter is not None
+                       else f"requested {graph.devices[i] or '(no device)'}; {WHY_NAMES[placement.reason[i]]}")
 
 
 def _overflow_note(names: list[str]) -> str:

@@ -48,6 +48,13 @@ def cli(debug: bool, max_bytes: int) -> None:
     ctx.call_on_close(lambda: set_max_input_bytes(None))  # for this run only
 
 
+def batch_size_option(func):
+    """``--batch-size N``: the size of an unknown leading (batch) dimension in the step's transfers."""
+    return click.option("--batch-size", type=click.IntRange(min=1, max=2**62), default=None, metavar="N",
+                        help="Size transfers whose only unknown dimension is the first (the batch) as N rows; "
+                             "without it their size is unknown.")(func)
+
+
 def _size_option(value: str) -> int:
     from placeviz.limits import parse_size
 
@@ -70,10 +77,11 @@ def _size_option(value: str) -> int:
 @click.option("--worker-graph", "worker_graphs", multiple=True, metavar="I=MODEL",
               help="Between-graph replication: the graph worker task I built itself (MODEL is task 0's, the "
                    "chief's); the tasks' graphs are compared (repeatable).")
+@batch_size_option
 @place_options
 @sync_options
 def analyze(model: str, fmt: str, output: str | None, tag: str | None, explain, fetches, targets, feeds,
-            worker_graphs, place, sync) -> None:
+            worker_graphs, batch_size, place, sync) -> None:
     """Report node count, op types, devices, variables and placement of MODEL.
 
     An unplaced graph is placed when --ps-tasks or --cluster is given; a placed one is always run
@@ -85,7 +93,7 @@ def analyze(model: str, fmt: str, output: str | None, tag: str | None, explain, 
 
     command.run(model, tag=tag, fmt=fmt, output=output, placement_options=build_placement_options(place),
                 explain=explain, fetches=fetches, targets=targets, feeds=feeds, sync=sync,
-                worker_graphs=worker_graphs)
+                worker_graphs=worker_graphs, batch_size=batch_size)
 
 
 @cli.command(epilog=MODEL_HELP)
@@ -182,10 +190,11 @@ def sync_command(model, output, meta_graph, replicas_to_aggregate, total_replica
 @click.option("--rule-timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Stop a --rules DIR rule that runs longer than this per model (default 10; 0: no limit); "
                    "it is reported as timed out and lint goes on.")
+@batch_size_option
 @place_options
 @sync_options
 def lint_command(models, select, extend_select, ignore, preview, fail_on, fmt, output, baseline, write_baseline,
-                 config, rules_dirs, tag, worker_graphs, rule_timeout, place, sync) -> int:
+                 config, rules_dirs, tag, worker_graphs, rule_timeout, batch_size, place, sync) -> int:
     """Check MODELS for parameter-server mistakes; exit 0 clean, 1 findings, 2 errors.
 
     --cluster FILE (a PLACE option) is also the cluster spec the cluster rules check against.
@@ -196,7 +205,7 @@ def lint_command(models, select, extend_select, ignore, preview, fail_on, fmt, o
     return command.run(models, place=place, sync=sync, tag=tag, select=select, extend_select=extend_select,
                        ignore=ignore, preview=preview, fail_on=fail_on, fmt=fmt, baseline=baseline,
                        write_baseline=write_baseline, config=config, rules_dirs=rules_dirs, output=output,
-                       worker_graphs=worker_graphs, rule_timeout=rule_timeout)
+                       worker_graphs=worker_graphs, rule_timeout=rule_timeout, batch_size=batch_size)
 
 
 @cli.command("rules")
@@ -239,14 +248,16 @@ def rule_command(rule, rules_dirs) -> int:
 @click.option("--layout-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds Graphviz may take per attempt before a coarser collapse or sfdp is tried.")
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
+@batch_size_option
 @place_options
 @sync_options
-def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, place, sync) -> None:
+def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, batch_size, place, sync) -> None:
     """Draw MODEL's placement: device overview, collapsed device view, dependencies, sync machinery."""
     from placeviz.commands import render as command
 
     command.run(model, output, view=view, focus=focus, depth=depth, max_nodes=max_nodes,
-                layout_timeout=layout_timeout, tag=tag, placement_options=build_placement_options(place), sync=sync)
+                layout_timeout=layout_timeout, tag=tag, placement_options=build_placement_options(place), sync=sync,
+                batch_size=batch_size)
 
 
 @cli.command(epilog=MODEL_HELP)

@@ -114,6 +114,13 @@ def load(spec: str | os.PathLike, *, tag: str | None = None, task_index: int | N
         raise LoadError(spec, "no such file or directory")
     if path.name in ("saved_model.pb", "saved_model.pbtxt"):
         return _load_saved_model_dir(spec, path.parent, tag, file=path)
+    from placeviz.coverage import PY_WITHOUT_FUNCTION, checkpoint_problem
+
+    problem = checkpoint_problem(spec)
+    if problem is not None:
+        raise LoadError(spec, problem)
+    if path.suffix.lower() == ".py":
+        raise LoadError(spec, PY_WITHOUT_FUNCTION)
     data = _read(spec, path)
     suffix = path.suffix.lower()
     if suffix == ".meta":

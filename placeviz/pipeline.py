@@ -47,6 +47,8 @@ class StepOptions:
     feeds: tuple[str, ...] = ()
     level: str = "task"
     replicate_constants: bool = True
+    batch_size: int | None = None
+    """``--batch-size``: the size of an unknown leading dimension in transfers (None: unknown)."""
 
 
 @dataclass
@@ -97,8 +99,11 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
 
     say = progress or (lambda _msg: None)
     model = model_spec if isinstance(model_spec, Model) else load(model_spec, tag=tag)
+    from placeviz.coverage import serving_graph_problem
+
+    serving = serving_graph_problem(model)  # a serving graph is neither rewritten nor placed
     rewrite = None
-    if sync_options is not None:
+    if sync_options is not None and serving is None:
         from placeviz.sync.rewrite import rewrite_sync
 
         say("sync pass: rewriting into SyncReplicas form ...")
@@ -112,7 +117,11 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
     report = analyze(model, with_sync=False)  # filled below from the one detection/proof of the model's graph
     pipe = Pipeline(model=model, analysis=report, rewrite=rewrite)
 
-    wants_placement = placement_options is not None and (
+    if serving is not None:
+        report.notes.append(serving)  # and nothing is placed or partitioned: see placeviz.coverage
+    else:
+        report.notes.extend(placement_notes(model.graph, placement_options))
+    wants_placement = serving is None and placement_options is not None and (
         place_always or placement_options.wants_setter or placement_options.cluster is not None
         or is_placed(model.graph))
     if wants_placement:
@@ -125,11 +134,18 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
             pipe.placement_error = str(e)
             report.placement = {"stage": "placed", "error": str(e)}
         else:
+            from placeviz.analysis import attach_placement
             from placeviz.devices import PyDeviceSpec
 
             sizes = {v.name: v.bytes for v in report.variables}
             ps_job = PyDeviceSpec.parse(placement_options.setter.ps_device).job or "ps"
-            report.placement = placement_summary(pipe.placement, sizes, ps_job)
+            slots = {v.name for v in report.variables if v.slot_of is not None}
+            report.placement = placement_summary(pipe.placement, sizes, ps_job, slots)
+            attach_placement(report, pipe.placement)
+            added = len(pipe.placement.graph) - len(model.graph)
+            report.placement["nodes_added"] = added
+            if added:
+                report.notes.append(added_nodes_note(added, len(model.graph)))
             if pipe.placement.setter is not None:
                 report.notes.extend(pipe.placement.setter.notes)
 
@@ -172,7 +188,40 @@ def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say) -
         pipe.partition_error = str(e)
         pipe.analysis.partition = {"level": step.level, "error": str(e), "run": pipe.run}
         return
-    pipe.analysis.partition = {"level": step.level, **traffic_summary(pipe.graph, pipe.partitions, pipe.run)}
+    if step.batch_size is not None:
+        from placeviz.traffic import assume_batch
+
+        # A new list for every later reader (analyze, render, lint); the partitions stay TF's.
+        pipe.partitions.transfers = assume_batch(pipe.partitions.transfers, step.batch_size)
+    pipe.analysis.partition = {"level": step.level,
+                               **traffic_summary(pipe.graph, pipe.partitions, pipe.run, step.batch_size)}
+
+
+NO_PLACEMENT_NOTE = ("the graph places no variable on a job and no --ps-tasks/--cluster was given: nothing goes to "
+                     "a parameter server, so no traffic between tasks shows; give --ps-tasks N (or --cluster FILE) "
+                     "to place it as replica_device_setter would")
+
+
+def placement_notes(graph: Graph, placement_options) -> list[str]:
+    """What a report must say about placement before anything runs: the options' own notes
+    (``--ps-tasks 0``), and that an unplaced graph given no placement options stays unplaced (so
+    an empty traffic section is not read as "no traffic")."""
+    from placeviz.placement import is_placed
+
+    notes = list(placement_options.notes) if placement_options is not None else []
+    asked = placement_options is not None and (placement_options.wants_setter or placement_options.cluster is not None)
+    if not notes and not asked and not is_placed(graph):
+        notes.append(NO_PLACEMENT_NOTE)
+    return notes
+
+
+def added_nodes_note(added: int, loaded: int) -> str:
+    """The setter replay splits each ``tf.group`` NoOp per device as TF's ``group`` does
+    (``tensorflow/python/ops/control_flow_ops.py``, ``group``/``_GroupControlDeps``), so the placed
+    graph has more nodes than the loaded one; say so, or the two counts look like a bug."""
+    return (f"the setter replay added {added:,} node(s) (tf.group's per-device NoOps, as TF builds them under "
+            f"replica_device_setter): the placed graph and its views count {loaded + added:,} nodes, the "
+            f"loaded graph {loaded:,}")
 
 
 def client_device(master_task: str | None) -> str | None:

@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from functools import cache
 
 from placeviz.graph import CONTROL, Graph
-from placeviz.limits import overflows
+from placeviz.limits import overflows, tensor_bytes
 from placeviz.partition import PartitionResult
 from placeviz.protos import DTYPE_SIZE, dtype_name
 
@@ -39,13 +39,42 @@ def variable_behind(graph: Graph, name: str) -> str | None:
     return None
 
 
-def traffic_summary(graph: Graph, parts: PartitionResult, run: dict) -> dict:
-    """The ``traffic`` part of the ``partition`` section of ``placeviz.analysis/1``."""
+def assume_batch(transfers: list[dict], batch_size: int) -> list[dict]:
+    """The transfers with an unknown leading (batch) dimension sized as ``batch_size`` (``--batch-size``).
+
+    A tensor fed per step (``placeholder(shape=[None, ...])``) has a batch dimension TF only
+    learns at run time, so its ``_Send``/``_Recv`` pair has no static size (see
+    :func:`placeviz.partition.partition`). Only a shape whose *first* dimension alone is unknown is
+    resolved; the resolved transfers are new dicts with ``bytes`` filled and ``assumed_batch``
+    set, the others are the same objects. The partitions themselves are not changed.
+    """
+    sizes = _size_by_name()
+    out = []
+    for t in transfers:
+        shape = t.get("shape")
+        if (t["slot"] != "control" and t["bytes"] is None and isinstance(shape, list) and shape
+                and shape[0] is None and None not in shape[1:]):
+            nbytes = tensor_bytes(sizes.get(t.get("dtype")), [batch_size, *shape[1:]])
+            if nbytes is not None:
+                t = {**t, "bytes": nbytes, "assumed_batch": batch_size}
+        out.append(t)
+    return out
+
+
+def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size: int | None = None) -> dict:
+    """The ``traffic`` part of the ``partition`` section of ``placeviz.analysis/1``.
+
+    A transfer of unknown size adds nothing to the bytes and one to the ``unknown`` counts next to
+    them (``unknown_size_transfers``, per task ``sent_unknown``/``received_unknown``, per pair
+    ``unknown_bytes``, per variable ``unknown_size_reads``): the bytes are then a lower bound.
+    """
     transfers = [t for t in parts.transfers if t["level"] == "task"]
     pairs: dict[tuple[str, str], dict] = {}
     sent: Counter = Counter()
     received: Counter = Counter()
-    unknown = 0
+    sent_unknown: Counter = Counter()
+    received_unknown: Counter = Counter()
+    unknown = control = assumed = 0
     for t in transfers:
         src, dst = _task(t["src_device"]), _task(t["dst_device"])
         row = pairs.setdefault((src, dst), {"src_task": src, "dst_task": dst, "transfers": 0, "control": 0,
@@ -53,17 +82,22 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict) -> dict:
         row["transfers"] += 1
         if t["slot"] == "control":
             row["control"] += 1
+            control += 1
         elif t["bytes"] is None:
             row["unknown_bytes"] += 1
             unknown += 1
+            sent_unknown[src] += 1
+            received_unknown[dst] += 1
         else:
             row["bytes"] += t["bytes"]
             sent[src] += t["bytes"]
             received[dst] += t["bytes"]
+            assumed += "assumed_batch" in t
     from placeviz.sync.proof import loop_frames
 
     frames = loop_frames(graph)  # None when the graph has no while loops
-    reads: dict[str, dict] = defaultdict(lambda: {"reads": 0, "bytes": 0, "to_tasks": set(), "frames": set()})
+    reads: dict[str, dict] = defaultdict(lambda: {"reads": 0, "bytes": 0, "unknown": 0, "to_tasks": set(),
+                                                  "frames": set()})
     for t in transfers:
         if t["slot"] == "control":
             continue
@@ -72,6 +106,7 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict) -> dict:
             r = reads[var]
             r["reads"] += 1
             r["bytes"] += t["bytes"] or 0
+            r["unknown"] += t["bytes"] is None
             r["to_tasks"].add(_task(t["dst_device"]))
             # A transfer inside a while loop runs once per iteration (the receiving node's frame).
             dst = graph.index.get(t.get("dst") or "")
@@ -85,19 +120,26 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict) -> dict:
         "bytes_per_step": sum(sent.values()),
         "transfers": len(transfers),
         "unknown_size_transfers": unknown,
+        "control_transfers": control,
+        "assumed_batch": batch_size,  # --batch-size (see assume_batch), or None
+        "assumed_batch_transfers": assumed,
         "task_pairs": [pairs[k] for k in sorted(pairs)],
-        "tasks": [{"task": t, "sent_bytes": sent[t], "received_bytes": received[t]} for t in tasks],
+        "tasks": [{"task": t, "sent_bytes": sent[t], "received_bytes": received[t], "sent_unknown": sent_unknown[t],
+                   "received_unknown": received_unknown[t]} for t in tasks],
         "top_transfers": [{k: t[k] for k in ("src", "slot", "src_device", "dst_device", "dtype", "shape", "bytes")}
                           for t in top],
         "variable_reads": sorted(
             ({"variable": v, "reads_per_step": r["reads"], "bytes_per_step": r["bytes"],
+              "unknown_size_reads": r["unknown"],
               "to_tasks": sorted(r["to_tasks"]),
               "per_iteration_of": sorted(r["frames"]) or None} for v, r in reads.items()),
             key=lambda r: (-r["bytes_per_step"], r["variable"])),
         "notes": (["a read inside a while loop crosses the network once per iteration; the trip count is "
                    "unknown statically, so reads_per_step and bytes_per_step count one iteration "
                    "(see per_iteration_of)"]
-                  if any(r["frames"] for r in reads.values()) else []) + _overflow_notes(transfers),
+                  if any(r["frames"] for r in reads.values()) else []) + _overflow_notes(transfers)
+                 + ([f"--batch-size {batch_size}: {assumed} transfer(s) with an unknown leading (batch) dimension are "
+                     f"counted with {batch_size} rows"] if assumed else []),
     }
 
 

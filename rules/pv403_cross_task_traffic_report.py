@@ -52,12 +52,14 @@ def check(ctx):
         pairs.setdefault((task_of(t["src_device"]), task_of(t["dst_device"])), []).append(t)
     for (src, dst), transfers in sorted(pairs.items()):
         total = sum(t["bytes"] or 0 for t in transfers)
+        unknown = sum(1 for t in transfers if t["bytes"] is None)  # a lower bound then, never read as 0
         if total <= limit:
             continue
         top = sorted(transfers, key=lambda t: -(t["bytes"] or 0))[:5]
         listing = ", ".join(f"{t['src']}:{t['slot']} ({fmt_bytes(t['bytes'])})" for t in top)
         yield ctx.finding(
             RULE, top[0]["src"] if top[0]["src"] in g.index else None,
-            f"{src} sends {fmt_bytes(total)} per step to {dst} in {len(transfers)} tensors; largest: {listing}",
+            f"{src} sends {'at least ' if unknown else ''}{fmt_bytes(total)} per step to {dst} in {len(transfers)} tensors"
+            + (f" ({unknown} of unknown size)" if unknown else "") + f"; largest: {listing}",
             related=[t["src"] for t in top[1:] if t["src"] in g.index],
         )

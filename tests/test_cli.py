@@ -44,8 +44,11 @@ def test_analyze_json_schema(small_pb, capsys):
     assert doc["unplaced"] == {"count": 1, "names": ["x"]}
     [var] = doc["variables"]
     assert var == {"name": "w", "op": "VariableV2", "dtype": "float32", "shape": [4, 3], "bytes": 48,
-                   "trainable": None, "device": "/job:ps/task:0", "partition_of": None}
-    assert doc["variable_bytes"] == {"total": 48, "by_requested_device": {"/job:ps/task:0": 48}}
+                   "trainable": None, "device": "/job:ps/task:0", "partition_of": None, "slot_of": None, "slots": [],
+                   "placed_device": "/job:ps/replica:0/task:0/device:CPU:0",
+                   "placed_by": "requested /job:ps/task:0; first candidate in TF's device order"}
+    assert doc["variable_bytes"] == {"total": 48, "by_requested_device": {"/job:ps/task:0": 48},
+                                     "unknown_size_variables": 0}
     # no train op: the traffic of running the whole graph, w/read's 48 bytes from ps to worker
     assert doc["partition"]["bytes_per_step"] == 48 and doc["partition"]["variable_reads"][0]["variable"] == "w"
     # the graph names jobs, so it goes through the placer: the Const follows its only consumer

@@ -145,7 +145,11 @@ def test_overview_edges_carry_the_bytes_of_one_step(mlp_pipe):
     red = [e for e in d.edges if e.style == "solid"]
     total = sum(t["bytes"] or 0 for t in mlp_pipe.partitions.transfers)
     assert total == part["bytes_per_step"] > 0
-    assert sum(int(re.search(r"(\d+) tensor", e.label).group(1)) for e in red) == part["transfers"]
+    # data tensors and control-only transfers are counted apart ("4 tensors + 1 control", "2 control")
+    tensors = sum(int(m.group(1)) for e in red for m in [re.search(r"(\d+) tensors?", e.label)] if m)
+    control = sum(int(m.group(1)) for e in red for m in [re.search(r"(\d+) control", e.label)] if m)
+    assert tensors + control == part["transfers"] and control == part["control_transfers"] > 0
+    assert not any("0 B/step" in e.label for e in red)  # a control edge carries no data, not zero bytes
     ps_box = next(b for b in d.boxes if "ps:1" in b.label)
     assert "3 variables" in ps_box.label and "% of PS" in ps_box.label
 

@@ -15,13 +15,17 @@ from placeviz.commands.output import emit, render_rich, to_json
 from placeviz.errors import PlacevizError
 from placeviz.escape import terminal_text
 from placeviz.pipeline import StepOptions, run_pipeline
+from placeviz.sizes import bar, bytes_at_least, human_bytes, traffic_total
 
 TOP_OPS = 15
 VARIABLES_SHOWN = 40
+VARIABLES_BY_TASK_SHOWN = 60
+VARIABLES_PER_DEVICE_MIN = 5
 
 
 def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, placement_options=None,
-        explain: tuple[str, ...] = (), fetches=(), targets=(), feeds=(), sync=None, worker_graphs=()) -> Analysis:
+        explain: tuple[str, ...] = (), fetches=(), targets=(), feeds=(), sync=None, worker_graphs=(),
+        batch_size: int | None = None) -> Analysis:
     """Load MODEL, run the static pipeline (sync pass, placement, partition) and emit the report.
 
     ``worker_graphs``: ``--worker-graph I=MODEL`` values; with them (or a builder taking
@@ -41,8 +45,9 @@ def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, place
     workers = cluster_workers(placement_options)
     check_workers_range(tasks, workers)
     model = load(model_spec, tag=tag)
-    pipe = run_pipeline(model, task_placement_options(placement_options, 0), sync,
-                        StepOptions(tuple(fetches), tuple(targets), tuple(feeds)), tag=tag, place_always=bool(explain))
+    step = StepOptions(tuple(fetches), tuple(targets), tuple(feeds), batch_size=batch_size)
+    pipe = run_pipeline(model, task_placement_options(placement_options, 0), sync, step, tag=tag,
+                        place_always=bool(explain))
     report = pipe.analysis
     if tasks or model.per_task:
         pipes, sources = task_pipelines(model, pipe, model_spec, tasks, placement_options, sync, workers=workers,
@@ -71,17 +76,6 @@ def explain_node(result, name: str) -> dict:
     return out
 
 
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
 def _t(value) -> str:
     """Model text for rich: control characters shown escaped (:func:`~placeviz.escape.terminal_text`),
     then rich's markup escaped (a ``[tag]`` stays text)."""
@@ -97,7 +91,7 @@ def _print_report(console, r: Analysis) -> None:
     console.print(
         f"{r.node_count:,} nodes, {r.data_edge_count:,} data edges, {r.control_edge_count:,} control "
         f"edges, {r.function_count} library functions; {len(r.variables)} variables holding "
-        f"{human_bytes(r.variable_bytes)}"
+        f"{bytes_at_least(r.variable_bytes, r.unknown_size_variables, len(r.variables))}"
     )
     console.print()
 
@@ -126,12 +120,13 @@ def _print_report(console, r: Analysis) -> None:
                         human_bytes(by_device.get(device, 0)))
     console.print(devices)
 
-    if r.variables:
+    placed = r.placement is not None and "error" not in r.placement
+    if r.variables and not placed:
         table = Table(title="Variables", title_justify="left")
         for col in ("name", "op", "dtype", "shape", "bytes", "trainable", "device"):
             table.add_column(col, justify="right" if col == "bytes" else "left")
         for v in r.variables[:VARIABLES_SHOWN]:
-            shape = "?" if v.shape is None else "[" + ",".join("?" if d is None else str(d) for d in v.shape) + "]"
+            shape = _shape(v.shape)
             trainable = "?" if v.trainable is None else ("yes" if v.trainable else "no")
             name = v.name + (f"  (part of {v.partition_of})" if v.partition_of else "")
             table.add_row(_t(name), _t(v.op), _t(v.dtype), shape, human_bytes(v.bytes), trainable,
@@ -159,6 +154,8 @@ def _print_report(console, r: Analysis) -> None:
         _print_sync(console, r.sync)
     if r.placement is not None:
         _print_placement(console, r.placement)
+        if placed and r.variables:
+            _print_variables_by_task(console, r)
     if r.partition is not None:
         _print_traffic(console, r.partition)
     if r.agreement is not None:
@@ -189,13 +186,13 @@ def _print_traffic(console, p: dict) -> None:
     console.print(f"Network traffic for {_t(p['run']['what'])}"
                   + (f" ({_t(', '.join(p['run']['targets'] + p['run']['fetches']))})" if p['run']['targets'] or
                      p['run']['fetches'] else "")
-                  + f": {human_bytes(p['bytes_per_step'])} per step in {p['transfers']} transfers"
-                  + (f" ({p['unknown_size_transfers']} of unknown size)" if p["unknown_size_transfers"] else ""))
+                  + f": {traffic_total(p)}")
     table = Table(title="Per task", title_justify="left")
     for col in ("task", "sent per step", "received per step"):
         table.add_column(col, justify="left" if col == "task" else "right")
     for t in p["tasks"]:
-        table.add_row(_t(t["task"]), human_bytes(t["sent_bytes"]), human_bytes(t["received_bytes"]))
+        table.add_row(_t(t["task"]), bytes_at_least(t["sent_bytes"], t.get("sent_unknown", 0)),
+                      bytes_at_least(t["received_bytes"], t.get("received_unknown", 0)))
     console.print(table)
     if p["variable_reads"]:
         reads = Table(title="Variables read across the network per step", title_justify="left")
@@ -203,10 +200,52 @@ def _print_traffic(console, p: dict) -> None:
             reads.add_column(col, justify="right" if col in ("reads", "bytes") else "left")
         for v in p["variable_reads"][:15]:
             count = str(v["reads_per_step"]) + (" per iteration" if v.get("per_iteration_of") else "")
-            reads.add_row(_t(v["variable"]), count, human_bytes(v["bytes_per_step"]), _t(", ".join(v["to_tasks"])))
+            reads.add_row(_t(v["variable"]), count,
+                          bytes_at_least(v["bytes_per_step"], v.get("unknown_size_reads", 0), v["reads_per_step"]),
+                          _t(", ".join(v["to_tasks"])))
         console.print(reads)
     for note in p.get("notes", []):
         console.print(f"[dim]note: {_t(note)}[/dim]")
+
+
+def _print_variables_by_task(console, r: Analysis) -> None:
+    """Which device holds each variable: the question behind ``--ps-tasks``. One table per device,
+    titled with its full runtime name (never cut); slots are folded into their variable's row (TF
+    builds them under ``colocate_with`` the variable, so the placer keeps them on its device);
+    sorted by device, then by bytes. Each device shows its largest variables (at least
+    ``VARIABLES_PER_DEVICE_MIN``, sharing ``VARIABLES_BY_TASK_SHOWN`` rows), so a big embedding on
+    any task is always in view; the JSON lists them all."""
+    by_device: dict[str, list] = {}
+    for v in r.variables:
+        by_device.setdefault(v.placed_device or "", []).append(v)
+    per_device = max(VARIABLES_PER_DEVICE_MIN, VARIABLES_BY_TASK_SHOWN // max(1, len(by_device)))
+    console.print()
+    console.print("[bold]Variables by PS task[/bold] (device after placement; slots: the optimizer's slot "
+                  "variables, on the same device)")
+    for device in sorted(by_device):
+        every = by_device[device]
+        rows = sorted((v for v in every if v.slot_of is None), key=lambda v: (-(v.bytes or 0), v.name))
+        known = sum(v.bytes or 0 for v in every)
+        unknown = sum(1 for v in every if v.bytes is None)
+        slots = sum(v.bytes or 0 for v in every if v.slot_of is not None)
+        title = (f"{_t(device or '(not placed)')}: {len(every)} variable{'s' if len(every) != 1 else ''}, "
+                 f"{bytes_at_least(known, unknown, len(every))} (slots {human_bytes(slots)})")
+        slot_names = sorted({sl["slot"] for v in rows for sl in v.slots})
+        table = Table(title=title, title_justify="left", expand=True,
+                      caption=f"slots: {_t(', '.join(slot_names))}" if slot_names else None, caption_justify="left")
+        for col in ("variable", _t("dtype[shape]"), "bytes", "slots", "placed by"):
+            table.add_column(col, justify="right" if col in ("bytes", "slots") else "left", overflow="fold",
+                             ratio=1 if col == "variable" else None)
+        for v in rows[:per_device]:
+            table.add_row(_t(v.name), _t(f"{v.dtype}{_shape(v.shape)}"), human_bytes(v.bytes),
+                          human_bytes(v.slot_bytes) if v.slots else "", _t(v.placed_by or ""))
+        if len(rows) > per_device:
+            table.add_row(f"... {len(rows) - per_device:,} smaller on this device (use --format json)", *[""] * 4)
+        console.print(table)
+
+
+def _shape(shape) -> str:
+    return "?" if shape is None else "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
 
 
 def _print_sync(console, sync: dict) -> None:
@@ -246,11 +285,15 @@ def _print_placement(console, p: dict) -> None:
         console.print(f"[bold red]Placement fails as TensorFlow's would:[/bold red] {_t(p['error'])}")
         return
     how = "setter replayed, then placer" if p["setter_ran"] else "graph's own devices, then placer"
-    table = Table(title=f"Placement ({how})", title_justify="left")
-    for col in ("task", "nodes", "variables", "variable bytes"):
-        table.add_column(col, justify="left" if col == "task" else "right")
+    table = Table(title=f"Placement ({how}); variable bytes include optimizer slots", title_justify="left")
+    for col in ("task", "nodes", "variables", "variable bytes", "of which slots", "load"):
+        table.add_column(col, justify="left" if col in ("task", "load") else "right",
+                         overflow="fold" if col == "task" else "ellipsis", no_wrap=col == "load")
+    top = max((t["variable_bytes"] for t in p["tasks"]), default=0)
     for t in p["tasks"]:
-        table.add_row(_t(t["task"]), f"{t['nodes']:,}", str(t["variables"]), human_bytes(t["variable_bytes"]))
+        table.add_row(_t(t["task"]), f"{t['nodes']:,}", str(t["variables"]),
+                      bytes_at_least(t["variable_bytes"], t.get("unknown_size_variables", 0), t["variables"]),
+                      human_bytes(t.get("slot_bytes", 0)), bar(t["variable_bytes"], top))
     console.print(table)
     balance = p["ps_balance"]
     if balance["max_over_mean"] is not None:

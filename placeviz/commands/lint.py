@@ -22,7 +22,7 @@ FORMATS = ("text", "json", "sarif", "github")
 
 def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=(), ignore=(), preview=False,
         fail_on=None, fmt="text", baseline=None, write_baseline=None, config=None, rules_dirs=(),
-        output=None, worker_graphs=(), rule_timeout=None) -> int:
+        output=None, worker_graphs=(), rule_timeout=None, batch_size=None) -> int:
     """Lint MODELS; returns the exit code (0 clean, 1 findings at or above fail-on, 2 errors).
 
     ``worker_graphs``: ``--worker-graph I=MODEL`` values (the graphs other worker tasks built, for
@@ -63,7 +63,7 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     check_workers_range(tasks, workers)
     options = LintOptions(placement_options=placement_options, sync=sync, tag=tag,
                           cluster=placement_options.cluster, thresholds=cfg.thresholds, severity=cfg.severity,
-                          worker_graphs=tasks, workers=workers, rule_timeout=rule_timeout)
+                          worker_graphs=tasks, workers=workers, rule_timeout=rule_timeout, batch_size=batch_size)
     baseline_file = baseline or cfg.baseline
     known = read_baseline(baseline_file) if baseline_file and not write_baseline else None
     report = run_lint(list(models), selected, options, all_rules=rules, ignores=cfg.per_node_ignores,

@@ -18,10 +18,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from placeviz.commands.output import progress, to_json
+from placeviz.coverage import refuse_serving_graph
 from placeviz.io import check_directory_output, load, proto_bytes, write_directory
 from placeviz.partition import SCHEMA, partition
-from placeviz.pipeline import client_device
+from placeviz.pipeline import added_nodes_note, client_device, placement_notes
 from placeviz.placement import place_graph
+from placeviz.sizes import transfers_text
 
 INDEX = "index.json"
 KIND = "placeviz partition output"
@@ -34,9 +36,14 @@ _MAX_INDEX_BYTES = 1 << 30
 def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, level: str,
         replicate_constants: bool, tag: str | None = None) -> None:
     model = load(model_spec, tag=tag)
+    refuse_serving_graph(model)
     check_directory_output(out_dir, replaceable=is_partition_output, kind=KIND)  # before the long part
+    for note in placement_notes(model.graph, options):
+        progress(f"note: {note}")
     progress("placing ...")
     result = place_graph(model.graph, options)
+    if len(result.graph) > len(model.graph):
+        progress(f"note: {added_nodes_note(len(result.graph) - len(model.graph), len(model.graph))}")
     progress(f"partitioning ({level} level) ...")
     parts = partition(result.graph, result.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
                       level=level, replicate_constants=replicate_constants,
@@ -51,8 +58,10 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
     files[INDEX] = to_json(index)
     write_directory(out_dir, files, replaceable=is_partition_output, kind=KIND)
     total = sum(t["bytes"] or 0 for t in parts.transfers)
-    progress(f"wrote {len(names)} partitions and {INDEX} to {out_dir}: {len(parts.transfers)} transfers, "
-             f"{total:,} bytes per step where shapes are known")
+    control = sum(1 for t in parts.transfers if t["slot"] == "control")
+    unknown = sum(1 for t in parts.transfers if t["slot"] != "control" and t["bytes"] is None)
+    progress(f"wrote {len(names)} partitions and {INDEX} to {out_dir}: "
+             f"{transfers_text(len(parts.transfers), total, unknown, control)}")
 
 
 def partition_file_name(device: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from placeviz.commands.output import progress
+from placeviz.coverage import refuse_serving_graph
 from placeviz.io import check_output, load, save_proto
 from placeviz.placement import place_graph, setter_stage
 from placeviz.protos import GraphDef
@@ -12,7 +13,10 @@ from placeviz.protos import GraphDef
 
 def run(model_spec: str, output: str, options, stage: str, tag: str | None = None) -> None:
     model = load(model_spec, tag=tag)
+    refuse_serving_graph(model)
     check_output(output)  # before placing: -o may not be the model (placeviz.io, "writing")
+    for note in options.notes:  # --ps-tasks 0
+        progress(f"note: {note}")
     if stage == "setter":  # the setter only writes strings: TF's placer judges them later
         setter = setter_stage(model.graph, options)
         graph = model.graph if setter is None else setter.graph

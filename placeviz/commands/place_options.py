@@ -21,7 +21,7 @@ PLACE_HELP = "Placement"
 def place_options(func):
     """Add the PLACE options to a click command; they arrive as one ``place`` dict argument."""
     options = [
-        click.option("--ps-tasks", type=click.IntRange(min=0, max=MAX_TASKS_PER_JOB), default=0,
+        click.option("--ps-tasks", type=click.IntRange(min=0, max=MAX_TASKS_PER_JOB), default=None,
                      help="Place an unplaced graph with replica_device_setter(ps_tasks=N)."),
         click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False),
                      help='Cluster JSON ({"ps": [...], "worker": [...]}) or a TF_CONFIG document.'),
@@ -63,9 +63,17 @@ def place_options(func):
                 "no_merge_devices", "cpus_per_task", "gpus_per_worker", "replace_devices", "master",
                 "soft_placement", "global_default_graph", "setter_scope_end", "plain_noops"]
         kwargs["place"] = {k: kwargs.pop(k) for k in keys}
+        # None: not given; 0 given explicitly is worth a note (see build_placement_options).
+        kwargs["place"]["ps_tasks_zero"] = kwargs["place"]["ps_tasks"] == 0
+        kwargs["place"]["ps_tasks"] = kwargs["place"]["ps_tasks"] or 0
         return func(*args, **kwargs)
 
     return wrapper
+
+
+# tensorflow/python/training/device_setter.py, replica_device_setter: "if ps_tasks == 0: return None".
+PS_TASKS_ZERO_NOTE = ("--ps-tasks 0: replica_device_setter(ps_tasks=0) returns None, so the setter places "
+                      "nothing; give --ps-tasks N with N >= 1 (or --cluster FILE) to place the graph on N ps tasks")
 
 
 def build_placement_options(place: dict):
@@ -105,4 +113,5 @@ def build_placement_options(place: dict):
         gpus_per_worker=place["gpus_per_worker"],
         placer=PlacerConfig(allow_soft_placement=place["soft_placement"], master_task=place["master"]),
         replace_devices=place["replace_devices"],
+        notes=(PS_TASKS_ZERO_NOTE,) if place.get("ps_tasks_zero") and cluster is None else (),
     )

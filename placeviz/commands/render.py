@@ -15,7 +15,7 @@ from pathlib import Path
 from placeviz.commands.output import progress
 from placeviz.errors import PlacevizError
 from placeviz.io import atomic_write
-from placeviz.pipeline import StepOptions, run_pipeline
+from placeviz.pipeline import StepOptions, added_nodes_note, placement_notes, run_pipeline
 
 BIG_MODEL_BYTES = 2 << 20
 """Models above this size (about 10k ops) get progress lines on stderr while they render."""
@@ -39,7 +39,7 @@ def _is_big(model: str) -> bool:
 
 
 def run(model: str, output: str, *, view: str, focus: str | None, depth: int | None, max_nodes: int,
-        layout_timeout: float, tag: str | None, placement_options, sync) -> None:
+        layout_timeout: float, tag: str | None, placement_options, sync, batch_size: int | None = None) -> None:
     """Load and place MODEL (via the pipeline), build the view, lay it out, write ``output``."""
     from placeviz.render import ViewContext, build_view, to_dot
     from placeviz.render.layout import lay_out, require_graphviz
@@ -48,7 +48,15 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
     if fmt != "dot":
         require_graphviz(fmt)
     say = progress if _is_big(model) else None
-    pipe = run_pipeline(model, placement_options, sync, StepOptions(), tag=tag, progress=say)
+    pipe = run_pipeline(model, placement_options, sync, StepOptions(batch_size=batch_size), tag=tag, progress=say)
+    from placeviz.coverage import serving_graph_problem
+
+    serving = serving_graph_problem(pipe.model)  # drawn as loaded, never placed (placeviz.coverage)
+    for note in [serving] if serving else placement_notes(pipe.model.graph, placement_options):
+        progress(f"note: {note}")
+    added = (pipe.analysis.placement or {}).get("nodes_added")
+    if added:  # the views draw the placed graph: say why they count more ops than the graph has
+        progress(f"note: {added_nodes_note(added, len(pipe.model.graph))}")
     if fmt == "html":
         from placeviz.commands.lint import findings_for_pipeline
 

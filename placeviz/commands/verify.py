@@ -100,6 +100,9 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
     say("loading and placing the model ...")
     pipe = run_pipeline(model_spec, placement_options, sync_options, tag=tag, place_always=True, partition=False,
                         progress=say)
+    from placeviz.coverage import refuse_serving_graph
+
+    refuse_serving_graph(pipe.model)
     if pipe.placement is None:
         raise PlacevizError(f"cannot place the graph: {pipe.placement_error}")
 

@@ -77,6 +77,7 @@ class LintOptions:
     worker_graphs: dict = field(default_factory=dict)  # task index -> MODEL that task built (--worker-graph)
     workers: int | None = None  # worker tasks of the cluster the user gave (a per-task builder runs per task)
     rule_timeout: float | None = DEFAULT_TIMEOUT  # seconds per user rule and model (None or 0: no limit)
+    batch_size: int | None = None  # --batch-size: the size of an unknown leading dimension in transfers
 
 
 @dataclass
@@ -105,7 +106,7 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
     """Run ``rules`` on one model; see the module docstring."""
     from placeviz.agreement import check_agreement
     from placeviz.io import load
-    from placeviz.pipeline import run_pipeline
+    from placeviz.pipeline import StepOptions, run_pipeline
     from placeviz.tasks import task_pipelines
 
     model_path = display_path(spec)
@@ -127,9 +128,15 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
         model.graph.topological_order  # noqa: B018 - the pipeline's analysis refuses illegal cycles
     except GraphError as e:
         return _broken(result, rules, _context(model_path, None, raw, options), e, timeout)
+    from placeviz.coverage import serving_graph_problem
+
+    serving = serving_graph_problem(model)
+    if serving is not None:  # not a training graph: no rule can judge it (exit 2, as for bad input)
+        result.errors.append(LintError(f"{model_path}: {serving}", model_path))  # worded as a LoadError
+        return result
     placement_options = task_placement_options(options.placement_options, 0)
     try:
-        pipe = run_pipeline(model, placement_options, options.sync)
+        pipe = run_pipeline(model, placement_options, options.sync, StepOptions(batch_size=options.batch_size))
     except PlacevizError as e:
         result.errors.append(LintError(str(e), model_path))
         return result

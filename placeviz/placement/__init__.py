@@ -41,6 +41,7 @@ class PlacementOptions:
     gpus_per_worker: int = 0
     placer: PlacerConfig = field(default_factory=PlacerConfig)
     replace_devices: bool = False
+    notes: tuple[str, ...] = ()  # what the options themselves leave unsaid (e.g. --ps-tasks 0), for the report
 
     @property
     def wants_setter(self) -> bool:
@@ -197,12 +198,21 @@ def _place_graph(graph: Graph, options: PlacementOptions, op_table) -> Placement
     return PlacementResult(setter_result, placement, device_set, cluster)
 
 
-def placement_summary(result: PlacementResult, variable_bytes: dict[str, int | None], ps_job: str = "ps") -> dict:
-    """The ``placement`` section of ``placeviz.analysis/1``: per device, per PS task, balance."""
+def placement_summary(result: PlacementResult, variable_bytes: dict[str, int | None], ps_job: str = "ps",
+                      slots: set[str] = frozenset()) -> dict:
+    """The ``placement`` section of ``placeviz.analysis/1``: per device, per PS task, balance.
+
+    ``variable_bytes`` covers every variable, optimizer slots included (``slots`` names them): a
+    PS holds its variables' slots too, so the bytes per task and the balance count them, and
+    ``slot_bytes`` says how much of it they are. A variable of unknown size adds nothing to the
+    bytes and one to ``unknown_size_variables``, so that a sum is never mistaken for the whole.
+    """
     placement = result.placement
     graph = placement.graph
     per_device = Counter(placement.devices)
     bytes_per_device: Counter = Counter()
+    slot_bytes_per_device: Counter = Counter()
+    unknown_per_device: Counter = Counter()
     vars_per_device: Counter = Counter()
     for name, nbytes in variable_bytes.items():
         i = graph.index.get(name)
@@ -211,19 +221,30 @@ def placement_summary(result: PlacementResult, variable_bytes: dict[str, int | N
         device = placement.devices[i]
         vars_per_device[device] += 1
         bytes_per_device[device] += nbytes or 0
+        if name in slots:
+            slot_bytes_per_device[device] += nbytes or 0
+        if nbytes is None:
+            unknown_per_device[device] += 1
     tasks: dict[str, dict] = {}
+
+    def new_task(name: str, job: str) -> dict:
+        return {"task": name, "job": job, "nodes": 0, "variables": 0, "variable_bytes": 0, "slot_bytes": 0,
+                "unknown_size_variables": 0}
+
     for device, count in per_device.items():
         parsed = parse_full_name(device)
         task = f"/job:{parsed.job}/replica:{parsed.replica}/task:{parsed.task}"
-        t = tasks.setdefault(task, {"task": task, "job": parsed.job, "nodes": 0, "variables": 0, "variable_bytes": 0})
+        t = tasks.setdefault(task, new_task(task, parsed.job))
         t["nodes"] += count
         t["variables"] += vars_per_device[device]
         t["variable_bytes"] += bytes_per_device[device]
+        t["slot_bytes"] += slot_bytes_per_device[device]
+        t["unknown_size_variables"] += unknown_per_device[device]
     ps_loads = [t["variable_bytes"] for t in tasks.values() if t["job"] == ps_job]
     for task in result.cluster.task_indices(ps_job) if ps_job in result.cluster.jobs else []:
         name = f"/job:{ps_job}/replica:0/task:{task}"
         if name not in tasks:
-            tasks[name] = {"task": name, "job": ps_job, "nodes": 0, "variables": 0, "variable_bytes": 0}
+            tasks[name] = new_task(name, ps_job)
             ps_loads.append(0)
     mean = sum(ps_loads) / len(ps_loads) if ps_loads else 0
     return {
@@ -232,7 +253,8 @@ def placement_summary(result: PlacementResult, variable_bytes: dict[str, int | N
         "strategy_calls": len(result.setter.strategy_calls) if result.setter else 0,
         "devices": [
             {"device": d, "nodes": per_device[d], "variables": vars_per_device[d],
-             "variable_bytes": bytes_per_device[d]}
+             "variable_bytes": bytes_per_device[d], "slot_bytes": slot_bytes_per_device[d],
+             "unknown_size_variables": unknown_per_device[d]}
             for d in sorted(per_device)
         ],
         "tasks": sorted(tasks.values(), key=lambda t: t["task"]),

@@ -153,8 +153,8 @@ class SetterResult:
         text = RULE_NAMES[rule]
         if i in self.reference:
             text += f" (device of {self.graph.names[self.reference[i]]})"
-        if rule == RULE_PS and i in self._call_index:
-            text += f" (strategy call #{self._call_index[i] + 1})"
+        if rule == RULE_PS and i in self._call_index:  # short: analyze prints it for every variable
+            text = f"ps op, strategy call #{self._call_index[i] + 1}"
         return text
 
     @cached_property

@@ -14,15 +14,9 @@ from functools import cached_property
 from placeviz.analysis import VARIABLE_OPS
 from placeviz.graph import CONTROL
 from placeviz.render.roles import RoleCache, device_colors, short_device
+from placeviz.sizes import bytes_at_least, human_bytes, transfers_text  # noqa: F401 - the views import human_bytes from here
 
 NO_DEVICE = "(no device)"
-
-
-def human_bytes(n: int | None) -> str:
-    """Binary units, as ``placeviz analyze`` prints them."""
-    from placeviz.commands.analyze import human_bytes as analyze_human_bytes
-
-    return analyze_human_bytes(n)
 
 
 def pen_width(value: float, top: float, low: float = 1.0, high: float = 6.0) -> float:
@@ -77,6 +71,18 @@ class ViewContext:
         return {d: (r[0], r[1]) for d, r in out.items()}
 
     @cached_property
+    def unknown_variables_per_device(self) -> Counter:
+        """Device -> variables of unknown size (left out of :attr:`variables_per_device`'s bytes)."""
+        unknown = {v.name for v in self.pipe.analysis.variables if v.bytes is None}
+        g = self.graph
+        return Counter(self.devices[g.index[name]] for name in unknown if name in g.index)
+
+    def variable_bytes_text(self, device: str) -> str:
+        """A device's variable bytes as a label says them: ``≥ X, k of n unknown`` when some are unknown."""
+        n_vars, n_bytes = self.variables_per_device.get(device, (0, 0))
+        return bytes_at_least(n_bytes, self.unknown_variables_per_device[device], n_vars)
+
+    @cached_property
     def transfers(self) -> list[dict]:
         """The transfers of one step at the pipeline's partition level (empty without partitioning)."""
         parts = self.pipe.partitions
@@ -113,8 +119,10 @@ class ViewContext:
         what = run.get("what", "one step")
         ops = ", ".join((run.get("targets") or []) + (run.get("fetches") or []))
         total = sum(t["bytes"] or 0 for t in self.transfers)
+        control = sum(1 for t in self.transfers if t["slot"] == "control")
+        unknown = sum(1 for t in self.transfers if t["slot"] != "control" and t["bytes"] is None)
         return (f"bytes per step: {what}" + (f" ({ops})" if ops else "")
-                + f", {human_bytes(total)} in {len(self.transfers)} transfers")
+                + f", {transfers_text(len(self.transfers), total, unknown, control)}")
 
     def device_label(self, device: str) -> str:
         return short_device(device) if device != NO_DEVICE else NO_DEVICE

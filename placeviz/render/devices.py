@@ -14,10 +14,11 @@ import time
 from collections import Counter
 
 from placeviz.render.collapse import Collapse, collapse, quotient_edges, role_counts
-from placeviz.render.context import NO_DEVICE, ViewContext, human_bytes, pen_width, shorten
+from placeviz.render.context import NO_DEVICE, ViewContext, pen_width, shorten
 from placeviz.render.diagram import Box, Cluster, Diagram, Edge, LegendItem
 from placeviz.render.overview import TRAFFIC_COLOR, job_clusters
 from placeviz.render.roles import ROLE_COLOR, ROLE_LABEL, ROLE_SHORT, ROLES, job_of, striped_fill
+from placeviz.sizes import transfers_text
 
 EDGES_PER_BOX = 2.5
 """At most this many edges per box: a 426-box view with 1,675 edges takes dot 5 s even with limits
@@ -62,7 +63,7 @@ def device_clusters(ctx: ViewContext, d: Diagram) -> dict[str, tuple]:
         n_vars, n_bytes = per_device.get(dev, (0, 0))
         label = f"{ctx.device_label(dev)}: {ctx.ops_per_device[dev]:,} ops"
         if n_vars:
-            label += f"\nvariables {human_bytes(n_bytes)} ({n_vars:,})"
+            label += f"\nvariables {ctx.variable_bytes_text(dev)} ({n_vars:,})"
             if job == "ps" and ps_total:
                 share = n_bytes / ps_total
                 filled = round(share * 10)
@@ -117,9 +118,11 @@ def add_edges(ctx: ViewContext, d: Diagram, c: Collapse, keys: list, budget: int
         s, t_dst = index.get(t["src"]), index.get(t.get("dst") or "")
         if s is None or t_dst is None or box_of[s] < 0 or box_of[t_dst] < 0:
             continue
-        row = traffic.setdefault((box_of[s], box_of[t_dst]), [0, 0])
+        row = traffic.setdefault((box_of[s], box_of[t_dst]), [0, 0, 0, 0])
         row[0] += 1
         row[1] += t["bytes"] or 0
+        row[2] += t["slot"] != "control" and t["bytes"] is None
+        row[3] += t["slot"] == "control"
     owner = [grp.owner for grp in c.groups]
     cross = [k for k in bundles if owner[k[0]] != owner[k[1]]]
     label_cross = sum(1 for k in cross if k in traffic) <= LABELLED_CROSS_EDGES
@@ -129,9 +132,9 @@ def add_edges(ctx: ViewContext, d: Diagram, c: Collapse, keys: list, budget: int
     for (a, b), (data, control) in bundles.items():
         n = data + control
         if owner[a] != owner[b]:
-            tensors, nbytes = traffic.get((a, b), (0, 0))
+            tensors, nbytes, unknown, control_sent = traffic.get((a, b), (0, 0, 0, 0))
             if tensors:
-                text = f"{tensors} tensor{'s' if tensors != 1 else ''}, {human_bytes(nbytes)}/step"
+                text = transfers_text(tensors, nbytes, unknown, control_sent)
             else:
                 text = f"{n:,} edge{'s' if n != 1 else ''}, not sent in the step"
             tip = f"{owner[a]} -> {owner[b]}: {text} ({data:,} data, {control:,} control graph edges)"

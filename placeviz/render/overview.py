@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from placeviz.render.context import NO_DEVICE, ViewContext, human_bytes, pen_width
+from placeviz.render.context import NO_DEVICE, ViewContext, pen_width
 from placeviz.render.diagram import Box, Cluster, Diagram, Edge, LegendItem
 from placeviz.render.roles import job_of
+from placeviz.sizes import transfers_text
 
 TRAFFIC_COLOR = "#c0392b"
 IDLE_COLOR = "#999999"
@@ -40,7 +41,7 @@ def build_overview(ctx: ViewContext, focus: int | None = None) -> Diagram:
         lines = [ctx.device_label(dev), f"{ctx.ops_per_device[dev]:,} ops"]
         if n_vars:
             share = f" ({100 * n_bytes / ps_total:.0f}% of PS)" if job_of(dev) == "ps" and ps_total else ""
-            lines.append(f"{n_vars:,} variables, {human_bytes(n_bytes)}{share}")
+            lines.append(f"{n_vars:,} variables, {ctx.variable_bytes_text(dev)}{share}")
         box = Box(("dev", dev), "\n".join(lines), cluster=jobs[job_of(dev) if dev != NO_DEVICE else ""].key,
                   fill=ctx.colors[dev], tooltip=dev, penwidth=1.5)
         if focus is not None and ctx.devices[focus] == dev:
@@ -50,17 +51,18 @@ def build_overview(ctx: ViewContext, focus: int | None = None) -> Diagram:
 
     per_pair: dict[tuple[str, str], list[int]] = {}
     for t in ctx.transfers:
-        row = per_pair.setdefault((t["src_device"], t["dst_device"]), [0, 0, 0])
+        row = per_pair.setdefault((t["src_device"], t["dst_device"]), [0, 0, 0, 0])
         row[0] += 1
         row[1] += t["bytes"] or 0
         row[2] += t["slot"] == "control"
+        row[3] += t["slot"] != "control" and t["bytes"] is None
     top = max((r[1] for r in per_pair.values()), default=0)
     devs = set(ctx.device_list)
-    for (src, dst), (count, nbytes, control) in sorted(per_pair.items()):
+    for (src, dst), (count, nbytes, control, unknown) in sorted(per_pair.items()):
         if src not in devs or dst not in devs:
             continue  # the client's feed/fetch devices are not graph devices
-        label = f"{count} tensor{'s' if count != 1 else ''}\n{human_bytes(nbytes)}/step"
-        tip = f"{src} -> {dst}: {count} transfers ({control} control), {human_bytes(nbytes)} per step"
+        label = transfers_text(count, nbytes, unknown, control, sep="\n")
+        tip = f"{src} -> {dst}: {transfers_text(count, nbytes, unknown, control)}"
         d.edges.append(Edge(("dev", src), ("dev", dst), label=label, tooltip=tip, color=TRAFFIC_COLOR,
                             penwidth=pen_width(nbytes, top), priority=nbytes))
     idle = Counter({k: v for k, v in ctx.cross_device_edges.items() if k not in per_pair})

@@ -29,6 +29,7 @@ from placeviz.render.context import ViewContext, human_bytes
 from placeviz.render.diagram import Diagram
 from placeviz.render.dot import box_ids
 from placeviz.render.layout import lay_out
+from placeviz.sizes import bar, bytes_at_least, traffic_total
 
 VIEW_TITLES = {
     "overview": "Overview: devices and bytes per step",
@@ -63,8 +64,12 @@ def _tables(ctx: ViewContext) -> str:
     out = []
     p = a.placement
     if p and "error" not in p:
-        rows = [[t["task"], f"{t['nodes']:,}", t["variables"], human_bytes(t["variable_bytes"])] for t in p["tasks"]]
-        out.append("<h3>Placement per task</h3>" + _table(["task", "ops", "variables", "variable bytes"], rows, {1, 2, 3}))
+        top = max((t["variable_bytes"] for t in p["tasks"]), default=0)
+        rows = [[t["task"], f"{t['nodes']:,}", t["variables"],
+                 bytes_at_least(t["variable_bytes"], t.get("unknown_size_variables", 0), t["variables"]),
+                 human_bytes(t.get("slot_bytes", 0)), bar(t["variable_bytes"], top)] for t in p["tasks"]]
+        out.append("<h3>Placement per task (variable bytes include optimizer slots)</h3>"
+                   + _table(["task", "ops", "variables", "variable bytes", "of which slots", "load"], rows, {1, 2, 3, 4}))
         bal = p.get("ps_balance") or {}
         if bal.get("max_over_mean") is not None:
             out.append(f"<p>PS balance ({esc(bal['job'])}): max {esc(human_bytes(bal['max_variable_bytes']))}, "
@@ -73,30 +78,36 @@ def _tables(ctx: ViewContext) -> str:
         out.append(f'<p class="bad">Placement fails as TensorFlow\'s would: {esc(p["error"])}</p>')
     part = a.partition
     if part and "error" not in part:
-        rows = [[t["task"], human_bytes(t["sent_bytes"]), human_bytes(t["received_bytes"])] for t in part["tasks"]]
+        rows = [[t["task"], bytes_at_least(t["sent_bytes"], t.get("sent_unknown", 0)),
+                 bytes_at_least(t["received_bytes"], t.get("received_unknown", 0))] for t in part["tasks"]]
         out.append(f"<h3>Network traffic per step ({esc(part['run']['what'])})</h3>"
-                   f"<p>{esc(human_bytes(part['bytes_per_step']))} per step in {part['transfers']:,} transfers</p>"
+                   f"<p>{esc(traffic_total(part))}</p>"
                    + _table(["task", "sent per step", "received per step"], rows, {1, 2}))
         reads = part.get("variable_reads") or []
         if reads:
-            rows = [[v["variable"], v["reads_per_step"], human_bytes(v["bytes_per_step"]), ", ".join(v["to_tasks"])]
+            rows = [[v["variable"], v["reads_per_step"],
+                     bytes_at_least(v["bytes_per_step"], v.get("unknown_size_reads", 0), v["reads_per_step"]),
+                     ", ".join(v["to_tasks"])]
                     for v in reads[:VARIABLES_SHOWN]]
             out.append("<h3>Variables read across the network per step</h3>"
                        + _table(["variable", "reads", "bytes", "read by"], rows, {1, 2}))
     elif part and "error" in part:
         out.append(f'<p class="bad">Partitioning failed: {esc(part["error"])}</p>')
     if a.variables:
-        placed = {}
-        if ctx.placed:
-            index = ctx.graph.index
-            placed = {v.name: ctx.devices[index[v.name]] for v in a.variables if v.name in index}
-        rows = [[v.name, v.op, v.dtype, "?" if v.shape is None else "[" + ",".join("?" if x is None else str(x)
-                                                                              for x in v.shape) + "]",
-                 human_bytes(v.bytes), placed.get(v.name, v.device or "(none)")] for v in a.variables[:VARIABLES_SHOWN]]
-        more = (f"<p>… and {len(a.variables) - VARIABLES_SHOWN:,} more (placeviz analyze --format json)</p>"
-                if len(a.variables) > VARIABLES_SHOWN else "")
-        out.append(f"<h3>Variables ({len(a.variables):,}, {esc(human_bytes(a.variable_bytes))})</h3>"
-                   + _table(["name", "op", "dtype", "shape", "bytes", "device"], rows, {4}) + more)
+        # Where each variable landed (analyze's "Variables by PS task"): slots folded into their
+        # variable's row, sorted by device then bytes; the requested device without placement.
+        shown = sorted((v for v in a.variables if v.slot_of is None),
+                       key=lambda v: (v.placed_device or v.device or "", -(v.bytes or 0), v.name))
+        rows = [[v.name, v.dtype, "?" if v.shape is None else "[" + ",".join("?" if x is None else str(x)
+                                                                        for x in v.shape) + "]",
+                 human_bytes(v.bytes), human_bytes(v.slot_bytes) if v.slots else "",
+                 v.placed_device or v.device or "(none)", v.placed_by or ""] for v in shown[:VARIABLES_SHOWN]]
+        more = (f"<p>… and {len(shown) - VARIABLES_SHOWN:,} more (placeviz analyze --format json)</p>"
+                if len(shown) > VARIABLES_SHOWN else "")
+        total = bytes_at_least(a.variable_bytes, a.unknown_size_variables, len(a.variables))
+        out.append(f"<h3>Variables by PS task ({len(a.variables):,} with slots, {esc(total)})</h3>"
+                   + _table(["name", "dtype", "shape", "bytes", "slots", "device" if ctx.placed else "requested device",
+                             "placed by"], rows, {3, 4}) + more)
     s = a.sync if ctx.pipe.proof is None else {**(a.sync or {}), **ctx.pipe.proof.to_json()}
     if s:
         verdict = "holds" if s["single_update"] else "VIOLATED"
@@ -109,6 +120,8 @@ def _tables(ctx: ViewContext) -> str:
                  " ← ".join((v["evidence"][0]["path"] if v.get("evidence") else [])[:5])]
                 for v in s["variables"][:VARIABLES_SHOWN]]
         out.append(_table(["variable", "verdict", "updates per step", "evidence path"], rows, {2}))
+    if a.notes:  # what the analysis could not settle or does not cover, as analyze prints it
+        out.append("<h3>Notes</h3><ul>" + "".join(f"<li>{esc(n)}</li>" for n in a.notes) + "</ul>")
     return "\n".join(out)
 
 
@@ -175,7 +188,7 @@ def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None 
                         f'<div class="svg" data-view="{view}">{inline_svg(result.data)}</div></section>')
     title = f"placeviz report: {a.model}"
     summary = (f"{a.node_count:,} ops, {a.data_edge_count:,} data and {a.control_edge_count:,} control edges, "
-               f"{len(a.variables):,} variables holding {human_bytes(a.variable_bytes)}; "
+               f"{len(a.variables):,} variables holding {bytes_at_least(a.variable_bytes, a.unknown_size_variables, len(a.variables))}; "
                f"{len(ctx.device_list)} device{'s' if len(ctx.device_list) != 1 else ''}")
     nav = " · ".join(f'<a href="#view-{v}">{v}</a>' for v in VIEW_TITLES) + ' · <a href="#tables">tables</a> · ' \
         '<a href="#lint">lint</a>'
