@@ -20,7 +20,7 @@ import time
 
 from placeviz.render.collapse import collapse, role_counts
 from placeviz.render.context import ViewContext, shorten
-from placeviz.render.devices import device_clusters
+from placeviz.render.devices import device_clusters, name_clusters
 from placeviz.render.diagram import Box, Diagram, Edge, LegendItem
 from placeviz.render.roles import ROLE_COLOR, ROLE_SHORT
 
@@ -94,8 +94,9 @@ def build_sync(ctx: ViewContext, budget: int) -> Diagram:
     d.stats["collapse_seconds"] = time.perf_counter() - started
     clusters = device_clusters(ctx, d)
     keys = [("box", grp.owner, b) for b, grp in enumerate(c.groups)]
+    box_names = name_clusters(ctx, d, c.groups, clusters)
     for b, grp in enumerate(c.groups):
-        d.boxes.append(_box(ctx, grp, keys[b], clusters[grp.owner], worker, chief, bad, verdict))
+        d.boxes.append(_box(ctx, grp, keys[b], clusters[grp.owner], worker, chief, bad, verdict, box_names[b]))
     d.node_box, d.group_keys = c.box_of, keys
 
     box_of = c.box_of
@@ -134,7 +135,7 @@ def build_sync(ctx: ViewContext, budget: int) -> Diagram:
     return d
 
 
-def _box(ctx: ViewContext, grp, key, cluster, worker, chief, bad, verdict) -> Box:
+def _box(ctx: ViewContext, grp, key, cluster, worker, chief, bad, verdict, name: str) -> Box:
     g = ctx.graph
     names, ops = g.names, g.ops
     members = grp.members
@@ -142,11 +143,11 @@ def _box(ctx: ViewContext, grp, key, cluster, worker, chief, bad, verdict) -> Bo
     verdicts = [verdict[i] for i in members if i in verdict]
     if grp.is_op:
         i = members[0]
-        label = f"{shorten(names[i], 40)}\n{ops[i]}"
+        label = f"{name}\n{ops[i]}"
         tip = f"{names[i]} ({ops[i]}) on {ctx.devices[i]}"
     else:
         kinds = " · ".join(f"{n:,} {ROLE_SHORT[r]}" for r, n in counts.most_common(3))
-        label = f"{shorten(grp.label(names))}\n{len(members):,} ops: {kinds}"
+        label = f"{name}\n{len(members):,} ops: {kinds}"
         tip = f"{grp.label(names)} on {grp.owner}"
     fill = ROLE_COLOR[counts.most_common(1)[0][0]]
     if verdicts:
