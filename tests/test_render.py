@@ -231,7 +231,7 @@ def test_sync_view_draws_a_violation_in_red(tmp_path):
     assert "VIOLATED" in d.notes[0]
     assert any(e.color == "#d62728" for e in d.edges)
     bad = [b for b in d.boxes if b.border == "#d62728"]
-    assert any("bad/AssignAdd" in b.tooltip and b.label.startswith("AssignAdd") for b in bad)
+    assert any("bad/AssignAdd" in b.tooltip and b.label.startswith("…/AssignAdd") for b in bad)
     assert any(b.fill == "#f46d43" and "hid_b" in b.label for b in d.boxes)
 
 
