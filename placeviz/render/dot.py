@@ -19,6 +19,8 @@ no ``URL``/``href`` attribute is ever written, so the SVG Graphviz makes holds n
 
 from __future__ import annotations
 
+import textwrap
+
 import graphviz
 
 from placeviz.escape import dot_html, dot_string
@@ -50,6 +52,14 @@ def _fmt(value: float) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
+TITLE_WIDTH = 140
+"""Characters per title or note line: a long note would otherwise set the picture's width."""
+
+
+def _wrapped(lines: list[str]) -> list[str]:
+    return [part for line in lines for part in (textwrap.wrap(line, TITLE_WIDTH, break_on_hyphens=False) or [""])]
+
+
 def box_ids(diagram: Diagram) -> dict:
     """Box key -> its DOT id (``n<k>``), numbered in key order."""
     return {b.key: f"n{i}" for i, b in enumerate(sorted(diagram.boxes, key=lambda b: _sortable(b.key)))}
@@ -61,7 +71,7 @@ def to_dot(diagram: Diagram) -> str:
     g = graphviz.Digraph(diagram.name)
     attrs = {
         "rankdir": diagram.rankdir, "fontname": FONT, "fontsize": "11", "labelloc": "t", "labeljust": "l",
-        "label": text("\n".join([diagram.title, *diagram.notes])), "newrank": "true", "id": diagram.name,
+        "label": text("\n".join(_wrapped([diagram.title, *diagram.notes]))), "newrank": "true", "id": diagram.name,
         **LAYOUT_LIMITS, "outputorder": "edgesfirst", "nodesep": "0.25", "ranksep": "0.45",
     }
     if len(diagram.boxes) > SPLINES_OFF_ABOVE:
@@ -69,7 +79,7 @@ def to_dot(diagram: Diagram) -> str:
     attrs.update(diagram.graph_attrs)
     g.attr("graph", **attrs)
     g.attr("node", fontname=FONT, fontsize="10", margin="0.08,0.04")
-    g.attr("edge", fontname=FONT, fontsize="9", arrowsize="0.6")
+    g.attr("edge", fontname=FONT, fontsize="10", arrowsize="0.6")
 
     clusters = sorted(diagram.clusters, key=lambda c: _sortable(c.key))
     cluster_ids = {c.key: f"cluster_{i}" for i, c in enumerate(clusters)}

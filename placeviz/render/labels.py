@@ -21,6 +21,7 @@ picture has no parent box to open, so the tail grows until it is unique instead.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 
 ELLIPSIS = "…"
@@ -112,11 +113,24 @@ def distinct_names(paths: list[tuple[str, ...]], tags: list[str] | None = None, 
     return names
 
 
+def series_text(element) -> str:
+    """A component of a group's path: a plain name, or a series of numbered siblings written as
+    ``first … last`` when short and as their common stem with ``× count`` when not
+    (``ResourceAccumulatorApplyGradient* × 9``)."""
+    if isinstance(element, str):
+        return element
+    text = str(element)
+    if len(text) <= WIDTH // 2:
+        return text
+    stem = os.path.commonprefix([element.first, element.last]).rstrip("_-")
+    return f"{stem or element.first}* × {element.count}"
+
+
 def group_path(group, names: list[str]) -> tuple[str, ...]:
     """The components that name a collapsed group (or single op) of :mod:`placeviz.render.collapse`."""
     if group.is_op:
         return tuple(names[group.members[0]].split("/"))
-    path = tuple(str(e) for e in group.path)
+    path = tuple(series_text(e) for e in group.path)
     if group.others is not None:
         return (*path, f"{ELLIPSIS} {len(group.others)} more")
     return path or ("(all ops)",)
@@ -143,5 +157,5 @@ def name_boxes(groups, names: list[str], cluster_of, tag_of=lambda g: g.owner,
                 skip[k] = len(prefix)
     # Within a cluster the common prefix is never needed to tell boxes apart: strip it first.
     stripped = [p[skip[k]:] for k, p in enumerate(paths)]
-    out = distinct_names(stripped, [tag_of(g) for g in groups], width)
+    out = distinct_names(stripped, [tag_of(g).split(" ")[0] for g in groups], width)
     return out, prefixes

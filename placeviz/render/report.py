@@ -24,10 +24,11 @@ from collections.abc import Callable
 
 from placeviz.errors import PlacevizError
 from placeviz.escape import UnsafeSvg, html_text, script_json, svg_for_html
-from placeviz.render import DEFAULT_MAX_NODES, build_view
+from placeviz.render import build_view
 from placeviz.render.context import ViewContext, human_bytes
 from placeviz.render.diagram import Diagram
 from placeviz.render.dot import box_ids
+from placeviz.render.fit import START_BUDGET
 from placeviz.render.layout import lay_out
 
 VIEW_TITLES = {
@@ -145,16 +146,18 @@ def _search_index(ctx: ViewContext, diagrams: dict[str, Diagram]) -> str:
 
 
 def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None = None, depth: int | None = None,
-                 max_nodes: int = DEFAULT_MAX_NODES, timeout: float = 30.0,
+                 max_nodes: int | None = None, timeout: float = 30.0,
                  progress: Callable[[str], None] | None = None) -> str:
     """The report's HTML text (see the module docstring). Needs Graphviz's ``dot``."""
     ctx = ViewContext(pipe)
     a = pipe.analysis
     diagrams: dict[str, Diagram] = {}
     sections = []
+    fit = max_nodes is None  # the default: each view collapsed until it fits a screen
     for view in ("overview", "devices", "deps", "sync"):
         try:
-            d = build_view(ctx, view, focus=focus if view == "deps" else None, depth=depth, max_nodes=max_nodes)
+            d = build_view(ctx, view, focus=focus if view == "deps" else None, depth=depth,
+                           max_nodes=max_nodes or START_BUDGET)
         except Exception as e:  # a view that cannot be drawn (no train op to focus on) is a note
             if not isinstance(e, PlacevizError):
                 raise
@@ -163,7 +166,7 @@ def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None 
             continue
         result = lay_out(lambda b, v=view: build_view(ctx, v, focus=focus if v == "deps" else None, depth=depth,
                                                       max_nodes=b),
-                         max_nodes, "svg", timeout, progress, diagram=d)
+                         max_nodes or START_BUDGET, "svg", timeout, progress, diagram=None if fit else d, fit=fit)
         d = result.diagram
         diagrams[view] = d
         how = f"laid out by {result.engine} in {result.seconds:.1f} s" + (

@@ -1,0 +1,102 @@
+"""Choose a view's collapse depth from the size of the picture it makes, not from a fixed box count.
+
+A fixed budget of boxes says nothing about what a reader sees: 250 boxes of a model whose scopes
+sit side by side make an 18,000 px wide strip, while 250 boxes of a deep chain fit a screen. So a
+view drawn with the default options is laid out, measured, and collapsed further until its long
+side fits :data:`MAX_SIDE_PX` at 100 % zoom with the emitter's fonts (10 pt boxes and edges, never
+scaled down). Each try costs one ``dot`` run of a collapsed view (0.1-0.6 s for the samples), and
+both orientations (``rankdir`` TB and LR) are tried at each budget: boxes are wide and short, so a
+picture with many boxes per rank fits better when the ranks run left to right.
+
+The next budget comes from how much too big the last picture was: its long side grows about as
+the 0.7th power of the box count (measured on the samples: 60 -> 250 boxes of inception's devices
+view, 6,209 -> 16,509 px), so a picture ``r`` times too long needs about ``r ** 1.45`` times fewer
+boxes; a little more is taken off so that most views fit on the second try.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from placeviz.render.diagram import Diagram
+from placeviz.render.dot import to_dot
+
+MAX_SIDE_PX = 2500
+"""Long side of a default picture at 100 %: a laptop screen shows it with a little scrolling."""
+PX_PER_PT = 96 / 72
+"""Graphviz's SVG is in points; browsers and ``dot -Tpng`` (96 dpi) draw 4/3 px per point."""
+START_BUDGET = 150
+"""Boxes of the first try: the size of a view that fits when its scopes form a few deep chains."""
+MIN_BUDGET = 6
+TRIES = 7
+EXPONENT = 1.45
+_SIZE = re.compile(rb'<svg width="([\d.]+)pt" height="([\d.]+)pt"')
+
+
+def svg_size_px(svg: bytes) -> tuple[float, float]:
+    """(width, height) in CSS px of an SVG made by Graphviz."""
+    m = _SIZE.search(svg[:2000])
+    if m is None:
+        raise ValueError("not an SVG made by Graphviz (no width/height in pt)")
+    return float(m.group(1)) * PX_PER_PT, float(m.group(2)) * PX_PER_PT
+
+
+@dataclass
+class Fit:
+    diagram: Diagram
+    svg: bytes
+    budget: int
+    size: tuple[float, float]
+    seconds: float
+    tries: list[str] = field(default_factory=list)
+    """One line per try: budget, boxes, orientation, size."""
+
+    @property
+    def fits(self) -> bool:
+        return max(self.size) <= MAX_SIDE_PX
+
+
+def _other(rankdir: str) -> str:
+    return "LR" if rankdir == "TB" else "TB"
+
+
+def fit_view(build: Callable[[int], Diagram], run: Callable[[str], bytes], budget: int = START_BUDGET,
+             max_side: float = MAX_SIDE_PX, say: Callable[[str], None] | None = None) -> Fit:
+    """The largest collapse of ``build(budget)`` whose picture fits ``max_side`` px (see the module
+    docstring); the smallest picture tried when none fits. ``run(dot_text)``: the SVG bytes (it may
+    raise, e.g. on a timeout; the caller's fallbacks then apply)."""
+    say = say or (lambda _m: None)
+    started = time.perf_counter()
+    best: Fit | None = None
+    tries: list[str] = []
+    last_boxes = None
+    for _ in range(TRIES):
+        d = build(budget)
+        if last_boxes is not None and len(d.boxes) >= last_boxes:
+            break  # the view cannot get coarser
+        last_boxes = len(d.boxes)
+        own = d.rankdir
+        longest = None
+        for rankdir in (own, _other(own)):
+            d = dataclasses.replace(d, rankdir=rankdir)
+            svg = run(to_dot(d))
+            size = svg_size_px(svg)
+            tries.append(f"{budget} boxes max, {len(d.boxes)} drawn, {rankdir}: {size[0]:,.0f} x {size[1]:,.0f} px")
+            fit = Fit(d, svg, budget, size, 0.0)
+            if best is None or max(size) < max(best.size) or (fit.fits and not best.fits):
+                best = fit
+            if fit.fits:
+                fit.seconds, fit.tries = time.perf_counter() - started, tries
+                return fit
+            longest = max(size) if longest is None else min(longest, max(size))
+        if budget <= MIN_BUDGET:
+            break
+        ratio = longest / max_side
+        budget = max(MIN_BUDGET, min(len(d.boxes) - 1, int(min(budget, len(d.boxes)) / ratio ** EXPONENT * 0.9)))
+        say(f"the {d.name} view is {longest:,.0f} px long; collapsing to at most {budget} boxes")
+    best.seconds, best.tries = time.perf_counter() - started, tries
+    return best
