@@ -107,7 +107,7 @@ def build_deps(ctx: ViewContext, focus: int, depth: int | None, budget: int) -> 
         if focus in grp.members:
             box.border, box.penwidth = FOCUS_COLOR, 3.0
         d.boxes.append(box)
-    d.node_box, d.group_keys = c.box_of, keys
+    d.node_box, d.group_keys, d.groups = c.box_of, keys, c.groups
     bundles = quotient_edges(g, nodes, c.box_of)
     top = max((a + b for a, b in bundles.values()), default=0)
     for (a, b), (data, control) in sorted(bundles.items()):

@@ -102,7 +102,7 @@ def build_devices(ctx: ViewContext, budget: int, focus: int | None = None) -> Di
         if focus is not None and c.box_of[focus] == b:
             box.border, box.penwidth = FOCUS_COLOR, 3.0
         d.boxes.append(box)
-    d.node_box, d.group_keys = c.box_of, keys
+    d.node_box, d.group_keys, d.groups = c.box_of, keys, c.groups
     add_edges(ctx, d, c, keys, budget)
     d.notes.append(ctx.step_note())
     if c.refused:

@@ -63,6 +63,10 @@ class _Attempt(Exception):
     pass
 
 
+AttemptFailed = _Attempt
+"""One Graphviz run that failed or timed out (its message is one line)."""
+
+
 def run_graphviz(source: str, fmt: str, engine: str = "dot", timeout: float = 30.0, extra=()) -> bytes:
     """``engine -Tfmt`` on ``source``; raises ``_Attempt`` with a one-line reason on timeout or error.
 

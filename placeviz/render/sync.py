@@ -161,7 +161,7 @@ def build_sync(ctx: ViewContext, budget: int) -> Diagram:
     for b, grp in enumerate(c.groups):
         d.boxes.append(_box(ctx, grp, keys[b], clusters[grp.owner], worker, chief, bad, verdict, box_names[b],
                             hidden_in.get(b, []), times[b]))
-    d.node_box, d.group_keys = c.box_of, keys
+    d.node_box, d.group_keys, d.groups = c.box_of, keys, c.groups
 
     box_of = c.box_of
     pairs: dict[tuple[int, int], bool] = {}
