@@ -31,6 +31,8 @@ SUB_BUDGET = 30
 """Boxes per opened picture: what fits a screen when the scope's ops form a few chains."""
 EDGES_PER_BOX = 2.5
 _XML_START = re.compile(rb"<\?xml ")
+_PAGE_ID = re.compile(rb'(<g )id="page\d+,\d+_')
+"""From its second graph on, ``dot`` prefixes a graph's own SVG id with its page (``page0,1_``)."""
 
 
 @dataclass
@@ -99,4 +101,4 @@ def lay_out_expansions(expansions: list[Expansion], run) -> None:
     if len(parts) != len(expansions):
         raise ValueError(f"Graphviz wrote {len(parts)} pictures for {len(expansions)} graphs")
     for e, svg in zip(expansions, parts, strict=True):
-        e.svg = svg
+        e.svg = _PAGE_ID.sub(b'\\1id="', svg, count=1)

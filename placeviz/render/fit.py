@@ -55,9 +55,11 @@ class Fit:
     tries: list[str] = field(default_factory=list)
     """One line per try: budget, boxes, orientation, size."""
 
+    max_side: float = MAX_SIDE_PX
+
     @property
     def fits(self) -> bool:
-        return max(self.size) <= MAX_SIDE_PX
+        return max(self.size) <= self.max_side
 
 
 def _other(rankdir: str) -> str:
@@ -86,7 +88,7 @@ def fit_view(build: Callable[[int], Diagram], run: Callable[[str], bytes], budge
             svg = run(to_dot(d))
             size = svg_size_px(svg)
             tries.append(f"{budget} boxes max, {len(d.boxes)} drawn, {rankdir}: {size[0]:,.0f} x {size[1]:,.0f} px")
-            fit = Fit(d, svg, budget, size, 0.0)
+            fit = Fit(d, svg, budget, size, 0.0, max_side=max_side)
             if best is None or max(size) < max(best.size) or (fit.fits and not best.fits):
                 best = fit
             if fit.fits:
