@@ -33,6 +33,7 @@ START_BUDGET = 150
 """Boxes of the first try: the size of a view that fits when its scopes form a few deep chains."""
 MIN_BUDGET = 6
 TRIES = 7
+REFINE = 2
 EXPONENT = 1.45
 _SIZE = re.compile(rb'<svg width="([\d.]+)pt" height="([\d.]+)pt"')
 
@@ -70,35 +71,61 @@ def fit_view(build: Callable[[int], Diagram], run: Callable[[str], bytes], budge
              max_side: float = MAX_SIDE_PX, say: Callable[[str], None] | None = None) -> Fit:
     """The largest collapse of ``build(budget)`` whose picture fits ``max_side`` px (see the module
     docstring); the smallest picture tried when none fits. ``run(dot_text)``: the SVG bytes (it may
-    raise, e.g. on a timeout; the caller's fallbacks then apply)."""
+    raise, e.g. on a timeout; the caller's fallbacks then apply).
+
+    Once a budget fits after one that did not, up to :data:`REFINE` more tries halve the gap
+    between them, so that the picture uses the room it has rather than the first guess.
+    """
     say = say or (lambda _m: None)
     started = time.perf_counter()
-    best: Fit | None = None
     tries: list[str] = []
-    last_boxes = None
-    for _ in range(TRIES):
-        d = build(budget)
-        if last_boxes is not None and len(d.boxes) >= last_boxes:
-            break  # the view cannot get coarser
-        last_boxes = len(d.boxes)
-        own = d.rankdir
+    smallest: list[Fit] = []
+
+    def attempt(b: int) -> tuple[Fit | None, float, int]:
+        """(the fitting picture at budget ``b`` or None, its shortest long side, boxes drawn)."""
+        d = build(b)
         longest = None
-        for rankdir in (own, _other(own)):
+        for rankdir in (d.rankdir, _other(d.rankdir)):
             d = dataclasses.replace(d, rankdir=rankdir)
             svg = run(to_dot(d))
             size = svg_size_px(svg)
-            tries.append(f"{budget} boxes max, {len(d.boxes)} drawn, {rankdir}: {size[0]:,.0f} x {size[1]:,.0f} px")
-            fit = Fit(d, svg, budget, size, 0.0, max_side=max_side)
-            if best is None or max(size) < max(best.size) or (fit.fits and not best.fits):
-                best = fit
+            tries.append(f"{b} boxes max, {len(d.boxes)} drawn, {rankdir}: {size[0]:,.0f} x {size[1]:,.0f} px")
+            fit = Fit(d, svg, b, size, 0.0, max_side=max_side)
+            if not smallest or max(size) < max(smallest[0].size):
+                smallest[:] = [fit]
             if fit.fits:
-                fit.seconds, fit.tries = time.perf_counter() - started, tries
-                return fit
+                return fit, max(size), len(d.boxes)
             longest = max(size) if longest is None else min(longest, max(size))
-        if budget <= MIN_BUDGET:
+        return None, longest, len(d.boxes)
+
+    def done(fit: Fit) -> Fit:
+        fit.seconds, fit.tries = time.perf_counter() - started, tries
+        return fit
+
+    too_big = None  # boxes of the smallest picture that did not fit
+    last_boxes = None
+    for _ in range(TRIES):
+        fit, longest, boxes = attempt(budget)
+        if fit is not None:
             break
-        ratio = longest / max_side
-        budget = max(MIN_BUDGET, min(len(d.boxes) - 1, int(min(budget, len(d.boxes)) / ratio ** EXPONENT * 0.9)))
-        say(f"the {d.name} view is {longest:,.0f} px long; collapsing to at most {budget} boxes")
-    best.seconds, best.tries = time.perf_counter() - started, tries
-    return best
+        if boxes == last_boxes or budget <= MIN_BUDGET:
+            return done(smallest[0])  # the view cannot get coarser
+        too_big = last_boxes = boxes
+        budget = max(MIN_BUDGET, min(boxes - 1, int(min(budget, boxes) / (longest / max_side) ** EXPONENT * 0.9)))
+        say(f"the view is {longest:,.0f} px long; collapsing to at most {budget} boxes")
+    else:
+        return done(smallest[0])
+    if too_big is not None:  # halve the gap between the budget that fits and the one that did not
+        low, high = min(fit.budget, len(fit.diagram.boxes)), too_big
+        for _ in range(REFINE):
+            mid = (low + high) // 2
+            if high - low < 3:
+                break
+            better, _, _ = attempt(mid)
+            if better is None:
+                high = mid
+                continue
+            low = mid
+            if len(better.diagram.boxes) > len(fit.diagram.boxes):
+                fit = better
+    return done(fit)
