@@ -204,8 +204,11 @@ def test_sync_view_shows_the_proof(mlp_pipe):
     for op in ("QueueDequeueV2", "AccumulatorApplyGradient", "AccumulatorTakeGradient", "QueueEnqueueManyV2",
                "ApplyGradientDescent"):
         assert op in labels
-    variables = [b for b in d.boxes if b.label.endswith("holds")]
-    assert len(variables) == 5  # 4 trainable + global_step, green
+    # 4 trainable variables (two per PS task, their identical chains folded: "2 hold") + global_step.
+    alone = sum(1 for b in d.boxes if "\nholds" in b.label)
+    folded = sum(int(n) for n in re.findall(r"(\d+) hold, 0 violated", labels))
+    assert (alone, folded) == (1, 4)
+    assert all(b.fill == "#a6d96a" for b in d.boxes if "hold" in b.label)  # green
 
 
 def _with_worker_side_update(tmp_path) -> Path:
