@@ -19,8 +19,6 @@ no ``URL``/``href`` attribute is ever written, so the SVG Graphviz makes holds n
 
 from __future__ import annotations
 
-import textwrap
-
 import graphviz
 
 from placeviz.escape import dot_html, dot_string
@@ -57,7 +55,19 @@ TITLE_WIDTH = 140
 
 
 def _wrapped(lines: list[str]) -> list[str]:
-    return [part for line in lines for part in (textwrap.wrap(line, TITLE_WIDTH, break_on_hyphens=False) or [""])]
+    """Lines longer than :data:`TITLE_WIDTH` broken at spaces (and only there: a model string's
+    other characters, newlines included, reach :func:`text` as they are)."""
+    out = []
+    for line in lines:
+        current = ""
+        for word in line.split(" "):
+            if current and len(current) + 1 + len(word) > TITLE_WIDTH:
+                out.append(current)
+                current = word
+            else:
+                current = f"{current} {word}" if current else word
+        out.append(current)
+    return out
 
 
 def box_ids(diagram: Diagram) -> dict:
