@@ -46,7 +46,7 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
         layout_timeout: float, tag: str | None, placement_options, sync) -> None:
     """Load and place MODEL (via the pipeline), build the view, lay it out, write ``output``."""
     from placeviz.render import ViewContext, build_view, to_dot
-    from placeviz.render.fit import START_BUDGET
+    from placeviz.render.fit import start_budget
     from placeviz.render.layout import lay_out, require_graphviz
 
     fmt = output_format(output)
@@ -65,7 +65,7 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
         return
     ctx = ViewContext(pipe)
     fit = max_nodes is None and shutil.which("dot") is not None
-    budget = max_nodes or (START_BUDGET if fit else NO_DOT_BUDGET)
+    budget = max_nodes or (start_budget(view) if fit else NO_DOT_BUDGET)
     if say:
         say(f"building the {view} view of {len(ctx.graph):,} ops (at most {budget:,} boxes) ...")
     started = time.perf_counter()

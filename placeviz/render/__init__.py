@@ -87,11 +87,11 @@ def render(pipe_or_model, view: str = "devices", fmt: str = "dot", **options) ->
     diagram = build_view(ctx, view, **options)
     if fmt == "dot":  # no layout: the budget given, or DEFAULT_MAX_NODES
         return to_dot(diagram)
-    from placeviz.render.fit import START_BUDGET
+    from placeviz.render.fit import start_budget
     from placeviz.render.layout import lay_out
 
     fit = "max_nodes" not in options  # the default: as many boxes as fit a screen
-    budget = options.get("max_nodes", START_BUDGET)
+    budget = options.get("max_nodes", start_budget(view))
     rest = {k: v for k, v in options.items() if k != "max_nodes"}
     return lay_out(lambda b: build_view(ctx, view, max_nodes=b, **rest), budget, fmt,
                    diagram=None if fit else diagram, fit=fit).data

@@ -10,7 +10,8 @@ step's ``_Send``/``_Recv`` transfers from the partitioner, as in
 Explaining an op walks its colocation group (linear in the graph), so a report explains every op
 of a graph up to :data:`EXPLAIN_ALL_UP_TO` ops and, above that, the ops a reader can click in a
 picture (single-op boxes), the variables and the ops that send or receive, at most
-:data:`EXPLAIN_AT_MOST`; for the others the panel gives the command that explains them.
+:data:`EXPLAIN_AT_MOST` and fewer on bigger graphs (:data:`EXPLAIN_SCAN`); for the others the
+panel gives the command that explains them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from placeviz.render.context import ViewContext
 
 EXPLAIN_ALL_UP_TO = 2000
 EXPLAIN_AT_MOST = 300
+EXPLAIN_SCAN = 3_000_000
+"""Ops scanned in all (explained ops x graph size): about 1 s; a 50k-op graph gets 60 explained."""
 TRANSFERS_AT_MOST = 20000
 
 
@@ -53,7 +56,7 @@ def explanations(ctx: ViewContext, clickable: set[int]) -> dict[int, str]:
         index = g.index
         for t in ctx.transfers:
             wanted.extend(index[n] for n in (t["src"], t.get("dst")) if n in index)
-        ids = list(dict.fromkeys(wanted))[:EXPLAIN_AT_MOST]
+        ids = list(dict.fromkeys(wanted))[:min(EXPLAIN_AT_MOST, EXPLAIN_SCAN // len(g))]
     return {i: explain_text(explain_node(result, g.names[i])) for i in ids}
 
 

@@ -32,8 +32,8 @@ from placeviz.render.context import ViewContext, human_bytes
 from placeviz.render.diagram import Diagram
 from placeviz.render.dot import box_ids
 from placeviz.render.expand import Expansion, lay_out_expansions, plan_expansions
-from placeviz.render.fit import START_BUDGET
-from placeviz.render.layout import AttemptFailed, lay_out, run_graphviz
+from placeviz.render.fit import start_budget
+from placeviz.render.layout import AttemptFailed, GraphvizMissing, LayoutFailed, lay_out, run_graphviz
 from placeviz.render.panel import explanations, transfer_rows
 
 VIEW_TITLES = {
@@ -196,18 +196,17 @@ def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None 
     say = progress or (lambda _m: None)
     fit = max_nodes is None  # the default: each view collapsed until it fits a screen
     for view in ("overview", "devices", "deps", "sync"):
-        try:
-            d = build_view(ctx, view, focus=focus if view == "deps" else None, depth=depth,
-                           max_nodes=max_nodes or START_BUDGET)
-        except Exception as e:  # a view that cannot be drawn (no train op to focus on) is a note
-            if not isinstance(e, PlacevizError):
-                raise
+        def build(b, v=view):
+            return build_view(ctx, v, focus=focus if v == "deps" else None, depth=depth, max_nodes=b)
+
+        try:  # a view that cannot be drawn (no train op to focus on) is a note
+            result = lay_out(build, max_nodes or start_budget(view), "svg", timeout, progress, fit=fit)
+        except (LayoutFailed, GraphvizMissing):
+            raise
+        except PlacevizError as e:
             sections.append(f'<section id="view-{view}"><h2>{esc(VIEW_TITLES[view])}</h2>'
                             f'<p class="note">Not drawn: {esc(e)}</p></section>')
             continue
-        result = lay_out(lambda b, v=view: build_view(ctx, v, focus=focus if v == "deps" else None, depth=depth,
-                                                      max_nodes=b),
-                         max_nodes or START_BUDGET, "svg", timeout, progress, diagram=None if fit else d, fit=fit)
         d = result.diagram
         diagrams[view] = d
         how = f"laid out by {result.engine} in {result.seconds:.1f} s" + (
