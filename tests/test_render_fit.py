@@ -8,19 +8,22 @@ imports TensorFlow.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import xml.etree.ElementTree as ET
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from test_render import fixture_pipeline
 
 from placeviz.render import VIEWS, ViewContext, build_view
-from placeviz.render.collapse import collapse
+from placeviz.render.collapse import Group, collapse
+from placeviz.render.dot import box_ids, to_dot
 from placeviz.render.expand import lay_out_expansions, plan_expansions
 from placeviz.render.fit import MAX_SIDE_PX, START_BUDGET, fit_view, svg_size_px
-from placeviz.render.labels import common_prefix, distinct_names
+from placeviz.render.labels import common_prefix, distinct_names, name_boxes
 from placeviz.render.layout import lay_out, run_graphviz
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
@@ -78,8 +81,6 @@ def test_no_two_boxes_of_a_view_share_a_label(ctx, view):
 
 def test_a_cluster_says_its_common_scope_once():
     names = [f"model/tower/layer_{k}/{op}" for k in range(3) for op in ("w", "matmul")]
-    from placeviz.render.labels import name_boxes
-
     c = collapse(names, range(len(names)), ["w"] * len(names), 50)
     box_names, prefixes = name_boxes(c.groups, names, lambda g: "dev")
     assert prefixes == {"dev": "model/tower/"}
@@ -148,8 +149,6 @@ def test_opened_box_pictures_cover_their_box_and_have_distinct_ids(ctx):
         assert e.svg.startswith(b"<?xml") and f'id="{e.diagram.name}"'.encode() in e.svg
         pic, _, box = e.parent.rpartition("_n")
         parent = d if pic == d.name else next(s.diagram for s in subs if s.diagram.name == pic)
-        from placeviz.render.dot import box_ids
-
         key = next(k for k, v in box_ids(parent).items() if v == f"n{box}")
         group = parent.groups[parent.group_keys.index(key)]
         inside = sorted(i for g in e.diagram.groups for i in g.members)
@@ -159,14 +158,17 @@ def test_opened_box_pictures_cover_their_box_and_have_distinct_ids(ctx):
 
 def test_golden_opened_box(ctx):
     """The first opened-box picture of the golden devices view (regenerate as tests/test_render.py says)."""
-    import os
-    from pathlib import Path
-
-    from placeviz.render.dot import to_dot
-
     d = build_view(ctx, "devices", max_nodes=10)
     text = to_dot(plan_expansions(ctx, d)[0].diagram)
     path = Path(__file__).parent / "golden" / "render" / "mlp_sync.devices_opened.dot"
     if os.environ.get("PLACEVIZ_UPDATE_GOLDEN") == "1":
         path.write_text(text)
     assert text == path.read_text()
+
+
+def test_a_scope_on_two_devices_names_the_task_or_the_device():
+    names = ["save/SaveV2", "save/Const", "save/RestoreV2", "save/Assign", "save/x", "save/y"]
+    owners = ["ps:0 CPU:0", "ps:1 CPU:0", "worker:0 GPU:1", "(no device)"]
+    groups = [Group(owner, ("save",), [k, k + 1]) for k, owner in enumerate(owners)]
+    box_names, _ = name_boxes(groups, names, lambda g: g.owner)
+    assert sorted(box_names) == ["save @(no device)", "save @ps:0", "save @ps:1", "save @worker:0 GPU:1"]

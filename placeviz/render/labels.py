@@ -22,6 +22,7 @@ picture has no parent box to open, so the tail grows until it is unique instead.
 from __future__ import annotations
 
 import os
+import re
 from collections import defaultdict
 
 ELLIPSIS = "…"
@@ -136,6 +137,15 @@ def group_path(group, names: list[str]) -> tuple[str, ...]:
     return path or ("(all ops)",)
 
 
+_CPU0 = re.compile(r"^(\S+:\d+) CPU:0$")
+
+
+def _short_tag(tag: str) -> str:
+    """``ps:1 CPU:0`` -> ``ps:1`` (a PS or worker task's usual device); ``worker:0 GPU:1`` stays."""
+    m = _CPU0.match(tag)
+    return m.group(1) if m else tag
+
+
 def name_boxes(groups, names: list[str], cluster_of, tag_of=lambda g: g.owner,
                width: int = WIDTH) -> tuple[list[str], dict]:
     """Names for every group of one picture, and each cluster's common scope (said once there).
@@ -157,5 +167,5 @@ def name_boxes(groups, names: list[str], cluster_of, tag_of=lambda g: g.owner,
                 skip[k] = len(prefix)
     # Within a cluster the common prefix is never needed to tell boxes apart: strip it first.
     stripped = [p[skip[k]:] for k, p in enumerate(paths)]
-    out = distinct_names(stripped, [tag_of(g).split(" ")[0] for g in groups], width)
+    out = distinct_names(stripped, [_short_tag(tag_of(g)) for g in groups], width)
     return out, prefixes
