@@ -38,6 +38,9 @@ builds, which cost more than the layout on big graphs (1.3 s per build of a 50k-
 MIN_BUDGET = 6
 TRIES = 7
 REFINE = 2
+REFINE_WITHIN = 3.0
+"""Seconds the search may have taken for the refinement to run: on a 200k-op graph one build of
+the devices view takes seconds, and a few more boxes are not worth that."""
 EXPONENT = 1.45
 _SIZE = re.compile(rb'<svg width="([\d.]+)pt" height="([\d.]+)pt"')
 
@@ -83,7 +86,8 @@ def fit_view(build: Callable[[int], Diagram], run: Callable[[str], bytes], budge
     raise, e.g. on a timeout; the caller's fallbacks then apply).
 
     Once a budget fits after one that did not, up to :data:`REFINE` more tries halve the gap
-    between them, so that the picture uses the room it has rather than the first guess.
+    between them, so that the picture uses the room it has rather than the first guess (unless
+    the search already took :data:`REFINE_WITHIN` seconds).
     """
     say = say or (lambda _m: None)
     started = time.perf_counter()
@@ -124,7 +128,8 @@ def fit_view(build: Callable[[int], Diagram], run: Callable[[str], bytes], budge
         say(f"the view is {longest:,.0f} px long; collapsing to at most {budget} boxes")
     else:
         return done(smallest[0])
-    if too_big is not None:  # halve the gap between the budget that fits and the one that did not
+    if too_big is not None and time.perf_counter() - started < REFINE_WITHIN:
+        # halve the gap between the budget that fits and the one that did not
         low, high = min(fit.budget, len(fit.diagram.boxes)), too_big
         for _ in range(REFINE):
             mid = (low + high) // 2
