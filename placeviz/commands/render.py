@@ -79,9 +79,12 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
                      layout_timeout, say, diagram=diagram, fit=fit)
     atomic_write(output, result.data)
     d = result.diagram
-    size = f", {result.size[0]:,.0f} x {result.size[1]:,.0f} px" if result.size else ""
-    progress(f"wrote {output} ({view} view: {len(d.boxes):,} boxes, {len(d.edges):,} edges{size}; "
-             f"view {built:.1f} s, layout {result.seconds:.1f} s with {result.engine})")
+    if result.size:  # fitted: the builds and layouts of every try
+        how = (f"{result.size[0]:,.0f} x {result.size[1]:,.0f} px; fitted in {result.seconds:.1f} s "
+               f"({len(result.tries)} layouts with {result.engine})")
+    else:
+        how = f"view {built:.1f} s, layout {result.seconds:.1f} s with {result.engine}"
+    progress(f"wrote {output} ({view} view: {len(d.boxes):,} boxes, {len(d.edges):,} edges; {how})")
 
 
 def write_report(pipeline, path: str | os.PathLike, findings: list[dict] | None = None, *,
