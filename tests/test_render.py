@@ -346,6 +346,7 @@ def test_every_view_of_every_sample_renders_to_svg(name, samples):
         # The default picture: fits a screen at 100 % (10 pt text), no two boxes named alike.
         fitted = lay_out(build, START_BUDGET, "svg", fit=True)
         assert max(svg_size_px(fitted.data)) <= MAX_SIDE_PX, (view, fitted.tries)
+        assert min(float(x) for x in re.findall(rb'font-size="([\d.]+)"', fitted.data)) >= 10  # never scaled down
         labels = Counter(b.label for b in fitted.diagram.boxes)
         assert max(labels.values()) == 1, [lb for lb, n in labels.items() if n > 1]
         d = build(120)

@@ -172,3 +172,13 @@ def test_a_scope_on_two_devices_names_the_task_or_the_device():
     groups = [Group(owner, ("save",), [k, k + 1]) for k, owner in enumerate(owners)]
     box_names, _ = name_boxes(groups, names, lambda g: g.owner)
     assert sorted(box_names) == ["save @(no device)", "save @ps:0", "save @ps:1", "save @worker:0 GPU:1"]
+
+
+@needs_dot
+def test_the_render_api_fits_unless_given_a_budget(ctx):
+    from placeviz.render import render
+
+    fitted = svg_size_px(render(ctx.pipe, "devices", "svg"))
+    fixed = svg_size_px(render(ctx.pipe, "devices", "svg", max_nodes=200))
+    assert max(fitted) <= MAX_SIDE_PX < max(fixed)
+    assert render(ctx.pipe, "devices", "dot", max_nodes=200).count("peripheries=2") > 0

@@ -161,9 +161,8 @@
     }
     return out;
   }
-  function transfersOf(set) {
-    return index.transfers.filter(function (t) { return set[t[0]] !== set[t[1]]; })
-      .filter(function (t) { return set[t[0]] || set[t[1]]; });
+  function transfersOf(set) {  // the transfers with exactly one end in the set
+    return index.transfers.filter(function (t) { return !set[t[0]] !== !set[t[1]]; });
   }
   function transferList(rows, set) {
     var ul = el("ul", null, "transfers");
@@ -229,6 +228,7 @@
     if (i !== null && i !== undefined) { show(+i); }
   });
   document.getElementById("panel-close").addEventListener("click", function () { panel.hidden = true; });
+  document.addEventListener("keydown", function (ev) { if (ev.key === "Escape") { panel.hidden = true; } });
 
   // ------------------------------------------------------------------ find
   function matcher(q) {
