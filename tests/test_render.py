@@ -34,12 +34,12 @@ from placeviz.io import load
 from placeviz.pipeline import run_pipeline
 from placeviz.placement import PlacementOptions
 from placeviz.placement.setter import SetterConfig
-from placeviz.render import VIEWS, build_view, to_dot
+from placeviz.render import VIEWS, ViewContext, build_view, to_dot
 from placeviz.render import layout as layout_module
 from placeviz.render.collapse import collapse
 from placeviz.render.fit import MAX_SIDE_PX, START_BUDGET, svg_size_px
 from placeviz.render.layout import lay_out
-from placeviz.render.report import build_report
+from placeviz.render.report import _explain_hint, build_report
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 FIXTURE = GOLDEN / "mlp_sync.pbtxt"
@@ -341,6 +341,7 @@ def test_every_view_of_every_sample_renders_to_svg(name, samples):
     assert (pipe.placement_error is not None) == (name == "misconfigured")
     if pipe.placement_error:
         assert "placement fails" in build_view(pipe, "overview").notes[0]
+        assert _explain_hint(ViewContext(pipe)).startswith("placement fails as TensorFlow's would")
     for view in VIEWS:
         build = lambda b, v=view: build_view(pipe, v, max_nodes=b)  # noqa: E731
         # The default picture: fits a screen at 100 % (10 pt text), no two boxes named alike.

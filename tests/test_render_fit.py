@@ -182,3 +182,16 @@ def test_the_render_api_fits_unless_given_a_budget(ctx):
     fixed = svg_size_px(render(ctx.pipe, "devices", "svg", max_nodes=200))
     assert max(fitted) <= MAX_SIDE_PX < max(fixed)
     assert render(ctx.pipe, "devices", "dot", max_nodes=200).count("peripheries=2") > 0
+
+
+def test_the_report_says_why_no_op_is_explained():
+    """Unplaced: how to place it; placed: the command for the ops it has no text for (a graph
+    whose placement fails is checked on the misconfigured sample in tests/test_render.py)."""
+    from test_render import PLAIN
+
+    from placeviz.io import load
+    from placeviz.pipeline import run_pipeline
+    from placeviz.render.report import _explain_hint
+
+    assert "give --ps-tasks N" in _explain_hint(ViewContext(run_pipeline(load(str(PLAIN)), None)))
+    assert "--explain NAME" in _explain_hint(ViewContext(fixture_pipeline()))

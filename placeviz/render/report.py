@@ -166,6 +166,8 @@ def _search_index(ctx: ViewContext, diagrams: dict[str, Diagram], subs: list[Exp
 
 def _explain_hint(ctx: ViewContext) -> str:
     """The command that explains an op the report has no text for."""
+    if ctx.pipe.placement_error:
+        return f"placement fails as TensorFlow's would, so no op has a reason: {ctx.pipe.placement_error}"
     if ctx.pipe.placement is None:
         return "the graph is not placed: give --ps-tasks N (or --cluster FILE) to see why ops land where they do"
     return f"placeviz analyze {ctx.pipe.model.source} [the same placement options] --explain NAME"
