@@ -492,6 +492,7 @@ window.addEventListener("load", function () {
     setTimeout(function () {
       out.found = document.getElementById("where").textContent;
       out.why = document.querySelector("#panel-body pre.why").textContent;
+      out.opPanel = document.getElementById("panel-body").textContent;
       out.hits = Array.prototype.map.call(document.querySelectorAll(".hit"), function (e) { return e.id; });
       var pre = document.createElement("pre");
       pre.id = "test-out";
@@ -538,6 +539,8 @@ def test_html_report_pans_zooms_opens_a_box_and_finds_in_headless_chromium(mlp_p
     assert "hid_w (VariableV2) runs on /job:ps/replica:0/task:1/device:CPU:0" in out["found"]
     assert out["why"].startswith("hid_w (VariableV2) -> /job:ps/replica:0/task:1/device:CPU:0")
     assert "colocation group" in out["why"]
+    # The variable's reads cross to the worker through hid_w/read: the panel lists them.
+    assert "with hid_w/…" in out["opPanel"] and "sends to " in out["opPanel"]
     assert any(h.startswith("devices_") for h in out["hits"]) and any(h.startswith("overview_") for h in out["hits"])
 
 

@@ -191,9 +191,14 @@
     openPanel(index.names[i]);
     panelBody.appendChild(el("p", index.ops[index.op[i]] + " on " + index.devices[index.dev[i]], "device"));
     why(i);
-    var set = {}; set[i] = true;
+    // A variable sends through its own scope (hid_w/read): the op's scope counts as the op.
+    var set = {}, prefix = index.names[i] + "/", scoped = 0;
+    set[i] = true;
+    for (var k = 0; k < index.names.length; k++) {
+      if (index.names[k].indexOf(prefix) === 0) { set[k] = true; scoped++; }
+    }
     var rows = transfersOf(set);
-    panelBody.appendChild(el("h4", "Transfers per step (" + rows.length + ")"));
+    panelBody.appendChild(el("h4", "Transfers per step (" + rows.length + (scoped ? ", with " + prefix + "…" : "") + ")"));
     if (rows.length) { panelBody.appendChild(transferList(rows, set)); }
     else { panelBody.appendChild(el("p", "none: nothing it reads or writes crosses devices in one step")); }
   }
