@@ -33,7 +33,7 @@ START_BUDGET = 150
 """Boxes of the first try: the size of a view that fits when its scopes form a few deep chains."""
 FIRST_TRY = {"devices": 60, "deps": 80}
 """Where the search starts per view (others: :data:`START_BUDGET`): the samples' default devices
-views fit at 18-26 boxes and their deps views at 31-51, so starting there saves two or three
+views end at 19-41 boxes and their deps views at 29-53, so starting there saves two or three
 builds, which cost more than the layout on big graphs (1.3 s per build of a 50k-op devices view)."""
 MIN_BUDGET = 6
 TRIES = 7
