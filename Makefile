@@ -41,8 +41,9 @@ images: install
 	$(CURDIR)/$(BIN)/placeviz samples build inception -o inception.meta --ps-tasks 2 --sync-replicas && \
 	$(CURDIR)/$(BIN)/placeviz samples build mlp -o mlp.meta --ps-tasks 2 --sync-replicas && \
 	$(CURDIR)/$(BIN)/placeviz render inception.meta -o $(IMAGES)/overview.png --view overview && \
-	$(CURDIR)/$(BIN)/placeviz render inception.meta -o $(IMAGES)/devices.png --view devices --max-nodes 45 && \
-	$(CURDIR)/$(BIN)/placeviz render mlp.meta -o $(IMAGES)/sync.png --view sync
+	$(CURDIR)/$(BIN)/placeviz render inception.meta -o $(IMAGES)/devices.png --view devices && \
+	$(CURDIR)/$(BIN)/placeviz render mlp.meta -o $(IMAGES)/sync.png --view sync && \
+	$(CURDIR)/$(BIN)/placeviz render inception.meta -o $(IMAGES)/inception-sync.png --view sync
 
 test: install
 	@scripts/ensure-chromium.sh

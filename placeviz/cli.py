@@ -243,8 +243,9 @@ def rule_command(rule, rules_dirs) -> int:
                                               "devices, overview: outline the box holding NODE.")
 @click.option("--depth", type=click.IntRange(min=1), default=None,
               help="deps: hops up and down from --focus (default: everything the op runs, plus its consumers).")
-@click.option("--max-nodes", type=click.IntRange(min=1), default=250, show_default=True,
-              help="At most this many boxes: ops are collapsed by name scope to fit.")
+@click.option("--max-nodes", type=click.IntRange(min=1), default=None,
+              help="At most this many boxes: ops are collapsed by name scope to fit (default: as many as keep "
+                   "the picture within 2,500 px at 100%, text at 10 pt).")
 @click.option("--layout-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds Graphviz may take per attempt before a coarser collapse or sfdp is tried.")
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")

@@ -331,6 +331,8 @@ def test_dot_output_has_exactly_the_views_boxes(models, which, no_kernels, tmp_p
     from placeviz.io import load
     from placeviz.pipeline import run_pipeline
     from placeviz.render import ViewContext, build_view, to_dot
+    from placeviz.render.fit import start_budget
+    from placeviz.render.layout import lay_out
 
     monkeypatch.chdir(models["dir"])  # the CLI runs there: titles name the model as given
     defaults = render.make_context("render", [models[which].name, "-o", "x.dot"]).params  # the CLI's PLACE options
@@ -342,7 +344,9 @@ def test_dot_output_has_exactly_the_views_boxes(models, which, no_kernels, tmp_p
         proc = placeviz(["render", models[which].name, "-o", out, "--view", view, *options], models["dir"],
                         no_kernels)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        diagram = build_view(ctx, view, focus=focus)
+        # The CLI's default: collapsed until the laid-out picture fits a screen.
+        diagram = lay_out(lambda b, v=view: build_view(ctx, v, focus=focus, max_nodes=b), start_budget(view), "dot",
+                          fit=True).diagram
         written = out.read_text()
         assert written == to_dot(diagram)  # in-process and CLI, kernels or not: the same bytes
         nodes, clusters, edges = _shape(_dot_json(written))

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
+from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -33,11 +34,12 @@ from placeviz.io import load
 from placeviz.pipeline import run_pipeline
 from placeviz.placement import PlacementOptions
 from placeviz.placement.setter import SetterConfig
-from placeviz.render import VIEWS, build_view, to_dot
+from placeviz.render import VIEWS, ViewContext, build_view, to_dot
 from placeviz.render import layout as layout_module
 from placeviz.render.collapse import collapse
+from placeviz.render.fit import MAX_SIDE_PX, START_BUDGET, svg_size_px
 from placeviz.render.layout import lay_out
-from placeviz.render.report import build_report
+from placeviz.render.report import _explain_hint, build_report
 
 GOLDEN = Path(__file__).parent / "golden" / "render"
 FIXTURE = GOLDEN / "mlp_sync.pbtxt"
@@ -206,8 +208,11 @@ def test_sync_view_shows_the_proof(mlp_pipe):
     for op in ("QueueDequeueV2", "AccumulatorApplyGradient", "AccumulatorTakeGradient", "QueueEnqueueManyV2",
                "ApplyGradientDescent"):
         assert op in labels
-    variables = [b for b in d.boxes if b.label.endswith("holds")]
-    assert len(variables) == 5  # 4 trainable + global_step, green
+    # 4 trainable variables (two per PS task, their identical chains folded: "2 hold") + global_step.
+    alone = sum(1 for b in d.boxes if "\nholds" in b.label)
+    folded = sum(int(n) for n in re.findall(r"(\d+) hold, 0 violated", labels))
+    assert (alone, folded) == (1, 4)
+    assert all(b.fill == "#a6d96a" for b in d.boxes if "hold" in b.label)  # green
 
 
 def _with_worker_side_update(tmp_path) -> Path:
@@ -235,7 +240,7 @@ def test_sync_view_draws_a_violation_in_red(tmp_path):
     assert "VIOLATED" in d.notes[0]
     assert any(e.color == "#d62728" for e in d.edges)
     bad = [b for b in d.boxes if b.border == "#d62728"]
-    assert any("bad/AssignAdd" in b.label for b in bad)
+    assert any("bad/AssignAdd" in b.tooltip and b.label.startswith("…/AssignAdd") for b in bad)
     assert any(b.fill == "#f46d43" and "hid_b" in b.label for b in d.boxes)
 
 
@@ -340,8 +345,15 @@ def test_every_view_of_every_sample_renders_to_svg(name, samples):
     assert (pipe.placement_error is not None) == (name == "misconfigured")
     if pipe.placement_error:
         assert "placement fails" in build_view(pipe, "overview").notes[0]
+        assert _explain_hint(ViewContext(pipe)).startswith("placement fails as TensorFlow's would")
     for view in VIEWS:
         build = lambda b, v=view: build_view(pipe, v, max_nodes=b)  # noqa: E731
+        # The default picture: fits a screen at 100 % (10 pt text), no two boxes named alike.
+        fitted = lay_out(build, START_BUDGET, "svg", fit=True)
+        assert max(svg_size_px(fitted.data)) <= MAX_SIDE_PX, (view, fitted.tries)
+        assert min(float(x) for x in re.findall(rb'font-size="([\d.]+)"', fitted.data)) >= 10  # never scaled down
+        labels = Counter(b.label for b in fitted.diagram.boxes)
+        assert max(labels.values()) == 1, [lb for lb, n in labels.items() if n > 1]
         d = build(120)
         assert 1 <= len(d.boxes) <= 120 + 25, (view, len(d.boxes))
         assert to_dot(d) == to_dot(build(120)), f"{name} {view}: not deterministic"
@@ -445,6 +457,95 @@ def test_html_report_runs_in_headless_chromium(mlp_pipe, tmp_path):
     where = re.search(r'<div id="where">(.*?)</div>', proc.stdout, re.S)
     assert where and "hid_w (VariableV2) runs on /job:ps/replica:0/task:1/device:CPU:0" in where.group(1)
     assert re.search(r'<g id="devices_n\d+" class="node hit"', proc.stdout)
+
+
+# Drives the report as a reader does, with the events a browser sends: a wheel turn over the
+# devices view, a drag, the click that ends the drag (which must not open anything), a click on a
+# box that can be opened, then a new #find= in the address bar. It writes what it saw into the
+# page (<pre id="test-out">), which --dump-dom returns.
+DRIVE = """<script>
+window.addEventListener("load", function () {
+  var out = {};
+  var box = document.querySelector('.svg[data-view="devices"]');
+  var pic = box.querySelector('.pic[data-pic="devices"]');
+  var r = box.getBoundingClientRect();
+  out.before = [+pic.getAttribute("data-scale"), +pic.getAttribute("data-x"), +pic.getAttribute("data-y")];
+  box.dispatchEvent(new WheelEvent("wheel", {deltaY: -300, clientX: r.left + 50, clientY: r.top + 50,
+                                             bubbles: true, cancelable: true}));
+  out.zoom = [+pic.getAttribute("data-scale"), +pic.getAttribute("data-x"), +pic.getAttribute("data-y")];
+  box.dispatchEvent(new MouseEvent("mousedown", {button: 0, clientX: r.left + 100, clientY: r.top + 100, bubbles: true}));
+  window.dispatchEvent(new MouseEvent("mousemove", {clientX: r.left + 180, clientY: r.top + 140}));
+  window.dispatchEvent(new MouseEvent("mouseup", {}));
+  out.pan = [+pic.getAttribute("data-x"), +pic.getAttribute("data-y")];
+  var index = JSON.parse(document.getElementById("index").textContent);
+  out.parent = Object.keys(index.expand).filter(function (k) { return k.indexOf("devices_n") === 0; })[0];
+  var shape = document.getElementById(out.parent).querySelector("polygon, path");
+  shape.dispatchEvent(new MouseEvent("click", {bubbles: true}));
+  out.openAfterDrag = box.getAttribute("data-open");
+  shape.dispatchEvent(new MouseEvent("click", {bubbles: true}));
+  out.open = box.getAttribute("data-open");
+  out.expected = index.expand[out.parent];
+  out.shown = box.querySelector(".pic:not([hidden])").getAttribute("data-pic");
+  out.crumbs = document.querySelector('.crumbs[data-view="devices"]').textContent;
+  out.panel = document.getElementById("panel-body").textContent;
+  location.hash = "#find=hid";
+  setTimeout(function () {
+    out.where = document.getElementById("where").textContent;
+    out.results = Array.prototype.map.call(document.querySelectorAll("#results li"), function (e) { return e.textContent; });
+    location.hash = "#find=hid_w";
+    setTimeout(function () {
+      out.found = document.getElementById("where").textContent;
+      out.why = document.querySelector("#panel-body pre.why").textContent;
+      out.opPanel = document.getElementById("panel-body").textContent;
+      out.hits = Array.prototype.map.call(document.querySelectorAll(".hit"), function (e) { return e.id; });
+      var pre = document.createElement("pre");
+      pre.id = "test-out";
+      pre.textContent = JSON.stringify(out);
+      document.body.appendChild(pre);
+    }, 300);
+  }, 300);
+});
+</script>"""
+
+
+@needs_dot
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium")
+def test_html_report_pans_zooms_opens_a_box_and_finds_in_headless_chromium(mlp_pipe, tmp_path):
+    import html as html_module
+
+    path = tmp_path / "report.html"
+    write_report(mlp_pipe, path)
+    text = path.read_text()
+    assert text.count("</body>") == 1
+    driven = tmp_path / "driven.html"
+    driven.write_text(text.replace("</body>", DRIVE + "</body>"))
+    proc = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                           "--window-size=1400,1000", "--virtual-time-budget=5000", "--dump-dom", driven.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert "Uncaught" not in proc.stderr, proc.stderr[-2000:]
+    got = re.search(r'<pre id="test-out">(.*?)</pre>', proc.stdout, re.S)
+    assert got, proc.stderr[-2000:]
+    out = json.loads(html_module.unescape(got.group(1)))
+    assert out["before"] == [1, 0, 0]  # drawn at 100 %: 10 pt text
+    scale, x, y = out["zoom"]
+    assert scale > 1.5 and x < 0 and y < 0  # zoomed in around the pointer, which stays put
+    assert out["pan"] == [x + 80, y + 40]
+    assert out["openAfterDrag"] is None  # the click that ends a drag does not open the box
+    assert out["open"] == out["shown"] == out["expected"]
+    assert out["crumbs"].startswith("devices › inside ")
+    assert "ops on /job:ps" in out["panel"] and "Transfers per step" in out["panel"]
+    # Ranked: the names whose last component starts with "hid" come before any other match.
+    assert out["where"].endswith("best first")
+    firsts = [r.split("  —  ")[0].rsplit("/", 1)[-1] for r in out["results"]]
+    starts = [f.startswith("hid") for f in firsts]
+    assert starts[0] and starts == sorted(starts, reverse=True)
+    # A second #find= in the same page (hashchange): found, explained, highlighted.
+    assert "hid_w (VariableV2) runs on /job:ps/replica:0/task:1/device:CPU:0" in out["found"]
+    assert out["why"].startswith("hid_w (VariableV2) -> /job:ps/replica:0/task:1/device:CPU:0")
+    assert "colocation group" in out["why"]
+    # The variable's reads cross to the worker through hid_w/read: the panel lists them.
+    assert "with hid_w/…" in out["opPanel"] and "sends to " in out["opPanel"]
+    assert any(h.startswith("devices_") for h in out["hits"]) and any(h.startswith("overview_") for h in out["hits"])
 
 
 # ----------------------------------------------------------------------------- CLI

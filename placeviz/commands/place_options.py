@@ -103,7 +103,7 @@ def build_placement_options(place: dict):
     if master is None or master.job is None or master.task is None:
         raise PlacevizError(f"--master must name a job and a task, like /job:worker/task:0; got {place['master']!r}")
     setter = SetterConfig(
-        ps_tasks=place["ps_tasks"], ps_device=place["ps_device"], worker_device=place["worker_device"],
+        ps_tasks=place["ps_tasks"] or 0, ps_device=place["ps_device"], worker_device=place["worker_device"],
         merge_devices=not place["no_merge_devices"], cluster=cluster, ps_ops=ps_ops,
         strategy=place["strategy"], graph_as_default=not place["global_default_graph"],
         scope_end=place.get("setter_scope_end"), plain_noops=frozenset(place.get("plain_noops") or ()),

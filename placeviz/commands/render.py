@@ -9,6 +9,7 @@ a second, not after placing a 200k-op graph.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from placeviz.errors import PlacevizError
 from placeviz.io import atomic_write
 from placeviz.pipeline import StepOptions, added_nodes_note, placement_notes, run_pipeline
 
+NO_DOT_BUDGET = 60
+"""Boxes of a ``.dot`` output when Graphviz is not there to measure the picture (a size that fits
+a screen for most samples)."""
 BIG_MODEL_BYTES = 2 << 20
 """Models above this size (about 10k ops) get progress lines on stderr while they render."""
 
@@ -38,10 +42,11 @@ def _is_big(model: str) -> bool:
         return False
 
 
-def run(model: str, output: str, *, view: str, focus: str | None, depth: int | None, max_nodes: int,
+def run(model: str, output: str, *, view: str, focus: str | None, depth: int | None, max_nodes: int | None,
         layout_timeout: float, tag: str | None, placement_options, sync, batch_size: int | None = None) -> None:
     """Load and place MODEL (via the pipeline), build the view, lay it out, write ``output``."""
     from placeviz.render import ViewContext, build_view, to_dot
+    from placeviz.render.fit import start_budget
     from placeviz.render.layout import lay_out, require_graphviz
 
     fmt = output_format(output)
@@ -67,21 +72,27 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
                      progress=say)
         return
     ctx = ViewContext(pipe)
+    fit = max_nodes is None and shutil.which("dot") is not None
+    budget = max_nodes or (start_budget(view) if fit else NO_DOT_BUDGET)
     if say:
-        say(f"building the {view} view of {len(ctx.graph):,} ops (at most {max_nodes:,} boxes) ...")
+        say(f"building the {view} view of {len(ctx.graph):,} ops (at most {budget:,} boxes) ...")
     started = time.perf_counter()
-    diagram = build_view(ctx, view, focus=focus, depth=depth, max_nodes=max_nodes)
+    diagram = None if fit else build_view(ctx, view, focus=focus, depth=depth, max_nodes=budget)
     built = time.perf_counter() - started
-    if fmt == "dot":
+    if fmt == "dot" and not fit:
         atomic_write(output, to_dot(diagram))
         progress(f"wrote {output} ({view} view: {len(diagram.boxes):,} boxes, {len(diagram.edges):,} edges)")
         return
-    result = lay_out(lambda b: build_view(ctx, view, focus=focus, depth=depth, max_nodes=b), max_nodes, fmt,
-                     layout_timeout, say, diagram=diagram)
+    result = lay_out(lambda b: build_view(ctx, view, focus=focus, depth=depth, max_nodes=b), budget, fmt,
+                     layout_timeout, say, diagram=diagram, fit=fit)
     atomic_write(output, result.data)
     d = result.diagram
-    progress(f"wrote {output} ({view} view: {len(d.boxes):,} boxes, {len(d.edges):,} edges; view {built:.1f} s, "
-             f"layout {result.seconds:.1f} s with {result.engine})")
+    if result.size:  # fitted: the builds and layouts of every try
+        how = (f"{result.size[0]:,.0f} x {result.size[1]:,.0f} px; fitted in {result.seconds:.1f} s "
+               f"({len(result.tries)} layouts with {result.engine})")
+    else:
+        how = f"view {built:.1f} s, layout {result.seconds:.1f} s with {result.engine}"
+    progress(f"wrote {output} ({view} view: {len(d.boxes):,} boxes, {len(d.edges):,} edges; {how})")
 
 
 def write_report(pipeline, path: str | os.PathLike, findings: list[dict] | None = None, *,
@@ -93,12 +104,11 @@ def write_report(pipeline, path: str | os.PathLike, findings: list[dict] | None 
     was not run). Raises :class:`~placeviz.render.layout.GraphvizMissing` without Graphviz.
     This is what ``placeviz demo`` calls.
     """
-    from placeviz.render import DEFAULT_MAX_NODES
     from placeviz.render.layout import require_graphviz
     from placeviz.render.report import build_report
 
     require_graphviz("html")
-    text = build_report(pipeline, findings, focus=focus, depth=depth, max_nodes=max_nodes or DEFAULT_MAX_NODES,
+    text = build_report(pipeline, findings, focus=focus, depth=depth, max_nodes=max_nodes,
                         timeout=timeout, progress=progress)
     atomic_write(path, text)
     from placeviz.commands.output import progress as say

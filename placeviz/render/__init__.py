@@ -84,11 +84,12 @@ def render(pipe_or_model, view: str = "devices", fmt: str = "dot", **options) ->
 
     pipe = pipe_or_model if isinstance(pipe_or_model, Pipeline) else run_pipeline(pipe_or_model)
     ctx = ViewContext(pipe)
-    diagram = build_view(ctx, view, **options)
-    if fmt == "dot":
-        return to_dot(diagram)
+    if fmt == "dot":  # no layout: the budget given, or DEFAULT_MAX_NODES
+        return to_dot(build_view(ctx, view, **options))
+    from placeviz.render.fit import start_budget
     from placeviz.render.layout import lay_out
 
-    budget = options.get("max_nodes", DEFAULT_MAX_NODES)
+    fit = "max_nodes" not in options  # the default: as many boxes as fit a screen
+    budget = options.get("max_nodes", start_budget(view))
     rest = {k: v for k, v in options.items() if k != "max_nodes"}
-    return lay_out(lambda b: build_view(ctx, view, max_nodes=b, **rest), budget, fmt, diagram=diagram).data
+    return lay_out(lambda b: build_view(ctx, view, max_nodes=b, **rest), budget, fmt, fit=fit).data

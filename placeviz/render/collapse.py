@@ -215,11 +215,13 @@ def _partial(children: list[Group], room: int, parent: Group) -> list[Group] | N
     return [children[k] for k in keep] + [lump]
 
 
-def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=()) -> Collapse:
+def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=(), parts=None) -> Collapse:
     """Group ``nodes`` (ids into ``names``/``owners``) into at most ``budget`` boxes.
 
     ``pinned`` ops always get a box of their own (the focus of a dependency view, the ops on a
-    violation path); they count against the budget first.
+    violation path); they count against the budget first. ``parts``: ``names[i].split("/")`` of
+    each of ``nodes`` in order, when the caller has them (a group's :attr:`Group.parts`): splitting
+    names is most of the cost of collapsing a big group again.
 
     A series group first tries to split into its member scopes; when they do not fit, it splits
     one level deeper *across* its members instead (``layer_0 … layer_325/attention``,
@@ -231,7 +233,9 @@ def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=())
     for i in nodes:
         if i not in pinned_set:
             by_owner.setdefault(owners[i], []).append(i)
-    split_names = {owner: [names[i].split("/") for i in ids] for owner, ids in by_owner.items()}
+    part_of = dict(zip(nodes, parts, strict=True)) if parts else None
+    split_names = {owner: [part_of[i] for i in ids] if part_of else [names[i].split("/") for i in ids]
+                   for owner, ids in by_owner.items()}
     groups: list[Group] = [Group(owners[i], (), [i], pinned=True) for i in sorted(pinned_set)]
     splitter = _Splitter()
     heap: list[tuple[int, int, Group]] = []

@@ -13,8 +13,9 @@ import time
 from collections import Counter, deque
 
 from placeviz.render.collapse import collapse, quotient_edges, role_counts
-from placeviz.render.context import ViewContext, pen_width, shorten
+from placeviz.render.context import ViewContext, pen_width
 from placeviz.render.diagram import Box, Diagram, Edge, LegendItem
+from placeviz.render.labels import name_boxes
 from placeviz.render.roles import ROLE_SHORT
 
 PINNED_NEIGHBOURS = 24
@@ -81,18 +82,21 @@ def build_deps(ctx: ViewContext, focus: int, depth: int | None, budget: int) -> 
     d.stats["collapse_seconds"] = time.perf_counter() - started
     chief = chief_only(ctx)
     keys = [("box", b) for b in range(len(c.groups))]
+    box_names, prefixes = name_boxes(c.groups, names, lambda grp: (), lambda grp: ctx.device_label(grp.owner))
+    if prefixes:
+        d.notes.append(f"every box is in scope {prefixes[()]}")
     for b, grp in enumerate(c.groups):
         dev = grp.owner
         counts = role_counts(grp, g.ops, ctx.roles)
         if grp.is_op:
             i = grp.members[0]
             role = ctx.roles[g.ops[i]]
-            label = f"{shorten(names[i], 40)}\n{g.ops[i]}"
+            label = f"{box_names[b]}\n{g.ops[i]}"
             shape = SHAPES.get(role, "box")
             tip = f"{names[i]} ({g.ops[i]}) on {dev}"
         else:
             kinds = " · ".join(f"{n:,} {ROLE_SHORT[r]}" for r, n in counts.most_common(3))
-            label = f"{shorten(grp.label(names))}\n{len(grp.members):,} ops: {kinds}"
+            label = f"{box_names[b]}\n{len(grp.members):,} ops: {kinds}"
             shape = "box3d"
             top = Counter(g.ops[i] for i in grp.members).most_common(5)
             tip = f"{grp.label(names)} on {dev}: " + ", ".join(f"{op} {n:,}" for op, n in top)
@@ -103,7 +107,7 @@ def build_deps(ctx: ViewContext, focus: int, depth: int | None, budget: int) -> 
         if focus in grp.members:
             box.border, box.penwidth = FOCUS_COLOR, 3.0
         d.boxes.append(box)
-    d.node_box, d.group_keys = c.box_of, keys
+    d.node_box, d.group_keys, d.groups = c.box_of, keys, c.groups
     bundles = quotient_edges(g, nodes, c.box_of)
     top = max((a + b for a, b in bundles.values()), default=0)
     for (a, b), (data, control) in sorted(bundles.items()):

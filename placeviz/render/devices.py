@@ -14,8 +14,9 @@ import time
 from collections import Counter
 
 from placeviz.render.collapse import Collapse, collapse, quotient_edges, role_counts
-from placeviz.render.context import NO_DEVICE, ViewContext, pen_width, shorten
+from placeviz.render.context import NO_DEVICE, ViewContext, pen_width
 from placeviz.render.diagram import Box, Cluster, Diagram, Edge, LegendItem
+from placeviz.render.labels import name_boxes
 from placeviz.render.overview import TRAFFIC_COLOR, job_clusters
 from placeviz.render.roles import ROLE_COLOR, ROLE_LABEL, ROLE_SHORT, ROLES, job_of, striped_fill
 from placeviz.sizes import transfers_text
@@ -28,21 +29,23 @@ LABELLED_CROSS_EDGES = 40
 FOCUS_COLOR = "#d62728"
 
 
-def group_box(ctx: ViewContext, group, key, cluster, counts: Counter) -> Box:
-    """The box of one collapsed group (or single op): label, striped fill by role, tooltip."""
+def group_box(ctx: ViewContext, group, key, cluster, counts: Counter, name: str) -> Box:
+    """The box of one collapsed group (or single op): label, striped fill by role, tooltip.
+
+    ``name``: the box's name in its picture (:func:`placeviz.render.labels.name_boxes`)."""
     g = ctx.graph
     names, ops = g.names, g.ops
     if group.is_op:
         i = group.members[0]
         role = ctx.roles[ops[i]]
-        label = f"{shorten(names[i].rsplit('/', 1)[-1], 36)}\n{ops[i]}"
+        label = f"{name}\n{ops[i]}"
         tip = f"{names[i]} ({ops[i]}) on {ctx.devices[i]}"
         return Box(key, label, cluster=cluster, fill=ROLE_COLOR[role], tooltip=tip,
                    shape="cylinder" if role == "variable" else "box")
     n = len(group.members)
     kinds = " · ".join(f"{c:,} {ROLE_SHORT[r]}" for r, c in sorted(counts.items(), key=lambda rc: (-rc[1], rc[0]))[:3])
     scopes = f" ({group.scopes:,} scopes)" if group.scopes > 1 else ""
-    label = f"{shorten(group.label(names))}{scopes}\n{n:,} ops: {kinds}"
+    label = f"{name}{scopes}\n{n:,} ops: {kinds}"
     top_ops = Counter(ops[i] for i in group.members).most_common(6)
     tip = (f"{group.label(names)}{scopes} on {group.owner}: {n:,} ops; "
            + ", ".join(f"{c:,} {ROLE_LABEL[r]}" for r, c in sorted(counts.items()))
@@ -75,6 +78,16 @@ def device_clusters(ctx: ViewContext, d: Diagram) -> dict[str, tuple]:
     return out
 
 
+def name_clusters(ctx: ViewContext, d: Diagram, groups, clusters: dict[str, tuple]) -> list[str]:
+    """Distinct box names for ``groups``; each device cluster's label says its common scope once."""
+    names, prefixes = name_boxes(groups, ctx.graph.names, lambda grp: clusters[grp.owner],
+                                 lambda grp: ctx.device_label(grp.owner))
+    for cl in d.clusters:
+        if cl.key in prefixes:
+            cl.label += f"\nscope {prefixes[cl.key]}"
+    return names
+
+
 def build_devices(ctx: ViewContext, budget: int, focus: int | None = None) -> Diagram:
     g = ctx.graph
     d = Diagram("devices", f"{ctx.pipe.model.source}: ops per device, collapsed by name scope "
@@ -84,12 +97,13 @@ def build_devices(ctx: ViewContext, budget: int, focus: int | None = None) -> Di
     d.stats["collapse_seconds"] = time.perf_counter() - started
     clusters = device_clusters(ctx, d)
     keys = [("box", ctx.devices[grp.members[0]], b) for b, grp in enumerate(c.groups)]
+    box_names = name_clusters(ctx, d, c.groups, clusters)
     for b, grp in enumerate(c.groups):
-        box = group_box(ctx, grp, keys[b], clusters[grp.owner], role_counts(grp, g.ops, ctx.roles))
+        box = group_box(ctx, grp, keys[b], clusters[grp.owner], role_counts(grp, g.ops, ctx.roles), box_names[b])
         if focus is not None and c.box_of[focus] == b:
             box.border, box.penwidth = FOCUS_COLOR, 3.0
         d.boxes.append(box)
-    d.node_box, d.group_keys = c.box_of, keys
+    d.node_box, d.group_keys, d.groups = c.box_of, keys, c.groups
     add_edges(ctx, d, c, keys, budget)
     d.notes.append(ctx.step_note())
     if c.refused:

@@ -97,6 +97,9 @@ class Diagram:
     """Node id -> index into :attr:`group_keys` of the box that shows it (-1: not shown), for the
     HTML report's search; None when the view does not draw the graph's ops."""
     group_keys: list[Key] = field(default_factory=list)
+    groups: list | None = None
+    """The collapsed groups behind the boxes (``group_keys[k]`` is the key of ``groups[k]``'s box),
+    for the HTML report, which draws what is inside a group when its box is clicked."""
     stats: dict = field(default_factory=dict)
     """What the view cost and dropped (ops shown, boxes, edges kept/dropped, collapse seconds)."""
 

@@ -50,6 +50,26 @@ def _fmt(value: float) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
+TITLE_WIDTH = 140
+"""Characters per title or note line: a long note would otherwise set the picture's width."""
+
+
+def _wrapped(lines: list[str]) -> list[str]:
+    """Lines longer than :data:`TITLE_WIDTH` broken at spaces (and only there: a model string's
+    other characters, newlines included, reach :func:`text` as they are)."""
+    out = []
+    for line in lines:
+        current = ""
+        for word in line.split(" "):
+            if current and len(current) + 1 + len(word) > TITLE_WIDTH:
+                out.append(current)
+                current = word
+            else:
+                current = f"{current} {word}" if current else word
+        out.append(current)
+    return out
+
+
 def box_ids(diagram: Diagram) -> dict:
     """Box key -> its DOT id (``n<k>``), numbered in key order."""
     return {b.key: f"n{i}" for i, b in enumerate(sorted(diagram.boxes, key=lambda b: _sortable(b.key)))}
@@ -61,7 +81,7 @@ def to_dot(diagram: Diagram) -> str:
     g = graphviz.Digraph(diagram.name)
     attrs = {
         "rankdir": diagram.rankdir, "fontname": FONT, "fontsize": "11", "labelloc": "t", "labeljust": "l",
-        "label": text("\n".join([diagram.title, *diagram.notes])), "newrank": "true", "id": diagram.name,
+        "label": text("\n".join(_wrapped([diagram.title, *diagram.notes]))), "newrank": "true", "id": diagram.name,
         **LAYOUT_LIMITS, "outputorder": "edgesfirst", "nodesep": "0.25", "ranksep": "0.45",
     }
     if len(diagram.boxes) > SPLINES_OFF_ABOVE:
@@ -69,7 +89,7 @@ def to_dot(diagram: Diagram) -> str:
     attrs.update(diagram.graph_attrs)
     g.attr("graph", **attrs)
     g.attr("node", fontname=FONT, fontsize="10", margin="0.08,0.04")
-    g.attr("edge", fontname=FONT, fontsize="9", arrowsize="0.6")
+    g.attr("edge", fontname=FONT, fontsize="10", arrowsize="0.6")
 
     clusters = sorted(diagram.clusters, key=lambda c: _sortable(c.key))
     cluster_ids = {c.key: f"cluster_{i}" for i, c in enumerate(clusters)}

@@ -11,6 +11,10 @@ program itself, with a timeout, and when that fails tries, in order:
    top-down flow and the clusters, which is why it is the last resort).
 
 Each attempt that fails says why on stderr, so a slow render is never silent.
+
+With ``fit=True`` (the default of ``placeviz render`` when ``--max-nodes`` is not given) the budget
+is only where the search starts: :func:`placeviz.render.fit.fit_view` collapses the view until
+its picture fits a screen, and the fallbacks above apply only when ``dot`` fails on the way.
 """
 
 from __future__ import annotations
@@ -59,6 +63,10 @@ class _Attempt(Exception):
     pass
 
 
+AttemptFailed = _Attempt
+"""One Graphviz run that failed or timed out (its message is one line)."""
+
+
 def run_graphviz(source: str, fmt: str, engine: str = "dot", timeout: float = 30.0, extra=()) -> bytes:
     """``engine -Tfmt`` on ``source``; raises ``_Attempt`` with a one-line reason on timeout or error.
 
@@ -98,23 +106,43 @@ class LayoutResult:
     """Wall seconds of the successful Graphviz run."""
     attempts: list[str] = field(default_factory=list)
     """Why earlier attempts failed (empty when the first one worked)."""
+    tries: list[str] = field(default_factory=list)
+    """With ``fit``: the budgets, orientations and sizes tried (see :mod:`placeviz.render.fit`)."""
+    size: tuple[float, float] | None = None
+    """With ``fit``: the picture's (width, height) in px at 100 %."""
 
 
 def lay_out(build: Callable[[int], Diagram], budget: int, fmt: str, timeout: float = 30.0,
-            progress: Callable[[str], None] | None = None, diagram: Diagram | None = None) -> LayoutResult:
+            progress: Callable[[str], None] | None = None, diagram: Diagram | None = None,
+            fit: bool = False) -> LayoutResult:
     """Render the view ``build(budget)`` to ``fmt`` bytes, falling back as the module docstring says.
 
-    ``diagram``: the view already built at ``budget`` (saves building it twice).
+    ``diagram``: the view already built at ``budget`` (saves building it twice). ``fit``: collapse
+    further until the picture fits a screen, starting at ``budget`` (:mod:`placeviz.render.fit`).
     """
     say = progress or (lambda _m: None)
     require_graphviz(fmt)
+    attempts: list[str] = []
+    if fit:
+        from placeviz.render.fit import fit_view
+
+        try:
+            f = fit_view(build, lambda src: run_graphviz(src, "svg", "dot", timeout), budget, say=say)
+            started = time.perf_counter()
+            data = (f.svg if fmt == "svg" else to_dot(f.diagram).encode() if fmt == "dot"
+                    else run_graphviz(to_dot(f.diagram), fmt, "dot", timeout))
+            return LayoutResult(data, f.diagram, "dot", f.budget, f.seconds + time.perf_counter() - started, [],
+                                f.tries, f.size)
+        except _Attempt as e:
+            attempts.append(str(e))
+            say(f"{e}; laying out at the budget instead")
+            diagram = None
     first = diagram if diagram is not None else build(budget)
     plans: list[tuple[str, int, Callable[[], Diagram], float]] = [("dot", budget, lambda: first, timeout)]
     coarse = max(MIN_BUDGET, budget // COARSER)
     if coarse < budget and len(first.boxes) > coarse:
         plans.append(("dot", coarse, lambda: build(coarse), timeout / 2))
     plans.append(("sfdp", budget, lambda: first, timeout))
-    attempts: list[str] = []
     for engine, plan_budget, make, limit in plans:
         d = make()
         if engine == "dot" and plan_budget != budget and len(d.boxes) >= len(first.boxes):

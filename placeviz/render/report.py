@@ -1,7 +1,9 @@
 """The HTML report: one self-contained file with the views, the ``analyze`` tables and a search box.
 
 Self-contained means no network at all: the SVGs are laid out here by native Graphviz and
-inlined, the style sheet and the few lines of script are inlined, and there is no font, image or
+inlined (each view, and the insides of its largest boxes, :mod:`placeviz.render.expand`), the
+style sheet and the script (``placeviz/data/report.{css,js}``: pan, zoom, opening boxes, search,
+the side panel of :mod:`placeviz.render.panel`) are inlined, and there is no font, image or
 script URL (research/viz.md section 8: pre-rendered SVG plus a little vanilla JS is the fastest
 to open and the only option CI can check). The search box knows every op of the graph (its
 device and op type, and which box of each view holds it), so a reader can type a name and see
@@ -21,14 +23,18 @@ swallow the script element), and each SVG from Graphviz is checked inert by
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import resources
 
 from placeviz.errors import PlacevizError
 from placeviz.escape import UnsafeSvg, html_text, script_json, svg_for_html
-from placeviz.render import DEFAULT_MAX_NODES, build_view
+from placeviz.render import build_view
 from placeviz.render.context import ViewContext, human_bytes
 from placeviz.render.diagram import Diagram
 from placeviz.render.dot import box_ids
-from placeviz.render.layout import lay_out
+from placeviz.render.expand import Expansion, lay_out_expansions, plan_expansions
+from placeviz.render.fit import start_budget
+from placeviz.render.layout import AttemptFailed, GraphvizMissing, LayoutFailed, lay_out, run_graphviz
+from placeviz.render.panel import explanations, transfer_rows
 from placeviz.sizes import bar, bytes_at_least, traffic_total
 
 VIEW_TITLES = {
@@ -134,8 +140,10 @@ def _findings(findings: list[dict] | None) -> str:
     return _table(list(FINDING_KEYS), rows, cls="findings")
 
 
-def _search_index(ctx: ViewContext, diagrams: dict[str, Diagram]) -> str:
-    """Every op's name, op type and device, and the DOT id of the box holding it in each view."""
+def _search_index(ctx: ViewContext, diagrams: dict[str, Diagram], subs: list[Expansion]) -> str:
+    """Every op's name, op type and device, the DOT id of the box holding it in each view and in
+    each opened-box picture, which box opens which picture, the side panel's ``--explain`` texts
+    and the step's transfers."""
     g = ctx.graph
     devices = ctx.device_list
     dev_idx = {d: k for k, d in enumerate(devices)}
@@ -152,40 +160,86 @@ def _search_index(ctx: ViewContext, diagrams: dict[str, Diagram]) -> str:
         ids = box_ids(diagrams["overview"])
         per_device = [int(ids[("dev", dv)][1:]) if ("dev", dv) in ids else -1 for dv in devices]
         boxes["overview"] = [per_device[dev_idx[dv]] for dv in ctx.devices]
+    clickable: set[int] = set()
+    for e in subs:
+        d = e.diagram
+        ids = box_ids(d)
+        numbers = [int(ids[k][1:]) for k in d.group_keys]
+        boxes[d.name] = {i: numbers[b] for i, b in enumerate(d.node_box) if b >= 0}
+    for d in [*diagrams.values(), *(e.diagram for e in subs)]:
+        clickable.update(grp.members[0] for grp in d.groups or () if grp.is_op)
     doc = {"names": g.names, "op": [op_idx[o] for o in g.ops], "dev": [dev_idx[d] for d in ctx.devices],
-           "ops": op_types, "devices": devices, "boxes": boxes}
+           "ops": op_types, "devices": devices, "boxes": boxes,
+           "expand": {e.parent: e.diagram.name for e in subs},
+           "titles": {e.diagram.name: e.diagram.title for e in subs},
+           "explain": explanations(ctx, clickable), "transfers": transfer_rows(ctx),
+           "explainHint": _explain_hint(ctx)}
     return script_json(doc)
 
 
+def _explain_hint(ctx: ViewContext) -> str:
+    """The command that explains an op the report has no text for."""
+    if ctx.pipe.placement_error:
+        return f"placement fails as TensorFlow's would, so no op has a reason: {ctx.pipe.placement_error}"
+    if ctx.pipe.placement is None:
+        return "the graph is not placed: give --ps-tasks N (or --cluster FILE) to see why ops land where they do"
+    return f"placeviz analyze {ctx.pipe.model.source} [the same placement options] --explain NAME"
+
+
+def _subpictures(ctx: ViewContext, d: Diagram, timeout: float, say) -> tuple[list[Expansion], str]:
+    """The opened-box pictures of one view, laid out; and their HTML (hidden until a click)."""
+    subs = plan_expansions(ctx, d)
+    try:
+        lay_out_expansions(subs, lambda src: run_graphviz(src, "svg", "dot", timeout))
+    except (AttemptFailed, ValueError) as e:
+        say(f"the boxes of the {d.name} view cannot be opened: {e}")
+        return [], ""
+    html = "".join(f'<div class="pic" data-pic="{e.diagram.name}" data-parent="{e.parent}" hidden>'
+                   f"{inline_svg(e.svg)}</div>" for e in subs)
+    return subs, html
+
+
 def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None = None, depth: int | None = None,
-                 max_nodes: int = DEFAULT_MAX_NODES, timeout: float = 30.0,
+                 max_nodes: int | None = None, timeout: float = 30.0,
                  progress: Callable[[str], None] | None = None) -> str:
     """The report's HTML text (see the module docstring). Needs Graphviz's ``dot``."""
     ctx = ViewContext(pipe)
     a = pipe.analysis
     diagrams: dict[str, Diagram] = {}
+    subs: list[Expansion] = []
     sections = []
+    say = progress or (lambda _m: None)
+    fit = max_nodes is None  # the default: each view collapsed until it fits a screen
     for view in ("overview", "devices", "deps", "sync"):
-        try:
-            d = build_view(ctx, view, focus=focus if view == "deps" else None, depth=depth, max_nodes=max_nodes)
-        except Exception as e:  # a view that cannot be drawn (no train op to focus on) is a note
-            if not isinstance(e, PlacevizError):
-                raise
+        def build(b, v=view):
+            return build_view(ctx, v, focus=focus if v == "deps" else None, depth=depth, max_nodes=b)
+
+        try:  # a view that cannot be drawn (no train op to focus on) is a note
+            result = lay_out(build, max_nodes or start_budget(view), "svg", timeout, progress, fit=fit)
+        except (LayoutFailed, GraphvizMissing):
+            raise
+        except PlacevizError as e:
             sections.append(f'<section id="view-{view}"><h2>{esc(VIEW_TITLES[view])}</h2>'
                             f'<p class="note">Not drawn: {esc(e)}</p></section>')
             continue
-        result = lay_out(lambda b, v=view: build_view(ctx, v, focus=focus if v == "deps" else None, depth=depth,
-                                                      max_nodes=b),
-                         max_nodes, "svg", timeout, progress, diagram=d)
         d = result.diagram
         diagrams[view] = d
         how = f"laid out by {result.engine} in {result.seconds:.1f} s" + (
             f" (after: {'; '.join(result.attempts)})" if result.attempts else "")
+        if result.size:
+            how += f", {result.size[0]:,.0f} x {result.size[1]:,.0f} px at 100%"
+        view_subs, sub_html = _subpictures(ctx, d, timeout, say)
+        subs.extend(view_subs)
+        if view_subs:
+            how += f"; click a double-bordered box to open it ({len(view_subs)} can be opened)"
         notes = "".join(f"<li>{esc(n)}</li>" for n in [d.title, *d.notes, how])
         sections.append(f'<section id="view-{view}"><h2>{esc(VIEW_TITLES[view])}</h2><ul class="notes">{notes}</ul>'
-                        f'<div class="zoom"><button data-z="1.25">+</button><button data-z="0.8">−</button>'
-                        f'<button data-z="0">fit</button></div>'
-                        f'<div class="svg" data-view="{view}">{inline_svg(result.data)}</div></section>')
+                        f'<div class="zoom"><button data-z="1.25" title="zoom in">+</button>'
+                        f'<button data-z="0.8" title="zoom out">−</button><button data-z="0" title="fit">fit</button>'
+                        f'<button data-z="1" title="100%">1:1</button>'
+                        f'<span class="crumbs" data-view="{view}"></span></div>'
+                        f'<div class="svg" data-view="{view}"><div class="pic" data-pic="{view}">'
+                        f"{inline_svg(result.data)}</div>{sub_html}</div></section>")
     title = f"placeviz report: {a.model}"
     summary = (f"{a.node_count:,} ops, {a.data_edge_count:,} data and {a.control_edge_count:,} control edges, "
                f"{len(a.variables):,} variables holding {bytes_at_least(a.variable_bytes, a.unknown_size_variables, len(a.variables))}; "
@@ -198,7 +252,7 @@ def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None 
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{esc(title)}</title>
-<style>{_CSS}</style>
+<style>{_asset("report.css")}</style>
 </head>
 <body>
 <header>
@@ -209,6 +263,7 @@ def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None 
 <input id="search" type="search" placeholder="name, part of a name, or /regex/" autocomplete="off">
 <ul id="results"></ul><div id="where"></div></div>
 </header>
+<aside id="panel" hidden><button id="panel-close" title="close">×</button><div id="panel-body"></div></aside>
 <main>
 {"".join(sections)}
 <section id="tables"><h2>Tables (placeviz analyze)</h2>
@@ -218,111 +273,13 @@ def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None 
 {_findings(findings)}
 </section>
 </main>
-<script type="application/json" id="index">{_search_index(ctx, diagrams)}</script>
-<script>{_JS}</script>
+<script type="application/json" id="index">{_search_index(ctx, diagrams, subs)}</script>
+<script>{_asset("report.js")}</script>
 </body>
 </html>
 """
 
 
-_CSS = """
-body{font-family:Helvetica,Arial,sans-serif;margin:0;color:#222;background:#fff}
-header{position:sticky;top:0;background:#f7f7f7;border-bottom:1px solid #ccc;padding:6px 16px;z-index:2}
-h1{font-size:18px;margin:4px 0}h2{font-size:16px;margin:18px 0 6px}h3{font-size:14px;margin:14px 0 4px}
-main{padding:0 16px 40px}nav a{color:#1f5f9f}
-#finder{margin-top:4px}#search{width:28em;padding:3px}
-#results{list-style:none;margin:2px 0;padding:0;max-height:9em;overflow:auto;font-family:monospace;font-size:12px}
-#results li{cursor:pointer;padding:1px 4px}#results li:hover{background:#e8eefc}
-#where{font-size:13px;margin:2px 0}
-.svg{overflow:auto;max-height:80vh;border:1px solid #ddd}.svg svg{display:block}
-.zoom button{margin-right:4px}
-ul.notes{font-size:12px;color:#555;margin:2px 0 6px;padding-left:18px}
-table{border-collapse:collapse;font-size:12px;margin:4px 0}
-th,td{border:1px solid #ddd;padding:2px 6px;text-align:left}td.num{text-align:right}
-.ok{color:#2a7d2a;font-weight:bold}.bad{color:#c0392b;font-weight:bold}table.bad td{color:#c0392b}
-.hit polygon,.hit path,.hit ellipse,.hit polyline{stroke:#ff00aa !important;stroke-width:5px !important}
-"""
-
-_JS = r"""
-(function () {
-  "use strict";
-  var index = JSON.parse(document.getElementById("index").textContent);
-  var input = document.getElementById("search");
-  var results = document.getElementById("results");
-  var where = document.getElementById("where");
-  var LIMIT = 50;
-
-  function matcher(q) {
-    if (q.length > 2 && q[0] === "/" && q[q.length - 1] === "/") {
-      try { var re = new RegExp(q.slice(1, -1)); return function (s) { return re.test(s); }; }
-      catch (e) { return null; }
-    }
-    return function (s) { return s.indexOf(q) !== -1; };
-  }
-
-  function clearHits() {
-    var hits = document.querySelectorAll(".hit");
-    for (var k = 0; k < hits.length; k++) { hits[k].classList.remove("hit"); }
-  }
-
-  function show(i) {
-    clearHits();
-    var parts = [];
-    var first = null;
-    Object.keys(index.boxes).forEach(function (view) {
-      var box = index.boxes[view][i];
-      if (box === undefined || box < 0) { return; }
-      var el = document.getElementById(view + "_n" + box);
-      if (el) { el.classList.add("hit"); parts.push(view); if (!first) { first = el; } }
-    });
-    where.textContent = index.names[i] + " (" + index.ops[index.op[i]] + ") runs on " +
-      index.devices[index.dev[i]] + (parts.length ? "; highlighted in: " + parts.join(", ") : "");
-    if (first) { first.scrollIntoView({block: "center", inline: "center"}); }
-  }
-
-  function search() {
-    var q = input.value.trim();
-    results.textContent = "";
-    if (!q) { where.textContent = ""; clearHits(); return; }
-    var match = matcher(q);
-    if (!match) { where.textContent = "invalid regular expression"; return; }
-    var found = 0, exact = -1;
-    for (var i = 0; i < index.names.length && found < LIMIT; i++) {
-      if (!match(index.names[i])) { continue; }
-      if (index.names[i] === q) { exact = i; }
-      var li = document.createElement("li");
-      li.textContent = index.names[i] + "  —  " + index.devices[index.dev[i]];
-      li.dataset.i = i;
-      results.appendChild(li);
-      found++;
-    }
-    where.textContent = found ? (found === LIMIT ? "first " + LIMIT + " matches" : found + " match(es)") : "no op matches";
-    if (exact >= 0 || found === 1) { show(exact >= 0 ? exact : +results.firstChild.dataset.i); }
-  }
-
-  var timer = null;
-  input.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(search, 150); });
-  results.addEventListener("click", function (ev) {
-    if (ev.target && ev.target.dataset.i !== undefined) { show(+ev.target.dataset.i); }
-  });
-  var zooms = document.querySelectorAll(".zoom button");
-  for (var k = 0; k < zooms.length; k++) {
-    zooms[k].addEventListener("click", function (ev) {
-      var svg = ev.target.parentNode.nextElementSibling.querySelector("svg");
-      if (!svg) { return; }
-      var z = +ev.target.dataset.z;
-      if (!svg.dataset.w) { svg.dataset.w = svg.getBoundingClientRect().width; }
-      var w = z === 0 ? svg.parentNode.clientWidth : svg.getBoundingClientRect().width * z;
-      svg.setAttribute("width", w + "px");
-      svg.removeAttribute("height");
-    });
-  }
-  if (location.hash.indexOf("#find=") === 0) {  // a link can open the report on one op
-    var wanted = location.hash.slice(6);
-    try { wanted = decodeURIComponent(wanted); } catch (e) { /* a malformed %-escape: search it as typed */ }
-    input.value = wanted;
-    search();
-  }
-  document.body.setAttribute("data-ready", "1");  // tests check that the script ran to the end
-})();
-"""
+def _asset(name: str) -> str:
+    """The report's style sheet or script (``placeviz/data/report.{css,js}``), inlined."""
+    return (resources.files("placeviz") / "data" / name).read_text(encoding="utf-8")

@@ -20,7 +20,7 @@ import time
 
 from placeviz.render.collapse import collapse, role_counts
 from placeviz.render.context import ViewContext, shorten
-from placeviz.render.devices import device_clusters
+from placeviz.render.devices import device_clusters, name_clusters
 from placeviz.render.diagram import Box, Diagram, Edge, LegendItem
 from placeviz.render.roles import ROLE_COLOR, ROLE_SHORT
 
@@ -62,6 +62,58 @@ def machinery_nodes(m) -> tuple[set[int], set[int]]:
     return worker, chief
 
 
+def accumulator_chain(m, a) -> list[int]:
+    """The ops of one accumulator's chain: accumulator, applies, the gradients they take, takes,
+    the updates of its variable, and the variable (``SyncReplicasOptimizer.apply_gradients`` builds
+    one such chain per variable, ``tensorflow/python/training/sync_replicas_optimizer.py``)."""
+    graph = m.graph
+    out = [a.node, *a.applies, *a.takes, *a.updates]
+    for apply in a.applies:
+        out.extend([src for src, slot in graph.inputs_of(apply) if slot >= 0][2:])
+    if a.variable is not None:
+        out.append(a.variable)
+    return list(dict.fromkeys(out))
+
+
+def fold_chains(ctx: ViewContext, m, keep: set[int]) -> tuple[dict[int, int], dict[int, list[int]]]:
+    """Identical accumulator chains on one device, drawn once.
+
+    Two chains are identical when they sit on the same device and hold the same op types; each
+    group keeps its first chain (by accumulator name). Chains with an op in ``keep`` (a violation)
+    are never folded. Returns (hidden op -> the op of the kept chain that stands for it, kept
+    accumulator -> the accumulators its chain stands for, itself first).
+    """
+    g = ctx.graph
+    ops, names, devices = g.ops, g.names, ctx.devices
+    chains = {a.node: accumulator_chain(m, a) for a in m.accumulators}
+    groups: dict[tuple, list[int]] = {}
+    for acc in sorted(chains, key=lambda i: names[i]):
+        chain = chains[acc]
+        if keep.intersection(chain):
+            continue
+        signature = (devices[acc], tuple(sorted(ops[i] for i in chain)))
+        groups.setdefault(signature, []).append(acc)
+    kept_ops = {i for acc in (grp[0] for grp in groups.values()) for i in chains[acc]}
+    shared: set[int] = set()
+    seen: set[int] = set()
+    for chain in chains.values():  # an op in two chains (a shared update) is never hidden
+        shared.update(i for i in chain if i in seen)
+        seen.update(chain)
+    hidden: dict[int, int] = {}
+    stands_for: dict[int, list[int]] = {}
+    for grp in groups.values():
+        if len(grp) < 2:
+            continue
+        stands_for[grp[0]] = grp
+        rep = sorted(chains[grp[0]], key=lambda i: (ops[i], names[i]))
+        for acc in grp[1:]:
+            mine = sorted(chains[acc], key=lambda i: (ops[i], names[i]))
+            for i, j in zip(mine, rep, strict=True):
+                if i not in kept_ops and i not in shared and i not in keep:
+                    hidden[i] = j
+    return hidden, stands_for
+
+
 def build_sync(ctx: ViewContext, budget: int) -> Diagram:
     g = ctx.graph
     m, proof = ctx.pipe.machinery, ctx.pipe.proof
@@ -86,17 +138,30 @@ def build_sync(ctx: ViewContext, budget: int) -> Diagram:
         extra = [index[n] for n in [v.get("op"), v.get("variable"), *(v.get("ops") or [])] if n in index]
         bad.update(ids + extra)
         chains.append((ids, True))
-    nodes = sorted(worker | chief | bad)
+    hidden, stands_for = fold_chains(ctx, m, bad)
+    nodes = sorted((worker | chief | bad) - hidden.keys())
     verdict = {index[v["name"]]: v["verdict"] for v in proof.variables if v["name"] in index}
 
     started = time.perf_counter()
     c = collapse(g.names, nodes, ctx.devices, budget, pinned=sorted(bad)[:PINNED_VIOLATION_OPS])
     d.stats["collapse_seconds"] = time.perf_counter() - started
+    for i, j in hidden.items():  # a hidden op is shown by the box of the op that stands for it
+        c.box_of[i] = c.box_of[j]
+    times = [0] * len(c.groups)  # how many chains each box stands for
+    chain_of = {a.node: a for a in m.accumulators}
+    for acc, grp in stands_for.items():
+        for b in {c.box_of[i] for i in accumulator_chain(m, chain_of[acc]) if c.box_of[i] >= 0}:
+            times[b] += len(grp)
+    hidden_in: dict[int, list[int]] = {}
+    for i in hidden:
+        hidden_in.setdefault(c.box_of[i], []).append(i)
     clusters = device_clusters(ctx, d)
     keys = [("box", grp.owner, b) for b, grp in enumerate(c.groups)]
+    box_names = name_clusters(ctx, d, c.groups, clusters)
     for b, grp in enumerate(c.groups):
-        d.boxes.append(_box(ctx, grp, keys[b], clusters[grp.owner], worker, chief, bad, verdict))
-    d.node_box, d.group_keys = c.box_of, keys
+        d.boxes.append(_box(ctx, grp, keys[b], clusters[grp.owner], worker, chief, bad, verdict, box_names[b],
+                            hidden_in.get(b, []), times[b]))
+    d.node_box, d.group_keys, d.groups = c.box_of, keys, c.groups
 
     box_of = c.box_of
     pairs: dict[tuple[int, int], bool] = {}
@@ -110,6 +175,7 @@ def build_sync(ctx: ViewContext, budget: int) -> Diagram:
             a, b = box_of[ids[k + 1]], box_of[ids[k]]
             if a != b:
                 pairs[(a, b)] = pairs.get((a, b), False) or violation
+    pairs = {k: v for k, v in pairs.items() if k[0] != k[1]}  # folded chains meet their stand-ins
     for (a, b), violation in sorted(pairs.items()):
         d.edges.append(Edge(keys[a], keys[b], color=VIOLATION_EDGE if violation else "#555555",
                             penwidth=2.5 if violation else 1.0))
@@ -122,6 +188,10 @@ def build_sync(ctx: ViewContext, budget: int) -> Diagram:
                    f"{holds} of {len(proof.variables)} variables hold")
     for v in proof.violations[:5]:
         d.notes.append(f"violation {v['kind']}: {shorten(v['message'], 160)}")
+    if stands_for:
+        n_chains = sum(len(grp) for grp in stands_for.values())
+        d.notes.append(f"{n_chains:,} identical accumulator chains drawn as {len(stands_for):,} (marked × N: "
+                       "one chain per variable, same ops on the same device)")
     if c.refused:
         d.notes.append(f"{len(nodes):,} machinery ops collapsed to {len(c.groups):,} boxes (--max-nodes {budget})")
     d.legend = [LegendItem("variable: proof holds", fill=HOLDS), LegendItem("variable: proof violated", fill=VIOLATED),
@@ -134,19 +204,21 @@ def build_sync(ctx: ViewContext, budget: int) -> Diagram:
     return d
 
 
-def _box(ctx: ViewContext, grp, key, cluster, worker, chief, bad, verdict) -> Box:
+def _box(ctx: ViewContext, grp, key, cluster, worker, chief, bad, verdict, name: str, hidden: list[int],
+         times: int) -> Box:
+    """``hidden``: the ops of folded chains this box stands for; ``times``: how many chains it shows."""
     g = ctx.graph
     names, ops = g.names, g.ops
     members = grp.members
     counts = role_counts(grp, ops, ctx.roles)
-    verdicts = [verdict[i] for i in members if i in verdict]
+    verdicts = [verdict[i] for i in [*members, *hidden] if i in verdict]
     if grp.is_op:
         i = members[0]
-        label = f"{shorten(names[i], 40)}\n{ops[i]}"
+        label = f"{name}\n{ops[i]}"
         tip = f"{names[i]} ({ops[i]}) on {ctx.devices[i]}"
     else:
         kinds = " · ".join(f"{n:,} {ROLE_SHORT[r]}" for r, n in counts.most_common(3))
-        label = f"{shorten(grp.label(names))}\n{len(members):,} ops: {kinds}"
+        label = f"{name}\n{len(members):,} ops: {kinds}"
         tip = f"{grp.label(names)} on {grp.owner}"
     fill = ROLE_COLOR[counts.most_common(1)[0][0]]
     if verdicts:
@@ -154,6 +226,11 @@ def _box(ctx: ViewContext, grp, key, cluster, worker, chief, bad, verdict) -> Bo
         fill = VIOLATED if n_bad else HOLDS
         label += f"\n{'VIOLATED' if n_bad else 'holds'}" if len(verdicts) == 1 else \
             f"\n{len(verdicts) - n_bad} hold, {n_bad} violated"
+    if times > 1:
+        label += f"\n× {times} (one per variable)"
+        folded = sorted(names[i] for i in hidden if ctx.roles[ops[i]] == "variable")
+        if folded:
+            tip += "; also stands for " + ", ".join(folded[:20]) + (" …" if len(folded) > 20 else "")
     in_w = any(i in worker for i in members)
     in_c = any(i in chief for i in members)
     box = Box(key, label, cluster=cluster, fill=fill, tooltip=tip,
