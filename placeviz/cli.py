@@ -249,16 +249,20 @@ def rule_command(rule, rules_dirs) -> int:
 @click.option("--layout-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds Graphviz may take per attempt before a coarser collapse or sfdp is tried.")
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
+@click.option("--verify", "verify_file", type=click.Path(dir_okay=False, exists=True), metavar="FILE.json",
+              help=".html: add the run of `verify --format json` or `compare-modes --format json` (checks, "
+                   "comparison, whose gradients each step averaged, the timeline).")
 @batch_size_option
 @place_options
 @sync_options
-def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, batch_size, place, sync) -> None:
+def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, verify_file, batch_size, place,
+           sync) -> None:
     """Draw MODEL's placement: device overview, collapsed device view, dependencies, sync machinery."""
     from placeviz.commands import render as command
 
     command.run(model, output, view=view, focus=focus, depth=depth, max_nodes=max_nodes,
                 layout_timeout=layout_timeout, tag=tag, placement_options=build_placement_options(place), sync=sync,
-                batch_size=batch_size)
+                batch_size=batch_size, verify_file=verify_file)
 
 
 @cli.command(epilog=MODEL_HELP)

@@ -271,3 +271,39 @@ def test_compare_modes_timeline_picture(compared):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert 1000 <= width <= 2500 and 400 <= height <= 2500, (width, height)
+
+
+@pytest.mark.parametrize(("content", "output", "message"), [
+    ('{"schema": "placeviz.analysis/1"}', "r.html", "not a placeviz verify or compare-modes JSON (schema "
+                                                    "'placeviz.analysis/1'"),
+    ("not json", "r.html", "cannot read it as JSON"),
+    ('{"schema": "placeviz.modes/1"}', "r.svg", "the run section is part of the HTML report"),
+])
+def test_render_verify_file_errors_are_one_line(tmp_path, capsys, monkeypatch, content, output, message):
+    """Checked before the model is loaded (it does not exist); nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "v.json").write_text(content)
+    code, out, err = run_cli(["render", "missing.meta", "-o", output, "--verify", "v.json"], capsys)
+    assert code == 2 and out == "" and message in err, err
+    assert not (tmp_path / output).exists()
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+@pytest.mark.skipif(not (HAS_TF and HAS_MPL), reason="TensorFlow or matplotlib is not installed")
+def test_render_report_shows_the_compare_modes_run(compared, capsys):
+    out, doc = compared
+    html = out / "report.html"
+    code, _o, err = run_cli(["render", "sample:mlp", "--ps-tasks", "2", "-o", html, "--verify", out / "modes.json"],
+                            capsys)
+    assert code == 0, err
+    text = html.read_text()
+    section = text[text.index('<section id="verify">'):]
+    section = section[: section.index("</section>")]
+    assert "Run on a cluster (placeviz compare-modes)" in section
+    for run in doc["runs"]:
+        assert run["label"] in section
+    assert "barrier R=3: whose gradients each step averaged" in section
+    assert section.count("<tr><td>") >= 4 + 3 * 10  # the runs table and three per-step tables
+    assert 'src="data:image/png;base64,' in section  # the timeline, inline: no file next to the report
+    assert '<a href="#verify">run</a>' in text

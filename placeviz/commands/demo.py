@@ -148,7 +148,7 @@ def _render(pipe, out: Path, lint_report, verify_doc: dict | None = None) -> lis
         ctx = ViewContext(pipe)
         overview = lay_out(lambda budget: build_view(ctx, "overview", max_nodes=budget), 250, "svg", 30.0, None)
         atomic_write(out / "overview.svg", overview.data)
-        write_report(pipe, out / "report.html", [f.to_json() for f in lint_report.findings])
+        write_report(pipe, out / "report.html", [f.to_json() for f in lint_report.findings], verify=verify_doc)
     except GraphvizMissing as e:
         progress(f"skipped the pictures: {e}")
         return []

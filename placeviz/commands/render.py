@@ -43,13 +43,24 @@ def _is_big(model: str) -> bool:
 
 
 def run(model: str, output: str, *, view: str, focus: str | None, depth: int | None, max_nodes: int | None,
-        layout_timeout: float, tag: str | None, placement_options, sync, batch_size: int | None = None) -> None:
-    """Load and place MODEL (via the pipeline), build the view, lay it out, write ``output``."""
+        layout_timeout: float, tag: str | None, placement_options, sync, batch_size: int | None = None,
+        verify_file: str | None = None) -> None:
+    """Load and place MODEL (via the pipeline), build the view, lay it out, write ``output``.
+    ``verify_file`` (``--verify``, HTML only): a verify or compare-modes JSON shown in the report."""
     from placeviz.render import ViewContext, build_view, to_dot
     from placeviz.render.fit import start_budget
     from placeviz.render.layout import lay_out, require_graphviz
 
     fmt = output_format(output)
+    verify = None
+    if verify_file:
+        from placeviz.io import note_input
+        from placeviz.render.verify_section import load
+
+        if fmt != "html":
+            raise PlacevizError(f"--verify {verify_file}: the run section is part of the HTML report (-o FILE.html)")
+        note_input(verify_file, "--verify")
+        verify = load(verify_file)
     if fmt != "dot":
         require_graphviz(fmt)
     say = progress if _is_big(model) else None
@@ -69,6 +80,7 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
             say("linting for the report ...")
         findings = findings_for_pipeline(pipe, placement_options)
         write_report(pipe, output, findings, focus=focus, depth=depth, max_nodes=max_nodes, timeout=layout_timeout,
+                     verify=verify,
                      progress=say)
         return
     ctx = ViewContext(pipe)
@@ -97,11 +109,12 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
 
 def write_report(pipeline, path: str | os.PathLike, findings: list[dict] | None = None, *,
                  focus: str | None = None, depth: int | None = None, max_nodes: int | None = None,
-                 timeout: float = 30.0, progress=None) -> None:
+                 timeout: float = 30.0, progress=None, verify: dict | None = None) -> None:
     """Write the self-contained HTML report of a :class:`~placeviz.pipeline.Pipeline` to ``path``.
 
     ``findings``: lint findings as dicts ``{rule, severity, node, device, message}`` (None: lint
-    was not run). Raises :class:`~placeviz.render.layout.GraphvizMissing` without Graphviz.
+    was not run). ``verify``: a verify or compare-modes JSON document for the report's run
+    section. Raises :class:`~placeviz.render.layout.GraphvizMissing` without Graphviz.
     This is what ``placeviz demo`` calls.
     """
     from placeviz.render.layout import require_graphviz
@@ -109,7 +122,7 @@ def write_report(pipeline, path: str | os.PathLike, findings: list[dict] | None 
 
     require_graphviz("html")
     text = build_report(pipeline, findings, focus=focus, depth=depth, max_nodes=max_nodes,
-                        timeout=timeout, progress=progress)
+                        timeout=timeout, progress=progress, verify=verify)
     atomic_write(path, text)
     from placeviz.commands.output import progress as say
 

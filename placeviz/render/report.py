@@ -201,8 +201,10 @@ def _subpictures(ctx: ViewContext, d: Diagram, timeout: float, say) -> tuple[lis
 
 def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None = None, depth: int | None = None,
                  max_nodes: int | None = None, timeout: float = 30.0,
-                 progress: Callable[[str], None] | None = None) -> str:
-    """The report's HTML text (see the module docstring). Needs Graphviz's ``dot``."""
+                 progress: Callable[[str], None] | None = None, verify: dict | None = None) -> str:
+    """The report's HTML text (see the module docstring). Needs Graphviz's ``dot``. ``verify``: a
+    verify or compare-modes JSON document, shown in a "Run on a cluster" section
+    (:mod:`placeviz.render.verify_section`)."""
     ctx = ViewContext(pipe)
     a = pipe.analysis
     diagrams: dict[str, Diagram] = {}
@@ -245,7 +247,13 @@ def build_report(pipe, findings: list[dict] | None = None, *, focus: str | None 
                f"{len(a.variables):,} variables holding {bytes_at_least(a.variable_bytes, a.unknown_size_variables, len(a.variables))}; "
                f"{len(ctx.device_list)} device{'s' if len(ctx.device_list) != 1 else ''}")
     nav = " · ".join(f'<a href="#view-{v}">{v}</a>' for v in VIEW_TITLES) + ' · <a href="#tables">tables</a> · ' \
-        '<a href="#lint">lint</a>'
+        '<a href="#lint">lint</a>' + (' · <a href="#verify">run</a>' if verify is not None else "")
+    if verify is not None:
+        from placeviz.render.verify_section import section_html
+
+        sections.append(f'<section id="verify"><h2>Run on a cluster (placeviz '
+                        f'{"compare-modes" if verify.get("schema") == "placeviz.modes/1" else "verify"})</h2>'
+                        f"{section_html(verify)}</section>")
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
