@@ -33,6 +33,10 @@ def test_demo_writes_every_artifact(tmp_path, capsys):
     assert verify["schema"] == "placeviz.verify/1" and verify["ok"] is True
     assert {c["id"]: c["status"] for c in verify["checks"]}["global_step"] == "pass"
     assert "verify: every check passed" in out
+    # worker 2 is slowed: the run's numbers, its trace and the report's run section
+    assert verify["run"]["slow_workers"] == {"2": 0.2} and verify["modes"]["global_steps"] == 4
+    assert json.loads((tmp_path / "verify-trace.json").read_text())["traceEvents"]
+    assert '<section id="verify">' in (tmp_path / "report.html").read_text()
     html = (tmp_path / "report.html").read_text()
     assert html.lstrip().lower().startswith("<!doctype html") and "global_step" in html
     assert (tmp_path / "overview.svg").read_text().lstrip().startswith(("<?xml", "<svg"))

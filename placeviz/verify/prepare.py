@@ -200,8 +200,8 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
                           "stale-gradient probe's), so a second run on them needs --reset-containers")
     elif given is not None:
         shape = ", ".join(f"{job} x {n}" for job, n in cluster.items())
-        name = f"--cluster {source}" if source else "the placement cluster"
-        plan.notes.append(f"{name}: placed on that cluster; run on local servers (127.0.0.1, private network "
+        name = f"--cluster {source}: placed on that cluster" if source else "placed on the given cluster"
+        plan.notes.append(f"{name}; run on local servers (127.0.0.1, private network "
                           f"namespace) with its jobs and task counts ({shape}); --servers FILE runs on servers you run")
     if unfed and not feeds_file:
         plan.notes.append(f"kept the default value of {len(unfed)} integer/boolean/string input(s) "
