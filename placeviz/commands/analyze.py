@@ -15,6 +15,7 @@ from placeviz.commands.output import emit, render_rich, to_json
 from placeviz.errors import PlacevizError
 from placeviz.escape import terminal_text
 from placeviz.pipeline import StepOptions, run_pipeline
+from placeviz.placement.explain import explain_lines, explain_node
 from placeviz.sizes import bar, bytes_at_least, human_bytes, traffic_total
 
 TOP_OPS = 15
@@ -61,19 +62,6 @@ def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, place
         report.placement["explain"] = [explain_node(pipe.placement, name) for name in explain]
     emit(to_json(report.to_json()) if fmt == "json" else format_text(report), output)
     return report
-
-
-def explain_node(result, name: str) -> dict:
-    graph = result.graph
-    if name not in graph.index:
-        raise PlacevizError(f"--explain: no node named {name!r} in the graph")
-    i = graph.index[name]
-    out = {"node": name, "op": graph.ops[i]}
-    if result.setter is not None:
-        out["setter_device"] = graph.devices[i]
-        out["setter_rule"] = result.setter.explain(i)
-    out.update(result.placement.explain(i))
-    return out
 
 
 def _t(value) -> str:
@@ -300,12 +288,7 @@ def _print_placement(console, p: dict) -> None:
         console.print(f"PS balance ({_t(balance['job'])}): max {human_bytes(balance['max_variable_bytes'])}, mean "
                       f"{human_bytes(int(balance['mean_variable_bytes']))}, max/mean {balance['max_over_mean']:.2f}")
     for e in p.get("explain", []):
-        console.print(f"\n[bold]{_t(e['node'])}[/bold] ({_t(e['op'])}) -> {_t(e['device'])}")
-        if "setter_rule" in e:
-            console.print(f"  setter: {_t(e['setter_device'] or '(no device)')}: {_t(e['setter_rule'])}")
-        console.print(f"  requested: {_t(e['requested'] or '(none)')}; placer: {_t(e['reason'])}")
-        group = e["colocation_group"]
-        if len(group) > 1:
-            console.print(f"  colocation group ({len(group)}): {_t(', '.join(group[:8]))}{' ...' if len(group) > 8 else ''}")
-        if e["candidates"]:
-            console.print(f"  candidates in TF's order: {_t(', '.join(e['candidates'][:4]))}")
+        head, *reasons = explain_lines(e)
+        console.print(f"\n[bold]{_t(head)}[/bold]")
+        for line in reasons:
+            console.print(f"  {_t(line)}")

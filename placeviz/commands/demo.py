@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from placeviz.commands import verify as verify_command
-from placeviz.commands.analyze import explain_node, format_text
+from placeviz.commands.analyze import format_text
 from placeviz.commands.output import progress, to_json
 from placeviz.commands.partition import partition_file_names
 from placeviz.devices import ClusterSpec
@@ -28,6 +28,7 @@ from placeviz.lint.sarif import format_sarif
 from placeviz.partition import partition
 from placeviz.pipeline import run_pipeline
 from placeviz.placement import PlacementOptions
+from placeviz.placement.explain import explain_node
 from placeviz.placement.setter import SetterConfig
 from placeviz.protos import GraphDef
 from placeviz.verify.report import format_text as format_verify

@@ -16,6 +16,7 @@ panel gives the command that explains them.
 
 from __future__ import annotations
 
+from placeviz.placement.explain import explain_lines
 from placeviz.render.context import ViewContext
 
 EXPLAIN_ALL_UP_TO = 2000
@@ -27,21 +28,12 @@ TRANSFERS_AT_MOST = 20000
 
 def explain_text(e: dict) -> str:
     """An ``explain_node`` dict as the lines ``placeviz analyze --explain`` prints."""
-    lines = [f"{e['node']} ({e['op']}) -> {e['device']}"]
-    if "setter_rule" in e:
-        lines.append(f"setter: {e['setter_device'] or '(no device)'}: {e['setter_rule']}")
-    lines.append(f"requested: {e['requested'] or '(none)'}; placer: {e['reason']}")
-    group = e["colocation_group"]
-    if len(group) > 1:
-        lines.append(f"colocation group ({len(group)}): {', '.join(group[:8])}{' ...' if len(group) > 8 else ''}")
-    if e["candidates"]:
-        lines.append(f"candidates in TF's order: {', '.join(e['candidates'][:4])}")
-    return "\n".join(lines)
+    return "\n".join(explain_lines(e))
 
 
 def explanations(ctx: ViewContext, clickable: set[int]) -> dict[int, str]:
     """Op id -> its ``--explain`` text, for the ops the module docstring says (empty unplaced)."""
-    from placeviz.commands.analyze import explain_node
+    from placeviz.placement.explain import explain_node
 
     result = ctx.pipe.placement
     if result is None:
