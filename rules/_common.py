@@ -12,10 +12,8 @@ from collections.abc import Iterable, Iterator
 
 from placeviz.devices import parse_full_name
 from placeviz.graph import CONTROL
+from placeviz.op_kinds import VARIABLE_OPS
 from placeviz.sync.reach import forward_through
-
-VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"})
-"""Ops that hold a variable (the node's name is the variable's name)."""
 
 FORWARD_OPS = frozenset({
     "Identity", "RefIdentity", "ReadVariableOp", "Enter", "RefEnter", "Switch", "RefSwitch", "Merge",

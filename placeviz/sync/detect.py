@@ -45,29 +45,25 @@ import weakref
 from dataclasses import dataclass, field
 
 from placeviz.graph import CONTROL, Graph
+from placeviz.op_kinds import (
+    ACCUMULATOR_APPLY_OPS,
+    ACCUMULATOR_OPS,
+    ACCUMULATOR_SET_STEP_OPS,
+    ACCUMULATOR_TAKE_OPS,
+    DEQUEUE_OPS,
+    ENQUEUE_MANY_OPS,
+    FIFO_QUEUE_OPS,
+    TABLE_OPS,
+    TEMPORARY_VARIABLE_OPS,
+    VARIABLE_OPS,
+)
 from placeviz.ops import DT_RESOURCE, REF_OFFSET, OpFactsError, load_op_table
 from placeviz.sync.reach import Reach, forward_through
 
 # ----------------------------------------------------------------------------- op classes
 
-VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "TemporaryVariable", "AutoReloadVariable"})
-TABLE_OPS = frozenset({
-    "HashTable", "HashTableV2", "MutableHashTable", "MutableHashTableV2", "MutableHashTableOfTensors",
-    "MutableHashTableOfTensorsV2", "MutableDenseHashTable", "MutableDenseHashTableV2",
-    "AnonymousHashTable", "AnonymousMutableHashTable", "AnonymousMutableHashTableOfTensors",
-    "AnonymousMutableDenseHashTable",
-})
-ACCUMULATOR_OPS = frozenset({"ConditionalAccumulator", "ResourceConditionalAccumulator",
-                             "SparseConditionalAccumulator"})
-ACCUMULATOR_APPLY_OPS = frozenset({"AccumulatorApplyGradient", "ResourceAccumulatorApplyGradient",
-                                   "SparseAccumulatorApplyGradient"})
-ACCUMULATOR_TAKE_OPS = frozenset({"AccumulatorTakeGradient", "ResourceAccumulatorTakeGradient",
-                                  "SparseAccumulatorTakeGradient"})
-ACCUMULATOR_SET_STEP_OPS = frozenset({"AccumulatorSetGlobalStep", "ResourceAccumulatorSetGlobalStep"})
-QUEUE_OPS = frozenset({"FIFOQueueV2", "FIFOQueue"})
-DEQUEUE_OPS = frozenset({"QueueDequeueV2", "QueueDequeue"})
-ENQUEUE_MANY_OPS = frozenset({"QueueEnqueueManyV2", "QueueEnqueueMany"})
-ENQUEUE_OPS = ENQUEUE_MANY_OPS | {"QueueEnqueueV2", "QueueEnqueue"}
+_STATE_VARIABLE_OPS = VARIABLE_OPS | TEMPORARY_VARIABLE_OPS
+"""Variables whose writes the detector tracks: a step's ``TemporaryVariable`` is state too."""
 
 READ_ONLY_OPS = frozenset({
     # variables
@@ -210,7 +206,7 @@ def _build_state_index(g: Graph, table) -> StateIndex:
     ops = g.ops
     kind = idx.kind
     for i, op in enumerate(ops):
-        if op in VARIABLE_OPS:
+        if op in _STATE_VARIABLE_OPS:
             kind[i] = "variable"
         elif op in TABLE_OPS:
             kind[i] = "table"
@@ -625,7 +621,7 @@ def detect(graph: Graph, collections=None, *, table=None) -> SyncMachinery | Non
     g = graph
     ops = g.ops
     accum_nodes = [i for i, op in enumerate(ops) if op in ACCUMULATOR_OPS]
-    queue_nodes = [i for i, op in enumerate(ops) if op in QUEUE_OPS]
+    queue_nodes = [i for i, op in enumerate(ops) if op in FIFO_QUEUE_OPS]
     if not accum_nodes:
         return None
     idx = state_index(g, table)
