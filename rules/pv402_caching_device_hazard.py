@@ -57,7 +57,7 @@ Read the variable explicitly after the update (`w.read_value()` under the contro
 without caching), or do not cache variables the step updates and then re-reads.
 
 ## References
-- tensorflow/tensorflow#4495; tensorforce/tensorforce#214; seed `shared/seeds/000_*`
+- tensorflow/tensorflow#4495; tensorforce/tensorforce#214
 """,
     references=("tensorflow/tensorflow#4495", "tensorforce/tensorforce#214"),
 )

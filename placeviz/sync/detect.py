@@ -5,7 +5,7 @@ a bare GraphDef built by TensorFlow (TF1 ref variables or TF 2.21 resource varia
 one placeviz rewrote. ``collections`` (``train_op``, ``queue_runners``), when present, only pick the
 run targets among structurally equivalent candidates.
 
-What ``SyncReplicasOptimizer.apply_gradients`` builds (research/tf-internals.md 2.2) and how each
+What ``SyncReplicasOptimizer.apply_gradients`` builds (``docs/tf-behaviours.md``) and how each
 part is recognised:
 
 * **accumulators**: ``ConditionalAccumulator`` / ``ResourceConditionalAccumulator`` /

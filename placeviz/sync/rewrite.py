@@ -5,7 +5,7 @@ present (built without ``SyncReplicasOptimizer``) and returns the graph TF 2.21'
 ``tf.compat.v1.train.SyncReplicasOptimizer.apply_gradients`` (plus ``get_init_tokens_op``) would
 have built for the same model: same node names, op types, attrs, devices, colocation and control
 edges, in TF's creation order (which decides TF's per-scope name counters and the device setter's
-round-robin order). See ``research/tf-internals.md`` section 2 for the op list.
+round-robin order). See ``docs/tf-behaviours.md``, "SyncReplicasOptimizer", for the op list.
 
 Creation order reproduced (``O`` = the wrapped optimizer's ``apply_gradients`` block of the plain
 graph, from its first slot/non-slot variable or ``<opt>/...`` op to the global-step increment)::

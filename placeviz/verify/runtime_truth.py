@@ -15,7 +15,7 @@ Two sources of truth are collected:
   partition, the worker's per-device partition and the per-partition classic optimizer). Only the
   nodes of each run's *pruned* graph appear, so pass targets that reach every node (see
   :func:`all_sinks`).
-* ``placer_devices``: TF's Placer places the *whole* graph once per session (tf-internals 3.1). With
+* ``placer_devices``: TF's Placer places the *whole* graph once per session (``docs/tf-behaviours.md``). With
   ``log_device_placement`` the placer ``printf``\\ s ``name: (Op): device`` for every node to the C
   stdout, which we capture (fd 1 is redirected to a file while the session runs). This covers nodes
   no run reaches. On a placement error it holds the nodes placed before the failure.
