@@ -45,6 +45,25 @@ and a resource variable's ``ReadVariableOp`` (``resource_variable_ops.py`` ``_re
 ASSIGN_VARIABLE_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
 """Writes to a resource variable's handle (``tensorflow/core/ops/resource_variable_ops.cc``)."""
 
+# ----------------------------------------------------------------------------- forwarding
+
+FORWARD_INPUT0_OPS = frozenset({
+    "Identity", "RefIdentity", "Enter", "RefEnter", "Exit", "RefExit", "Switch", "RefSwitch",
+    "NextIteration", "RefNextIteration",
+})
+"""Ops whose outputs carry input 0's ref/handle, so the variable behind them stays the same
+(``tensorflow/core/ops/array_ops.cc`` ``Identity``/``RefIdentity``, ``control_flow_ops.cc``
+``Enter``/``Exit``/``Switch``/``NextIteration`` and their ``Ref`` forms)."""
+
+FORWARD_ANY_INPUT_OPS = frozenset({"Merge", "RefMerge"})
+"""Ops whose output is whichever input arrived (``tensorflow/core/ops/control_flow_ops.cc``)."""
+
+# ----------------------------------------------------------------------------- feeds
+
+PLACEHOLDER_OPS = frozenset({"Placeholder", "PlaceholderV2"})
+"""Placeholders (``tensorflow/core/ops/array_ops.cc``): when one is fed, ``subgraph.cc``
+``FeedInputs`` moves its outgoing control edges to the feed node too."""
+
 # ----------------------------------------------------------------------------- other state
 
 ACCUMULATOR_OPS = frozenset({"ConditionalAccumulator", "ResourceConditionalAccumulator",

@@ -78,8 +78,9 @@ from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
 from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
+from placeviz.op_kinds import PLACEHOLDER_OPS
 from placeviz.protos import GraphDef, NodeDef, dtype_name, dtype_size
-from placeviz.prune import PLACEHOLDER_OPS, PruneError, RunSignature, parse_run, prune_mask
+from placeviz.prune import PruneError, RunSignature, parse_run, prune_mask
 
 _kernels = kernels("_partition_kernels")  # the cut-edge loop in C (see placeviz.native)
 

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from placeviz.errors import PlacevizError
 from placeviz.graph import CONTROL, Graph
 from placeviz.native import kernels
+from placeviz.op_kinds import PLACEHOLDER_OPS
 
 _kernels = kernels("_partition_kernels")  # the C walk (see placeviz.native)
 
-PLACEHOLDER_OPS = frozenset({"Placeholder", "PlaceholderV2"})
 
 
 class PruneError(PlacevizError):

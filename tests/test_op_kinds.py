@@ -107,3 +107,24 @@ def test_accumulators_and_queues_built_by_tf(tf):
     assert len({q.queue_ref.op.type for q in queues}) == 4
     assert {q.queue_ref.op.type for q in queues} <= op_kinds.QUEUE_OPS
     assert op_kinds.FIFO_QUEUE_OPS <= op_kinds.QUEUE_OPS
+
+
+@pytest.mark.tf
+def test_forwarding_ops_and_placeholders(tf):
+    """TF's OpDefs: a forwarding op's output 0 has its input's type (ref-ness included), so the
+    variable behind it is the same; ``Merge`` takes N inputs of that type and outputs one."""
+    from tensorflow.python.framework import op_def_registry
+
+    for name in sorted(op_kinds.FORWARD_INPUT0_OPS | op_kinds.FORWARD_ANY_INPUT_OPS):
+        op_def = op_def_registry.get(name)
+        inp, out = op_def.input_arg[0], op_def.output_arg[0]
+        assert (inp.type_attr, inp.is_ref) == (out.type_attr, out.is_ref), name
+        assert bool(inp.number_attr) == (name in op_kinds.FORWARD_ANY_INPUT_OPS), name
+    g = tf.Graph()
+    with g.as_default():
+        built = tf.compat.v1.placeholder(tf.float32).op.type
+    # PlaceholderV2 is deprecated since GraphDef version 23 (TF refuses to build it) but older
+    # graphs still hold it, so both count.
+    assert built in op_kinds.PLACEHOLDER_OPS
+    assert {name for name in op_kinds.PLACEHOLDER_OPS if op_def_registry.get(name).deprecation.version} \
+        == op_kinds.PLACEHOLDER_OPS - {built}

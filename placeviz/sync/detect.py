@@ -53,6 +53,8 @@ from placeviz.op_kinds import (
     DEQUEUE_OPS,
     ENQUEUE_MANY_OPS,
     FIFO_QUEUE_OPS,
+    FORWARD_ANY_INPUT_OPS,
+    FORWARD_INPUT0_OPS,
     TABLE_OPS,
     TEMPORARY_VARIABLE_OPS,
     VARIABLE_OPS,
@@ -79,12 +81,6 @@ READ_ONLY_OPS = frozenset({
 whose ref/resource input reaches a variable or table counts as writing it (conservative: an op this
 list forgets is reported as a write, never silently ignored)."""
 
-FORWARD_INPUT0_OPS = frozenset({
-    "Identity", "RefIdentity", "Enter", "RefEnter", "Exit", "RefExit", "Switch", "RefSwitch",
-    "NextIteration", "RefNextIteration",
-})
-"""Ops whose outputs carry input 0's ref/handle (the variable stays the same)."""
-FORWARD_ANY_INPUT_OPS = frozenset({"Merge", "RefMerge"})
 VALUE_READ_OPS = FORWARD_INPUT0_OPS | {"ReadVariableOp", "Snapshot", "Cast"}
 """Ops through which a value still *is* the variable's value (to find what a Fill reads)."""
 
