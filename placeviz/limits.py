@@ -105,21 +105,6 @@ def human_size(n: int) -> str:
     return f"{n:,} bytes"
 
 
-def human_bytes(n: int | None) -> str:
-    """An amount of data in binary units, one decimal (``1536`` -> ``"1.5 KiB"``; ``None`` -> ``"?"``).
-
-    Shared by ``placeviz analyze``'s tables and every rendered view, so a size reads the same in both.
-    """
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
 # ------------------------------------------------------------------------------- reading files
 _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
                (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),

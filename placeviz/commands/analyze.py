@@ -14,7 +14,6 @@ from placeviz.analysis import Analysis
 from placeviz.commands.output import emit, render_rich, to_json
 from placeviz.errors import PlacevizError
 from placeviz.escape import terminal_text
-from placeviz.limits import human_bytes
 from placeviz.pipeline import StepOptions, run_pipeline
 
 TOP_OPS = 15
@@ -70,6 +69,17 @@ def explain_node(result, name: str) -> dict:
         out["setter_rule"] = result.setter.explain(i)
     out.update(result.placement.explain(i))
     return out
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
 
 
 def _t(value) -> str:

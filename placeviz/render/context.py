@@ -12,11 +12,17 @@ from collections import Counter
 from functools import cached_property
 
 from placeviz.graph import CONTROL
-from placeviz.limits import human_bytes
 from placeviz.op_kinds import VARIABLE_OPS
 from placeviz.render.roles import RoleCache, device_colors, short_device
 
 NO_DEVICE = "(no device)"
+
+
+def human_bytes(n: int | None) -> str:
+    """Binary units, as ``placeviz analyze`` prints them."""
+    from placeviz.commands.analyze import human_bytes as analyze_human_bytes
+
+    return analyze_human_bytes(n)
 
 
 def pen_width(value: float, top: float, low: float = 1.0, high: float = 6.0) -> float:
