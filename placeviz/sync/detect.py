@@ -58,6 +58,7 @@ from placeviz.op_kinds import (
     TABLE_OPS,
     TEMPORARY_VARIABLE_OPS,
     VARIABLE_OPS,
+    VARIABLE_READ_OPS,
 )
 from placeviz.ops import DT_RESOURCE, REF_OFFSET, OpFactsError, load_op_table
 from placeviz.sync.reach import Reach, forward_through
@@ -745,14 +746,12 @@ def _gradient_flow(g: Graph, idx: StateIndex, starts: list[int], limit: int = 20
             v = out_dst[e]
             if v in seen:
                 continue
-            if in_slot[out_pos[e]] == CONTROL and not (writer and ops[v] in _READ_AFTER_WRITE_OPS):
+            if in_slot[out_pos[e]] == CONTROL and not (writer and ops[v] in VARIABLE_READ_OPS):
                 continue
             seen.add(v)
             order.append(v)
     return order
 
-
-_READ_AFTER_WRITE_OPS = frozenset({"ReadVariableOp", "Identity"})
 
 
 def _forward_handle_users(g: Graph, a: int) -> list[int]:
