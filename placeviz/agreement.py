@@ -35,13 +35,9 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from placeviz.devices import parse_full_name
+from placeviz.op_kinds import ACCUMULATOR_OPS, QUEUE_OPS, VARIABLE_OPS
 from placeviz.protos import dtype_name
 
-VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"})
-ACCUMULATOR_OPS = frozenset({"ConditionalAccumulator", "SparseConditionalAccumulator",
-                             "ResourceConditionalAccumulator"})
-QUEUE_OPS = frozenset({"FIFOQueue", "FIFOQueueV2", "PaddingFIFOQueue", "PaddingFIFOQueueV2",
-                       "RandomShuffleQueue", "RandomShuffleQueueV2", "PriorityQueue", "PriorityQueueV2"})
 WORKER_JOBS = frozenset({"worker", "chief", "master"})
 
 _COMPARED_ATTRS = {

@@ -15,20 +15,11 @@ from placeviz.errors import GraphError, LoadError
 from placeviz.graph import CONTROL, Graph
 from placeviz.io import Model
 from placeviz.limits import overflows, tensor_bytes
+from placeviz.op_kinds import OTHER_STATE_OPS, VARIABLE_OPS
 from placeviz.protos import dtype_name, dtype_size
 
 SCHEMA = "placeviz.analysis/1"
 
-# Ops that hold a variable's value (the node whose name is the variable's name).
-VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"})
-# Other ops holding state across steps that a PS usually hosts (tables, accumulators, queues).
-OTHER_STATE_OPS = frozenset({
-    "MutableHashTable", "MutableHashTableV2", "MutableHashTableOfTensors",
-    "MutableHashTableOfTensorsV2", "MutableDenseHashTable", "MutableDenseHashTableV2",
-    "HashTable", "HashTableV2", "ConditionalAccumulator", "ResourceConditionalAccumulator",
-    "SparseConditionalAccumulator", "FIFOQueue", "FIFOQueueV2", "PaddingFIFOQueueV2",
-    "RandomShuffleQueueV2", "PriorityQueueV2",
-})
 UNPLACED_NAMES_SHOWN = 50
 
 

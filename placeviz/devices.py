@@ -699,7 +699,7 @@ def merge_dev_names(target: ParsedName, other: ParsedName, allow_soft_placement:
     GraphDef devices the DirectSession put all three on ``CPU:2`` with soft placement (and on
     ``CPU:0`` with ``[loc:@zz, loc:@a]``). Loaded through ``tf.import_graph_def``, ``b`` first takes
     ``a``'s device (the importer copies it), the group merges to ``CPU:*`` and lands on ``CPU:0``
-    (tf-internals.md 3.6). Without soft placement both fail on the first merge, ``b`` with ``a``.
+    (``docs/tf-behaviours.md``, "The placer"). Without soft placement both fail on the first merge, ``b`` with ``a``.
     """
     return _merge(target, other, allow_soft_placement, False)
 

@@ -17,7 +17,7 @@ Colocation, colocated names, consumers, topological order and the networkx view 
 first use and cached: reading ``_class`` costs an attr lookup per node (about 1 us), which
 commands that never look at colocation should not pay. networkx is meant for small graphs and
 ad-hoc analyses: at 1M nodes it costs 3.5x the time and 1.7x the memory of the arrays
-(shared/research/perf.md).
+(``docs/architecture.md``, "Speed").
 
 A pass that only changes devices or rewires a few nodes (the setter replay) makes its result with
 :meth:`Graph.with_devices` or :meth:`Graph.derived` from arrays, without another pass over the

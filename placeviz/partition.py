@@ -2,7 +2,8 @@
 
 :func:`partition` takes a :class:`~placeviz.graph.Graph` and the full runtime device of every node
 (what :func:`placeviz.placement.place_graph` returns) and does, for one run signature (fetches,
-targets, feeds), what a distributed TF session does before executing it (tf-internals 4.1-4.9):
+targets, feeds), what a distributed TF session does before executing it (``docs/tf-behaviours.md``, "Pruning and
+partitioning"):
 
 1. **Prune** (:mod:`placeviz.prune`): keep what the fetches and targets reach; fed tensors are read
    from client ``_Recv`` nodes ``_recv_<node>_<slot>`` and fetches are sent by client ``_Send``
@@ -77,8 +78,9 @@ from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
 from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
+from placeviz.op_kinds import PLACEHOLDER_OPS
 from placeviz.protos import GraphDef, NodeDef, dtype_name, dtype_size
-from placeviz.prune import PLACEHOLDER_OPS, PruneError, RunSignature, parse_run, prune_mask
+from placeviz.prune import PruneError, RunSignature, parse_run, prune_mask
 
 _kernels = kernels("_partition_kernels")  # the cut-edge loop in C (see placeviz.native)
 

@@ -6,7 +6,7 @@ result. Stages that do not apply are ``None``; a stage that fails on a graph tha
 (TF's placer would reject it, partitioning finds a cycle across devices) records its error
 message instead of raising, because that failure is itself something to report.
 
-Order, as DESIGN.md section 2 draws it: the SyncReplicas pass rewrites the *plain* graph first
+Order, as ``docs/architecture.md`` draws it: the SyncReplicas pass rewrites the *plain* graph first
 (TF builds ``SyncReplicasOptimizer``'s ops under the same device setter as the model), then the
 setter and placer run over the result, then the sync machinery is detected and proven on the
 placed graph, then one step of the worker's train op is partitioned.

@@ -1,7 +1,8 @@
 """What one ``Session.run`` executes: TF's pruning of the graph for a (feeds, fetches, targets) call.
 
 TF's ``subgraph::RewriteGraphForExecution`` (``tensorflow/core/graph/subgraph.cc``), as a session
-applies it to the placed graph for every new run signature (tf-internals 4.1):
+applies it to the placed graph for every new run signature (``docs/tf-behaviours.md``, "Pruning and
+partitioning"):
 
 1. **Feeds.** Each fed tensor ``x:k`` gets a feed node (a client ``_Recv``); every edge that read
    ``x:k`` now reads the feed node instead. When ``x`` is a ``Placeholder``/``PlaceholderV2``, its
@@ -30,10 +31,10 @@ from dataclasses import dataclass
 from placeviz.errors import PlacevizError
 from placeviz.graph import CONTROL, Graph
 from placeviz.native import kernels
+from placeviz.op_kinds import PLACEHOLDER_OPS
 
 _kernels = kernels("_partition_kernels")  # the C walk (see placeviz.native)
 
-PLACEHOLDER_OPS = frozenset({"Placeholder", "PlaceholderV2"})
 
 
 class PruneError(PlacevizError):

@@ -12,12 +12,13 @@ from functools import cache
 
 from placeviz.graph import CONTROL, Graph
 from placeviz.limits import overflows, tensor_bytes
+from placeviz.op_kinds import VARIABLE_OPS, VARIABLE_READ_OPS
 from placeviz.partition import PartitionResult
 from placeviz.protos import DTYPE_SIZE, dtype_name
 
 TOP_TRANSFERS = 10
-_VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"})
-_READ_OPS = frozenset({"Identity", "ReadVariableOp", "Enter", "RefEnter", "Switch", "RefSwitch"})
+_READ_OPS = VARIABLE_READ_OPS | {"Enter", "RefEnter", "Switch", "RefSwitch"}
+"""A variable's reads, and the control-flow ops that pass its value into a loop or a branch."""
 
 
 def _task(device: str) -> str:
@@ -30,7 +31,7 @@ def variable_behind(graph: Graph, name: str) -> str | None:
     for _ in range(8):
         if i is None:
             return None
-        if graph.ops[i] in _VARIABLE_OPS:
+        if graph.ops[i] in VARIABLE_OPS:
             return graph.names[i]
         if graph.ops[i] not in _READ_OPS:
             return None

@@ -12,15 +12,10 @@ from collections.abc import Iterable, Iterator
 
 from placeviz.devices import parse_full_name
 from placeviz.graph import CONTROL
+from placeviz.op_kinds import FORWARD_ANY_INPUT_OPS, FORWARD_INPUT0_OPS, VARIABLE_OPS, VARIABLE_READ_OPS
 from placeviz.sync.reach import forward_through
 
-VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"})
-"""Ops that hold a variable (the node's name is the variable's name)."""
-
-FORWARD_OPS = frozenset({
-    "Identity", "RefIdentity", "ReadVariableOp", "Enter", "RefEnter", "Switch", "RefSwitch", "Merge",
-    "RefMerge", "Exit", "RefExit", "NextIteration", "RefNextIteration", "Snapshot",
-})
+FORWARD_OPS = FORWARD_INPUT0_OPS | FORWARD_ANY_INPUT_OPS | VARIABLE_READ_OPS | {"Snapshot"}
 """Ops through which a consumer still sees the variable's value (or ref/handle)."""
 
 PS_JOB = "ps"
@@ -257,8 +252,6 @@ def state_writers(ctx, i: int) -> list[int]:
     from placeviz.ops import DT_RESOURCE, REF_OFFSET, load_op_table
     from placeviz.sync.detect import (
         CALL_OPS,
-        FORWARD_ANY_INPUT_OPS,
-        FORWARD_INPUT0_OPS,
         READ_ONLY_OPS,
         state_index,
     )

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
+from placeviz.op_kinds import FIFO_QUEUE_OPS
 from rules._common import shared_name_clashes, shown
 
 TOKEN_QUEUE_NAME = "sync_token_q"
-QUEUE_OPS = ("FIFOQueue", "FIFOQueueV2")
 
 RULE = Rule(
     id="PV301",
@@ -52,7 +52,7 @@ the losses or concatenate the (gradient, variable) lists.
 
 def check(ctx):
     g = ctx.graph
-    queues = [i for i in ctx.nodes_by_op(*QUEUE_OPS) if ctx.attr_str(i, "shared_name") == TOKEN_QUEUE_NAME]
+    queues = [i for i in ctx.nodes_by_op(*FIFO_QUEUE_OPS) if ctx.attr_str(i, "shared_name") == TOKEN_QUEUE_NAME]
     m = ctx.machinery
     if m is not None:
         queues = sorted(set(queues) | {q.queue for q in m.token_queues if ctx.attr_str(q.queue, "shared_name")})

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
+from placeviz.op_kinds import ACCUMULATOR_OPS
 from rules._common import shared_name_clashes, shown
-
-ACCUMULATOR_OPS = ("ConditionalAccumulator", "ResourceConditionalAccumulator", "SparseConditionalAccumulator")
 
 RULE = Rule(
     id="PV302",

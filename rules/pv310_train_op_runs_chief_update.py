@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
-from placeviz.sync.detect import ACCUMULATOR_TAKE_OPS
+from placeviz.op_kinds import ACCUMULATOR_TAKE_OPS
 
 RULE = Rule(
     id="PV310",

@@ -45,7 +45,7 @@ Read the variable once before the loop (`w_value = tf.identity(w)` outside, use 
 body), or give the variable scope a `caching_device` on the worker.
 
 ## References
-- tensorflow/tensorflow#4495 (zheng-xq on repeated reads), #28065; seed `shared/seeds/000_*`
+- tensorflow/tensorflow#4495 (zheng-xq on repeated reads), #28065
 """,
     references=("tensorflow/tensorflow#4495", "tensorflow/tensorflow#28065"),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from placeviz.graph import CONTROL
 from placeviz.lint import Rule
+from placeviz.op_kinds import VARIABLE_READ_OPS
 from rules._common import (
     PS_JOB,
     effective_devices,
@@ -13,8 +14,6 @@ from rules._common import (
     task_of,
     variable_ids,
 )
-
-READ_OPS = ("Identity", "ReadVariableOp")
 
 RULE = Rule(
     id="PV402",
@@ -57,7 +56,7 @@ Read the variable explicitly after the update (`w.read_value()` under the contro
 without caching), or do not cache variables the step updates and then re-reads.
 
 ## References
-- tensorflow/tensorflow#4495; tensorforce/tensorforce#214; seed `shared/seeds/000_*`
+- tensorflow/tensorflow#4495; tensorforce/tensorforce#214
 """,
     references=("tensorflow/tensorflow#4495", "tensorforce/tensorforce#214"),
 )
@@ -83,7 +82,7 @@ def check(ctx):
         if var_task is None:
             continue
         reads = [c for c, slot in g.consumers_of(var)
-                 if slot != CONTROL and g.ops[c] in READ_OPS and task_of(devices[c]) not in (None, var_task)]
+                 if slot != CONTROL and g.ops[c] in VARIABLE_READ_OPS and task_of(devices[c]) not in (None, var_task)]
         if not reads:
             continue
         writers = [w for w in state_writers(ctx, var) if not is_restore_or_init(ctx, w, var)]

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
+from placeviz.op_kinds import QUEUE_OPS
 from rules._common import PS_JOB, effective_devices, job_of
 
-QUEUE_OPS = frozenset({
-    "FIFOQueue", "FIFOQueueV2", "PaddingFIFOQueue", "PaddingFIFOQueueV2", "RandomShuffleQueue",
-    "RandomShuffleQueueV2", "PriorityQueue", "PriorityQueueV2",
-})
 READER_OPS = frozenset({
     "TextLineReader", "TextLineReaderV2", "TFRecordReader", "TFRecordReaderV2", "FixedLengthRecordReader",
     "FixedLengthRecordReaderV2", "WholeFileReader", "WholeFileReaderV2", "IdentityReader", "IdentityReaderV2",

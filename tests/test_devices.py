@@ -781,7 +781,7 @@ def test_sort_devices_tf2_order():
     assert order[1] == "/job:worker/replica:0/task:0/device:GPU:0"
     assert order[2] == "/job:worker/replica:0/task:1/device:CPU:0"
     assert order[13] == "/job:ps/replica:0/task:0/device:CPU:0"
-    # tf-internals 3.2 [E]: with master worker:1, /job:worker -> worker:1, /job:ps -> ps:0.
+    # docs/tf-behaviours.md, "The placer": with master worker:1, /job:worker -> worker:1, /job:ps -> ps:0.
     assert sort_devices(ds.matching(N("/job:worker/device:CPU:*")), master_task="/job:worker/replica:0/task:1")[0] \
         .name == "/job:worker/replica:0/task:1/device:CPU:0"
     assert sort_devices(ds.matching(N("/job:ps")), master_task="/job:worker/task:1")[0].name == \
@@ -871,7 +871,7 @@ def test_placer_lowercase_types(tf):
 
 @pytest.mark.tf
 def test_placer_soft_merge_of_class_groups(tf):
-    """tf-internals 3.6: b (CPU:1) joined by ``_class`` to a (CPU:0) and zz (CPU:2)."""
+    """docs/tf-behaviours.md, "The placer": b (CPU:1) joined by ``_class`` to a (CPU:0) and zz (CPU:2)."""
 
     def graph(classes):
         return [dict(name="a", op="Const", device="/device:CPU:0"), dict(name="zz", op="Const", device="/device:CPU:2"),
@@ -884,7 +884,7 @@ def test_placer_soft_merge_of_class_groups(tf):
         merge_dev_names(N("/device:CPU:1"), N("/device:CPU:0"))
     assert str(ours.value) == "Cannot merge devices with incompatible ids: '/device:CPU:1' and '/device:CPU:0'"
     assert isinstance(err, str) and str(ours.value) in err
-    # Through Python's importer (the setup of tf-internals 3.6) b first takes a's device (CPU:0):
+    # Through Python's importer (the setup of the test above) b first takes a's device (CPU:0):
     # the group merges to CPU:* and lands on the first device, CPU:0.
     placed = _run_direct_session(tf, graph(["loc:@a", "loc:@zz"]), fetch, soft=True, raw=False)
     assert placed == {"a": _cpu(0), "zz": _cpu(0), "b": _cpu(0)}

@@ -3,7 +3,7 @@
 Devices follow graph_partition_test.cc: a node's device comes from the first letter of its name
 (``A`` -> CPU:0, ``B`` -> CPU:1, ``C`` -> CPU:2, ``G`` -> GPU:0 of ``/job:a/replica:0/task:0``).
 ``session="direct"`` partitions once by device with DirectSession's ``<prefix>/_<n>`` names, so
-the expected node names are the ones TF's own test (and tf-internals 4.3/4.7) lists. The two-level
+the expected node names are the ones TF's own test (and docs/tf-behaviours.md) lists. The two-level
 distributed form (``_S``/``_G``) has its own tests below. Only the last test needs TensorFlow.
 """
 

@@ -192,7 +192,7 @@ def test_misconfigured_sample_fails_like_tf_and_soft_placement_agrees():
 
 
 def test_device_set_local_first_order():
-    """tf-internals 3.2: with master worker:1, unrequested ops go to worker:1, /job:ps to ps:0."""
+    """docs/tf-behaviours.md, "The placer": with master worker:1, unrequested ops go to worker:1, /job:ps to ps:0."""
     from placeviz.devices import sort_devices
 
     ds = DeviceSet(ClusterSpec.from_dict({"ps": ["a", "b"], "worker": ["c", "d"]}))

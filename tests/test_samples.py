@@ -2,7 +2,7 @@
 
 Graphs are built once per (sample, configuration) and cached for the module. The expected
 placements are recomputed independently from the GraphDef (node order, op types, attrs), following
-the replica_device_setter / GreedyLoadBalancingStrategy rules of research/tf-internals.md 1.3-1.5.
+the replica_device_setter / GreedyLoadBalancingStrategy rules of docs/tf-behaviours.md, "replica_device_setter".
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ PLACED = ("rr2", "greedy3", "sync", "resource")
 BIG_CONFIGS = ("unplaced", "sync", "greedy3")
 WORKER = "/job:worker/task:0"
 
-# replica_device_setter's STANDARD_PS_OPS (tf-internals.md 1.2).
+# replica_device_setter's STANDARD_PS_OPS (docs/tf-behaviours.md).
 PS_OPS = frozenset(
     {
         "Variable", "VariableV2", "AutoReloadVariable", "MutableHashTable", "MutableHashTableV2",

@@ -1,9 +1,9 @@
 """TF's own test scenarios, re-created and checked against TF itself.
 
-* ``device_setter_test.py`` (tf-internals 5.1): each scenario is built twice with TF's real API,
+* ``device_setter_test.py`` (docs/tf-behaviours.md): each scenario is built twice with TF's real API,
   without and with ``replica_device_setter``; placeviz's setter replay of the first must equal the
   second on every node, and the devices TF's test expects are asserted too.
-* ``placer_test.cc`` scenarios that make sense on CPUs (tf-internals 3.8 / 5.4): graphs with three
+* ``placer_test.cc`` scenarios that make sense on CPUs (docs/tf-behaviours.md): graphs with three
   CPUs on one task are placed by placeviz and by TF's runtime (local cluster, Grappler off); the
   devices, or the failure, must be the same.
 """

@@ -1,4 +1,4 @@
-"""The PLACE options shared by every command that places a graph (DESIGN.md section 5).
+"""The PLACE options shared by every command that places a graph (README, "Commands").
 
 Counts and device strings are bounded here, before anything is allocated for them
 (:mod:`placeviz.limits`): ``--ps-tasks`` at most 10,000, ``--cpus-per-task`` and

@@ -1,4 +1,4 @@
-"""The SYNC options shared by commands that can run the SyncReplicas pass first (DESIGN.md section 5)."""
+"""The SYNC options shared by commands that can run the SyncReplicas pass first (README, "Commands")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SARIF 2.1.0 output, shaped for GitHub code scanning (research/lint.md section 9).
+"""SARIF 2.1.0 output, shaped for GitHub code scanning (``docs/architecture.md``, "... a lint rule").
 
 * one run; ``tool.driver.rules`` holds every selected rule (ID, name, summary, the generated doc
   page as ``help``, default level, category tag);

@@ -25,8 +25,8 @@ from placeviz.limits import (
     check_count,
     device_bound_problem,
 )
+from placeviz.op_kinds import VARIABLE_OPS
 from placeviz.placement.placer import Placement, PlacerConfig, place, read_fact_attrs
-from placeviz.placement.scopes import VARIABLE_OPS
 from placeviz.placement.setter import SetterConfig, SetterResult, run_setter
 from placeviz.protos import GraphDef
 

@@ -38,18 +38,19 @@ from collections import Counter
 from itertools import compress
 
 from placeviz.graph import CONTROL, Graph
+from placeviz.op_kinds import (
+    ACCUMULATOR_OPS,
+    ACCUMULATOR_SET_STEP_OPS,
+    ASSIGN_VARIABLE_OPS,
+    VARIABLE_OPS,
+    VARIABLE_READ_OPS,
+)
 
 DEVICE_NONE = -1
 """Colocation-target value meaning "built under device(None)": no device at all."""
 
-ACCUMULATOR_OPS = frozenset({"ConditionalAccumulator", "ResourceConditionalAccumulator",
-                             "SparseConditionalAccumulator"})
-SET_GLOBAL_STEP_OPS = frozenset({"AccumulatorSetGlobalStep", "ResourceAccumulatorSetGlobalStep"})
 _GRAD_ACCUM_SUFFIX = "/grad_accum"
 _HELPER_OPS = frozenset({"Const", "Cast"})
-_IDENTITY_OPS = frozenset({"Identity", "ReadVariableOp"})
-VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable"})
-"""Ops that create a variable (ref or resource)."""
 
 
 def _nodes_with_ops(graph: Graph, wanted: frozenset[str], kernels=None, suffixes: dict[str, str] | None = None
@@ -88,9 +89,6 @@ def device_scope_hints(graph: Graph, kernels=None) -> dict[int, int]:
         _sync_replicas(graph, found, hints)
         _resource_restores(graph, found, hints)
     return hints
-
-
-ASSIGN_VARIABLE_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
 
 
 def device_none_nodes(graph: Graph, kernels=None) -> set[int]:
@@ -253,7 +251,7 @@ def _resource_restores(graph: Graph, found: list[int], hints: dict[int, int]) ->
 _RESTORE_OPS = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
 _INITIALIZED_OPS = frozenset({"IsVariableInitialized", "VarIsInitializedOp"})
 # The ops device_scope_hints starts from, and those device_none_nodes looks at.
-_HINT_OPS = frozenset({"VarHandleOp", "Switch", "AssignVariableOp"}) | ACCUMULATOR_OPS | SET_GLOBAL_STEP_OPS
+_HINT_OPS = frozenset({"VarHandleOp", "Switch", "AssignVariableOp"}) | ACCUMULATOR_OPS | ACCUMULATOR_SET_STEP_OPS
 _DEVICE_NONE_CANDIDATE_OPS = frozenset({"ReadVariableOp", "TensorArrayV3", "TensorArrayV2", "TensorArray",
                                         "Identity"})
 
@@ -272,16 +270,16 @@ def _sync_replicas(graph: Graph, found: list[int], hints: dict[int, int]) -> Non
             if slot == CONTROL:
                 continue
             hints[user] = var
-            if graph.ops[user] not in SET_GLOBAL_STEP_OPS:
+            if graph.ops[user] not in ACCUMULATOR_SET_STEP_OPS:
                 last_accumulator_node = max(last_accumulator_node, user)
             for src, src_slot in graph.inputs_of(user):
                 if src_slot != CONTROL and src != acc and _is_private_helper(graph, src, user):
                     hints[src] = var
-                    if graph.ops[user] not in SET_GLOBAL_STEP_OPS:
+                    if graph.ops[user] not in ACCUMULATOR_SET_STEP_OPS:
                         last_accumulator_node = max(last_accumulator_node, src)
         last_accumulator_node = max(last_accumulator_node, acc)
 
-    set_global_steps = [i for i in found if graph.ops[i] in SET_GLOBAL_STEP_OPS]
+    set_global_steps = [i for i in found if graph.ops[i] in ACCUMULATOR_SET_STEP_OPS]
     global_step = _global_step_variable(graph, set_global_steps)
     if global_step is None or not set_global_steps:
         return
@@ -337,7 +335,7 @@ def _global_step_variable(graph: Graph, set_global_steps: list[int]) -> int | No
         for _ in range(4):
             if graph.ops[node] in VARIABLE_OPS:
                 return node
-            if graph.ops[node] not in _IDENTITY_OPS and graph.ops[node] != "Cast":
+            if graph.ops[node] not in VARIABLE_READ_OPS and graph.ops[node] != "Cast":
                 break
             data = [src for src, slot in graph.inputs_of(node) if slot != CONTROL]
             if not data:

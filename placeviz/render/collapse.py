@@ -1,7 +1,7 @@
 """Collapse ops into boxes by name scope until the picture fits a box budget.
 
 Graphviz's ``dot`` lays out a few hundred boxes in seconds and a few thousand in minutes, while a
-training graph has 10^4-10^6 ops (shared/research/perf.md section 5), so every view that draws ops
+training graph has 10^4-10^6 ops (``docs/architecture.md``, "... a view"), so every view that draws ops
 draws *groups* of them. The grouping follows what TensorBoard does (name-scope hierarchy, series
 of numbered siblings) but is driven by a budget instead of by clicks:
 

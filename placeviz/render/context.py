@@ -11,8 +11,8 @@ import math
 from collections import Counter
 from functools import cached_property
 
-from placeviz.analysis import VARIABLE_OPS
 from placeviz.graph import CONTROL
+from placeviz.op_kinds import VARIABLE_OPS
 from placeviz.render.roles import RoleCache, device_colors, short_device
 from placeviz.sizes import bytes_at_least, human_bytes, transfers_text  # noqa: F401 - the views import human_bytes from here
 

@@ -4,7 +4,7 @@ Every box says how many ops it holds and of which kinds (a striped fill shows th
 updates, compute...). Edges between boxes are bundled per pair of boxes; an edge that crosses
 devices is red and carries the tensors and bytes one training step sends over it (from the
 partitioner's ``_Send``/``_Recv`` plan). On dense pictures the labels move into tooltips, because
-edge labels multiply ``dot``'s cost 8-26x (research/viz.md 7.1); the line width still shows the
+edge labels multiply ``dot``'s cost 8-26x (``docs/architecture.md``, "... a view"); the line width still shows the
 amount. Each PS cluster's label shows its share of the variable bytes as a bar.
 """
 
@@ -23,7 +23,7 @@ from placeviz.sizes import transfers_text
 
 EDGES_PER_BOX = 2.5
 """At most this many edges per box: a 426-box view with 1,675 edges takes dot 5 s even with limits
-(perf.md section 5); the weakest bundles (fewest edges, no traffic) are dropped first."""
+(``docs/architecture.md``, "... a view"); the weakest bundles (fewest edges, no traffic) are dropped first."""
 LABELLED_CROSS_EDGES = 40
 """Cross-device bundles get a text label only when there are at most this many of them."""
 FOCUS_COLOR = "#d62728"

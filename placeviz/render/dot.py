@@ -6,7 +6,7 @@ one HTML page without clashing ids. Same diagram, same bytes: boxes are numbered
 fixed order. That is what lets the golden tests compare DOT text, and it keeps Graphviz's own
 layout stable between runs (dot's result depends on input order).
 
-The layout limits measured in shared/research/perf.md section 5 are written into the DOT itself
+The layout limits measured for ``docs/architecture.md`` ("... a view") are written into the DOT itself
 (``mclimit``, ``nslimit``, ``nslimit1``, and ``splines=false`` above a few dozen boxes), so
 running ``dot`` by hand on a ``.dot`` output behaves like ``placeviz render`` does.
 
@@ -26,7 +26,7 @@ from placeviz.render.diagram import Box, Cluster, Diagram, Edge
 
 LAYOUT_LIMITS = {"mclimit": "0.1", "nslimit": "1", "nslimit1": "1"}
 """Crossing-minimisation and network-simplex limits: a 930-op training graph goes from >120 s to
-12 s with them, a 426-box collapsed view to 5 s (perf.md section 5)."""
+12 s with them, a 426-box collapsed view to 5 s (``docs/architecture.md``, "... a view")."""
 SPLINES_OFF_ABOVE = 40
 """Above this many boxes edges are drawn straight (``splines=false``): spline routing can thrash on
 dense graphs, while on small ones it costs nothing and keeps edges from crossing boxes."""

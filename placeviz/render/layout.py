@@ -1,7 +1,7 @@
 """Run Graphviz safely: a subprocess with a timeout, and a fallback when ``dot`` runs out of time.
 
 ``dot`` has no time limit of its own and the ``graphviz`` package's ``pipe``/``render`` have none
-either, while real training graphs can keep ``dot`` busy for minutes (perf.md section 5: a 930-op
+either, while real training graphs can keep ``dot`` busy for minutes (``docs/architecture.md``: a 930-op
 graph does not finish in 120 s with default settings). So placeviz pipes the DOT text into the
 program itself, with a timeout, and when that fails tries, in order:
 

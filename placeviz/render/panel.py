@@ -42,7 +42,7 @@ def explanations(ctx: ViewContext, clickable: set[int]) -> dict[int, str]:
     if len(g) <= EXPLAIN_ALL_UP_TO:
         ids = list(range(len(g)))
     else:
-        from placeviz.analysis import VARIABLE_OPS
+        from placeviz.op_kinds import VARIABLE_OPS
 
         wanted = sorted(clickable) + [i for i, op in enumerate(g.ops) if op in VARIABLE_OPS]
         index = g.index

@@ -4,8 +4,8 @@ Self-contained means no network at all: the SVGs are laid out here by native Gra
 inlined (each view, and the insides of its largest boxes, :mod:`placeviz.render.expand`), the
 style sheet and the script (``placeviz/data/report.{css,js}``: pan, zoom, opening boxes, search,
 the side panel of :mod:`placeviz.render.panel`) are inlined, and there is no font, image or
-script URL (research/viz.md section 8: pre-rendered SVG plus a little vanilla JS is the fastest
-to open and the only option CI can check). The search box knows every op of the graph (its
+script URL (``docs/architecture.md``, "... a view": pre-rendered SVG plus a little vanilla JS is
+the fastest to open and the only option CI can check). The search box knows every op of the graph (its
 device and op type, and which box of each view holds it), so a reader can type a name and see
 where it runs even when the picture shows it collapsed into a group.
 

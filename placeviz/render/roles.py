@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from placeviz.analysis import OTHER_STATE_OPS, VARIABLE_OPS
+from placeviz.op_kinds import OTHER_STATE_OPS, VARIABLE_OPS
 
 ROLES = ("variable", "table", "queue", "update", "sendrecv", "io", "control", "compute")
 ROLE_LABEL = {

@@ -5,7 +5,7 @@ a bare GraphDef built by TensorFlow (TF1 ref variables or TF 2.21 resource varia
 one placeviz rewrote. ``collections`` (``train_op``, ``queue_runners``), when present, only pick the
 run targets among structurally equivalent candidates.
 
-What ``SyncReplicasOptimizer.apply_gradients`` builds (research/tf-internals.md 2.2) and how each
+What ``SyncReplicasOptimizer.apply_gradients`` builds (``docs/tf-behaviours.md``) and how each
 part is recognised:
 
 * **accumulators**: ``ConditionalAccumulator`` / ``ResourceConditionalAccumulator`` /
@@ -45,29 +45,28 @@ import weakref
 from dataclasses import dataclass, field
 
 from placeviz.graph import CONTROL, Graph
+from placeviz.op_kinds import (
+    ACCUMULATOR_APPLY_OPS,
+    ACCUMULATOR_OPS,
+    ACCUMULATOR_SET_STEP_OPS,
+    ACCUMULATOR_TAKE_OPS,
+    DEQUEUE_OPS,
+    ENQUEUE_MANY_OPS,
+    FIFO_QUEUE_OPS,
+    FORWARD_ANY_INPUT_OPS,
+    FORWARD_INPUT0_OPS,
+    TABLE_OPS,
+    TEMPORARY_VARIABLE_OPS,
+    VARIABLE_OPS,
+    VARIABLE_READ_OPS,
+)
 from placeviz.ops import DT_RESOURCE, REF_OFFSET, OpFactsError, load_op_table
 from placeviz.sync.reach import Reach, forward_through
 
 # ----------------------------------------------------------------------------- op classes
 
-VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "TemporaryVariable", "AutoReloadVariable"})
-TABLE_OPS = frozenset({
-    "HashTable", "HashTableV2", "MutableHashTable", "MutableHashTableV2", "MutableHashTableOfTensors",
-    "MutableHashTableOfTensorsV2", "MutableDenseHashTable", "MutableDenseHashTableV2",
-    "AnonymousHashTable", "AnonymousMutableHashTable", "AnonymousMutableHashTableOfTensors",
-    "AnonymousMutableDenseHashTable",
-})
-ACCUMULATOR_OPS = frozenset({"ConditionalAccumulator", "ResourceConditionalAccumulator",
-                             "SparseConditionalAccumulator"})
-ACCUMULATOR_APPLY_OPS = frozenset({"AccumulatorApplyGradient", "ResourceAccumulatorApplyGradient",
-                                   "SparseAccumulatorApplyGradient"})
-ACCUMULATOR_TAKE_OPS = frozenset({"AccumulatorTakeGradient", "ResourceAccumulatorTakeGradient",
-                                  "SparseAccumulatorTakeGradient"})
-ACCUMULATOR_SET_STEP_OPS = frozenset({"AccumulatorSetGlobalStep", "ResourceAccumulatorSetGlobalStep"})
-QUEUE_OPS = frozenset({"FIFOQueueV2", "FIFOQueue"})
-DEQUEUE_OPS = frozenset({"QueueDequeueV2", "QueueDequeue"})
-ENQUEUE_MANY_OPS = frozenset({"QueueEnqueueManyV2", "QueueEnqueueMany"})
-ENQUEUE_OPS = ENQUEUE_MANY_OPS | {"QueueEnqueueV2", "QueueEnqueue"}
+_STATE_VARIABLE_OPS = VARIABLE_OPS | TEMPORARY_VARIABLE_OPS
+"""Variables whose writes the detector tracks: a step's ``TemporaryVariable`` is state too."""
 
 READ_ONLY_OPS = frozenset({
     # variables
@@ -83,12 +82,6 @@ READ_ONLY_OPS = frozenset({
 whose ref/resource input reaches a variable or table counts as writing it (conservative: an op this
 list forgets is reported as a write, never silently ignored)."""
 
-FORWARD_INPUT0_OPS = frozenset({
-    "Identity", "RefIdentity", "Enter", "RefEnter", "Exit", "RefExit", "Switch", "RefSwitch",
-    "NextIteration", "RefNextIteration",
-})
-"""Ops whose outputs carry input 0's ref/handle (the variable stays the same)."""
-FORWARD_ANY_INPUT_OPS = frozenset({"Merge", "RefMerge"})
 VALUE_READ_OPS = FORWARD_INPUT0_OPS | {"ReadVariableOp", "Snapshot", "Cast"}
 """Ops through which a value still *is* the variable's value (to find what a Fill reads)."""
 
@@ -210,7 +203,7 @@ def _build_state_index(g: Graph, table) -> StateIndex:
     ops = g.ops
     kind = idx.kind
     for i, op in enumerate(ops):
-        if op in VARIABLE_OPS:
+        if op in _STATE_VARIABLE_OPS:
             kind[i] = "variable"
         elif op in TABLE_OPS:
             kind[i] = "table"
@@ -625,7 +618,7 @@ def detect(graph: Graph, collections=None, *, table=None) -> SyncMachinery | Non
     g = graph
     ops = g.ops
     accum_nodes = [i for i, op in enumerate(ops) if op in ACCUMULATOR_OPS]
-    queue_nodes = [i for i, op in enumerate(ops) if op in QUEUE_OPS]
+    queue_nodes = [i for i, op in enumerate(ops) if op in FIFO_QUEUE_OPS]
     if not accum_nodes:
         return None
     idx = state_index(g, table)
@@ -753,14 +746,12 @@ def _gradient_flow(g: Graph, idx: StateIndex, starts: list[int], limit: int = 20
             v = out_dst[e]
             if v in seen:
                 continue
-            if in_slot[out_pos[e]] == CONTROL and not (writer and ops[v] in _READ_AFTER_WRITE_OPS):
+            if in_slot[out_pos[e]] == CONTROL and not (writer and ops[v] in VARIABLE_READ_OPS):
                 continue
             seen.add(v)
             order.append(v)
     return order
 
-
-_READ_AFTER_WRITE_OPS = frozenset({"ReadVariableOp", "Identity"})
 
 
 def _forward_handle_users(g: Graph, a: int) -> list[int]:

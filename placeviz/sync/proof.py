@@ -40,16 +40,14 @@ from dataclasses import dataclass, field
 
 from placeviz.errors import GraphError
 from placeviz.graph import Graph
-from placeviz.sync.detect import (
+from placeviz.op_kinds import (
     ACCUMULATOR_APPLY_OPS,
     ACCUMULATOR_SET_STEP_OPS,
     ACCUMULATOR_TAKE_OPS,
     DEQUEUE_OPS,
     ENQUEUE_OPS,
-    SyncMachinery,
-    is_optimizer_apply,
-    state_index,
 )
+from placeviz.sync.detect import SyncMachinery, is_optimizer_apply, state_index
 from placeviz.sync.reach import Reach
 
 SCHEMA = "placeviz.sync_proof/1"

@@ -5,7 +5,7 @@ present (built without ``SyncReplicasOptimizer``) and returns the graph TF 2.21'
 ``tf.compat.v1.train.SyncReplicasOptimizer.apply_gradients`` (plus ``get_init_tokens_op``) would
 have built for the same model: same node names, op types, attrs, devices, colocation and control
 edges, in TF's creation order (which decides TF's per-scope name counters and the device setter's
-round-robin order). See ``research/tf-internals.md`` section 2 for the op list.
+round-robin order). See ``docs/tf-behaviours.md``, "SyncReplicasOptimizer", for the op list.
 
 Creation order reproduced (``O`` = the wrapped optimizer's ``apply_gradients`` block of the plain
 graph, from its first slot/non-slot variable or ``<opt>/...`` op to the global-step increment)::
@@ -117,6 +117,13 @@ from dataclasses import dataclass, field
 
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph
+from placeviz.op_kinds import (
+    ACCUMULATOR_OPS,
+    RESOURCE_VARIABLE_OPS,
+    SCATTER_UPDATE_OPS,
+    VARIABLE_OPS,
+    VARIABLE_READ_OPS,
+)
 from placeviz.protos import AttrValue, CollectionDef, GraphDef, MetaGraphDef, NodeDef, VariableDef
 
 __all__ = ["APPLY_GRAD_INPUT", "RewriteResult", "SyncRewriteError", "rewrite_sync"]
@@ -145,15 +152,8 @@ APPLY_GRAD_INPUT: dict[str, int] = {
 """Dense ``Apply*`` op -> index of its gradient input (TF's op signatures; the ``ResourceApply*`` twin
 of each op takes its inputs in the same order)."""
 
-_VARIABLE_OPS = frozenset({"VariableV2", "Variable"})
-_RESOURCE_VARIABLE_OPS = frozenset({"VarHandleOp"})
-_READ_OPS = frozenset({"Identity", "ReadVariableOp"})
-_SYNC_OPS = frozenset({"ConditionalAccumulator", "ResourceConditionalAccumulator",
-                       "SparseConditionalAccumulator"})
 _EMA_SCOPE = "ExponentialMovingAverage"
 _UPDATE_PREFIXES = ("Apply", "SparseApply", "ResourceApply", "ResourceSparseApply")
-_SPARSE_UPDATE_OPS = frozenset({"ScatterSub", "ScatterAdd", "ResourceScatterAdd", "ResourceScatterSub"})
-"""GradientDescent's sparse updates (no deduplication): indices at input 1, updates at input 2."""
 
 
 @dataclass
@@ -596,19 +596,19 @@ class _Rewrite:
             n = self.node(name)
             if n is None:
                 return None
-            if n.op in _VARIABLE_OPS or n.op in _RESOURCE_VARIABLE_OPS:
+            if n.op in VARIABLE_OPS:
                 return n
-            if n.op not in _READ_OPS or not n.input:
+            if n.op not in VARIABLE_READ_OPS or not n.input:
                 return None
             name = _op_name(n.input[0])
         return None
 
     def analyse(self) -> None:
         nodes = self.nodes
-        if any(n.op in _SYNC_OPS for n in nodes) or "sync_token_q" in self.index:
+        if any(n.op in ACCUMULATOR_OPS for n in nodes) or "sync_token_q" in self.index:
             self.fail("the graph is already synchronous (it holds SyncReplicas accumulators or a "
                       "sync_token_q); rewrite its plain (non-sync) build instead")
-        if not any(n.op.startswith(_UPDATE_PREFIXES) or n.op in _SPARSE_UPDATE_OPS for n in nodes):
+        if not any(n.op.startswith(_UPDATE_PREFIXES) or n.op in SCATTER_UPDATE_OPS for n in nodes):
             self.fail("no optimizer apply ops (Apply*/ResourceApply*/SparseApply*/Scatter*) found: "
                       "nothing to aggregate")
         # global step increment: `<opt>` = AssignAdd(global_step, `<opt>/value` or `<opt>/Const`).
@@ -636,7 +636,7 @@ class _Rewrite:
         self.scope = nodes[inc[0]].name
         self.inc = inc[0]
         self.gs = self.node(gs_name)
-        self.gs_resource = self.gs.op in _RESOURCE_VARIABLE_OPS
+        self.gs_resource = self.gs.op in RESOURCE_VARIABLE_OPS
         if not self.gs_resource:
             if f"{gs_name}/read" not in self.index:
                 self.fail(f"the global step {gs_name!r} has no {gs_name}/read snapshot")
@@ -678,7 +678,7 @@ class _Rewrite:
         """
         nodes = self.nodes
         prefix = f"{self.scope}/update_"
-        var_names = {n.name for n in nodes if n.op in _VARIABLE_OPS or n.op in _RESOURCE_VARIABLE_OPS}
+        var_names = {n.name for n in nodes if n.op in VARIABLE_OPS}
         groups: dict[str, list[int]] = {}
         for i, n in enumerate(nodes[: self.inc]):
             if not n.name.startswith(prefix):
@@ -698,7 +698,7 @@ class _Rewrite:
     def gradient_of(self, var: NodeDef, ids: list[int]) -> _Grad:
         nodes = self.nodes
         ops = [nodes[i] for i in ids]
-        if var.op in _RESOURCE_VARIABLE_OPS and var.attr["dtype"].type == 0:
+        if var.op in RESOURCE_VARIABLE_OPS and var.attr["dtype"].type == 0:
             self.fail(f"{var.name}: resource variable without a dtype attr")
         for n in ops:
             base = n.op[len("Resource"):] if n.op.startswith("ResourceApply") else n.op
@@ -721,7 +721,7 @@ class _Rewrite:
                 self.fail(f"{u.name}: deduplicated sparse update without its UnsortedSegmentSum")
             values = seg[0].input[0]
         else:
-            scatter = [n for n in ops if n.op in _SPARSE_UPDATE_OPS]
+            scatter = [n for n in ops if n.op in SCATTER_UPDATE_OPS]
             if not scatter:
                 ops_seen = ", ".join(sorted({n.op for n in ops}))
                 self.fail(f"{var.name}: no dense or sparse update op the sync rewrite knows among "
@@ -984,7 +984,7 @@ class _Rewrite:
             gvars = [v for v in self.coll.global_variables if v in pre_names]
         else:
             local = set(self.coll.local_variables) if self.coll is not None else set()
-            gvars = [n.name for n in pre if (n.op in _VARIABLE_OPS or n.op in _RESOURCE_VARIABLE_OPS)
+            gvars = [n.name for n in pre if n.op in VARIABLE_OPS
                      and n.name not in local]
         sc = new("report_uninitialized_variables")
         ready = self.report_uninitialized(added, sc, gvars, w_dev)
@@ -1396,7 +1396,7 @@ class _Rewrite:
         if not device:
             return block
         placed = bool(self.worker_device())
-        own_vars = tuple(f"{n.name}/" for n in block if n.op in _VARIABLE_OPS or n.op in _RESOURCE_VARIABLE_OPS)
+        own_vars = tuple(f"{n.name}/" for n in block if n.op in VARIABLE_OPS)
         # control_flow_ops.group over several devices: per-device NoOps ``<group>/NoOp[_k]`` made
         # under ``ops.device(dev)`` of their members (a full device: they keep it)
         roots = {n.name: {i[1:] for i in n.input if i.startswith("^")} for n in block if n.op == "NoOp"}
@@ -1445,7 +1445,7 @@ class _Rewrite:
         if self.coll is not None and self.coll.global_variables:
             gvars = list(self.coll.global_variables)
         else:
-            gvars = [n.name for n in self.nodes if (n.op in _VARIABLE_OPS or n.op in _RESOURCE_VARIABLE_OPS)
+            gvars = [n.name for n in self.nodes if n.op in VARIABLE_OPS
                      and n.name not in local]
         by_name = {n.name: n for n in rest}
         not_default: set[str] = set()
@@ -1742,11 +1742,11 @@ class _Rewrite:
             vn = (var_nodes or {}).get(v) or self.node(v)
             # state_ops.is_variable_initialized: IsVariableInitialized (ref, colocated with the
             # variable) or the resource variable's is_initialized() (VarIsInitializedOp)
-            op = "VarIsInitializedOp" if vn.op in _RESOURCE_VARIABLE_OPS else "IsVariableInitialized"
+            op = "VarIsInitializedOp" if vn.op in RESOURCE_VARIABLE_OPS else "IsVariableInitialized"
             k = counts.get(op, 0)
             counts[op] = k + 1
             name = f"{sc}/{op}" + (f"_{k}" if k else "")
-            if vn.op in _RESOURCE_VARIABLE_OPS:
+            if vn.op in RESOURCE_VARIABLE_OPS:
                 added.append(b.node(name, op, [v], out_shapes=[[]], device=ctx_device))
             else:
                 coloc = ([s.decode() for s in vn.attr["_class"].list.s] if "_class" in vn.attr

@@ -53,8 +53,8 @@ import time
 import traceback
 from pathlib import Path
 
-from placeviz.agreement import QUEUE_OPS
 from placeviz.escape import terminal_text
+from placeviz.op_kinds import QUEUE_OPS
 from placeviz.verify import sandbox
 
 # numpy is imported by main() once the process is in its sandbox: its BLAS starts threads at import,

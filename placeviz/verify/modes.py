@@ -27,12 +27,12 @@ its gradient reaches the ps at least SECONDS later: a slow machine, as the ps se
 from __future__ import annotations
 
 from placeviz.errors import PlacevizError
+from placeviz.op_kinds import SCATTER_UPDATE_OPS
 from placeviz.verify.plan import RunPlan, init_ops, op_of, tensor, update_plan, value_variable
 
 MODES = ("sync", "async", "barrier")
 _READ_OPS = frozenset({"Identity", "ReadVariableOp", "Snapshot", "Gather", "GatherV2", "ResourceGather",
                        "ResourceGatherNd", "GatherNd"})
-_SPARSE_UPDATES = frozenset({"ScatterSub", "ScatterAdd", "ResourceScatterAdd", "ResourceScatterSub"})
 
 
 def parse_slow_workers(values: tuple[str, ...] | list[str], workers: int | None = None) -> dict[int, float]:
@@ -160,7 +160,7 @@ def _trained_variables(pipe, idx, closure: set[int]) -> list[int]:
         return [g.index[v] for v in sorted(trainable) if v in g.index and idx.is_state(g.index[v])]
     primary, slots = set(), set()
     for w in closure:
-        if not (is_optimizer_apply(g.ops[w]) or g.ops[w] in _SPARSE_UPDATES):
+        if not (is_optimizer_apply(g.ops[w]) or g.ops[w] in SCATTER_UPDATE_OPS):
             continue
         for state, pos in idx.writes.get(w, ()):
             (primary if pos == 0 else slots).add(state)

@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 from placeviz.devices import PyDeviceSpec
 from placeviz.graph import Graph
+from placeviz.op_kinds import VARIABLE_OPS
 from placeviz.protos import GraphDef
 from placeviz.sync.reach import Reach
 from placeviz.verify.optimizers import SLOT_ROLES as _SLOT_ROLES
@@ -105,7 +106,6 @@ SPARSE_ADAM = {
 """Why the last op of ``AdamOptimizer``'s sparse update, the one that writes the variable, is not
 replayed (said where its value comes from a scatter-add of a slot, see :func:`_sparse_adam`)."""
 _VALUE_FORWARD = frozenset({"Identity", "RefIdentity", "ReadVariableOp", "Snapshot"})
-_VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
 
 
 def optimizer_kind(op_type: str) -> str | None:
@@ -270,7 +270,7 @@ def value_variable(graph: Graph, text: str) -> str | None:
         seen.add(name)
         i = graph.index[name]
         op = graph.ops[i]
-        if op in _VARIABLE_OPS:
+        if op in VARIABLE_OPS:
             return name
         if op not in _VALUE_FORWARD:
             return None
@@ -366,7 +366,7 @@ def init_ops(model) -> tuple[list[str], list[str]]:
     else:
         global_init = _collection_initializers(model, "variables") or [
             f"{n}/Assign" for n, op in zip(g.names, g.ops, strict=True)
-            if op in _VARIABLE_OPS and f"{n}/Assign" in names]
+            if op in VARIABLE_OPS and f"{n}/Assign" in names]
     local = [n for n in ("local_init", "init_all_tables", "init_1") if n in names][:1]
     if not local:
         local = _collection_initializers(model, "local_variables")

@@ -15,7 +15,7 @@ Two sources of truth are collected:
   partition, the worker's per-device partition and the per-partition classic optimizer). Only the
   nodes of each run's *pruned* graph appear, so pass targets that reach every node (see
   :func:`all_sinks`).
-* ``placer_devices``: TF's Placer places the *whole* graph once per session (tf-internals 3.1). With
+* ``placer_devices``: TF's Placer places the *whole* graph once per session (``docs/tf-behaviours.md``). With
   ``log_device_placement`` the placer ``printf``\\ s ``name: (Op): device`` for every node to the C
   stdout, which we capture (fd 1 is redirected to a file while the session runs). This covers nodes
   no run reaches. On a placement error it holds the nodes placed before the failure.
@@ -89,6 +89,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from placeviz.op_kinds import PLACEHOLDER_OPS
 from placeviz.verify import sandbox
 
 # Ops that can wait forever for another step or another worker. :func:`all_sinks` leaves out these
@@ -102,7 +103,6 @@ DEFAULT_BLOCKING_OPS: tuple[str, ...] = (
     "*MapPeek",  # MapPeek, OrderedMapPeek wait for their key
 )
 # A Placeholder that is not fed fails the run; :func:`all_sinks` treats it like a blocking op.
-UNFED_PLACEHOLDER_OPS = ("Placeholder", "PlaceholderV2")
 
 SEND_OPS = frozenset({"_Send", "_HostSend"})
 RECV_OPS = frozenset({"_Recv", "_HostRecv"})
@@ -262,7 +262,7 @@ def all_sinks(graph_def: Any, *, blocking_ops: Iterable[str] = DEFAULT_BLOCKING_
                 consumers[src].append(n.name)
     stack = [n.name for n in gd.node
              if any(fnmatch.fnmatchcase(n.op, p) for p in patterns)
-             or (n.op in UNFED_PLACEHOLDER_OPS and n.name not in fed_nodes)]
+             or (n.op in PLACEHOLDER_OPS and n.name not in fed_nodes)]
     blocked: set[str] = set()
     while stack:
         name = stack.pop()

@@ -22,13 +22,10 @@ import json
 from pathlib import Path
 
 from placeviz.errors import PlacevizError
+from placeviz.op_kinds import ACCUMULATOR_APPLY_OPS, ACCUMULATOR_TAKE_OPS
 from placeviz.verify.staleness import DEVICE, DUR, NODE, OP, RUN, START, WHO
 
 TRACE_FORMAT = "Chrome JSON trace-event format (traceEvents)"
-_ACCUMULATOR_APPLY = ("AccumulatorApplyGradient", "ResourceAccumulatorApplyGradient",
-                      "SparseAccumulatorApplyGradient")
-_ACCUMULATOR_TAKE = ("AccumulatorTakeGradient", "ResourceAccumulatorTakeGradient",
-                     "SparseAccumulatorTakeGradient")
 
 
 def _task(device: str) -> str:
@@ -87,10 +84,10 @@ def trace_events(label: str, report, pid_base: int) -> tuple[list[dict], int]:
         instant = None
         if e[NODE] == token:
             instant = "token dequeued"
-        elif e[OP] in _ACCUMULATOR_APPLY:
+        elif e[OP] in ACCUMULATOR_APPLY_OPS:
             key = (e[WHO], e[RUN])
             instant = "stale gradient dropped" if key in dropped else "accumulator apply"
-        elif e[OP] in _ACCUMULATOR_TAKE:
+        elif e[OP] in ACCUMULATOR_TAKE_OPS:
             instant = "accumulator take"
         if instant:
             events.append({"ph": "i", "s": "t", "name": instant, "cat": "sync", "pid": proc, "tid": thread,

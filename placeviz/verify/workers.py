@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from placeviz.agreement import ACCUMULATOR_OPS, QUEUE_OPS, VARIABLE_OPS
 from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
+from placeviz.op_kinds import ACCUMULATOR_OPS, QUEUE_OPS, VARIABLE_OPS
 from placeviz.sync.reach import Reach
 from placeviz.verify.plan import op_of, worker_gradient
 
