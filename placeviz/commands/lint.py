@@ -37,12 +37,13 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     from placeviz.lint.discovery import load_rules
     from placeviz.lint.engine import FAIL_ON_DEFAULT, run_lint
     from placeviz.lint.runner import LintOptions
-    from placeviz.lint.selection import select_rules, unknown_selectors
+    from placeviz.lint.selection import select_rules, split_selectors, unknown_selectors
     from placeviz.tasks import check_workers_range, cluster_workers, parse_worker_graphs
 
     rule_timeout = DEFAULT_TIMEOUT if rule_timeout is None else (rule_timeout or None)
     cfg = load_config(config)
     rules = load_rules(rules_dirs, timeout=rule_timeout)
+    select, extend_select, ignore = split_selectors(select), split_selectors(extend_select), split_selectors(ignore)
     for option, values in (("--select", select), ("--extend-select", extend_select), ("--ignore", ignore)):
         bad = unknown_selectors(values, rules)
         if bad:
@@ -65,6 +66,14 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
                           cluster=placement_options.cluster, thresholds=cfg.thresholds, severity=cfg.severity,
                           worker_graphs=tasks, workers=workers, rule_timeout=rule_timeout)
     baseline_file = baseline or cfg.baseline
+    notes = []
+    if not baseline and baseline_file and not write_baseline and not os.path.lexists(baseline_file):
+        # The config names a baseline nobody has written yet (a fresh clone, the first CI run): a
+        # note, and every finding counts; an explicit --baseline FILE that is missing stays an error.
+        shown = Path(os.path.relpath(baseline_file)).as_posix()
+        notes.append(f"the config's baseline {shown} does not exist yet, so no finding is baselined; "
+                     f"run `placeviz lint ... --write-baseline {shown}` to accept today's findings")
+        baseline_file = None
     known = read_baseline(baseline_file) if baseline_file and not write_baseline else None
     report = run_lint(list(models), selected, options, all_rules=rules, ignores=cfg.per_node_ignores,
                       config_path=config_path, config_findings=config_findings, baseline=known,
@@ -75,7 +84,7 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
             first = r.output.strip().splitlines()
             progress(f"rule module {r.path} printed {len(r.output):,} characters when imported, kept out of the "
                      f"report; first line: {repr(first[0][:200]) if first else '(blank)'}")
-    for note in report.notes:
+    for note in [*notes, *report.notes]:
         progress(note)
     for e in report.errors:  # also on stderr, one line each: the report may have gone to a file
         progress(f"error: {e.message}")
