@@ -88,3 +88,155 @@ def test_a_configured_baseline_that_does_not_exist_yet_is_a_note(work, capsys):
     assert code == 0 and doc["findings"] == [] and doc["summary"]["baselined"] == 2 and "does not exist" not in err
     code, _, err = lint(capsys, "model.pb", "--baseline", "typo.json", fmt="text")
     assert code == 2 and "typo.json" in err  # named on the command line: still an error
+
+
+# ------------------------------------------------------------- findings at the source line
+PROGRAM = '''\
+import tensorflow as tf
+import tf_slim as slim
+
+tf1 = tf.compat.v1
+
+
+def dense(x, n):
+    w = tf1.get_variable("dense_w", [4, n])  # MARK helper
+    return tf.matmul(x, w)
+
+
+def build():
+    g = tf.Graph()
+    with g.as_default():
+        bias = tf1.get_variable("output_bias", [3])  # MARK planted
+        with tf1.device(tf1.train.replica_device_setter(ps_tasks=2)):
+            x = tf1.placeholder(tf.float32, [None, 4], name="x")
+            h = slim.fully_connected(x, 4, scope="fc")  # MARK slim
+            y = tf.concat([dense(h, 2), h[:, :1]], 1) + bias
+            tf1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(y))
+    return g
+
+
+if __name__ == "__main__":
+    import os
+    import sys
+
+    from tensorflow.core.protobuf import saved_model_pb2
+    from tensorflow.python.framework import error_interpolation
+
+    out = sys.argv[1]
+    g = build()
+    with g.as_default():
+        # TF writes prog.debug next to prog.meta (meta_graph.export_scoped_meta_graph).
+        tf1.train.export_meta_graph(os.path.join(out, "prog.meta"), graph=g, save_debug_info=True)
+        meta = tf1.train.export_meta_graph(os.path.join(out, "bare.meta"), graph=g)
+    # A SavedModel (TF's proto, the graph tagged "train") with its debug/saved_model_debug_info.pb,
+    # made by the function TF's savers use.
+    meta.meta_info_def.tags.append("train")
+    os.makedirs(os.path.join(out, "sm", "debug"))
+    with open(os.path.join(out, "sm", "saved_model.pb"), "wb") as f:
+        f.write(saved_model_pb2.SavedModel(saved_model_schema_version=1, meta_graphs=[meta]).SerializeToString())
+    info = error_interpolation.create_graph_debug_info_def([("", op) for op in g.get_operations()])
+    with open(os.path.join(out, "sm", "debug", "saved_model_debug_info.pb"), "wb") as f:
+        f.write(info.SerializeToString())
+'''
+
+
+def marked_line(text: str, mark: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), 1) if line.endswith(f"# MARK {mark}"))
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory) -> Path:
+    """prog.py (a builder with a planted PV201) and what TF itself saved from it: prog.meta with
+    prog.debug, bare.meta without, sm/ (a SavedModel) with debug/saved_model_debug_info.pb."""
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("tf_slim")
+    import os
+    import subprocess
+    import sys
+
+    d = tmp_path_factory.mktemp("program")
+    (d / "prog.py").write_text(PROGRAM)
+    proc = subprocess.run([sys.executable, "prog.py", str(d)], cwd=d, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (d / "prog.debug").is_file() and (d / "sm" / "saved_model.pb").is_file()
+    return d
+
+
+def pv201(doc) -> dict:
+    found = [f for f in doc["findings"] if f["rule"] == "PV201"]
+    assert [f["node"] for f in found] == ["output_bias"], doc["findings"]
+    return found[0]
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("model", ["prog.py:build", "prog.meta", "sm"])
+def test_findings_point_at_the_line_that_created_the_op(program, capsys, monkeypatch, model):
+    monkeypatch.chdir(program)
+    planted = marked_line(PROGRAM, "planted")
+    code, out, _ = run_cli(["lint", model, "--select", "PV201", "--format", "json"], capsys)
+    assert code == 1
+    assert pv201(json.loads(out))["source"] == {"file": "prog.py", "line": planted, "function": "build"}
+    code, out, _ = run_cli(["lint", model, "--select", "PV201", "--format", "text"], capsys)
+    assert out.startswith(f"prog.py:{planted}: {model}: output_bias: PV201 [error] ")
+    code, out, _ = run_cli(["lint", model, "--select", "PV201", "--format", "github"], capsys)
+    assert out.startswith(f"::error file=prog.py,line={planted},title=PV201 variable-on-worker::{model}: output_bias")
+
+
+@pytest.mark.tf
+def test_library_frames_are_skipped_and_a_helper_is_the_users_line(program, monkeypatch):
+    from placeviz.io import load
+
+    monkeypatch.chdir(program)
+    slim_line, helper_line = f"prog.py:{marked_line(PROGRAM, 'slim')}", f"prog.py:{marked_line(PROGRAM, 'helper')}"
+    built, saved = load("prog.py:build"), load("prog.meta")
+    assert str(built.sources["fc/weights"]) == slim_line  # the call of slim, not a line inside tf_slim
+    assert str(built.sources["dense_w"]) == str(saved.sources["dense_w"]) == helper_line  # the helper's own line
+    # TF saves at most 10 frames outwards from the innermost frame outside TF itself, which for a
+    # slim variable is inside tf_slim: the user's line may be cut off, and then none is invented.
+    assert str(saved.sources.get("fc/weights", slim_line)) == slim_line
+    for model in (built, saved):
+        assert not any("/tf_slim/" in line.file or "/tensorflow/" in line.file for line in model.sources.values())
+    assert load("bare.meta").sources == {}  # no GraphDebugInfo saved: nothing invented
+
+
+@pytest.mark.tf
+def test_sarif_result_is_at_the_builders_line_and_valid(program, capsys, monkeypatch):
+    jsonschema = pytest.importorskip("jsonschema")
+    monkeypatch.chdir(program)
+    code, out, _ = run_cli(["lint", "prog.py:build", "--select", "PV201", "--format", "sarif"], capsys)
+    sarif = json.loads(out)
+    validator = jsonschema.Draft4Validator(json.loads(SARIF_SCHEMA.read_text()))
+    errors = sorted(validator.iter_errors(sarif), key=str)
+    assert not errors, errors[0]
+    (result,) = sarif["runs"][0]["results"]
+    first = result["locations"][0]
+    assert first["physicalLocation"] == {"artifactLocation": {"uri": "prog.py"},
+                                         "region": {"startLine": marked_line(PROGRAM, "planted")}}
+    assert first["logicalLocations"][0]["fullyQualifiedName"] == "output_bias"
+    (related,) = result["relatedLocations"]
+    assert related["physicalLocation"]["artifactLocation"]["uri"] == "prog.py:build"  # the model
+    result["relatedLocations"][0]["id"] = "one"  # the schema check has teeth
+    assert list(validator.iter_errors(sarif))
+
+
+def test_debug_info_in_either_layout(tmp_path):
+    """GraphDebugInfo as TF >= 2.15 writes it (frames by id) and as older TFs did (frames inline)."""
+    from placeviz.protos import GraphDebugInfo
+    from placeviz.sources import from_debug_info, is_library_file
+
+    lib = "/usr/lib/python3/dist-packages/tensorflow/python/ops/variables.py"
+    new = GraphDebugInfo(files=["/src/train.py", lib])
+    new.frames_by_id[7].CopyFrom(GraphDebugInfo.FileLineCol(file_index=0, line=12, func="main"))
+    new.frames_by_id[8].CopyFrom(GraphDebugInfo.FileLineCol(file_index=1, line=99, func="var"))
+    new.traces_by_id[1].frame_id.extend([7, 8])
+    new.name_to_trace_id["w@"] = 1
+    new.name_to_trace_id["w@some_function"] = 1  # a function's node: not the top-level graph's
+    assert {k: (v.file, v.line) for k, v in from_debug_info(new).items()} == {"w": ("/src/train.py", 12)}
+    old = GraphDebugInfo(files=["/src/train.py", lib])
+    old.traces["v@"].file_line_cols.add(file_index=0, line=3, func="main")
+    old.traces["v@"].file_line_cols.add(file_index=1, line=5, func="var")
+    old.traces["lib_only@"].file_line_cols.add(file_index=1, line=5, func="var")
+    assert {k: (v.file, v.line) for k, v in from_debug_info(old).items()} == {"v": ("/src/train.py", 3)}
+    assert is_library_file("<frozen runpy>") and is_library_file("tensorflow/python/ops/array_ops.py")
+    assert not is_library_file("/home/me/tensorflow-models/train.py")
