@@ -182,10 +182,14 @@ def sync_command(model, output, meta_graph, replicas_to_aggregate, total_replica
 @click.option("--rule-timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Stop a --rules DIR rule that runs longer than this per model (default 10; 0: no limit); "
                    "it is reported as timed out and lint goes on.")
+@click.option("--only-graphs", is_flag=True,
+              help="Skip, with a note, files that are not graphs: a SavedModel's fingerprint.pb/keras_metadata.pb "
+                   "and other side files, text protos that are not a GraphDef/MetaGraphDef/SavedModel (label "
+                   "maps, pipeline configs); saved_model.pb is linted as its directory (the pre-commit hook's mode).")
 @place_options
 @sync_options
 def lint_command(models, select, extend_select, ignore, preview, fail_on, fmt, output, baseline, write_baseline,
-                 config, rules_dirs, tag, worker_graphs, rule_timeout, place, sync) -> int:
+                 config, rules_dirs, tag, worker_graphs, rule_timeout, only_graphs, place, sync) -> int:
     """Check MODELS for parameter-server mistakes; exit 0 clean, 1 findings, 2 errors.
 
     --cluster FILE (a PLACE option) is also the cluster spec the cluster rules check against.
@@ -196,7 +200,7 @@ def lint_command(models, select, extend_select, ignore, preview, fail_on, fmt, o
     return command.run(models, place=place, sync=sync, tag=tag, select=select, extend_select=extend_select,
                        ignore=ignore, preview=preview, fail_on=fail_on, fmt=fmt, baseline=baseline,
                        write_baseline=write_baseline, config=config, rules_dirs=rules_dirs, output=output,
-                       worker_graphs=worker_graphs, rule_timeout=rule_timeout)
+                       worker_graphs=worker_graphs, rule_timeout=rule_timeout, only_graphs=only_graphs)
 
 
 @cli.command("rules")

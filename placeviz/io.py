@@ -222,18 +222,38 @@ def _load_text(spec: str, data: bytes) -> Model:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise LoadError(spec, "not a text proto (not UTF-8); is it a binary .pb?") from None
-    first = _first_field_name(text)
-    if first in ("saved_model_schema_version", "meta_graphs"):
+    kind = text_proto_kind(text)
+    if kind == "savedmodel":
         saved = _parse_text(spec, text, SavedModel(), "SavedModel")
         return _choose_meta_graph(spec, saved, None)
-    if first in ("meta_info_def", "graph_def", "saver_def", "collection_def", "signature_def",
-                 "asset_file_def", "object_graph_def"):
+    if kind == "metagraph":
         meta = _parse_text(spec, text, MetaGraphDef(), "MetaGraphDef")
         return _from_meta_graph(spec, "metagraph", meta)
     graph_def = _parse_text(spec, text, GraphDef(), "GraphDef")
     if not graph_def.node:
         raise LoadError(spec, "no nodes: an empty text GraphDef")
     return _from_graph_def(spec, "graphdef-text", graph_def)
+
+
+def text_proto_kind(text: str) -> str | None:
+    """Which graph message a text proto holds, from its first field name: ``savedmodel``,
+    ``metagraph``, ``graphdef``, or None (another message: a label map's ``item``, a pipeline
+    config's ``model``, an empty file). The field names are those of ``SavedModel``,
+    ``MetaGraphDef`` and ``GraphDef`` (``tensorflow/core/protobuf/saved_model.proto``,
+    ``meta_graph.proto``, ``tensorflow/core/framework/graph.proto``)."""
+    first = _first_field_name(text)
+    if first in _FIELDS["savedmodel"]:
+        return "savedmodel"
+    if first in _FIELDS["metagraph"]:
+        return "metagraph"
+    return "graphdef" if first in _FIELDS["graphdef"] else None
+
+
+_FIELDS = {
+    "savedmodel": {f.name for f in SavedModel.DESCRIPTOR.fields},
+    "metagraph": {f.name for f in MetaGraphDef.DESCRIPTOR.fields},
+    "graphdef": {f.name for f in GraphDef.DESCRIPTOR.fields},
+}
 
 
 def _first_field_name(text: str) -> str:

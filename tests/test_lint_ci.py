@@ -240,3 +240,83 @@ def test_debug_info_in_either_layout(tmp_path):
     assert {k: (v.file, v.line) for k, v in from_debug_info(old).items()} == {"v": ("/src/train.py", 3)}
     assert is_library_file("<frozen runpy>") and is_library_file("tensorflow/python/ops/array_ops.py")
     assert not is_library_file("/home/me/tensorflow-models/train.py")
+
+
+# ------------------------------------------------------------ the pre-commit hook's files
+LABEL_MAP = 'item {\n  id: 1\n  name: "cat"\n}\nitem {\n  id: 2\n  name: "dog"\n}\n'
+PIPELINE_CONFIG = '# SSD with MobileNet\nmodel {\n  ssd {\n    num_classes: 2\n  }\n}\n'
+SAVE_MODULE = '''
+import sys
+import tensorflow as tf
+
+class Scale(tf.Module):
+    def __init__(self):
+        self.w = tf.Variable([1.0, 2.0])
+
+    @tf.function(input_signature=[tf.TensorSpec([2], tf.float32)])
+    def __call__(self, x):
+        return self.w * x
+
+tf.saved_model.save(Scale(), sys.argv[1])  # saved_model.pb, fingerprint.pb, variables/
+'''
+
+
+@pytest.fixture(scope="module")
+def user_repo(tmp_path_factory) -> Path:
+    """A user's repository: a SavedModel written by TF (with its fingerprint.pb), Keras metadata,
+    a label map, a pipeline config and a broken training graph (a dangling input: PV003)."""
+    pytest.importorskip("tensorflow")
+    import os
+    import subprocess
+    import sys
+
+    repo = tmp_path_factory.mktemp("user_repo")
+    models = repo / "models"
+    models.mkdir()
+    (repo / "save.py").write_text(SAVE_MODULE)
+    proc = subprocess.run([sys.executable, "save.py", str(models / "exported")], cwd=repo, capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (models / "exported" / "fingerprint.pb").is_file()
+    (models / "exported" / "keras_metadata.pb").write_bytes(b"\n\x02{}")
+    (repo / "label_map.pbtxt").write_text(LABEL_MAP)
+    (repo / "pipeline.pbtxt").write_text(PIPELINE_CONFIG)
+    g = GraphDef()
+    g.node.add(name="x", op="Placeholder")
+    g.node.add(name="y", op="Identity", input=["gone"])
+    (models / "train.pb").write_bytes(g.SerializeToString())
+    return repo
+
+
+HOOK_FILES = ["label_map.pbtxt", "models/exported/fingerprint.pb", "models/exported/keras_metadata.pb",
+              "models/exported/saved_model.pb", "models/train.pb", "pipeline.pbtxt"]
+
+
+@pytest.mark.tf
+def test_only_graphs_lints_the_graphs_and_notes_the_rest(user_repo, capsys, monkeypatch):
+    monkeypatch.chdir(user_repo)
+    code, out, err = run_cli(["lint", "--only-graphs", "--format", "json", *HOOK_FILES], capsys)
+    doc = json.loads(out)
+    assert doc["models"] == ["models/exported", "models/train.pb"] and doc["errors"] == []
+    assert {(f["model"], f["rule"]) for f in doc["findings"]} == {("models/train.pb", "PV003")} and code == 1
+    notes = [line for line in err.splitlines() if "(--only-graphs)" in line]
+    assert sorted(n.split(":")[1].split()[-1] for n in notes) == [
+        "label_map.pbtxt", "models/exported/fingerprint.pb", "models/exported/keras_metadata.pb", "pipeline.pbtxt"]
+    assert all(n.count("\n") == 0 and n.startswith("placeviz: skipped ") for n in notes)
+    # Staged twice (the directory and its saved_model.pb): one model.
+    code, out, _ = run_cli(["lint", "--only-graphs", "--format", "json", "models/exported",
+                            "models/exported/saved_model.pb"], capsys)
+    assert json.loads(out)["models"] == ["models/exported"] and code == 0
+    # Without --only-graphs, a label map is what it always was: not a graph, exit 2, one line.
+    code, _, err = run_cli(["lint", "label_map.pbtxt"], capsys)
+    assert code == 2 and "label_map.pbtxt" in err and "Traceback" not in err
+
+
+def test_text_proto_kind_reads_the_first_field():
+    from placeviz.io import text_proto_kind
+
+    assert text_proto_kind(LABEL_MAP) is None and text_proto_kind(PIPELINE_CONFIG) is None
+    assert text_proto_kind("# a graph\n\nnode {\n name: 'a'\n op: 'NoOp'\n}\n") == "graphdef"
+    assert text_proto_kind("meta_info_def {\n}\ngraph_def {\n}\n") == "metagraph"
+    assert text_proto_kind("saved_model_schema_version: 1\n") == "savedmodel"
+    assert text_proto_kind("") is None

@@ -22,11 +22,12 @@ FORMATS = ("text", "json", "sarif", "github")
 
 def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=(), ignore=(), preview=False,
         fail_on=None, fmt="text", baseline=None, write_baseline=None, config=None, rules_dirs=(),
-        output=None, worker_graphs=(), rule_timeout=None) -> int:
+        output=None, worker_graphs=(), rule_timeout=None, only_graphs=False) -> int:
     """Lint MODELS; returns the exit code (0 clean, 1 findings at or above fail-on, 2 errors).
 
     ``worker_graphs``: ``--worker-graph I=MODEL`` values (the graphs other worker tasks built, for
-    PV211); they need exactly one MODEL, the chief's. ``rule_timeout``: seconds a ``--rules DIR``
+    PV211); they need exactly one MODEL, the chief's. ``only_graphs``: skip, with a note, the
+    files that are not graphs (:mod:`placeviz.lint.inputs`; the pre-commit hook's mode). ``rule_timeout``: seconds a ``--rules DIR``
     rule may take per model (None: the default; 0: no limit; see :mod:`placeviz.lint.contain`).
     """
     from placeviz.commands.place_options import build_placement_options
@@ -41,6 +42,11 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     from placeviz.tasks import check_workers_range, cluster_workers, parse_worker_graphs
 
     rule_timeout = DEFAULT_TIMEOUT if rule_timeout is None else (rule_timeout or None)
+    skipped_files = []
+    if only_graphs:  # the pre-commit hook: files that are not graphs are noted, not errors
+        from placeviz.lint.inputs import graph_models
+
+        models, skipped_files = graph_models(list(models))
     cfg = load_config(config)
     rules = load_rules(rules_dirs, timeout=rule_timeout)
     select, extend_select, ignore = split_selectors(select), split_selectors(extend_select), split_selectors(ignore)
@@ -66,7 +72,7 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
                           cluster=placement_options.cluster, thresholds=cfg.thresholds, severity=cfg.severity,
                           worker_graphs=tasks, workers=workers, rule_timeout=rule_timeout)
     baseline_file = baseline or cfg.baseline
-    notes = []
+    notes = list(skipped_files)
     if not baseline and baseline_file and not write_baseline and not os.path.lexists(baseline_file):
         # The config names a baseline nobody has written yet (a fresh clone, the first CI run): a
         # note, and every finding counts; an explicit --baseline FILE that is missing stays an error.
