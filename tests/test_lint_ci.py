@@ -320,3 +320,34 @@ def test_text_proto_kind_reads_the_first_field():
     assert text_proto_kind("meta_info_def {\n}\ngraph_def {\n}\n") == "metagraph"
     assert text_proto_kind("saved_model_schema_version: 1\n") == "savedmodel"
     assert text_proto_kind("") is None
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_pre_commit_try_repo_fails_only_on_the_training_graph(user_repo, tmp_path):
+    """The hook as a user runs it: `pre-commit try-repo` installs this repository into its own
+    virtualenv (network or a package index needed; about a minute) and runs it on every file."""
+    import os
+    import shutil
+    import subprocess
+
+    pre_commit = shutil.which("pre-commit") or str(Path(os.sys.executable).with_name("pre-commit"))
+    if not Path(pre_commit).is_file():
+        pytest.skip("pre-commit is not installed")
+    repo = tmp_path / "repo"
+    shutil.copytree(user_repo, repo, ignore=shutil.ignore_patterns("save.py"))
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "models"]):
+        subprocess.run([*git, *args], cwd=repo, check=True)
+    env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "cache"))
+    proc = subprocess.run([pre_commit, "try-repo", str(Path(__file__).resolve().parent.parent), "placeviz-lint",
+                           "--all-files", "--verbose"], cwd=repo, capture_output=True, text=True, env=env,
+                          timeout=1200)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "- exit code: 1" in out and "models/train.pb: y: PV003 [error]" in out
+    assert "1 finding (1 error, 0 warning, 0 info) in 2 models" in out  # the SavedModel: one model, clean
+    assert not [line for line in out.splitlines() if line.startswith(("error: ", "placeviz: error"))]
+    for skipped in ("label_map.pbtxt", "pipeline.pbtxt", "models/exported/fingerprint.pb",
+                    "models/exported/keras_metadata.pb"):
+        assert f"placeviz: skipped {skipped}: " in out
