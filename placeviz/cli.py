@@ -31,7 +31,7 @@ MODEL_HELP = ("MODEL: file.pb | file.pbtxt | file.meta | saved_model_dir | path/
              epilog="Environment: PLACEVIZ_NO_KERNELS=1 runs the pure-Python paths instead of the C kernels "
                     "(the same results, 2-3x slower on big graphs).")
 @click.version_option(__version__, prog_name="placeviz")
-@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors, and TensorFlow's own log lines and warnings.")
 @click.option("--max-bytes", metavar="SIZE", envvar="PLACEVIZ_MAX_BYTES", default="2GiB", show_default=True,
               callback=lambda _ctx, _param, value: _size_option(value),
               help="Refuse model files larger than SIZE (bytes, or KiB/MiB/GiB/KB/MB/GB); env PLACEVIZ_MAX_BYTES.")
@@ -39,6 +39,10 @@ def cli(debug: bool, max_bytes: int) -> None:
     """See and prove where a TensorFlow parameter-server training graph runs."""
     global _debug
     _debug = debug
+    if not debug:  # TF's banners and deprecation notices, should anything import TF (placeviz.tflog)
+        from placeviz.tflog import quiet_tensorflow
+
+        quiet_tensorflow()
     from placeviz.io import guard_outputs
     from placeviz.limits import set_max_input_bytes
 
@@ -466,7 +470,6 @@ def main(argv: list[str] | None = None) -> None:
     """
     from placeviz.interrupts import Terminated, handle_termination
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # only matters when TF gets imported
     try:
         with handle_termination():
             code = cli.main(args=argv, prog_name="placeviz", standalone_mode=False)

@@ -351,3 +351,42 @@ def test_pre_commit_try_repo_fails_only_on_the_training_graph(user_repo, tmp_pat
     for skipped in ("label_map.pbtxt", "pipeline.pbtxt", "models/exported/fingerprint.pb",
                     "models/exported/keras_metadata.pb"):
         assert f"placeviz: skipped {skipped}: " in out
+
+
+# ------------------------------------------------------------------ TensorFlow kept quiet
+CHATTY = '''\
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+
+def build():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [2], name="x")
+        with tf1.colocate_with(x):  # TF logs "Colocations handled automatically by placer."
+            tf.identity(x, name="y")
+    return g
+'''
+
+
+@pytest.mark.tf
+def test_tensorflow_logging_is_silenced_unless_debug(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "chatty.py").write_text(CHATTY)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)  # this checkout's placeviz
+
+    def stderr(*args) -> str:
+        proc = subprocess.run([sys.executable, "-m", "placeviz", *args, "lint", "chatty.py:build", "--select",
+                               "PV0"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stderr
+
+    loud = stderr("--debug")
+    assert "Colocations handled automatically by placer" in loud  # what TF says here, shown with --debug
+    quiet = stderr()
+    assert quiet == "", quiet  # nothing but placeviz's own lines (none on a clean run)
