@@ -162,10 +162,11 @@ def sync_command(model, output, meta_graph, replicas_to_aggregate, total_replica
 
 @cli.command("lint", epilog=MODEL_HELP)
 @click.argument("models", nargs=-1, required=True)
-@click.option("--select", multiple=True, metavar="RULE",
-              help="Run only these rules: ID, name, ID prefix (PV3) or ALL; replaces the config's select.")
-@click.option("--extend-select", multiple=True, metavar="RULE", help="Add rules to the selection.")
-@click.option("--ignore", multiple=True, metavar="RULE", help="Deselect rules (ID, name or prefix).")
+@click.option("--select", multiple=True, metavar="RULE[,RULE]",
+              help="Run only these rules: ID, name, ID prefix (PV3) or ALL, repeated or comma-separated; replaces "
+                   "the config's select.")
+@click.option("--extend-select", multiple=True, metavar="RULE[,RULE]", help="Add rules to the selection.")
+@click.option("--ignore", multiple=True, metavar="RULE[,RULE]", help="Deselect rules (ID, name or prefix).")
 @click.option("--preview", is_flag=True, help="Also select preview rules.")
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]), default=None,
               help="Exit 1 when a finding is at least this severe (default: config, else error).")

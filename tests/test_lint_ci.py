@@ -390,3 +390,26 @@ def test_tensorflow_logging_is_silenced_unless_debug(tmp_path):
     assert "Colocations handled automatically by placer" in loud  # what TF says here, shown with --debug
     quiet = stderr()
     assert quiet == "", quiet  # nothing but placeviz's own lines (none on a clean run)
+
+
+def test_a_hostile_file_name_in_debug_info_stays_one_line(work, capsys):
+    """A GraphDebugInfo is untrusted input like the model: its file names reach every format."""
+    from placeviz.protos import GraphDebugInfo, MetaGraphDef
+
+    meta = MetaGraphDef()
+    meta.meta_info_def.tags.append("train")
+    meta.graph_def.ParseFromString((work / "model.pb").read_bytes())
+    (work / "model.meta").write_bytes(meta.SerializeToString())
+    info = GraphDebugInfo(files=["evil\n::error file=x::pwned\x1b]0;title\x07.py"])
+    info.traces["i@"].file_line_cols.add(file_index=0, line=7, func="build")
+    (work / "model.debug").write_bytes(info.SerializeToString())
+    code, out, _ = lint(capsys, "model.meta", "--select", "XY101", fmt="github")
+    first = out.splitlines()[0]
+    assert first.startswith("::error file=evil%0A%3A%3Aerror file=x%3A%3Apwned") and ",line=7," in first
+    assert sum(line.startswith("::") for line in out.splitlines()) == 1
+    code, out, _ = lint(capsys, "model.meta", "--select", "XY101", fmt="text")
+    assert out.splitlines()[0].startswith("evil\\n::error file=x::pwned\\x1b]0;title\\x07.py:7: model.meta: i: XY101")
+    code, doc, _ = lint(capsys, "model.meta", "--select", "XY101", fmt="sarif")
+    (result,) = doc["runs"][0]["results"]
+    assert result["locations"][0]["physicalLocation"]["region"] == {"startLine": 7}
+    assert "\n" not in result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
