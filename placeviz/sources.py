@@ -25,6 +25,7 @@ operations are only iterated, and GraphDebugInfo is parsed with placeviz's own p
 
 from __future__ import annotations
 
+import functools
 import os
 import sysconfig
 from collections.abc import Iterable
@@ -69,6 +70,7 @@ class SourceLine:
         return {"file": self.path, "line": self.line, "function": self.function}
 
 
+@functools.lru_cache(maxsize=4096)
 def is_library_file(filename: str) -> bool:
     """Whether a frame's file belongs to TF, Keras, tf_slim, placeviz or the standard library
     (or is no file at all, like ``<frozen runpy>``), so that it cannot be the user's line."""
@@ -103,13 +105,31 @@ def from_tf_graph(graph) -> dict[str, SourceLine]:
     """Node name -> the user's line that created it, for a ``tf.Graph`` built in this process."""
     out = {}
     for op in graph.get_operations():
-        traceback = getattr(op, "traceback", None)
-        if not traceback:
-            continue
-        found = user_line((f.filename, f.lineno, f.name) for f in traceback)
+        found = _stack_user_line(getattr(op, "traceback", None))
         if found is not None:
             out[op.name] = found
     return out
+
+
+def _stack_user_line(stack) -> SourceLine | None:
+    """:func:`user_line` of a ``tf_stack.StackTrace``, read from its innermost frame outwards, one
+    frame at a time (building every frame's Python object costs ~100 us an op). TF's
+    ``last_user_frame()`` and ``get_user_frames()`` (``tensorflow/python/util/tf_stack.cc``) leave
+    out the frames of TF's own framework files, which :func:`is_library_file` would skip anyway;
+    frames in tf_slim or Keras are still walked past here."""
+    if not stack:
+        return None
+    if hasattr(stack, "last_user_frame"):  # the common case in one call: the innermost non-TF frame is the user's
+        f = stack.last_user_frame()
+        if f is not None and f.lineno and not is_library_file(f.filename):
+            return SourceLine(f.filename, int(f.lineno), f.name or None)
+    if hasattr(stack, "get_user_frames"):
+        stack = stack.get_user_frames()
+    for k in range(len(stack) - 1, -1, -1):
+        f = stack[k]
+        if f.lineno and not is_library_file(f.filename):
+            return SourceLine(f.filename, int(f.lineno), f.name or None)
+    return None
 
 
 def from_debug_info(info) -> dict[str, SourceLine]:
