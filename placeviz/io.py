@@ -361,13 +361,11 @@ def _read_debug_info(path: Path):
         return None
     info = protos.GraphDebugInfo()
     try:
-        info.ParseFromString(data)
-        return info
-    except (pb_message.DecodeError, RuntimeError, ValueError):
-        pass
-    try:
-        text_format.Parse(data.decode("utf-8"), info)
-    except (UnicodeDecodeError, text_format.ParseError):
+        if _looks_like_text(data):
+            text_format.Parse(data.decode("utf-8"), info)
+        else:
+            info.ParseFromString(data)
+    except (UnicodeDecodeError, text_format.ParseError, pb_message.DecodeError, RuntimeError, ValueError):
         return None
     return info
 

@@ -127,6 +127,7 @@ if __name__ == "__main__":
     with g.as_default():
         # TF writes prog.debug next to prog.meta (meta_graph.export_scoped_meta_graph).
         tf1.train.export_meta_graph(os.path.join(out, "prog.meta"), graph=g, save_debug_info=True)
+        tf1.train.export_meta_graph(os.path.join(out, "text.meta"), graph=g, save_debug_info=True, as_text=True)
         meta = tf1.train.export_meta_graph(os.path.join(out, "bare.meta"), graph=g)
     # A SavedModel (TF's proto, the graph tagged "train") with its debug/saved_model_debug_info.pb,
     # made by the function TF's savers use.
@@ -147,7 +148,8 @@ def marked_line(text: str, mark: str) -> int:
 @pytest.fixture(scope="module")
 def program(tmp_path_factory) -> Path:
     """prog.py (a builder with a planted PV201) and what TF itself saved from it: prog.meta with
-    prog.debug, bare.meta without, sm/ (a SavedModel) with debug/saved_model_debug_info.pb."""
+    prog.debug, text.meta with text.debug (as_text), bare.meta without, sm/ (a SavedModel) with
+    debug/saved_model_debug_info.pb."""
     pytest.importorskip("tensorflow")
     pytest.importorskip("tf_slim")
     import os
@@ -170,7 +172,7 @@ def pv201(doc) -> dict:
 
 
 @pytest.mark.tf
-@pytest.mark.parametrize("model", ["prog.py:build", "prog.meta", "sm"])
+@pytest.mark.parametrize("model", ["prog.py:build", "prog.meta", "text.meta", "sm"])
 def test_findings_point_at_the_line_that_created_the_op(program, capsys, monkeypatch, model):
     monkeypatch.chdir(program)
     planted = marked_line(PROGRAM, "planted")
