@@ -217,7 +217,8 @@ def test_sarif_result_is_at_the_builders_line_and_valid(program, capsys, monkeyp
                                          "region": {"startLine": marked_line(PROGRAM, "planted")}}
     assert first["logicalLocations"][0]["fullyQualifiedName"] == "output_bias"
     (related,) = result["relatedLocations"]
-    assert related["physicalLocation"]["artifactLocation"]["uri"] == "prog.py:build"  # the model
+    assert related["physicalLocation"]["artifactLocation"]["uri"] == "prog.py"  # the builder's file, not "prog.py:build"
+    assert related["message"]["text"] == "node output_bias in the model prog.py:build"
     result["relatedLocations"][0]["id"] = "one"  # the schema check has teeth
     assert list(validator.iter_errors(sarif))
 

@@ -58,6 +58,17 @@ def source_text(source: dict) -> str:
     return f"{source['file']}:{source['line']}"
 
 
+_BUILDER = re.compile(r"^(?P<file>[^:]+\.py):[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def model_file(model: str) -> str:
+    """The file a model's annotations and SARIF locations name: the model file itself, or for a
+    builder MODEL ``train.py:build`` the file ``train.py`` (``train.py:build`` is not a path, and
+    as a URI it would read as the scheme ``train.py``)."""
+    m = _BUILDER.match(model)
+    return m["file"] if m and not Path(model).exists() else model
+
+
 def short_ids(ids: list[str], shown: int = 8) -> str:
     """``PV101, PV102, ... and 30 more`` for long lists: a skipped line stays readable."""
     return ", ".join(ids) if len(ids) <= shown else ", ".join(ids[:shown]) + f" and {len(ids) - shown} more"
@@ -142,11 +153,11 @@ def format_github(report) -> str:
             file, line = f.source["file"], f.source["line"]
             where = f"{f.model}: {where}"
         else:
-            file, line = f.model, lines_of(f.model, f.node)
+            file, line = model_file(f.model), lines_of(f.model, f.node)
         props = f"file={github_property(file)},line={line},title={github_property(f'{f.rule} {f.name}')}"
         lines.append(f"::{GITHUB_LEVEL[f.severity]} {props}::{github_data(where + f.message)}")
     for e in report.errors:
-        props = f"file={github_property(e.model)}," if e.model else ""
+        props = f"file={github_property(model_file(e.model))}," if e.model else ""
         lines.append(f"::error {props}title=placeviz lint error::{github_data(e.message)}")
     for model, reason, ids in group_skipped(report.skipped):
         lines.append(terminal_text(f"placeviz lint: skipped on {model}: {short_ids(ids)}: {reason}"))

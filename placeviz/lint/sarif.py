@@ -5,7 +5,8 @@
 * a result's location is where the fix goes: the user's Python line that created the node when
   it is known (:mod:`placeviz.sources`: a builder's op tracebacks, or the model's GraphDebugInfo),
   with the model file as a related location; else the model file itself, at line 1 for a binary
-  model or the node's ``name:`` line in a text one. Paths are relative to the current directory
+  model or the node's ``name:`` line in a text one (for a builder ``train.py:build``, the file
+  ``train.py``: see :func:`~placeviz.lint.formats.model_file`). Paths are relative to the current directory
   (run from the repo root, that is what GitHub expects); the node itself is a logical location
   (kind ``member``);
 * ``partialFingerprints["placevizNode/v1"]`` is the baseline fingerprint (rule, model, node), so
@@ -23,7 +24,7 @@ import urllib.parse
 from pathlib import Path
 
 from placeviz.lint.baseline import fingerprint
-from placeviz.lint.formats import NodeLines, group_skipped
+from placeviz.lint.formats import NodeLines, group_skipped, model_file
 
 SARIF_SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -67,7 +68,7 @@ def to_sarif(report) -> dict:
         findings = sorted(findings, key=lambda f: rank[f.severity])[:MAX_RESULTS]
         dropped = len(report.findings) - MAX_RESULTS
     for f in findings:
-        model_location = {"physicalLocation": {"artifactLocation": {"uri": artifact_uri(f.model)},
+        model_location = {"physicalLocation": {"artifactLocation": {"uri": artifact_uri(model_file(f.model))},
                                                "region": {"startLine": lines_of(f.model, f.node)}}}
         location = model_location
         if f.source:
