@@ -251,23 +251,31 @@ PIPELINE_CONFIG = '# SSD with MobileNet\nmodel {\n  ssd {\n    num_classes: 2\n 
 SAVE_MODULE = '''
 import sys
 import tensorflow as tf
+from tensorflow.python.saved_model import fingerprinting_utils
 
-class Scale(tf.Module):
-    def __init__(self):
-        self.w = tf.Variable([1.0, 2.0])
-
-    @tf.function(input_signature=[tf.TensorSpec([2], tf.float32)])
-    def __call__(self, x):
-        return self.w * x
-
-tf.saved_model.save(Scale(), sys.argv[1])  # saved_model.pb, fingerprint.pb, variables/
+tf1 = tf.compat.v1
+export_dir = sys.argv[1]
+g = tf.Graph()
+with g.as_default():
+    x = tf1.placeholder(tf.float32, [None, 2], name="x")
+    w = tf1.get_variable("w", [2, 1])
+    loss = tf.reduce_sum(tf.matmul(x, w))
+    train_op = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    tf1.add_to_collection(tf1.GraphKeys.TRAIN_OP, train_op)
+    with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        builder = tf1.saved_model.Builder(export_dir)
+        builder.add_meta_graph_and_variables(sess, ["train"])
+        builder.save()
+fingerprinting_utils.write_fingerprint(export_dir)  # fingerprint.pb, as tf.saved_model.save writes it
 '''
 
 
 @pytest.fixture(scope="module")
 def user_repo(tmp_path_factory) -> Path:
-    """A user's repository: a SavedModel written by TF (with its fingerprint.pb), Keras metadata,
-    a label map, a pipeline config and a broken training graph (a dangling input: PV003)."""
+    """A user's repository: a TF1 training SavedModel written by TF (with the fingerprint.pb TF
+    writes for it), Keras metadata, a label map, a pipeline config and a broken training graph (a
+    dangling input: PV003)."""
     pytest.importorskip("tensorflow")
     import os
     import subprocess
