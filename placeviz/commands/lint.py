@@ -26,9 +26,10 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     """Lint MODELS; returns the exit code (0 clean, 1 findings at or above fail-on, 2 errors).
 
     ``worker_graphs``: ``--worker-graph I=MODEL`` values (the graphs other worker tasks built, for
-    PV211); they need exactly one MODEL, the chief's. ``only_graphs``: skip, with a note, the
-    files that are not graphs (:mod:`placeviz.lint.inputs`; the pre-commit hook's mode). ``rule_timeout``: seconds a ``--rules DIR``
+    PV211); they need exactly one MODEL, the chief's. ``rule_timeout``: seconds a ``--rules DIR``
     rule may take per model (None: the default; 0: no limit; see :mod:`placeviz.lint.contain`).
+    ``only_graphs``: skip, with a note, the files that are not graphs (:mod:`placeviz.lint.inputs`;
+    the pre-commit hook's mode).
     """
     from placeviz.commands.place_options import build_placement_options
     from placeviz.lint.baseline import read_baseline
