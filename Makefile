@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.placeviz-installed
 DEMO_DIR ?= placeviz-demo
 
-.PHONY: install demo test lint docs bench graphviz clean
+.PHONY: install demo test lint docs bench graphviz clean release
 
 install: $(STAMP) graphviz
 
@@ -53,6 +53,16 @@ test: install
 bench: install
 	$(BIN)/python benchmarks/gen_graphs.py --sizes 10k,50k,200k,1m
 	$(BIN)/python benchmarks/run.py
+
+# A release: the annotated tag v<version> (pyproject.toml) on a clean HEAD, the `rev:` that
+# pre-commit users pin. Push it yourself afterwards: git push origin v<version>.
+VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+release:
+	@test -n "$(VERSION)" || { echo "no version in pyproject.toml"; exit 2; }
+	@git diff --quiet HEAD -- || { echo "the work tree has uncommitted changes; commit them first"; exit 2; }
+	@! git rev-parse -q --verify "refs/tags/v$(VERSION)" >/dev/null || { echo "tag v$(VERSION) exists; bump version in pyproject.toml"; exit 2; }
+	git tag -a "v$(VERSION)" -m "placeviz $(VERSION)"
+	@echo "tagged v$(VERSION); publish it with: git push origin v$(VERSION)"
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .ruff_cache *.egg-info

@@ -31,7 +31,7 @@ MODEL_HELP = ("MODEL: file.pb | file.pbtxt | file.meta | saved_model_dir | path/
              epilog="Environment: PLACEVIZ_NO_KERNELS=1 runs the pure-Python paths instead of the C kernels "
                     "(the same results, 2-3x slower on big graphs).")
 @click.version_option(__version__, prog_name="placeviz")
-@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors, and TensorFlow's own log lines and warnings.")
 @click.option("--max-bytes", metavar="SIZE", envvar="PLACEVIZ_MAX_BYTES", default="2GiB", show_default=True,
               callback=lambda _ctx, _param, value: _size_option(value),
               help="Refuse model files larger than SIZE (bytes, or KiB/MiB/GiB/KB/MB/GB); env PLACEVIZ_MAX_BYTES.")
@@ -39,6 +39,10 @@ def cli(debug: bool, max_bytes: int) -> None:
     """See and prove where a TensorFlow parameter-server training graph runs."""
     global _debug
     _debug = debug
+    if not debug:  # TF's banners and deprecation notices, should anything import TF (placeviz.tflog)
+        from placeviz.tflog import quiet_tensorflow
+
+        quiet_tensorflow()
     from placeviz.io import guard_outputs
     from placeviz.limits import set_max_input_bytes
 
@@ -166,10 +170,11 @@ def sync_command(model, output, meta_graph, replicas_to_aggregate, total_replica
 
 @cli.command("lint", epilog=MODEL_HELP)
 @click.argument("models", nargs=-1, required=True)
-@click.option("--select", multiple=True, metavar="RULE",
-              help="Run only these rules: ID, name, ID prefix (PV3) or ALL; replaces the config's select.")
-@click.option("--extend-select", multiple=True, metavar="RULE", help="Add rules to the selection.")
-@click.option("--ignore", multiple=True, metavar="RULE", help="Deselect rules (ID, name or prefix).")
+@click.option("--select", multiple=True, metavar="RULE[,RULE]",
+              help="Run only these rules: ID, name, ID prefix (PV3) or ALL, repeated or comma-separated; replaces "
+                   "the config's select.")
+@click.option("--extend-select", multiple=True, metavar="RULE[,RULE]", help="Add rules to the selection.")
+@click.option("--ignore", multiple=True, metavar="RULE[,RULE]", help="Deselect rules (ID, name or prefix).")
 @click.option("--preview", is_flag=True, help="Also select preview rules.")
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info", "never"]), default=None,
               help="Exit 1 when a finding is at least this severe (default: config, else error).")
@@ -190,11 +195,15 @@ def sync_command(model, output, meta_graph, replicas_to_aggregate, total_replica
 @click.option("--rule-timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Stop a --rules DIR rule that runs longer than this per model (default 10; 0: no limit); "
                    "it is reported as timed out and lint goes on.")
+@click.option("--only-graphs", is_flag=True,
+              help="Skip, with a note, files that are not graphs: a SavedModel's fingerprint.pb/keras_metadata.pb "
+                   "and other side files, text protos that are not a GraphDef/MetaGraphDef/SavedModel (label "
+                   "maps, pipeline configs); saved_model.pb is linted as its directory (the pre-commit hook's mode).")
 @batch_size_option
 @place_options
 @sync_options
 def lint_command(models, select, extend_select, ignore, preview, fail_on, fmt, output, baseline, write_baseline,
-                 config, rules_dirs, tag, worker_graphs, rule_timeout, batch_size, place, sync) -> int:
+                 config, rules_dirs, tag, worker_graphs, rule_timeout, only_graphs, batch_size, place, sync) -> int:
     """Check MODELS for parameter-server mistakes; exit 0 clean, 1 findings, 2 errors.
 
     --cluster FILE (a PLACE option) is also the cluster spec the cluster rules check against.
@@ -205,7 +214,8 @@ def lint_command(models, select, extend_select, ignore, preview, fail_on, fmt, o
     return command.run(models, place=place, sync=sync, tag=tag, select=select, extend_select=extend_select,
                        ignore=ignore, preview=preview, fail_on=fail_on, fmt=fmt, baseline=baseline,
                        write_baseline=write_baseline, config=config, rules_dirs=rules_dirs, output=output,
-                       worker_graphs=worker_graphs, rule_timeout=rule_timeout, batch_size=batch_size)
+                       worker_graphs=worker_graphs, rule_timeout=rule_timeout, only_graphs=only_graphs,
+                       batch_size=batch_size)
 
 
 @cli.command("rules")
@@ -478,7 +488,6 @@ def main(argv: list[str] | None = None) -> None:
     """
     from placeviz.interrupts import Terminated, handle_termination
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # only matters when TF gets imported
     try:
         with handle_termination():
             code = cli.main(args=argv, prog_name="placeviz", standalone_mode=False)

@@ -88,6 +88,9 @@ class Model:
     collections: Collections = field(default_factory=Collections)
     per_task: bool = False
     """A builder whose function takes ``task_index``: each task's graph comes from its own call."""
+    sources: dict = field(default_factory=dict)
+    """Node name -> :class:`placeviz.sources.SourceLine`, the user's line that created it: from a
+    builder's ``tf.Graph`` or the model's GraphDebugInfo (empty when neither is at hand)."""
 
 
 # ---------------------------------------------------------------------------------- loading
@@ -125,7 +128,7 @@ def load(spec: str | os.PathLike, *, tag: str | None = None, task_index: int | N
     suffix = path.suffix.lower()
     if suffix == ".meta":
         meta = _parse_meta_graph(spec, data)
-        return _from_meta_graph(spec, "metagraph", meta, wire=_graph_def_wire(data))
+        return _with_debug_info(_from_meta_graph(spec, "metagraph", meta, wire=_graph_def_wire(data)), path)
     if suffix in TEXT_SUFFIXES:
         return _load_text(spec, data)
     return _load_binary_graph(spec, data)
@@ -226,18 +229,38 @@ def _load_text(spec: str, data: bytes) -> Model:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise LoadError(spec, "not a text proto (not UTF-8); is it a binary .pb?") from None
-    first = _first_field_name(text)
-    if first in ("saved_model_schema_version", "meta_graphs"):
+    kind = text_proto_kind(text)
+    if kind == "savedmodel":
         saved = _parse_text(spec, text, SavedModel(), "SavedModel")
         return _choose_meta_graph(spec, saved, None)
-    if first in ("meta_info_def", "graph_def", "saver_def", "collection_def", "signature_def",
-                 "asset_file_def", "object_graph_def"):
+    if kind == "metagraph":
         meta = _parse_text(spec, text, MetaGraphDef(), "MetaGraphDef")
         return _from_meta_graph(spec, "metagraph", meta)
     graph_def = _parse_text(spec, text, GraphDef(), "GraphDef")
     if not graph_def.node:
         raise LoadError(spec, "no nodes: an empty text GraphDef")
     return _from_graph_def(spec, "graphdef-text", graph_def)
+
+
+def text_proto_kind(text: str) -> str | None:
+    """Which graph message a text proto holds, from its first field name: ``savedmodel``,
+    ``metagraph``, ``graphdef``, or None (another message: a label map's ``item``, a pipeline
+    config's ``model``, an empty file). The field names are those of ``SavedModel``,
+    ``MetaGraphDef`` and ``GraphDef`` (``tensorflow/core/protobuf/saved_model.proto``,
+    ``meta_graph.proto``, ``tensorflow/core/framework/graph.proto``)."""
+    first = _first_field_name(text)
+    if first in _FIELDS["savedmodel"]:
+        return "savedmodel"
+    if first in _FIELDS["metagraph"]:
+        return "metagraph"
+    return "graphdef" if first in _FIELDS["graphdef"] else None
+
+
+_FIELDS = {
+    "savedmodel": {f.name for f in SavedModel.DESCRIPTOR.fields},
+    "metagraph": {f.name for f in MetaGraphDef.DESCRIPTOR.fields},
+    "graphdef": {f.name for f in GraphDef.DESCRIPTOR.fields},
+}
 
 
 def _first_field_name(text: str) -> str:
@@ -286,7 +309,8 @@ def _load_saved_model_dir(spec: str, directory: Path, tag: str | None, file: Pat
                 except (pb_message.DecodeError, RuntimeError, ValueError) as e:
                     raise LoadError(spec, f"{candidate.name} is not a valid SavedModel "
                                           f"({_decode_problem(e)})") from None
-            return _choose_meta_graph(spec, saved, tag, data if candidate.suffix != ".pbtxt" else None)
+            model = _choose_meta_graph(spec, saved, tag, data if candidate.suffix != ".pbtxt" else None)
+            return _with_debug_info(model, directory)
     raise LoadError(spec, "a directory without saved_model.pb: not a SavedModel")
 
 
@@ -317,6 +341,40 @@ def _choose_meta_graph(spec: str, saved, tag: str | None, data: bytes | None = N
             offset, length = spans[next(k for k, m in enumerate(metas) if m is meta)]
             wire = _graph_def_wire(memoryview(data)[offset:offset + length])
     return _from_meta_graph(spec, "savedmodel", meta, wire=wire)
+
+
+def _with_debug_info(model: Model, path: Path) -> Model:
+    """Add the source lines of the GraphDebugInfo TF saved next to the model (``NAME.debug`` of a
+    ``.meta``, ``debug/saved_model_debug_info.pb`` of a SavedModel; see :mod:`placeviz.sources`).
+    The file is optional metadata: one that is missing, too big or not a GraphDebugInfo adds nothing,
+    and the model is linted as without it."""
+    from placeviz.sources import debug_info_files, from_debug_info
+
+    for candidate in debug_info_files(str(path), model.kind):
+        info = _read_debug_info(candidate)
+        if info is not None:
+            for node, line in from_debug_info(info).items():
+                model.sources.setdefault(node, line)
+    return model
+
+
+def _read_debug_info(path: Path):
+    """A GraphDebugInfo file (binary, or text when TF was asked ``as_text=True``), or None."""
+    try:
+        if not path.is_file():
+            return None
+        data = read_regular_file(path, str(path), what="GraphDebugInfo")
+    except (OSError, PlacevizError):
+        return None
+    info = protos.GraphDebugInfo()
+    try:
+        if _looks_like_text(data):
+            text_format.Parse(data.decode("utf-8"), info)
+        else:
+            info.ParseFromString(data)
+    except (UnicodeDecodeError, text_format.ParseError, pb_message.DecodeError, RuntimeError, ValueError):
+        return None
+    return info
 
 
 def _fmt_tags(all_tags) -> str:
@@ -380,13 +438,20 @@ def _task_kwargs(func, task_index: int) -> dict:
 
 
 def _from_tf_object(spec: str, kind: str, obj) -> Model:
+    sources = {}
     if hasattr(obj, "as_graph_def") and hasattr(obj, "get_operations"):  # a tf.Graph
         import tensorflow as tf
 
+        from placeviz.sources import from_tf_graph
+
+        sources = from_tf_graph(obj)  # each op's creation stack: findings point at the builder's lines
         with obj.as_default():  # export_meta_graph refuses to run while eager execution is on
             obj = tf.compat.v1.train.export_meta_graph(graph=obj)
     if hasattr(obj, "DESCRIPTOR"):
-        return model_from_proto(spec, kind, obj)
+        model = model_from_proto(spec, kind, obj)
+        for node, line in sources.items():
+            model.sources.setdefault(node, line)
+        return model
     raise LoadError(spec, f"the builder returned {type(obj).__name__}; expected a tf.Graph, "
                           "GraphDef or MetaGraphDef")
 
@@ -425,8 +490,13 @@ def _from_graph_def(spec: str, kind: str, graph_def: GraphDef, meta=None, collec
         raise
     _check_node_names(spec, graph.names)
     _check_device_bounds(spec, graph)
-    return Model(source=spec, kind=kind, graph_def=graph_def, graph=graph, meta_graph=meta,
-                 tags=tuple(tags), collections=collections or Collections())
+    model = Model(source=spec, kind=kind, graph_def=graph_def, graph=graph, meta_graph=meta,
+                  tags=tuple(tags), collections=collections or Collections())
+    if graph_def.HasField("debug_info"):  # a GraphDebugInfo carried in the GraphDef itself
+        from placeviz.sources import from_debug_info
+
+        model.sources.update(from_debug_info(graph_def.debug_info))
+    return model
 
 
 def _default_fact_key_attrs(ops: set[str]) -> dict[str, tuple[str, ...]]:

@@ -37,6 +37,8 @@ OpDef = op_def_pb2.OpDef
 OpList = op_def_pb2.OpList
 TensorShapeProto = tensor_shape_pb2.TensorShapeProto
 DataType = types_pb2.DataType
+GraphDebugInfo = message_factory.GetMessageClass(GraphDef.DESCRIPTOR.fields_by_name["debug_info"].message_type)
+"""``GraphDef.debug_info`` (field 5): TF's ``GraphDebugInfo``, the ops' creation stacks (placeviz.sources)."""
 
 
 def _declare_missing_messages():

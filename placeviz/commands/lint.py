@@ -22,12 +22,14 @@ FORMATS = ("text", "json", "sarif", "github")
 
 def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=(), ignore=(), preview=False,
         fail_on=None, fmt="text", baseline=None, write_baseline=None, config=None, rules_dirs=(),
-        output=None, worker_graphs=(), rule_timeout=None, batch_size=None) -> int:
+        output=None, worker_graphs=(), rule_timeout=None, only_graphs=False, batch_size=None) -> int:
     """Lint MODELS; returns the exit code (0 clean, 1 findings at or above fail-on, 2 errors).
 
     ``worker_graphs``: ``--worker-graph I=MODEL`` values (the graphs other worker tasks built, for
     PV211); they need exactly one MODEL, the chief's. ``rule_timeout``: seconds a ``--rules DIR``
     rule may take per model (None: the default; 0: no limit; see :mod:`placeviz.lint.contain`).
+    ``only_graphs``: skip, with a note, the files that are not graphs (:mod:`placeviz.lint.inputs`;
+    the pre-commit hook's mode).
     """
     from placeviz.commands.place_options import build_placement_options
     from placeviz.lint.baseline import read_baseline
@@ -37,12 +39,18 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     from placeviz.lint.discovery import load_rules
     from placeviz.lint.engine import FAIL_ON_DEFAULT, run_lint
     from placeviz.lint.runner import LintOptions
-    from placeviz.lint.selection import select_rules, unknown_selectors
+    from placeviz.lint.selection import select_rules, split_selectors, unknown_selectors
     from placeviz.tasks import check_workers_range, cluster_workers, parse_worker_graphs
 
     rule_timeout = DEFAULT_TIMEOUT if rule_timeout is None else (rule_timeout or None)
+    skipped_files = []
+    if only_graphs:  # the pre-commit hook: files that are not graphs are noted, not errors
+        from placeviz.lint.inputs import graph_models
+
+        models, skipped_files = graph_models(list(models))
     cfg = load_config(config)
     rules = load_rules(rules_dirs, timeout=rule_timeout)
+    select, extend_select, ignore = split_selectors(select), split_selectors(extend_select), split_selectors(ignore)
     for option, values in (("--select", select), ("--extend-select", extend_select), ("--ignore", ignore)):
         bad = unknown_selectors(values, rules)
         if bad:
@@ -65,6 +73,14 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
                           cluster=placement_options.cluster, thresholds=cfg.thresholds, severity=cfg.severity,
                           worker_graphs=tasks, workers=workers, rule_timeout=rule_timeout, batch_size=batch_size)
     baseline_file = baseline or cfg.baseline
+    notes = list(skipped_files)
+    if not baseline and baseline_file and not write_baseline and not os.path.lexists(baseline_file):
+        # The config names a baseline nobody has written yet (a fresh clone, the first CI run): a
+        # note, and every finding counts; an explicit --baseline FILE that is missing stays an error.
+        shown = Path(os.path.relpath(baseline_file)).as_posix()
+        notes.append(f"the config's baseline {shown} does not exist yet, so no finding is baselined; "
+                     f"run `placeviz lint ... --write-baseline {shown}` to accept today's findings")
+        baseline_file = None
     known = read_baseline(baseline_file) if baseline_file and not write_baseline else None
     report = run_lint(list(models), selected, options, all_rules=rules, ignores=cfg.per_node_ignores,
                       config_path=config_path, config_findings=config_findings, baseline=known,
@@ -75,7 +91,7 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
             first = r.output.strip().splitlines()
             progress(f"rule module {r.path} printed {len(r.output):,} characters when imported, kept out of the "
                      f"report; first line: {repr(first[0][:200]) if first else '(blank)'}")
-    for note in report.notes:
+    for note in [*notes, *report.notes]:
         progress(note)
     for e in report.errors:  # also on stderr, one line each: the report may have gone to a file
         progress(f"error: {e.message}")

@@ -94,6 +94,10 @@ class Finding:
     message: str
     related: list[str] = field(default_factory=list)
     suggestion: str | None = None
+    source: dict | None = None
+    """Where the node was created in the user's Python code, ``{"file", "line", "function"}``
+    (file relative to the current directory when inside it), set by the engine from the model's
+    :attr:`placeviz.io.Model.sources`; None when unknown. Rules leave it alone."""
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from placeviz.errors import PlacevizError
 from placeviz.lint.api import SEVERITIES
+from placeviz.lint.selection import split_selectors
 
 try:
     import tomllib
@@ -199,7 +200,7 @@ def _str_list(table: dict, key: str, where: str) -> list[str]:
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}: {key} must be a list of rule IDs, names or prefixes")
-    return value
+    return split_selectors(value)  # "PV201,PV104" is two selectors, as on the command line
 
 
 def _typed(table: dict, key: str, kind: type, where: str, default):

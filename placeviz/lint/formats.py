@@ -1,5 +1,9 @@
 """Report formats for people and scripts: ``text``, ``json`` (``placeviz.lint/1``), ``github``.
 
+A finding whose node has a known source line (:mod:`placeviz.sources`: a builder's op tracebacks,
+or the model's GraphDebugInfo) is shown there: ``text`` starts the line with ``train.py:42:``,
+``github`` annotates ``train.py`` line 42 (the message names the model), ``json`` has ``source``.
+
 SARIF has its own module (:mod:`placeviz.lint.sarif`). Every format carries the full counts,
 the skipped rules with their reasons and the errors: GitHub shows only 10 annotations of each
 type per step, so the ``github`` format ends with a plain summary line that does not depend on
@@ -36,6 +40,8 @@ def format_text(report) -> str:
     lines = []
     for f in report.findings:
         where = f"{f.model}: {f.node}" if f.node else f.model
+        if f.source:  # the user's line first, as compilers print it: editors and terminals jump there
+            where = f"{source_text(f.source)}: {where}"
         lines.append(f"{where}: {f.rule} [{f.severity}] {f.message}  ({f.name})")
         if f.suggestion:
             lines.append(f"    help: {f.suggestion}")
@@ -45,6 +51,22 @@ def format_text(report) -> str:
         lines.append(f"skipped on {model}: {short_ids(ids)}: {reason}")
     lines.append(summary_line(report))
     return "\n".join(map(terminal_text, lines)) + "\n"
+
+
+def source_text(source: dict) -> str:
+    """``train.py:42`` for a finding's :attr:`~placeviz.lint.api.Finding.source`."""
+    return f"{source['file']}:{source['line']}"
+
+
+_BUILDER = re.compile(r"^(?P<file>[^:]+\.py):[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def model_file(model: str) -> str:
+    """The file a model's annotations and SARIF locations name: the model file itself, or for a
+    builder MODEL ``train.py:build`` the file ``train.py`` (``train.py:build`` is not a path, and
+    as a URI it would read as the scheme ``train.py``)."""
+    m = _BUILDER.match(model)
+    return m["file"] if m and not Path(model).exists() else model
 
 
 def short_ids(ids: list[str], shown: int = 8) -> str:
@@ -126,12 +148,16 @@ def format_github(report) -> str:
     lines = []
     lines_of = NodeLines()
     for f in report.findings:
-        props = f"file={github_property(f.model)},line={lines_of(f.model, f.node)}," \
-                f"title={github_property(f'{f.rule} {f.name}')}"
         where = f"{f.node} ({f.device}): " if f.node and f.device else (f"{f.node}: " if f.node else "")
+        if f.source:  # annotate the user's line that created the node; the message names the model
+            file, line = f.source["file"], f.source["line"]
+            where = f"{f.model}: {where}"
+        else:
+            file, line = model_file(f.model), lines_of(f.model, f.node)
+        props = f"file={github_property(file)},line={line},title={github_property(f'{f.rule} {f.name}')}"
         lines.append(f"::{GITHUB_LEVEL[f.severity]} {props}::{github_data(where + f.message)}")
     for e in report.errors:
-        props = f"file={github_property(e.model)}," if e.model else ""
+        props = f"file={github_property(model_file(e.model))}," if e.model else ""
         lines.append(f"::error {props}title=placeviz lint error::{github_data(e.message)}")
     for model, reason, ids in group_skipped(report.skipped):
         lines.append(terminal_text(f"placeviz lint: skipped on {model}: {short_ids(ids)}: {reason}"))

@@ -149,7 +149,8 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
         pipes, sources = task_pipelines(model, pipe, spec, options.worker_graphs, options.placement_options,
                                         options.sync, workers=options.workers, tag=options.tag)
         agreement = check_agreement(pipes, sources)
-    return _run_rules(_context(model_path, pipe, raw, options, agreement), rules, result, timeout)
+    return _locate(_run_rules(_context(model_path, pipe, raw, options, agreement), rules, result, timeout),
+                   model.sources)
 
 
 def lint_pipeline(pipe, rules: list[LoadedRule], options: LintOptions, model_path: str | None = None) -> ModelResult:
@@ -157,7 +158,18 @@ def lint_pipeline(pipe, rules: list[LoadedRule], options: LintOptions, model_pat
     so the model is not loaded and placed twice). The graph loaded, so no integrity pre-pass."""
     model_path = model_path or display_path(pipe.model.source)
     raw = RawGraph.from_graph(pipe.model.graph, pipe.model.graph_def)
-    return _run_rules(_context(model_path, pipe, raw, options), rules, ModelResult(), options.rule_timeout)
+    return _locate(_run_rules(_context(model_path, pipe, raw, options), rules, ModelResult(), options.rule_timeout),
+                   pipe.model.sources)
+
+
+def _locate(result: ModelResult, sources: dict) -> ModelResult:
+    """Give each finding on a node the user's line that created it (:mod:`placeviz.sources`)."""
+    if sources:
+        for f in result.findings:
+            line = sources.get(f.node) if f.node else None
+            if line is not None and f.source is None:
+                f.source = line.to_json()
+    return result
 
 
 def _run_rules(ctx: LintContext, rules: list[LoadedRule], result: ModelResult,

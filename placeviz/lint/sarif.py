@@ -2,9 +2,13 @@
 
 * one run; ``tool.driver.rules`` holds every selected rule (ID, name, summary, the generated doc
   page as ``help``, default level, category tag);
-* a result's location is the model file, relative to the current directory (run from the repo
-  root, that is what GitHub expects), at line 1 for a binary model or the node's ``name:`` line
-  in a text one; the node itself is a logical location (kind ``member``);
+* a result's location is where the fix goes: the user's Python line that created the node when
+  it is known (:mod:`placeviz.sources`: a builder's op tracebacks, or the model's GraphDebugInfo),
+  with the model file as a related location; else the model file itself, at line 1 for a binary
+  model or the node's ``name:`` line in a text one (for a builder ``train.py:build``, the file
+  ``train.py``: see :func:`~placeviz.lint.formats.model_file`). Paths are relative to the current directory
+  (run from the repo root, that is what GitHub expects); the node itself is a logical location
+  (kind ``member``);
 * ``partialFingerprints["placevizNode/v1"]`` is the baseline fingerprint (rule, model, node), so
   alerts survive re-exports of a model, which move every byte but keep node names;
 * at most 25,000 results (GitHub's limit per run), the most severe first, with a notification
@@ -20,7 +24,7 @@ import urllib.parse
 from pathlib import Path
 
 from placeviz.lint.baseline import fingerprint
-from placeviz.lint.formats import NodeLines, group_skipped
+from placeviz.lint.formats import NodeLines, group_skipped, model_file
 
 SARIF_SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -64,8 +68,12 @@ def to_sarif(report) -> dict:
         findings = sorted(findings, key=lambda f: rank[f.severity])[:MAX_RESULTS]
         dropped = len(report.findings) - MAX_RESULTS
     for f in findings:
-        location = {"physicalLocation": {"artifactLocation": {"uri": artifact_uri(f.model)},
-                                         "region": {"startLine": lines_of(f.model, f.node)}}}
+        model_location = {"physicalLocation": {"artifactLocation": {"uri": artifact_uri(model_file(f.model))},
+                                               "region": {"startLine": lines_of(f.model, f.node)}}}
+        location = model_location
+        if f.source:
+            location = {"physicalLocation": {"artifactLocation": {"uri": artifact_uri(f.source["file"])},
+                                             "region": {"startLine": f.source["line"]}}}
         if f.node:
             location["logicalLocations"] = [{"fullyQualifiedName": f.node, "name": f.node.rsplit("/", 1)[-1],
                                              "kind": "member"}]
@@ -77,6 +85,9 @@ def to_sarif(report) -> dict:
             "partialFingerprints": {"placevizNode/v1": fingerprint(f)},
             "properties": {"severity": f.severity, "device": f.device, "related": f.related},
         }
+        if f.source:
+            result["relatedLocations"] = [{"id": 1, **model_location,
+                                           "message": {"text": f"node {f.node} in the model {f.model}"}}]
         if f.rule in index:
             result["ruleIndex"] = index[f.rule]
         results.append(result)

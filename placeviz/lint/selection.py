@@ -6,6 +6,9 @@ prefix (``PV3``, ``PV30``). The command line's ``--select`` replaces the config'
 
     selected = match(select + extend-select) - match(ignore)
 
+Each value may be a comma-separated list (``--select PV201,PV104``, as ruff takes it):
+:func:`split_selectors` flattens them before anything else looks at them.
+
 Preview rules are selected only by their exact ID or name, or when ``preview`` is on: a new rule
 does not start failing CI because someone wrote ``select = ["ALL"]``.
 """
@@ -15,6 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from placeviz.lint.discovery import LoadedRule
+
+
+def split_selectors(values: Iterable[str]) -> list[str]:
+    """``["PV201,PV104", "PV3"]`` -> ``["PV201", "PV104", "PV3"]``: a comma list is several selectors
+    (no rule ID or kebab-case name holds a comma); blanks around and between commas are dropped."""
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
 def matches(selector: str, rule) -> bool:
