@@ -32,7 +32,7 @@ _MAX_INDEX_BYTES = 1 << 30
 
 
 def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, level: str,
-        replicate_constants: bool, tag: str | None = None) -> None:
+        replicate_constants: bool, tag: str | None = None, pretty: bool = False) -> None:
     model = load(model_spec, tag=tag)
     check_directory_output(out_dir, replaceable=is_partition_output, kind=KIND)  # before the long part
     progress("placing ...")
@@ -48,7 +48,7 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
         files[names[device]] = proto_bytes(graph_def, names[device])
     for entry in index["partitions"]:
         entry["file"] = names[entry["device"]]
-    files[INDEX] = to_json(index)
+    files[INDEX] = to_json(index, pretty=pretty)
     write_directory(out_dir, files, replaceable=is_partition_output, kind=KIND)
     total = sum(t["bytes"] or 0 for t in parts.transfers)
     progress(f"wrote {len(names)} partitions and {INDEX} to {out_dir}: {len(parts.transfers)} transfers, "
