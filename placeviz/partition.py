@@ -77,6 +77,7 @@ from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
 from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
+from placeviz.nodewire import encode_field, splice_nodes
 from placeviz.protos import GraphDef, NodeDef, dtype_name, dtype_size
 from placeviz.prune import PLACEHOLDER_OPS, PruneError, RunSignature, parse_run, prune_mask
 
@@ -362,6 +363,17 @@ class PartitionResult:
         if importable:
             return self.partitions
         return self._builder.materialize(self._node_lists(), importable=False)
+
+    def serialized(self) -> dict[str, bytes]:
+        """Partition key -> the serialized GraphDef of :attr:`partitions` (the same message once
+        parsed), written from the input's bytes where a node only changes device (see
+        :mod:`placeviz.nodewire`): what ``placeviz partition`` writes. Deterministic: the bytes
+        depend only on the input's bytes and the run."""
+        if self._partitions is None:
+            out = self._builder.serialize(self._node_lists())
+            if out is not None:
+                return out
+        return {k: gd.SerializeToString(deterministic=True) for k, gd in self.partitions.items()}
 
     def device_of(self, name: str) -> str | None:
         """The partition a node (original or added) is in, or None if the run does not execute it."""
@@ -1665,6 +1677,81 @@ class _Partitioner:
                     av.type = value
         nd.name = fix(a.name)
         nd.input.extend(self._input_strings(i, fix))
+
+    def serialize(self, node_lists: dict[str, list[int]]) -> dict[str, bytes] | None:
+        """:meth:`materialize` (importable), serialized, without building the NodeDefs of the
+        nodes that only change device: their bytes are the input's (``Graph.node_wire``) with the
+        new ``device``. The others (added nodes, rewired inputs, renamed nodes, trimmed
+        ``_class``) are built as :meth:`materialize` builds them and serialized deterministically.
+        None when the graph has no bytes or a function library (whose reachable functions
+        :meth:`materialize` finds from the NodeDefs)."""
+        wire = self.graph.node_wire
+        if wire is None or self.graph.library.function:
+            return None
+        np = self.np
+        n = self.n
+        nodes = self.nodes_pb
+        dev_names = self.devs.names
+        fix = _importable_name
+        # Nodes whose inputs differ from their bytes' (moved by control flow, control loops, the
+        # setter's rewired roots) or whose name changes are built; so are nodes without bytes.
+        moved_inputs = (self.e_src != np.frombuffer(self.graph.in_src, dtype=np.int32)) | \
+            (self.e_slot != np.frombuffer(self.graph.in_slot, dtype=np.int32))
+        rewrite = np.zeros(n, dtype=bool)
+        rewrite[np.unique(self.e_dst[moved_inputs])] = True
+        rewrite[[i for i in self.cloop_ctrl if i < n]] = True  # added nodes are built anyway
+        rewrite[np.fromiter(wire.stale, dtype=np.int64, count=len(wire.stale))] = True
+        if "\0_" in "\0" + "\0".join(self.names):  # a name with a leading "_" (C-level search)
+            rewrite[:] = True  # original names to fix everywhere
+        build = rewrite | (np.frombuffer(wire.offsets, dtype=np.int64) < 0)
+        located = self.graph.colocated_names  # nodes whose _class names others: may be trimmed
+        all_offsets = np.frombuffer(wire.offsets, dtype=np.int64)
+        all_lengths = np.frombuffer(wire.lengths, dtype=np.int64)
+        device_fields = [d.encode("utf-8") for d in dev_names]
+        versions = self.graph.versions
+        tail = b"" if versions is None else encode_field(4, versions.SerializeToString(deterministic=True))
+        out: dict[str, bytes] = {}
+        for key, ids in node_lists.items():
+            ids_np = np.asarray(ids, dtype=np.int64)
+            original = ids_np < n
+            slow = ~original
+            slow[original] = build[ids_np[original]]
+            if located:
+                here = set(self.names_of(ids))
+                get = located.get
+                for k in np.flatnonzero(~slow).tolist():
+                    names = get(ids[k])
+                    if names and not here.issuperset(names):
+                        slow[k] = True
+            else:
+                here = None
+            fast_ids = np.where(slow, 0, ids_np)
+            offsets = np.where(slow, -1, all_offsets[fast_ids])
+            lengths = np.where(slow, 0, all_lengths[fast_ids])
+            devices = np.where(slow, 0, self.dev_np[fast_ids]).astype(np.int32)
+            extra = []
+            for k in np.flatnonzero(slow).tolist():
+                i = ids[k]
+                nd = NodeDef()
+                if i < n:
+                    nd.CopyFrom(nodes[i])
+                    nd.device = dev_names[self.dev_l[i]]
+                    if rewrite[i]:
+                        nd.name = fix(nd.name)
+                        del nd.input[:]
+                        nd.input.extend(self._input_strings(i, fix))
+                else:
+                    self._fill_new(nd, self.added[i - n], i, fix)
+                if "_class" in nd.attr:
+                    if here is None:
+                        here = set(self.names_of(ids))
+                    _keep_local_colocation(nd, here)
+                extra.append(nd.SerializeToString(deterministic=True))
+            body = splice_nodes(wire.data, offsets, lengths, devices, device_fields, extra)
+            if body is None:
+                return None
+            out[key] = body + tail
+        return out
 
     def materialize(self, node_lists: dict[str, list[int]], importable: bool = True) -> dict[str, GraphDef]:
         """One GraphDef per partition. ``importable``: rename TF's internal names (``_recv_x_0``,

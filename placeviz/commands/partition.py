@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from placeviz.commands.output import progress, to_json
-from placeviz.io import check_directory_output, load, proto_bytes, write_directory
+from placeviz.io import check_directory_output, load, write_directory
 from placeviz.partition import SCHEMA, partition
 from placeviz.pipeline import client_device
 from placeviz.placement import place_graph
@@ -42,10 +42,10 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
                       level=level, replicate_constants=replicate_constants,
                       client_device=client_device(options.placer.master_task))
     index = parts.to_json()
-    names = partition_file_names(parts.partitions)
-    files: dict[str, bytes | str] = {}
-    for device, graph_def in parts.partitions.items():
-        files[names[device]] = proto_bytes(graph_def, names[device])
+    names = partition_file_names(parts.keys)
+    # Written from the input's bytes where a node only changes device (placeviz.nodewire): the
+    # same messages as serializing ``parts.partitions``, without building every NodeDef.
+    files: dict[str, bytes | str] = {names[device]: data for device, data in parts.serialized().items()}
     for entry in index["partitions"]:
         entry["file"] = names[entry["device"]]
     files[INDEX] = to_json(index, pretty=pretty)
