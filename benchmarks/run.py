@@ -701,6 +701,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-kernels", action="store_true",
                     help="time the pure-Python paths: the benchmark processes run with "
                          "PLACEVIZ_NO_KERNELS=1, as placeviz does where no C compiler was at hand")
+    ap.add_argument("--commands", action="store_true",
+                    help="time whole CLI commands as users run them (partition, lint, analyze, render; "
+                         "wall, CPU, peak RSS) next to the parse floor of the same file, instead of the stages")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # internal: one graph, JSON out
     ap.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -753,6 +756,8 @@ def main(argv: list[str] | None = None) -> int:
           f"python {info['python']}, protobuf {info.get('protobuf', '?')}; "
           f"placeviz {info.get('git_commit', '?')}{' (+uncommitted)' if info.get('placeviz_tree_dirty') else ''}")
     info["loadavg_start"] = os.getloadavg()
+    if args.commands:
+        return _main_commands(args, paths, info)
     results = []
     for path in paths:
         facts = graph_facts(path)
@@ -813,6 +818,27 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps(payload, indent=1) + "\n")
         print(f"results: {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
     return 1 if (tf_children or tf_here) else 0
+
+
+def _main_commands(args, paths: list[Path], info: dict) -> int:
+    """``--commands``: whole processes (see benchmarks/commands.py)."""
+    sys.path.insert(0, str(HERE))
+    import commands
+
+    results = commands.run_commands(paths, args.reps, default_reps, graph_facts, _unplaced_path)
+    info["loadavg_end"] = os.getloadavg()
+    print()
+    print(commands.table(results))
+    print(f"load average: {info['loadavg_start'][0]:.2f} at start, {info['loadavg_end'][0]:.2f} at end "
+          f"(1 min); wall and CPU are medians, the floor is ParseFromString's CPU median")
+    if not args.no_save:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        out = RESULTS / (time.strftime("%Y%m%d-%H%M%S") + "-commands.json")
+        payload = {"schema": "placeviz.benchmark-commands/1", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                   "machine": info, "results": results}
+        out.write_text(json.dumps(payload, indent=1) + "\n")
+        print(f"results: {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+    return 0
 
 
 if __name__ == "__main__":
