@@ -584,26 +584,19 @@ class Graph:
         the consuming node and ``out_pos`` the index of that edge in ``in_src``/``in_slot`` (which
         gives the slot and tells control from data).
         """
+        import numpy as np
+
         n = len(self.names)
-        counts = [0] * (n + 1)
-        for src in self.in_src:
-            counts[src + 1] += 1
-        for i in range(n):
-            counts[i + 1] += counts[i]
-        out_start = array("i", counts)
-        fill = counts[:-1]
-        out_dst = array("i", bytes(4 * len(self.in_src)))
-        out_pos = array("i", bytes(4 * len(self.in_src)))
-        in_start = self.in_start
-        in_src = self.in_src
-        for dst in range(n):
-            for pos in range(in_start[dst], in_start[dst + 1]):
-                src = in_src[pos]
-                k = fill[src]
-                out_dst[k] = dst
-                out_pos[k] = pos
-                fill[src] = k + 1
-        return out_start, out_dst, out_pos
+        src = np.frombuffer(self.in_src, dtype=np.int32)
+        out_start = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src, minlength=n), out=out_start[1:])
+        # Edges grouped by source; a stable sort keeps each source's out-edges in edge order, which
+        # is consumer order (``in_start`` is ascending): what filling the lists node by node gave.
+        out_pos = np.argsort(src, kind="stable").astype(np.int32)
+        dst_of_pos = np.repeat(np.arange(n, dtype=np.int32), np.diff(np.frombuffer(self.in_start, dtype=np.int32)))
+        out_dst = dst_of_pos[out_pos]
+        return (array("i", out_start.astype(np.int32).tobytes()), array("i", out_dst.tobytes()),
+                array("i", out_pos.tobytes()))
 
     def consumers_of(self, i: int) -> list[tuple[int, int]]:
         """(consumer id, slot) pairs reading node ``i``; slot ``CONTROL`` for control edges."""

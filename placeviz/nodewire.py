@@ -124,7 +124,7 @@ def splice_nodes(data, offsets: array, lengths: array, devices: array, device_na
 def splice_nodes_py(data, offsets, lengths, devices, device_names: list[bytes], extra: list[bytes]) -> bytes | None:
     """:func:`splice_nodes` in Python (``placeviz/_wire.c`` ``splice_nodes`` transliterates it)."""
     view = memoryview(data).cast("B")
-    device_fields = [bytes([DEVICE_FIELD << 3 | _LEN]) + _encode_varint(len(d)) + d for d in device_names]
+    device_fields = [bytes([DEVICE_FIELD << 3 | _LEN]) + encode_varint(len(d)) + d for d in device_names]
     out = bytearray()
     more = iter(extra)
     for offset, length, device in zip(offsets, lengths, devices, strict=True):
@@ -136,7 +136,7 @@ def splice_nodes_py(data, offsets, lengths, devices, device_names: list[bytes], 
                 return None
             body = kept + device_fields[device]
         out += b"\x0a"
-        out += _encode_varint(len(body))
+        out += encode_varint(len(body))
         out += body
     return bytes(out)
 
@@ -186,7 +186,10 @@ def _skip(view: memoryview, p: int, end: int, wire_type: int) -> int:
     return p + size
 
 
-def _encode_varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """A non-negative int as a protobuf varint."""
+    if value < 0x80:
+        return _ONE_BYTE[value]
     out = bytearray()
     while value >= 0x80:
         out.append(value & 0x7F | 0x80)
@@ -195,6 +198,12 @@ def _encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
+_ONE_BYTE = [bytes((v,)) for v in range(0x80)]
+
+
 def encode_field(number: int, payload: bytes) -> bytes:
     """A length-delimited field (``number``, ``payload``) on the wire."""
-    return _encode_varint(number << 3 | _LEN) + _encode_varint(len(payload)) + payload
+    size = len(payload)
+    if number < 16 and size < 0x80:  # one-byte tag and length: most fields of a NodeDef
+        return bytes((number << 3 | _LEN, size)) + payload
+    return encode_varint(number << 3 | _LEN) + encode_varint(size) + payload

@@ -77,7 +77,7 @@ from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
 from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
-from placeviz.nodewire import encode_field, splice_nodes
+from placeviz.nodewire import encode_field, encode_varint, splice_nodes
 from placeviz.protos import GraphDef, NodeDef, dtype_name, dtype_size
 from placeviz.prune import PLACEHOLDER_OPS, PruneError, RunSignature, parse_run, prune_mask
 
@@ -1708,6 +1708,7 @@ class _Partitioner:
         all_offsets = np.frombuffer(wire.offsets, dtype=np.int64)
         all_lengths = np.frombuffer(wire.lengths, dtype=np.int64)
         device_fields = [d.encode("utf-8") for d in dev_names]
+        transfer_attrs: dict[tuple, tuple[bytes, bytes, bytes]] = {}
         versions = self.graph.versions
         tail = b"" if versions is None else encode_field(4, versions.SerializeToString(deterministic=True))
         out: dict[str, bytes] = {}
@@ -1732,6 +1733,11 @@ class _Partitioner:
             extra = []
             for k in np.flatnonzero(slow).tolist():
                 i = ids[k]
+                if i >= n:
+                    a = self.added[i - n]
+                    if a.op in _TRANSFER_OPS and a.copy_of < 0:
+                        extra.append(self._encode_transfer(a, i, fix, transfer_attrs))
+                        continue
                 nd = NodeDef()
                 if i < n:
                     nd.CopyFrom(nodes[i])
@@ -1752,6 +1758,43 @@ class _Partitioner:
                 return None
             out[key] = body + tail
         return out
+
+    def _encode_transfer(self, a: _New, i: int, fix, cache: dict) -> bytes:
+        """The deterministic serialization of the ``_Send``/``_Recv`` NodeDef :meth:`_fill_new`
+        builds, written directly: tens of thousands of them per graph, and making each as a
+        message costs 20 us. Fields in number order, attrs in the key order of protobuf's
+        (upb's) deterministic serialization (``tests/test_partition.py`` compares the bytes
+        with ``SerializeToString(deterministic=True)`` of the built NodeDef). The attrs that
+        depend only on (op, devices, client, dtype) are encoded once per such key, in ``cache``.
+        """
+        tname, sdev, rdev, src, dst, client = a.meta
+        key = (a.op, a.dev, sdev, rdev, client, a.dtype)
+        parts = cache.get(key)
+        if parts is None:
+            names = self.devs.names
+            is_send = a.op in ("_Send", "_HostSend")
+            typed = _attr_entry(b"T" if is_send else b"tensor_type", _varint_value(6, a.dtype))  # AttrValue.type
+            middle = (_attr_entry(b"client_terminated", _varint_value(5, int(client)))  # AttrValue.b
+                      + _attr_entry(b"recv_device", encode_field(2, names[rdev].encode()))  # AttrValue.s
+                      # upb sorts a longer key before its prefix (upb/message/internal/map_sorter.c)
+                      + _attr_entry(b"send_device_incarnation", _varint_value(3, self.incarnation_of(sdev)))
+                      + _attr_entry(b"send_device", encode_field(2, names[sdev].encode())))
+            head = encode_field(2, a.op.encode())
+            device = encode_field(4, names[a.dev].encode())
+            # "T" sorts before "_dst", "tensor_type" after "tensor_name" (keys compare as bytes)
+            parts = cache[key] = (head, device, typed if is_send else b"", middle, b"" if is_send else typed)
+        head, device, first, middle, last = parts
+        out = [encode_field(1, fix(a.name).encode("utf-8")), head]
+        out.extend(encode_field(3, x.encode("utf-8")) for x in self._input_strings(i, fix))
+        out.append(device)
+        out.append(first)
+        if src is not None:
+            out.append(_string_attr(_KEY_DST, dst.encode("utf-8")))
+            out.append(_string_attr(_KEY_SRC, src.encode("utf-8")))
+        out.append(middle)
+        out.append(_string_attr(_KEY_TENSOR_NAME, tname.encode("utf-8")))
+        out.append(last)
+        return b"".join(out)
 
     def materialize(self, node_lists: dict[str, list[int]], importable: bool = True) -> dict[str, GraphDef]:
         """One GraphDef per partition. ``importable``: rename TF's internal names (``_recv_x_0``,
@@ -1792,6 +1835,30 @@ class _Partitioner:
             _add_library(gd, graph_def)
             out[key] = gd
         return out
+
+
+_TRANSFER_OPS = frozenset({"_Send", "_HostSend", "_Recv", "_HostRecv"})
+
+
+def _attr_entry(key: bytes, value: bytes) -> bytes:
+    """One ``NodeDef.attr`` map entry on the wire (field 5: key field 1, AttrValue field 2)."""
+    return encode_field(5, encode_field(1, key) + encode_field(2, value))
+
+
+_KEY_DST, _KEY_SRC, _KEY_TENSOR_NAME = (encode_field(1, k) for k in (b"_dst", b"_src", b"tensor_name"))
+
+
+def _string_attr(key_field: bytes, value: bytes) -> bytes:
+    """:func:`_attr_entry` of an AttrValue ``s``, with its key already encoded (the hot case)."""
+    av = b"\x12" + encode_varint(len(value)) + value  # AttrValue.s
+    entry = key_field + b"\x12" + encode_varint(len(av)) + av
+    return b"\x2a" + encode_varint(len(entry)) + entry
+
+
+def _varint_value(number: int, value: int) -> bytes:
+    """An AttrValue holding one varint field (``b``, ``i`` or ``type``), as protobuf writes an
+    int64 (negative: ten bytes, two's complement)."""
+    return encode_varint(number << 3) + encode_varint(value & 0xFFFFFFFFFFFFFFFF)
 
 
 def _same(name: str) -> str:

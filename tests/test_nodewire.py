@@ -25,7 +25,7 @@ def _field(number: int, payload: bytes) -> bytes:
 
 
 def _varint_field(number: int, value: int) -> bytes:
-    return nodewire._encode_varint(number << 3) + nodewire._encode_varint(value)
+    return nodewire.encode_varint(number << 3) + nodewire.encode_varint(value)
 
 
 def _random_node(rng: random.Random, k: int) -> NodeDef:

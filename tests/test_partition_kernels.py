@@ -63,6 +63,10 @@ def _snapshot(result) -> dict:
     # when the graph has them. It must parse to exactly the GraphDefs ``partitions`` builds.
     serialized = result.serialized()
     assert {k: GraphDef.FromString(v) for k, v in serialized.items()} == result.partitions
+    for key, data in serialized.items():  # _Send/_Recv are written directly: protobuf's exact bytes
+        for (offset, length), nd in zip(nodewire.field_spans(data, 1), result.partitions[key].node, strict=True):
+            if nd.op in ("_Send", "_Recv", "_HostSend", "_HostRecv"):
+                assert data[offset:offset + length] == nd.SerializeToString(deterministic=True), nd.name
     return {
         "serialized": serialized,
         "json": result.to_json(),
