@@ -358,12 +358,29 @@ def e2e_stage(ctx: Context):
                      client_device=client_device(options.placer.master_task), op_table=ctx.get("op_table"))
 
 
-@stage("lint", "lint (all rules)", modules=("placeviz.lint",), needs=("model",))
-def lint_stage(ctx: Context):
-    """All lint rules with their default configuration."""
-    from placeviz import lint
+def _lint_rules(ctx: Context):
+    from placeviz.lint.discovery import load_rules
 
-    return lint.run(ctx.model)
+    return load_rules()
+
+
+@stage("lint", "lint: pipeline + all built-in rules (model loaded)", modules=("placeviz.lint.runner",),
+       needs=("model",))
+def lint_stage(ctx: Context):
+    """What ``placeviz lint MODEL`` runs after the load: the raw-graph tables, the pipeline (the
+    placer on the graph's own devices) and every built-in rule (``lint_pipeline``); the rules are
+    imported untimed. ``benchmarks/lint_profile.py`` splits it per rule."""
+    from placeviz.lint.runner import LintOptions, lint_pipeline
+    from placeviz.pipeline import run_pipeline
+    from placeviz.tasks import task_placement_options
+
+    options = LintOptions()
+    _forget(ctx.model.graph, "consumers")  # a shared index the rules build: counted here
+    pipe = run_pipeline(ctx.model, task_placement_options(options.placement_options, 0), options.sync)
+    return lint_pipeline(pipe, ctx.get("lint_rules"), options)
+
+
+PROVIDERS.update(lint_rules=_lint_rules)
 
 
 def _render_context(ctx: Context):
