@@ -358,6 +358,11 @@ class Graph:
     _wire_data: bytes | memoryview | None = None
     _wire_spans: bytes | None = None
 
+    def drop_bytes(self) -> None:
+        """Let go of the bytes the graph was read from (:attr:`node_wire` is then None, unless it
+        was read already)."""
+        self._wire_data = self._wire_spans = None
+
     @cached_property
     def node_wire(self) -> NodeWire | None:
         """Where each node's serialized NodeDef lies in the bytes the graph was read from (see

@@ -33,7 +33,7 @@ _MAX_INDEX_BYTES = 1 << 30
 
 def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, level: str,
         replicate_constants: bool, tag: str | None = None, pretty: bool = False) -> None:
-    model = load(model_spec, tag=tag)
+    model = load(model_spec, tag=tag, keep_bytes=True)  # partitions are written from the file's bytes
     check_directory_output(out_dir, replaceable=is_partition_output, kind=KIND)  # before the long part
     progress("placing ...")
     result = place_graph(model.graph, options)
