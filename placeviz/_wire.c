@@ -867,18 +867,19 @@ static Py_ssize_t without_device(const uint8_t *p, const uint8_t *end, uint8_t *
 }
 
 PyDoc_STRVAR(splice_nodes_doc,
-"splice_nodes(data, offsets, lengths, devices, device_names, extra) -> bytes | None\n\n"
+"splice_nodes(data, offsets, lengths, devices, device_names, extra, tail=b'') -> bytes | None\n\n"
 "The `node` fields of a serialized GraphDef, one per item: offsets/lengths (native int64 bytes)\n"
 "locate a serialized NodeDef in data, written without its `device` field and with\n"
 "`device: device_names[devices[k]]` (devices: native int32 bytes) appended; offset -1 takes the\n"
-"next bytes object of `extra` (a whole serialized NodeDef) instead. None on an odd wire form\n"
+"next bytes object of `extra` (a whole serialized NodeDef) instead; `tail` is appended as is (the\n"
+"GraphDef's other fields, without a copy of the whole). None on an odd wire form\n"
 "(placeviz.nodewire.splice_nodes_py is the reference).");
 
 static PyObject *splice_nodes(PyObject *self, PyObject *args)
 {
-    PyObject *data, *offsets_obj, *lengths_obj, *devs_obj, *dev_names, *extra;
-    if (!PyArg_ParseTuple(args, "OOOOO!O!", &data, &offsets_obj, &lengths_obj, &devs_obj,
-                          &PyList_Type, &dev_names, &PyList_Type, &extra))
+    PyObject *data, *offsets_obj, *lengths_obj, *devs_obj, *dev_names, *extra, *tail = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOO!O!|O!", &data, &offsets_obj, &lengths_obj, &devs_obj,
+                          &PyList_Type, &dev_names, &PyList_Type, &extra, &PyBytes_Type, &tail))
         return NULL;
     Py_buffer buf = {0}, ob = {0}, lb = {0}, db = {0};
     PyObject *result = NULL;
@@ -925,6 +926,7 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
         }
         total += 1 + varint_size(body) + body;
     }
+    if (tail) total += (size_t)PyBytes_GET_SIZE(tail);
     result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
     if (!result) goto done;
     /* Pass 2: the bytes. */
@@ -952,6 +954,7 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
             q += dn;
         }
     }
+    if (tail) memcpy(q, PyBytes_AS_STRING(tail), (size_t)PyBytes_GET_SIZE(tail));
 done:
     if (ob.obj) PyBuffer_Release(&ob);
     if (lb.obj) PyBuffer_Release(&lb);

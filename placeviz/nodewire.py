@@ -111,17 +111,20 @@ def field_spans_py(data, field: int) -> list[tuple[int, int]]:
 
 
 def splice_nodes(data, offsets: array, lengths: array, devices: array, device_names: list[bytes],
-                 extra: list[bytes]) -> bytes | None:
+                 extra: list[bytes], tail: bytes = b"") -> bytes | None:
     """The ``node`` fields of a GraphDef: item ``k`` is the NodeDef at ``offsets[k]``/``lengths[k]``
     in ``data`` without its ``device`` field, followed by ``device: device_names[devices[k]]``; an
     offset of -1 takes the next item of ``extra`` (a serialized NodeDef) whole. ``offsets`` and
-    ``lengths`` are int64 arrays, ``devices`` int32. None on an odd wire form (a group field)."""
+    ``lengths`` are int64 arrays, ``devices`` int32. ``tail`` (the GraphDef's other fields) is
+    appended, so that a partition of a million nodes is not copied once more. None on an odd wire
+    form (a group field)."""
     if _wire is not None:
-        return _wire.splice_nodes(data, offsets, lengths, devices, device_names, extra)
-    return splice_nodes_py(data, offsets, lengths, devices, device_names, extra)
+        return _wire.splice_nodes(data, offsets, lengths, devices, device_names, extra, tail)
+    return splice_nodes_py(data, offsets, lengths, devices, device_names, extra, tail)
 
 
-def splice_nodes_py(data, offsets, lengths, devices, device_names: list[bytes], extra: list[bytes]) -> bytes | None:
+def splice_nodes_py(data, offsets, lengths, devices, device_names: list[bytes], extra: list[bytes],
+                    tail: bytes = b"") -> bytes | None:
     """:func:`splice_nodes` in Python (``placeviz/_wire.c`` ``splice_nodes`` transliterates it)."""
     view = memoryview(data).cast("B")
     device_fields = [bytes([DEVICE_FIELD << 3 | _LEN]) + encode_varint(len(d)) + d for d in device_names]
@@ -138,6 +141,7 @@ def splice_nodes_py(data, offsets, lengths, devices, device_names: list[bytes], 
         out += b"\x0a"
         out += encode_varint(len(body))
         out += body
+    out += tail
     return bytes(out)
 
 

@@ -1753,10 +1753,10 @@ class _Partitioner:
                         here = set(self.names_of(ids))
                     _keep_local_colocation(nd, here)
                 extra.append(nd.SerializeToString(deterministic=True))
-            body = splice_nodes(wire.data, offsets, lengths, devices, device_fields, extra)
-            if body is None:
+            data = splice_nodes(wire.data, offsets, lengths, devices, device_fields, extra, tail)
+            if data is None:
                 return None
-            out[key] = body + tail
+            out[key] = data
         return out
 
     def _encode_transfer(self, a: _New, i: int, fix, cache: dict) -> bytes:

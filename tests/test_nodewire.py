@@ -54,8 +54,8 @@ def _odd_nodes() -> list[bytes]:
     ]
 
 
-def _both(data, offsets, lengths, devices, names, extra):
-    args = (data, array("q", offsets), array("q", lengths), array("i", devices), names, extra)
+def _both(data, offsets, lengths, devices, names, extra, tail=b""):
+    args = (data, array("q", offsets), array("q", lengths), array("i", devices), names, extra, tail)
     return _wire.splice_nodes(*args), nodewire.splice_nodes_py(*args)
 
 
@@ -73,9 +73,11 @@ def test_spliced_nodes_parse_as_a_copy_with_the_new_device():
     offsets = [spans[i][0] for i in order] + [-1]
     lengths = [spans[i][1] for i in order] + [0]
     devices = [rng.randrange(2) for _ in order] + [0]
-    c_out, py_out = _both(data, offsets, lengths, devices, names, [extra_node])
-    assert c_out == py_out
+    tail = _field(4, graph.versions.SerializeToString())  # GraphDef.versions
+    c_out, py_out = _both(data, offsets, lengths, devices, names, [extra_node], tail)
+    assert c_out == py_out and c_out.endswith(tail)
     parsed = GraphDef.FromString(c_out)
+    assert parsed.versions == graph.versions
     assert len(parsed.node) == len(order) + 1
     for got, i, d in zip(parsed.node, order, devices, strict=False):
         want = NodeDef.FromString(nodes[i])
