@@ -6,8 +6,9 @@ per node in Python; copying the node's bytes without its ``device`` field and ap
 one costs a fraction of a microsecond in C. Protobuf's wire format allows it: a message is the
 concatenation of its fields, in any order (``google/protobuf/io/coded_stream.h``; TF reads
 GraphDefs with the same parser, ``tensorflow/core/framework/graph.proto``), so the spliced bytes
-parse to exactly the NodeDef that setting ``device`` on a copy gives (tests/test_partition.py
-compares the two).
+parse to exactly the NodeDef that setting ``device`` on a copy gives (tests/test_nodewire.py and
+tests/test_partition_kernels.py compare the two; tests/test_partition_fidelity.py imports written
+partitions into TF).
 
 Determinism: a written node is a function of the input file's bytes only (their attr order is
 the file's), so two runs, or the C and Python paths, write the same bytes. Nodes placeviz builds

@@ -1708,7 +1708,7 @@ class _Partitioner:
         all_offsets = np.frombuffer(wire.offsets, dtype=np.int64)
         all_lengths = np.frombuffer(wire.lengths, dtype=np.int64)
         device_fields = [d.encode("utf-8") for d in dev_names]
-        transfer_attrs: dict[tuple, tuple[bytes, bytes, bytes]] = {}
+        transfer_attrs: dict[tuple, tuple[bytes, ...]] = {}  # see _encode_transfer
         versions = self.graph.versions
         tail = b"" if versions is None else encode_field(4, versions.SerializeToString(deterministic=True))
         out: dict[str, bytes] = {}
@@ -1763,7 +1763,7 @@ class _Partitioner:
         """The deterministic serialization of the ``_Send``/``_Recv`` NodeDef :meth:`_fill_new`
         builds, written directly: tens of thousands of them per graph, and making each as a
         message costs 20 us. Fields in number order, attrs in the key order of protobuf's
-        (upb's) deterministic serialization (``tests/test_partition.py`` compares the bytes
+        (upb's) deterministic serialization (``tests/test_partition_kernels.py`` compares the bytes
         with ``SerializeToString(deterministic=True)`` of the built NodeDef). The attrs that
         depend only on (op, devices, client, dtype) are encoded once per such key, in ``cache``.
         """
