@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from placeviz.native import kernels
 
 _wire = kernels("_wire")
+# A ``_wire`` built before ``splice_nodes`` existed (a stale build): the Python loop does the work.
+_splice = getattr(_wire, "splice_nodes", None)
 
 NODE_FIELD = 1  # GraphDef.node
 DEVICE_FIELD = 4  # NodeDef.device
@@ -119,8 +121,8 @@ def splice_nodes(data, offsets: array, lengths: array, devices: array, device_na
     ``lengths`` are int64 arrays, ``devices`` int32. ``tail`` (the GraphDef's other fields) is
     appended, so that a partition of a million nodes is not copied once more. None on an odd wire
     form (a group field)."""
-    if _wire is not None:
-        return _wire.splice_nodes(data, offsets, lengths, devices, device_names, extra, tail)
+    if _wire is not None and _splice is not None:
+        return _splice(data, offsets, lengths, devices, device_names, extra, tail)
     return splice_nodes_py(data, offsets, lengths, devices, device_names, extra, tail)
 
 

@@ -108,3 +108,9 @@ def test_bad_arguments_raise():
         _wire.splice_nodes(b"", array("q", [-1]), array("q", [0]), array("i", [0]), [b"d"], [])
     with pytest.raises(TypeError):
         _wire.splice_nodes(b"", array("q", []), array("q", []), array("i", []), ["str"], [])
+
+
+def test_the_splice_kernel_is_built():
+    """A ``_wire`` built before ``splice_nodes`` existed runs the Python loop (same bytes, slower):
+    flag a stale build here, as ``test_wire.py`` flags a missing one."""
+    assert nodewire._splice is not None, "placeviz._wire predates splice_nodes: rebuild it (setup.py build_ext)"
