@@ -358,12 +358,29 @@ def e2e_stage(ctx: Context):
                      client_device=client_device(options.placer.master_task), op_table=ctx.get("op_table"))
 
 
-@stage("lint", "lint (all rules)", modules=("placeviz.lint",), needs=("model",))
-def lint_stage(ctx: Context):
-    """All lint rules with their default configuration."""
-    from placeviz import lint
+def _lint_rules(ctx: Context):
+    from placeviz.lint.discovery import load_rules
 
-    return lint.run(ctx.model)
+    return load_rules()
+
+
+@stage("lint", "lint: pipeline + all built-in rules (model loaded)", modules=("placeviz.lint.runner",),
+       needs=("model",))
+def lint_stage(ctx: Context):
+    """What ``placeviz lint MODEL`` runs after the load: the raw-graph tables, the pipeline (the
+    placer on the graph's own devices) and every built-in rule (``lint_pipeline``); the rules are
+    imported untimed. ``benchmarks/lint_profile.py`` splits it per rule."""
+    from placeviz.lint.runner import LintOptions, lint_pipeline
+    from placeviz.pipeline import run_pipeline
+    from placeviz.tasks import task_placement_options
+
+    options = LintOptions()
+    _forget(ctx.model.graph, "consumers")  # a shared index the rules build: counted here
+    pipe = run_pipeline(ctx.model, task_placement_options(options.placement_options, 0), options.sync)
+    return lint_pipeline(pipe, ctx.get("lint_rules"), options)
+
+
+PROVIDERS.update(lint_rules=_lint_rules)
 
 
 def _render_context(ctx: Context):
@@ -701,6 +718,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-kernels", action="store_true",
                     help="time the pure-Python paths: the benchmark processes run with "
                          "PLACEVIZ_NO_KERNELS=1, as placeviz does where no C compiler was at hand")
+    ap.add_argument("--commands", action="store_true",
+                    help="time whole CLI commands as users run them (partition, lint, analyze, render; "
+                         "wall, CPU, peak RSS) next to the parse floor of the same file, instead of the stages")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # internal: one graph, JSON out
     ap.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -753,6 +773,8 @@ def main(argv: list[str] | None = None) -> int:
           f"python {info['python']}, protobuf {info.get('protobuf', '?')}; "
           f"placeviz {info.get('git_commit', '?')}{' (+uncommitted)' if info.get('placeviz_tree_dirty') else ''}")
     info["loadavg_start"] = os.getloadavg()
+    if args.commands:
+        return _main_commands(args, paths, info)
     results = []
     for path in paths:
         facts = graph_facts(path)
@@ -813,6 +835,27 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps(payload, indent=1) + "\n")
         print(f"results: {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
     return 1 if (tf_children or tf_here) else 0
+
+
+def _main_commands(args, paths: list[Path], info: dict) -> int:
+    """``--commands``: whole processes (see benchmarks/commands.py)."""
+    sys.path.insert(0, str(HERE))
+    import commands
+
+    results = commands.run_commands(paths, args.reps, default_reps, graph_facts, _unplaced_path)
+    info["loadavg_end"] = os.getloadavg()
+    print()
+    print(commands.table(results))
+    print(f"load average: {info['loadavg_start'][0]:.2f} at start, {info['loadavg_end'][0]:.2f} at end "
+          f"(1 min); wall and CPU are medians, the floor is ParseFromString's CPU median")
+    if not args.no_save:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        out = RESULTS / (time.strftime("%Y%m%d-%H%M%S") + "-commands.json")
+        payload = {"schema": "placeviz.benchmark-commands/1", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                   "machine": info, "results": results}
+        out.write_text(json.dumps(payload, indent=1) + "\n")
+        print(f"results: {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -833,11 +833,142 @@ odd:
     return PyList_New(0);
 }
 
+/* ------------------------------------------------------------------ splice_nodes */
+
+static size_t varint_size(uint64_t v)
+{
+    size_t k = 1;
+    while (v >= 0x80) { v >>= 7; k++; }
+    return k;
+}
+
+static uint8_t *put_varint(uint8_t *q, uint64_t v)
+{
+    while (v >= 0x80) { *q++ = (uint8_t)(v | 0x80); v >>= 7; }
+    *q++ = (uint8_t)v;
+    return q;
+}
+
+/* The size of a NodeDef's fields other than `device` (field 4); -1 on an odd wire form. With `out`,
+ * also copy them there, in their order. */
+static Py_ssize_t without_device(const uint8_t *p, const uint8_t *end, uint8_t *out)
+{
+    Py_ssize_t kept = 0;
+    while (p < end) {
+        const uint8_t *start = p;
+        uint32_t field;
+        int wt;
+        if (!read_tag(&p, end, &field, &wt) || wt == 3 || wt == 4 || !skip_value(&p, end, wt)) return -1;
+        if (field == 4) continue;
+        if (out) memcpy(out + kept, start, (size_t)(p - start));
+        kept += p - start;
+    }
+    return kept;
+}
+
+PyDoc_STRVAR(splice_nodes_doc,
+"splice_nodes(data, offsets, lengths, devices, device_names, extra, tail=b'') -> bytes | None\n\n"
+"The `node` fields of a serialized GraphDef, one per item: offsets/lengths (native int64 bytes)\n"
+"locate a serialized NodeDef in data, written without its `device` field and with\n"
+"`device: device_names[devices[k]]` (devices: native int32 bytes) appended; offset -1 takes the\n"
+"next bytes object of `extra` (a whole serialized NodeDef) instead; `tail` is appended as is (the\n"
+"GraphDef's other fields, without a copy of the whole). None on an odd wire form\n"
+"(placeviz.nodewire.splice_nodes_py is the reference).");
+
+static PyObject *splice_nodes(PyObject *self, PyObject *args)
+{
+    PyObject *data, *offsets_obj, *lengths_obj, *devs_obj, *dev_names, *extra, *tail = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOO!O!|O!", &data, &offsets_obj, &lengths_obj, &devs_obj,
+                          &PyList_Type, &dev_names, &PyList_Type, &extra, &PyBytes_Type, &tail))
+        return NULL;
+    Py_buffer buf = {0}, ob = {0}, lb = {0}, db = {0};
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(offsets_obj, &ob, PyBUF_SIMPLE) < 0) goto done;
+    if (PyObject_GetBuffer(lengths_obj, &lb, PyBUF_SIMPLE) < 0) goto done;
+    if (PyObject_GetBuffer(devs_obj, &db, PyBUF_SIMPLE) < 0) goto done;
+    Py_ssize_t m = ob.len / (Py_ssize_t)sizeof(int64_t);
+    if (lb.len != ob.len || db.len != m * (Py_ssize_t)sizeof(int32_t)) {
+        PyErr_SetString(PyExc_ValueError, "offsets, lengths and devices differ in length");
+        goto done;
+    }
+    const int64_t *offsets = ob.buf, *lengths = lb.buf;
+    const int32_t *devs = db.buf;
+    const uint8_t *base = buf.buf;
+    Py_ssize_t n_names = PyList_GET_SIZE(dev_names), n_extra = PyList_GET_SIZE(extra);
+    for (Py_ssize_t d = 0; d < n_names; d++)
+        if (!PyBytes_Check(PyList_GET_ITEM(dev_names, d))) {
+            PyErr_SetString(PyExc_TypeError, "device_names must be bytes");
+            goto done;
+        }
+    /* Pass 1: sizes. */
+    size_t total = 0;
+    Py_ssize_t next_extra = 0;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        size_t body;
+        if (offsets[k] < 0) {
+            if (next_extra >= n_extra || !PyBytes_Check(PyList_GET_ITEM(extra, next_extra))) {
+                PyErr_SetString(PyExc_ValueError, "extra: too few bytes objects");
+                goto done;
+            }
+            body = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(extra, next_extra++));
+        } else {
+            if (offsets[k] > buf.len || lengths[k] < 0 || lengths[k] > buf.len - offsets[k] || devs[k] < 0 ||
+                devs[k] >= n_names) {
+                PyErr_SetString(PyExc_ValueError, "a node span or device index out of range");
+                goto done;
+            }
+            const uint8_t *p = base + offsets[k];
+            Py_ssize_t kept = without_device(p, p + lengths[k], NULL);
+            if (kept < 0) { result = Py_None; Py_INCREF(result); goto done; }
+            size_t dn = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(dev_names, devs[k]));
+            body = (size_t)kept + 1 + varint_size(dn) + dn;
+        }
+        total += 1 + varint_size(body) + body;
+    }
+    if (tail) total += (size_t)PyBytes_GET_SIZE(tail);
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!result) goto done;
+    /* Pass 2: the bytes. */
+    uint8_t *q = (uint8_t *)PyBytes_AS_STRING(result);
+    next_extra = 0;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        *q++ = 0x0a; /* field 1 (node), length-delimited */
+        if (offsets[k] < 0) {
+            PyObject *b = PyList_GET_ITEM(extra, next_extra++);
+            size_t body = (size_t)PyBytes_GET_SIZE(b);
+            q = put_varint(q, body);
+            memcpy(q, PyBytes_AS_STRING(b), body);
+            q += body;
+        } else {
+            const uint8_t *p = base + offsets[k];
+            PyObject *dev = PyList_GET_ITEM(dev_names, devs[k]);
+            size_t dn = (size_t)PyBytes_GET_SIZE(dev);
+            Py_ssize_t kept = without_device(p, p + lengths[k], NULL);
+            q = put_varint(q, (size_t)kept + 1 + varint_size(dn) + dn);
+            without_device(p, p + lengths[k], q);
+            q += kept;
+            *q++ = 0x22; /* field 4 (device), length-delimited */
+            q = put_varint(q, dn);
+            memcpy(q, PyBytes_AS_STRING(dev), dn);
+            q += dn;
+        }
+    }
+    if (tail) memcpy(q, PyBytes_AS_STRING(tail), (size_t)PyBytes_GET_SIZE(tail));
+done:
+    if (ob.obj) PyBuffer_Release(&ob);
+    if (lb.obj) PyBuffer_Release(&lb);
+    if (db.obj) PyBuffer_Release(&db);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_graph", scan_graph, METH_O, scan_graph_doc},
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
     {"valid_node_names", valid_node_names, METH_O, valid_node_names_doc},
     {"field_spans", field_spans, METH_VARARGS, field_spans_doc},
+    {"splice_nodes", splice_nodes, METH_VARARGS, splice_nodes_doc},
     {NULL, NULL, 0, NULL},
 };
 

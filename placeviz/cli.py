@@ -126,9 +126,10 @@ def place(model: str, output: str, stage: str, tag: str | None, place) -> None:
               help="Partition per device (as workers run them) or per task (what crosses the network).")
 @click.option("--no-replicate-constants", is_flag=True,
               help="Do not copy small constants per device as TF 2.13+'s ReplicateConstantsPass does.")
+@click.option("--pretty", is_flag=True, help="Indent index.json for people (default: compact, faster to write).")
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
 @place_options
-def partition(model, out_dir, fetches, targets, feeds, level, no_replicate_constants, tag, place) -> None:
+def partition(model, out_dir, fetches, targets, feeds, level, no_replicate_constants, pretty, tag, place) -> None:
     """Split MODEL per device with _Send/_Recv pairs, as TF's runtime does for one step.
 
     Without --fetch/--target the whole graph is partitioned.
@@ -136,7 +137,7 @@ def partition(model, out_dir, fetches, targets, feeds, level, no_replicate_const
     from placeviz.commands import partition as command
 
     command.run(model, out_dir, build_placement_options(place), fetches=fetches, targets=targets, feeds=feeds,
-                level=level, replicate_constants=not no_replicate_constants, tag=tag)
+                level=level, replicate_constants=not no_replicate_constants, tag=tag, pretty=pretty)
 
 
 @cli.command("sync", epilog=MODEL_HELP)

@@ -39,6 +39,7 @@ from itertools import accumulate, chain, compress, count, repeat
 
 from placeviz.errors import GraphError
 from placeviz.native import kernels
+from placeviz.nodewire import NodeWire, of_graph_def
 from placeviz.protos import AttrValue, GraphDef, NodeDef
 
 _wire = kernels("_wire")  # the C reader of serialized GraphDefs (see placeviz.native)
@@ -118,6 +119,7 @@ class Graph:
         self._make_graph_def: Callable[[], GraphDef] | None = None
         self._attr_nodes = None  # None: graph_def.node
         self._source: Graph | None = None  # the graph a derived one was made from (see ``derived``)
+        self._wire_data = wire  # kept for ``node_wire`` (partitions are written from these bytes)
         with gc_paused():
             if wire is None or _wire is None or not self._build_from_wire(wire, key_attrs_for):
                 self._build(graph_def)
@@ -128,6 +130,7 @@ class Graph:
         if scanned is None:
             return False
         names, ops, devices, index, in_start, in_src, in_slot, spans, op_ids, distinct_ops = scanned
+        self._wire_spans = spans  # where each NodeDef lies in ``wire`` (see ``node_wire``)
         self.names, self.ops, self.devices, self.index = names, ops, devices, index
         self.in_start, self.in_src, self.in_slot = (_int_array(in_start), _int_array(in_src),
                                                     _int_array(in_slot))
@@ -243,7 +246,9 @@ class Graph:
                 ids_of: Callable[[set[str]], dict[str, int]] | None = None,
                 colocation: dict[int, tuple[str, ...]] | Callable[[], dict[int, tuple[str, ...]]] | None = None,
                 colocated_names: dict[int, tuple[str, ...]] | None = None,
-                located_names: set[str] | None = None, source: Graph | None = None) -> Graph:
+                located_names: set[str] | None = None, source: Graph | None = None,
+                node_wire: Callable[[], NodeWire | None] | None = None,
+                versions_present: bool = False) -> Graph:
         """A graph made from arrays computed from another graph, without a pass over protos.
 
         The caller guarantees what ``__init__`` checks (unique non-empty names, ops, valid inputs)
@@ -258,9 +263,13 @@ class Graph:
         attrs name). ``source``: the graph this one was made from: its GraphDef's ``library`` is the new one's (so reading
         ``library`` does not build the GraphDef), and when ``attr_nodes`` are its NodeDefs (the
         same sequence, or a :class:`RemappedNodeDefs` over it) what :meth:`attr_keys` read there
-        is reused.
+        is reused. ``node_wire``: a function that makes :attr:`node_wire` on first use (without
+        it the graph has none). ``versions_present``: ``make_graph_def`` always sets
+        ``versions`` (else it has the source's, if any).
         """
         graph = cls.__new__(cls)
+        graph._make_node_wire = node_wire
+        graph._versions_present = versions_present
         graph._graph_def = None
         graph._make_graph_def = make_graph_def
         graph._attr_nodes = attr_nodes
@@ -302,7 +311,7 @@ class Graph:
                               in_src=self.in_src, in_slot=self.in_slot, attr_nodes=self.attr_nodes,
                               make_graph_def=make_graph_def,
                               index=self.__dict__["index"] if "index" in self.__dict__ else (lambda: self.index),
-                              ids_of=self.ids_of, source=self)
+                              ids_of=self.ids_of, source=self, node_wire=lambda: self.node_wire)
         # What is already known about this graph holds for the copy: none of it depends on devices.
         for derived_structure in ("colocation", "colocated_names", "located_names", "colocated_name_ids",
                                   "consumers", "topological_order"):
@@ -327,11 +336,45 @@ class Graph:
             return self._source.library
         return self.graph_def.library
 
+    @property
+    def versions(self):
+        """The GraphDef's ``versions`` (a VersionDef), or None when it has none; for a derived
+        graph, without building its GraphDef."""
+        if self._graph_def is None and self._source is not None:
+            if self._versions_present and self._source.versions is None:
+                return GraphDef().versions  # the derived GraphDef marks an empty one present
+            return self._source.versions
+        graph_def = self.graph_def
+        return graph_def.versions if graph_def.HasField("versions") else None
+
+    _versions_present = False
+
     # A derived graph may build its name index on first use (see ``derived``); these stay None
     # for a graph that was given one.
     _make_index: Callable[[], dict[str, int]] | None = None
     _ids_of: Callable[[set[str]], dict[str, int]] | None = None
     _make_colocation: Callable[[], dict[int, tuple[str, ...]]] | None = None
+    _make_node_wire: Callable[[], NodeWire | None] | None = None
+    _wire_data: bytes | memoryview | None = None
+    _wire_spans: bytes | None = None
+
+    def drop_bytes(self) -> None:
+        """Let go of the bytes the graph was read from (:attr:`node_wire` is then None, unless it
+        was read already)."""
+        self._wire_data = self._wire_spans = None
+
+    @cached_property
+    def node_wire(self) -> NodeWire | None:
+        """Where each node's serialized NodeDef lies in the bytes the graph was read from (see
+        :mod:`placeviz.nodewire`), or None when the graph was not read from bytes (text,
+        ``tf.Graph`` objects) or its bytes do not match its nodes. A derived graph maps its nodes
+        to its source's bytes (``derived``'s ``node_wire``)."""
+        make, self._make_node_wire = self._make_node_wire, None
+        if make is not None:
+            return make()
+        if self._wire_data is None:
+            return None
+        return of_graph_def(self._wire_data, len(self.names), self._wire_spans)
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -546,26 +589,19 @@ class Graph:
         the consuming node and ``out_pos`` the index of that edge in ``in_src``/``in_slot`` (which
         gives the slot and tells control from data).
         """
+        import numpy as np
+
         n = len(self.names)
-        counts = [0] * (n + 1)
-        for src in self.in_src:
-            counts[src + 1] += 1
-        for i in range(n):
-            counts[i + 1] += counts[i]
-        out_start = array("i", counts)
-        fill = counts[:-1]
-        out_dst = array("i", bytes(4 * len(self.in_src)))
-        out_pos = array("i", bytes(4 * len(self.in_src)))
-        in_start = self.in_start
-        in_src = self.in_src
-        for dst in range(n):
-            for pos in range(in_start[dst], in_start[dst + 1]):
-                src = in_src[pos]
-                k = fill[src]
-                out_dst[k] = dst
-                out_pos[k] = pos
-                fill[src] = k + 1
-        return out_start, out_dst, out_pos
+        src = np.frombuffer(self.in_src, dtype=np.int32)
+        out_start = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src, minlength=n), out=out_start[1:])
+        # Edges grouped by source; a stable sort keeps each source's out-edges in edge order, which
+        # is consumer order (``in_start`` is ascending): what filling the lists node by node gave.
+        out_pos = np.argsort(src, kind="stable").astype(np.int32)
+        dst_of_pos = np.repeat(np.arange(n, dtype=np.int32), np.diff(np.frombuffer(self.in_start, dtype=np.int32)))
+        out_dst = dst_of_pos[out_pos]
+        return (array("i", out_start.astype(np.int32).tobytes()), array("i", out_dst.tobytes()),
+                array("i", out_pos.tobytes()))
 
     def consumers_of(self, i: int) -> list[tuple[int, int]]:
         """(consumer id, slot) pairs reading node ``i``; slot ``CONTROL`` for control edges."""

@@ -47,6 +47,7 @@ from placeviz.errors import GraphError, LoadError, PlacevizError
 from placeviz.graph import Graph
 from placeviz.limits import InputRefused, device_bound_problem, read_regular_file
 from placeviz.native import kernels
+from placeviz.nodewire import field_spans
 from placeviz.protos import GraphDef, MetaGraphDef, SavedModel
 
 TEXT_SUFFIXES = {".pbtxt", ".pbtx", ".prototxt", ".txt"}
@@ -94,13 +95,23 @@ class Model:
 
 
 # ---------------------------------------------------------------------------------- loading
-def load(spec: str | os.PathLike, *, tag: str | None = None, task_index: int | None = None) -> Model:
+def load(spec: str | os.PathLike, *, tag: str | None = None, task_index: int | None = None,
+         keep_bytes: bool = False) -> Model:
     """Load MODEL (see the module docstring). Raises :class:`LoadError` on any failure.
 
     ``task_index``: for a builder whose function takes ``task_index`` (and ``is_chief``), the
     worker task whose graph to build (between-graph replication: every task's client builds its
-    own graph); default 0, the chief. Other MODEL kinds ignore it.
+    own graph); default 0, the chief. Other MODEL kinds ignore it. ``keep_bytes``: the graph keeps
+    the file's bytes (``Graph.node_wire``, from which ``partition`` writes its GraphDefs); else
+    they are let go after the load (the file's size in memory: 234 MB at 1M nodes).
     """
+    model = _load(spec, tag=tag, task_index=task_index)
+    if not keep_bytes:
+        model.graph.drop_bytes()
+    return model
+
+
+def _load(spec: str | os.PathLike, *, tag: str | None, task_index: int | None) -> Model:
     protos.check_backend()
     spec = os.fspath(spec)
     _note_input(spec)  # -o may not overwrite it (see "writing")
@@ -159,6 +170,12 @@ def model_from_proto(source: str, kind: str, obj) -> Model:
         graph_def = obj if isinstance(obj, GraphDef) else _reparse(GraphDef, obj)
         return _from_graph_def(source, kind, graph_def)
     raise LoadError(source, f"expected a GraphDef or MetaGraphDef, got {full_name}")
+
+
+def model_from_bytes(source: str, data: bytes) -> Model:
+    """A serialized GraphDef (or MetaGraphDef, SavedModel) as :func:`load` reads a file's bytes:
+    the graph keeps them (``Graph.node_wire``), so partitions are written from them."""
+    return _load_binary_graph(source, data)
 
 
 def _reparse(cls, obj):
@@ -335,8 +352,8 @@ def _choose_meta_graph(spec: str, saved, tag: str | None, data: bytes | None = N
     if not meta.graph_def.node:
         raise LoadError(spec, "the chosen MetaGraph holds no graph nodes")
     wire = None
-    if data is not None and _wire is not None:
-        spans = _wire.field_spans(data, 2)  # SavedModel.meta_graphs
+    if data is not None:
+        spans = field_spans(data, 2)  # SavedModel.meta_graphs
         if len(spans) == len(metas):
             offset, length = spans[next(k for k, m in enumerate(metas) if m is meta)]
             wire = _graph_def_wire(memoryview(data)[offset:offset + length])
@@ -539,10 +556,9 @@ def _from_meta_graph(spec: str, kind: str, meta: MetaGraphDef, wire=None) -> Mod
 
 def _graph_def_wire(meta_graph_bytes) -> memoryview | None:
     """The bytes of the ``graph_def`` field of a serialized MetaGraphDef, when it occurs once (twice
-    would merge: then the IR is read from the parsed messages instead)."""
-    if _wire is None:
-        return None
-    spans = _wire.field_spans(meta_graph_bytes, 2)  # MetaGraphDef.graph_def
+    would merge: then the IR is read from the parsed messages instead). Found with or without the
+    C kernels, so that partitions are written from the same bytes either way."""
+    spans = field_spans(meta_graph_bytes, 2)  # MetaGraphDef.graph_def
     if len(spans) != 1:
         return None
     offset, length = spans[0]

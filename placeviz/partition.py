@@ -78,6 +78,7 @@ from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
 from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
+from placeviz.nodewire import encode_field, encode_varint, splice_nodes
 from placeviz.op_kinds import PLACEHOLDER_OPS
 from placeviz.protos import GraphDef, NodeDef, dtype_name, dtype_size
 from placeviz.prune import PruneError, RunSignature, parse_run, prune_mask
@@ -364,6 +365,17 @@ class PartitionResult:
         if importable:
             return self.partitions
         return self._builder.materialize(self._node_lists(), importable=False)
+
+    def serialized(self) -> dict[str, bytes]:
+        """Partition key -> the serialized GraphDef of :attr:`partitions` (the same message once
+        parsed), written from the input's bytes where a node only changes device (see
+        :mod:`placeviz.nodewire`): what ``placeviz partition`` writes. Deterministic: the bytes
+        depend only on the input's bytes and the run."""
+        if self._partitions is None:
+            out = self._builder.serialize(self._node_lists())
+            if out is not None:
+                return out
+        return {k: gd.SerializeToString(deterministic=True) for k, gd in self.partitions.items()}
 
     def device_of(self, name: str) -> str | None:
         """The partition a node (original or added) is in, or None if the run does not execute it."""
@@ -1668,6 +1680,124 @@ class _Partitioner:
         nd.name = fix(a.name)
         nd.input.extend(self._input_strings(i, fix))
 
+    def serialize(self, node_lists: dict[str, list[int]]) -> dict[str, bytes] | None:
+        """:meth:`materialize` (importable), serialized, without building the NodeDefs of the
+        nodes that only change device: their bytes are the input's (``Graph.node_wire``) with the
+        new ``device``. The others (added nodes, rewired inputs, renamed nodes, trimmed
+        ``_class``) are built as :meth:`materialize` builds them and serialized deterministically.
+        None when the graph has no bytes or a function library (whose reachable functions
+        :meth:`materialize` finds from the NodeDefs)."""
+        wire = self.graph.node_wire
+        if wire is None or self.graph.library.function:
+            return None
+        np = self.np
+        n = self.n
+        nodes = self.nodes_pb
+        dev_names = self.devs.names
+        fix = _importable_name
+        # Nodes whose inputs differ from their bytes' (moved by control flow, control loops, the
+        # setter's rewired roots) or whose name changes are built; so are nodes without bytes.
+        moved_inputs = (self.e_src != np.frombuffer(self.graph.in_src, dtype=np.int32)) | \
+            (self.e_slot != np.frombuffer(self.graph.in_slot, dtype=np.int32))
+        rewrite = np.zeros(n, dtype=bool)
+        rewrite[np.unique(self.e_dst[moved_inputs])] = True
+        rewrite[[i for i in self.cloop_ctrl if i < n]] = True  # added nodes are built anyway
+        rewrite[np.fromiter(wire.stale, dtype=np.int64, count=len(wire.stale))] = True
+        if "\0_" in "\0" + "\0".join(self.names):  # a name with a leading "_" (C-level search)
+            rewrite[:] = True  # original names to fix everywhere
+        build = rewrite | (np.frombuffer(wire.offsets, dtype=np.int64) < 0)
+        located = self.graph.colocated_names  # nodes whose _class names others: may be trimmed
+        all_offsets = np.frombuffer(wire.offsets, dtype=np.int64)
+        all_lengths = np.frombuffer(wire.lengths, dtype=np.int64)
+        device_fields = [d.encode("utf-8") for d in dev_names]
+        transfer_attrs: dict[tuple, tuple[bytes, ...]] = {}  # see _encode_transfer
+        versions = self.graph.versions
+        tail = b"" if versions is None else encode_field(4, versions.SerializeToString(deterministic=True))
+        out: dict[str, bytes] = {}
+        for key, ids in node_lists.items():
+            ids_np = np.asarray(ids, dtype=np.int64)
+            original = ids_np < n
+            slow = ~original
+            slow[original] = build[ids_np[original]]
+            if located:
+                here = set(self.names_of(ids))
+                get = located.get
+                for k in np.flatnonzero(~slow).tolist():
+                    names = get(ids[k])
+                    if names and not here.issuperset(names):
+                        slow[k] = True
+            else:
+                here = None
+            fast_ids = np.where(slow, 0, ids_np)
+            offsets = np.where(slow, -1, all_offsets[fast_ids])
+            lengths = np.where(slow, 0, all_lengths[fast_ids])
+            devices = np.where(slow, 0, self.dev_np[fast_ids]).astype(np.int32)
+            extra = []
+            for k in np.flatnonzero(slow).tolist():
+                i = ids[k]
+                if i >= n:
+                    a = self.added[i - n]
+                    if a.op in _TRANSFER_OPS and a.copy_of < 0:
+                        extra.append(self._encode_transfer(a, i, fix, transfer_attrs))
+                        continue
+                nd = NodeDef()
+                if i < n:
+                    nd.CopyFrom(nodes[i])
+                    nd.device = dev_names[self.dev_l[i]]
+                    if rewrite[i]:
+                        nd.name = fix(nd.name)
+                        del nd.input[:]
+                        nd.input.extend(self._input_strings(i, fix))
+                else:
+                    self._fill_new(nd, self.added[i - n], i, fix)
+                if "_class" in nd.attr:
+                    if here is None:
+                        here = set(self.names_of(ids))
+                    _keep_local_colocation(nd, here)
+                extra.append(nd.SerializeToString(deterministic=True))
+            data = splice_nodes(wire.data, offsets, lengths, devices, device_fields, extra, tail)
+            if data is None:
+                return None
+            out[key] = data
+        return out
+
+    def _encode_transfer(self, a: _New, i: int, fix, cache: dict) -> bytes:
+        """The deterministic serialization of the ``_Send``/``_Recv`` NodeDef :meth:`_fill_new`
+        builds, written directly: tens of thousands of them per graph, and making each as a
+        message costs 20 us. Fields in number order, attrs in the key order of protobuf's
+        (upb's) deterministic serialization (``tests/test_partition_kernels.py`` compares the bytes
+        with ``SerializeToString(deterministic=True)`` of the built NodeDef). The attrs that
+        depend only on (op, devices, client, dtype) are encoded once per such key, in ``cache``.
+        """
+        tname, sdev, rdev, src, dst, client = a.meta
+        key = (a.op, a.dev, sdev, rdev, client, a.dtype)
+        parts = cache.get(key)
+        if parts is None:
+            names = self.devs.names
+            is_send = a.op in ("_Send", "_HostSend")
+            typed = _attr_entry(b"T" if is_send else b"tensor_type", _varint_value(6, a.dtype))  # AttrValue.type
+            middle = (_attr_entry(b"client_terminated", _varint_value(5, int(client)))  # AttrValue.b
+                      + _attr_entry(b"recv_device", encode_field(2, names[rdev].encode()))  # AttrValue.s
+                      # upb sorts a longer key before its prefix (upb/message/internal/map_sorter.c)
+                      + _attr_entry(b"send_device_incarnation", _varint_value(3, self.incarnation_of(sdev)))
+                      + _attr_entry(b"send_device", encode_field(2, names[sdev].encode())))
+            head = encode_field(2, a.op.encode())
+            device = encode_field(4, names[a.dev].encode())
+            # "T" sorts before "_dst", "tensor_type" after "tensor_name" (keys compare as bytes)
+            parts = cache[key] = (head, device, typed if is_send else b"", middle, b"" if is_send else typed)
+        head, device, first, middle, last = parts
+        out = [encode_field(1, fix(a.name).encode("utf-8")), head]
+        out.extend(encode_field(3, x.encode("utf-8")) for x in self._input_strings(i, fix))
+        out.append(device)
+        out.append(first)
+        if src is not None:
+            out.append(_string_attr(_KEY_DST, dst.encode("utf-8")))
+            out.append(_string_attr(_KEY_SRC, src.encode("utf-8")))
+        out.append(middle)
+        out.append(_string_attr(_KEY_TENSOR_NAME, tname.encode("utf-8")))
+        out.append(last)
+        return b"".join(out)
+
     def materialize(self, node_lists: dict[str, list[int]], importable: bool = True) -> dict[str, GraphDef]:
         """One GraphDef per partition. ``importable``: rename TF's internal names (``_recv_x_0``,
         ``_cloop...``: a leading ``_`` is reserved for the runtime, so ``import_graph_def`` refuses
@@ -1707,6 +1837,30 @@ class _Partitioner:
             _add_library(gd, graph_def)
             out[key] = gd
         return out
+
+
+_TRANSFER_OPS = frozenset({"_Send", "_HostSend", "_Recv", "_HostRecv"})
+
+
+def _attr_entry(key: bytes, value: bytes) -> bytes:
+    """One ``NodeDef.attr`` map entry on the wire (field 5: key field 1, AttrValue field 2)."""
+    return encode_field(5, encode_field(1, key) + encode_field(2, value))
+
+
+_KEY_DST, _KEY_SRC, _KEY_TENSOR_NAME = (encode_field(1, k) for k in (b"_dst", b"_src", b"tensor_name"))
+
+
+def _string_attr(key_field: bytes, value: bytes) -> bytes:
+    """:func:`_attr_entry` of an AttrValue ``s``, with its key already encoded (the hot case)."""
+    av = b"\x12" + encode_varint(len(value)) + value  # AttrValue.s
+    entry = key_field + b"\x12" + encode_varint(len(av)) + av
+    return b"\x2a" + encode_varint(len(entry)) + entry
+
+
+def _varint_value(number: int, value: int) -> bytes:
+    """An AttrValue holding one varint field (``b``, ``i`` or ``type``), as protobuf writes an
+    int64 (negative: ten bytes, two's complement)."""
+    return encode_varint(number << 3) + encode_varint(value & 0xFFFFFFFFFFFFFFFF)
 
 
 def _same(name: str) -> str:

@@ -25,11 +25,12 @@ def kernel_mode(request, monkeypatch) -> str:
     its Python loops, as ``PLACEVIZ_NO_KERNELS=1`` gives (``placeviz/native.py``)."""
     import placeviz.graph
     import placeviz.io
+    import placeviz.nodewire
     import placeviz.partition
     import placeviz.prune
     from placeviz.placement import placer, setter
 
-    slots = [(placeviz.graph, "_wire"), (placeviz.io, "_wire"), (placeviz.prune, "_kernels"),
+    slots = [(placeviz.graph, "_wire"), (placeviz.io, "_wire"), (placeviz.nodewire, "_wire"), (placeviz.prune, "_kernels"),
              (placeviz.partition, "_kernels"), (setter, "_kernels"), (placer, "_kernels")]
     if request.param == "python":
         for module, name in slots:

@@ -99,3 +99,41 @@ def test_duplicate_names_and_dangling_inputs_are_errors():
 def test_topological_order_breaks_ties_by_node_id():
     g = Graph(make_graph(("c", "Const", []), ("b", "Const", []), ("a", "AddV2", ["c", "b"]), ("z", "Const", [])))
     assert [g.names[i] for i in g.topological_order] == ["c", "b", "a", "z"]
+
+
+def _consumers_by_loop(g: Graph) -> tuple[list[int], list[int], list[int]]:
+    """The out-edge CSR filled node by node, edge by edge (the loop ``Graph.consumers`` replaced)."""
+    n = len(g)
+    starts = [0] * (n + 1)
+    for src in g.in_src:
+        starts[src + 1] += 1
+    for i in range(n):
+        starts[i + 1] += starts[i]
+    fill = starts[:-1]
+    dst_of, pos_of = [0] * len(g.in_src), [0] * len(g.in_src)
+    for dst in range(n):
+        for pos in range(g.in_start[dst], g.in_start[dst + 1]):
+            k = fill[g.in_src[pos]]
+            dst_of[k], pos_of[k] = dst, pos
+            fill[g.in_src[pos]] = k + 1
+    return starts, dst_of, pos_of
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_consumers_equal_the_edge_by_edge_fill(seed):
+    """Random graphs with repeated inputs, control edges and isolated nodes: the vectorised CSR is
+    the one the per-edge loop builds, order included."""
+    import random
+
+    rng = random.Random(seed)
+    gd = GraphDef()
+    for i in range(300):
+        inputs = []
+        for _ in range(rng.randrange(5) if i else 0):
+            j = rng.randrange(i)
+            inputs.append(rng.choice([f"n{j}", f"n{j}:1", f"^n{j}"]))
+        data = [x for x in inputs if not x.startswith("^")]
+        gd.node.add(name=f"n{i}", op="Op", input=data + [x for x in inputs if x.startswith("^")])
+    g = Graph(gd)
+    assert [list(a) for a in g.consumers] == [list(a) for a in _consumers_by_loop(g)]
+    assert all(a.typecode == "i" for a in g.consumers)

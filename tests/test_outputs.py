@@ -514,28 +514,43 @@ for args in {commands!r}:
 """
 
 
-@pytest.mark.parametrize("no_kernels", [False, True], ids=["kernels", "python"])
-def test_two_runs_write_identical_bytes(model, tmp_path, no_kernels):
-    """Two processes with different hash seeds (set and dict-of-set orders differ between them)
-    write the same bytes for place (binary and text), partition (every file and index.json) and
-    sync (GraphDef and MetaGraphDef)."""
-    results = []
-    for seed in ("1", "2"):
-        out = tmp_path / f"run{seed}"
-        out.mkdir()
-        commands = [["place", str(model), "--ps-tasks", "2", "-o", str(out / "placed.pb")],
-                    ["place", str(model), "--ps-tasks", "2", "-o", str(out / "placed.pbtxt")],
-                    ["partition", str(model), "--ps-tasks", "2", "-o", str(out / "parts")],
-                    ["partition", str(model), "--ps-tasks", "2", "--level", "task", "-o", str(out / "tasks")],
-                    ["sync", str(model), "--replicas-to-aggregate", "2", "-o", str(out / "sync.pb")],
-                    ["sync", str(model), "--replicas-to-aggregate", "2", "-o", str(out / "sync.meta")]]
-        env = {k: v for k, v in os.environ.items() if k != "PLACEVIZ_NO_KERNELS"}
-        env.update(PYTHONHASHSEED=seed, PYTHONPATH=str(ROOT))
-        if no_kernels:
-            env["PLACEVIZ_NO_KERNELS"] = "1"
-        proc = subprocess.run([sys.executable, "-c", _RUN_ALL.format(commands=commands)], env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        results.append({str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()})
-    assert len(results[0]) == 2 + 2 * 4 + 2
-    assert results[0] == results[1]
+def _outputs_of_one_run(model, out: Path, seed: str, no_kernels: bool) -> dict[str, bytes]:
+    """Run every command that writes a proto or JSON in one process (hash seed ``seed``, C kernels
+    on or off) and return the bytes of every file written, by relative path."""
+    out.mkdir()
+    commands = [["place", str(model), "--ps-tasks", "2", "-o", str(out / "placed.pb")],
+                ["place", str(model), "--ps-tasks", "2", "-o", str(out / "placed.pbtxt")],
+                ["partition", str(model), "--ps-tasks", "2", "-o", str(out / "parts")],
+                ["partition", str(model), "--ps-tasks", "2", "--pretty", "-o", str(out / "pretty")],
+                ["partition", str(model), "--ps-tasks", "2", "--level", "task", "-o", str(out / "tasks")],
+                ["sync", str(model), "--replicas-to-aggregate", "2", "-o", str(out / "sync.pb")],
+                ["sync", str(model), "--replicas-to-aggregate", "2", "-o", str(out / "sync.meta")],
+                ["analyze", str(model), "--ps-tasks", "2", "--format", "json", "-o", str(out / "analyze.json")],
+                ["lint", str(model), "--format", "json", "-o", str(out / "lint.json")],
+                ["lint", str(model), "--format", "sarif", "-o", str(out / "lint.sarif")],
+                ["render", str(model), "--ps-tasks", "2", "--view", "devices", "-o", str(out / "devices.dot")]]
+    env = {k: v for k, v in os.environ.items() if k != "PLACEVIZ_NO_KERNELS"}
+    env.update(PYTHONHASHSEED=seed, PYTHONPATH=str(ROOT))
+    if no_kernels:
+        env["PLACEVIZ_NO_KERNELS"] = "1"
+    proc = subprocess.run([sys.executable, "-c", _RUN_ALL.format(commands=commands)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_two_runs_write_identical_bytes(model, tmp_path):
+    """Two processes with different hash seeds (set and dict-of-set orders differ between them),
+    each with the C kernels and with the pure-Python paths, write the same bytes for place
+    (binary and text), partition (every file and index.json, compact and ``--pretty``), sync
+    (GraphDef and MetaGraphDef), analyze and lint (JSON, SARIF) and render (DOT): four runs, one
+    set of bytes."""
+    runs = {(seed, no_kernels): _outputs_of_one_run(model, tmp_path / f"run{seed}{'py' if no_kernels else 'c'}",
+                                                    seed, no_kernels)
+            for seed in ("1", "2") for no_kernels in (False, True)}
+    first = runs[("1", False)]
+    assert len(first) == 2 + 3 * 4 + 2 + 4
+    for key, files in runs.items():
+        assert files.keys() == first.keys(), key
+        differ = [name for name in first if files[name] != first[name]]
+        assert not differ, f"seed {key[0]}, kernels {'off' if key[1] else 'on'}: {differ} differ from the first run"

@@ -28,10 +28,11 @@ import pytest
 
 from placeviz.devices import ClusterSpec
 from placeviz.graph import Graph
-from placeviz.io import model_from_proto
+from placeviz.io import model_from_bytes
 from placeviz.partition import partition
 from placeviz.placement import PlacementOptions, place_graph
 from placeviz.placement.placer import PlacerConfig
+from placeviz.protos import GraphDef
 from placeviz.verify.compare import runtime_nodes, transfer_key
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
@@ -184,9 +185,7 @@ def cases() -> dict:
 
 # ---------------------------------------------------------------------------- comparing
 def _placed(case: dict) -> tuple[Graph, list[str]]:
-    from placeviz.protos import GraphDef
-
-    model = model_from_proto("tf", "case", GraphDef.FromString(case["graph_def"]))
+    model = model_from_bytes("case", case["graph_def"])  # keeps the bytes, as io.load of a .pb does
     options = PlacementOptions(cluster=ClusterSpec.from_ps_tasks(2), cpus_per_task=case["cpus"],
                                placer=PlacerConfig(allow_soft_placement=case["soft"]))
     result = place_graph(model.graph, options)
@@ -259,12 +258,16 @@ def _check_case(case: dict, label: str) -> None:
 
 
 def _assert_imports(result) -> None:
+    """What ``placeviz partition`` writes (``serialized``: from the input's bytes) imports into TF
+    and parses to exactly the GraphDefs placeviz builds (``partitions``)."""
     import tensorflow as tf
 
-    for device, gd in result.partitions.items():
+    written = result.serialized()  # before ``partitions``, else it would serialize those
+    assert {k: GraphDef.FromString(v) for k, v in written.items()} == result.partitions
+    for device, data in written.items():
         with tf.Graph().as_default():
             try:
-                tf.compat.v1.import_graph_def(tf.compat.v1.GraphDef.FromString(gd.SerializeToString()), name="")
+                tf.compat.v1.import_graph_def(tf.compat.v1.GraphDef.FromString(data), name="")
             except Exception as e:  # noqa: BLE001 - reported with the partition's name
                 pytest.fail(f"partition {device} does not import into TF: {e}")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from placeviz import nodewire
 from placeviz import partition as partition_mod
 from placeviz import prune as prune_mod
 from placeviz.errors import PlacevizError
@@ -58,7 +59,16 @@ class _Spy:
 
 def _snapshot(result) -> dict:
     b = result._builder
+    # What ``placeviz partition`` writes, before ``partitions`` is built: from the input's bytes
+    # when the graph has them. It must parse to exactly the GraphDefs ``partitions`` builds.
+    serialized = result.serialized()
+    assert {k: GraphDef.FromString(v) for k, v in serialized.items()} == result.partitions
+    for key, data in serialized.items():  # _Send/_Recv are written directly: protobuf's exact bytes
+        for (offset, length), nd in zip(nodewire.field_spans(data, 1), result.partitions[key].node, strict=True):
+            if nd.op in ("_Send", "_Recv", "_HostSend", "_HostRecv"):
+                assert data[offset:offset + length] == nd.SerializeToString(deterministic=True), nd.name
     return {
+        "serialized": serialized,
         "json": result.to_json(),
         "nodes": result.nodes,
         "original_nodes": result.original_nodes,
@@ -77,6 +87,8 @@ def _outcome(monkeypatch, fast: bool, graph: Graph, devices: list[str], kw: dict
     with monkeypatch.context() as m:
         m.setattr(partition_mod, "_kernels", spy if fast else None)
         m.setattr(prune_mod, "_kernels", spy if fast else None)
+        if not fast:
+            m.setattr(nodewire, "_wire", None)
         try:
             return ("ok", _snapshot(partition(graph, devices, **kw))), spy.done
         except PlacevizError as e:
@@ -136,11 +148,11 @@ def tf_cases(tmp_path_factory) -> dict:
 
 def _placed(case: dict) -> tuple[Graph, list[str]]:
     from placeviz.devices import ClusterSpec
-    from placeviz.io import model_from_proto
+    from placeviz.io import model_from_bytes
     from placeviz.placement import PlacementOptions, place_graph
     from placeviz.placement.placer import PlacerConfig
 
-    model = model_from_proto("tf", "case", GraphDef.FromString(case["graph_def"]))
+    model = model_from_bytes("case", case["graph_def"])  # keeps the bytes: partitions are written from them
     options = PlacementOptions(cluster=ClusterSpec.from_ps_tasks(2), cpus_per_task=case["cpus"],
                                placer=PlacerConfig(allow_soft_placement=case["soft"]))
     result = place_graph(model.graph, options)
@@ -170,6 +182,12 @@ def test_tf_graphs_partition_identically(monkeypatch, tf_cases):
     results = 0
     for label, case in tf_cases.items():
         graph, devices = _placed(case)
+        # The partitions are written from the input's bytes (not rebuilt): the setter's result
+        # maps its nodes to the file's NodeDefs.
+        assert graph.node_wire is not None and len(graph.node_wire.offsets) == len(graph), label
+        if not graph.library.function:
+            result = partition(graph, devices)
+            assert result._builder.serialize(result._node_lists()) is not None, label
         for run in _runs(case, graph):
             for kw in (dict(level="device"), dict(level="task"), dict(session="direct"),
                        dict(level="device", replicate_constants=False)):

@@ -23,8 +23,17 @@ def emit(text: str, output: str | None) -> None:
         click.echo(text, nl=not text.endswith("\n"))
 
 
-def to_json(document: dict) -> str:
-    return json.dumps(document, indent=2, sort_keys=False) + "\n"
+def to_json(document: dict, *, pretty: bool = True) -> str:
+    """``document`` as JSON text ending in a newline: indented for people (``pretty``), else compact.
+
+    Only the compact form runs CPython's C encoder (``json.dumps`` falls back to the pure-Python
+    one whenever ``indent`` is set): about 10x faster on big documents such as a partition's
+    ``index.json`` (a dict per transfer). Keys keep their insertion order in both forms, so the
+    bytes depend only on the document (never on hash seeds).
+    """
+    if pretty:
+        return json.dumps(document, indent=2, sort_keys=False) + "\n"
+    return json.dumps(document, separators=(",", ":"), sort_keys=False) + "\n"
 
 
 def render_rich(render, width: int | None = None) -> str:

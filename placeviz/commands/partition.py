@@ -19,7 +19,7 @@ from pathlib import Path
 
 from placeviz.commands.output import progress, to_json
 from placeviz.coverage import refuse_serving_graph
-from placeviz.io import check_directory_output, load, proto_bytes, write_directory
+from placeviz.io import check_directory_output, load, write_directory
 from placeviz.partition import SCHEMA, partition
 from placeviz.pipeline import added_nodes_note, client_device, placement_notes
 from placeviz.placement import place_graph
@@ -34,8 +34,8 @@ _MAX_INDEX_BYTES = 1 << 30
 
 
 def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, level: str,
-        replicate_constants: bool, tag: str | None = None) -> None:
-    model = load(model_spec, tag=tag)
+        replicate_constants: bool, tag: str | None = None, pretty: bool = False) -> None:
+    model = load(model_spec, tag=tag, keep_bytes=True)  # partitions are written from the file's bytes
     refuse_serving_graph(model)
     check_directory_output(out_dir, replaceable=is_partition_output, kind=KIND)  # before the long part
     for note in placement_notes(model.graph, options):
@@ -49,13 +49,13 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
                       level=level, replicate_constants=replicate_constants,
                       client_device=client_device(options.placer.master_task))
     index = parts.to_json()
-    names = partition_file_names(parts.partitions)
-    files: dict[str, bytes | str] = {}
-    for device, graph_def in parts.partitions.items():
-        files[names[device]] = proto_bytes(graph_def, names[device])
+    names = partition_file_names(parts.keys)
+    # Written from the input's bytes where a node only changes device (placeviz.nodewire): the
+    # same messages as serializing ``parts.partitions``, without building every NodeDef.
+    files: dict[str, bytes | str] = {names[device]: data for device, data in parts.serialized().items()}
     for entry in index["partitions"]:
         entry["file"] = names[entry["device"]]
-    files[INDEX] = to_json(index)
+    files[INDEX] = to_json(index, pretty=pretty)
     write_directory(out_dir, files, replaceable=is_partition_output, kind=KIND)
     total = sum(t["bytes"] or 0 for t in parts.transfers)
     control = sum(1 for t in parts.transfers if t["slot"] == "control")

@@ -894,9 +894,24 @@ class _GroupRewrite:
             in_slot=self.in_slot, colocation=colocation,
             attr_nodes=RemappedNodeDefs(g.attr_nodes, self.noops.node, self.attr_ids, self.noop_ids),
             make_graph_def=make_graph_def, index=index, ids_of=ids_of, colocated_names=colocated_names,
-            located_names=located_names, source=g)
+            located_names=located_names, source=g,
+            node_wire=partial(_remapped_node_wire, g, self.attr_ids, frozenset(self.plans)), versions_present=True)
         calls = [c for c in new_id[np.asarray(strategy_calls, dtype=np.int64)].tolist() if c >= 0]
         return new_graph, self.new_rules, partial(_renumbered, reference, new_id), calls
+
+def _remapped_node_wire(source: Graph, attr_ids: array, rewired: frozenset[int]):
+    """The setter's result graph's :attr:`Graph.node_wire`: its old nodes' bytes in the source's,
+    the group roots whose control inputs were rebuilt (``rewired``, old ids) marked stale, as
+    :func:`_rewritten_graph_def` rebuilds their inputs; the new NoOps have none."""
+    import numpy as np
+
+    wire = source.node_wire
+    if wire is None:
+        return None
+    ids = np.frombuffer(attr_ids, dtype=np.int32)
+    stale = frozenset(np.nonzero(np.isin(ids, np.fromiter(rewired, dtype=np.int64, count=len(rewired))))[0].tolist())
+    return wire.remapped(ids, stale)
+
 
 def _new_index(source: Graph, names: list[str], dropped: set[int], first: int) -> dict[str, int]:
     """The setter's result graph's name index: the old one, ids from ``first`` on renumbered."""

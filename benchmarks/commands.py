@@ -1,0 +1,173 @@
+"""Whole placeviz commands timed as users run them (``benchmarks/run.py --commands``).
+
+Each command runs as its own process (``python -m placeviz ...``, the interpreter start and the
+imports included), once per repetition; ``os.wait4`` gives that process's user + system CPU and
+peak RSS, ``time.perf_counter`` its wall time. Next to them, in the same run, the protobuf parse
+floor of the same file (``GraphDef.ParseFromString`` of its bytes, CPU, median of the
+repetitions, in a process of its own) and each command's ratio to it (wall / floor), the ratio the
+targets of issue 18 are stated in. ``render`` runs Graphviz's ``dot`` as a child of the command:
+its CPU is in the command's (``RUSAGE_CHILDREN`` of the command is summed by the kernel into what
+``wait4`` returns), so the render row is "command + dot".
+
+Never imports TensorFlow; never used by tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PS_TASKS = 4
+SMALL_NODES = 100
+
+_PARSE_FLOOR = r"""
+import sys, time, json
+from placeviz.protos import GraphDef
+data = open(sys.argv[1], "rb").read()
+times = []
+for _ in range(int(sys.argv[2])):
+    g = GraphDef()
+    t = time.process_time()
+    g.ParseFromString(data)
+    times.append(time.process_time() - t)
+    del g
+print(json.dumps(times))
+"""
+
+
+def commands_for(path: Path, unplaced: Path, out_dir: Path) -> dict[str, list[str]]:
+    """The command lines timed for one graph: what issue 18's table lists.
+
+    ``partition`` and ``analyze`` place the unplaced sibling with ``--ps-tasks 4`` (the setter's
+    replay, then the placer), as the issue measured; ``lint`` and ``render`` read the graph as TF
+    placed it.
+    """
+    return {
+        "partition -o DIR": ["partition", str(unplaced), "--ps-tasks", str(PS_TASKS), "-o", str(out_dir / "parts")],
+        "lint": ["lint", str(path), "-o", str(out_dir / "lint.txt")],
+        "analyze --format json": ["analyze", str(unplaced), "--ps-tasks", str(PS_TASKS), "--format", "json",
+                                  "-o", str(out_dir / "analyze.json")],
+        "render --view devices -o x.svg": ["render", str(path), "--view", "devices",
+                                           "-o", str(out_dir / "x.svg")],
+    }
+
+
+def small_graph(source: Path, out: Path, nodes: int = SMALL_NODES) -> Path:
+    """The first ``nodes`` nodes of a generated graph as a GraphDef of its own: TF writes every
+    input before its consumer, so the prefix is a whole graph (inputs or ``loc:@`` names that
+    leave it are dropped, which TF's order makes rare)."""
+    sys.path.insert(0, str(REPO))
+    from placeviz.protos import GraphDef
+
+    full = GraphDef.FromString(source.read_bytes())
+    small = GraphDef()
+    small.versions.CopyFrom(full.versions)
+    small.node.extend(full.node[:nodes])
+    kept = {n.name for n in small.node}
+    for node in small.node:
+        inputs = [i for i in node.input if i.lstrip("^").split(":")[0] in kept]
+        del node.input[:]
+        node.input.extend(inputs)
+        if "_class" in node.attr:
+            groups = [g for g in node.attr["_class"].list.s if g[5:].decode() in kept]
+            del node.attr["_class"].list.s[:]
+            node.attr["_class"].list.s.extend(groups)
+    out.write_bytes(small.SerializeToString(deterministic=True))
+    return out
+
+
+def time_process(argv: list[str], env: dict[str, str]) -> dict:
+    """Run ``argv`` to completion: wall s, CPU s (user + system, its children included), peak
+    RSS MiB, exit code."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
+    proc.stderr.close()
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024,
+            "exit": proc.returncode, "stderr": err[-500:]}
+
+
+def parse_floor(path: Path, reps: int, env: dict[str, str]) -> list[float]:
+    out = subprocess.run([sys.executable, "-c", _PARSE_FLOOR, str(path), str(reps)], env=env,
+                         capture_output=True, text=True, check=True)
+    return [float(x) for x in out.stdout.strip().strip("[]").split(",")]
+
+
+def run_commands(paths: list[Path], reps: int | None, default_reps, graph_facts, unplaced_of) -> list[dict]:
+    """Time every command of :func:`commands_for` on each graph, alternating the commands inside
+    each repetition (so load changes hit all alike), plus the cold ``lint`` of a small graph."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    placeviz = [sys.executable, "-m", "placeviz"]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="placeviz-bench-") as tmp:
+        tmp_dir = Path(tmp)
+        # Cut in a process of its own: a forked child's peak RSS counts what the parent held at the
+        # fork, so the driver never parses a big graph itself.
+        small = tmp_dir / f"g{SMALL_NODES}.pb"
+        subprocess.run([sys.executable, __file__, "--small", str(paths[0]), str(small)], env=env, check=True)
+        for path in [small, *paths]:
+            facts = graph_facts(path) if path != small else {"nodes": SMALL_NODES}
+            nodes = facts.get("nodes") or path.stat().st_size // 225
+            n_reps = reps or max(3, min(default_reps(nodes), 5))
+            unplaced = unplaced_of(path) if path != small else small
+            cmds = {"lint (cold, small graph)": ["lint", str(small)]} if path == small else \
+                commands_for(path, unplaced, tmp_dir)
+            print(f"{path.name}: {nodes:,} nodes, {n_reps} reps of {len(cmds)} commands ...", file=sys.stderr,
+                  flush=True)
+            floor = parse_floor(path, max(n_reps, 5), env)
+            samples: dict[str, list[dict]] = {name: [] for name in cmds}
+            for _ in range(n_reps):
+                for name, args in cmds.items():
+                    shutil.rmtree(tmp_dir / "parts", ignore_errors=True)
+                    rec = time_process(placeviz + args, env)
+                    if rec["exit"] not in (0, 1):  # lint exits 1 when it finds something
+                        raise SystemExit(f"{path.name}: placeviz {' '.join(args)} failed (exit {rec['exit']}): "
+                                         f"{rec['stderr']}")
+                    samples[name].append(rec)
+            floor_s = statistics.median(floor)
+            rows = {}
+            for name, recs in samples.items():
+                wall = statistics.median(r["wall"] for r in recs)
+                rows[name] = {"wall_s": round(wall, 3), "cpu_s": round(statistics.median(r["cpu"] for r in recs), 3),
+                              "peak_rss_mib": round(max(r["rss_mib"] for r in recs)),
+                              "ratio_to_floor": round(wall / floor_s, 1), "samples": recs}
+            results.append({"name": path.name.removesuffix(".pb"), "nodes": nodes, "reps": n_reps,
+                            "parse_floor_s": round(floor_s, 4), "parse_floor_samples": floor, "commands": rows})
+    return results
+
+
+def table(results: list[dict]) -> str:
+    """The commands table: wall and CPU medians, and both as a multiple of the parse floor (on a
+    loaded machine wall time waits for the CPU; the CPU ratio is then the steadier one)."""
+    lines = ["| graph | command, whole process | wall s | CPU s | peak RSS MiB | parse floor s | wall / floor | CPU / floor |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for res in results:
+        floor = res["parse_floor_s"]
+        for name, row in res["commands"].items():
+            cpu_ratio = f"{row['cpu_s'] / floor:.1f}x" if floor else "-"
+            wall_ratio = f"{row['ratio_to_floor']:.1f}x" if floor else "-"
+            lines.append(f"| {res['name']} | `{name}` | {row['wall_s']:.2f} | {row['cpu_s']:.2f} | "
+                         f"{row['peak_rss_mib']:,} | {floor:.3f} | {wall_ratio} | {cpu_ratio} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # re-print the table of saved results: python benchmarks/commands.py FILE...
+    import json
+
+    if sys.argv[1:2] == ["--small"]:
+        small_graph(Path(sys.argv[2]), Path(sys.argv[3]))
+        sys.exit(0)
+    for file in sys.argv[1:]:
+        print(file)
+        print(table(json.loads(Path(file).read_text())["results"]))
