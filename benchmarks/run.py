@@ -827,14 +827,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average: {info['loadavg_start'][0]:.2f} at start, {info['loadavg_end'][0]:.2f} at end "
           f"(1 min); times are process CPU seconds, medians")
     if not args.no_save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        out = RESULTS / (time.strftime("%Y%m%d-%H%M%S") + ".json")
-        payload = {"schema": "placeviz.benchmark/1", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                   "machine": info, "protobuf_backend": backend, "stages": stage_names,
-                   "variant": args.variant, "results": results}
-        out.write_text(json.dumps(payload, indent=1) + "\n")
-        print(f"results: {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+        _save({"schema": "placeviz.benchmark/1", "machine": info, "protobuf_backend": backend,
+               "stages": stage_names, "variant": args.variant, "results": results}, ".json")
     return 1 if (tf_children or tf_here) else 0
+
+
+def _save(payload: dict, suffix: str) -> None:
+    """Write one run's results (with its date) under benchmarks/results/ and say where."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / (time.strftime("%Y%m%d-%H%M%S") + suffix)
+    payload = {"schema": payload["schema"], "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **payload}
+    out.write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"results: {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
 
 
 def _main_commands(args, paths: list[Path], info: dict) -> int:
@@ -849,12 +853,7 @@ def _main_commands(args, paths: list[Path], info: dict) -> int:
     print(f"load average: {info['loadavg_start'][0]:.2f} at start, {info['loadavg_end'][0]:.2f} at end "
           f"(1 min); wall and CPU are medians, the floor is ParseFromString's CPU median")
     if not args.no_save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        out = RESULTS / (time.strftime("%Y%m%d-%H%M%S") + "-commands.json")
-        payload = {"schema": "placeviz.benchmark-commands/1", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                   "machine": info, "results": results}
-        out.write_text(json.dumps(payload, indent=1) + "\n")
-        print(f"results: {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+        _save({"schema": "placeviz.benchmark-commands/1", "machine": info, "results": results}, "-commands.json")
     return 0
 
 

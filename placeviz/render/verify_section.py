@@ -16,6 +16,7 @@ from pathlib import Path
 
 from placeviz.errors import PlacevizError
 from placeviz.escape import html_text as esc
+from placeviz.render.report import _table
 
 SCHEMAS = ("placeviz.verify/1", "placeviz.modes/1")
 
@@ -38,12 +39,6 @@ def _rows(doc: dict) -> list[dict]:
         return [r for r in doc.get("runs", []) if isinstance(r, dict)]
     m = doc.get("modes")
     return [{"label": m.get("mode", "sync"), **m}] if isinstance(m, dict) else []
-
-
-def _table(headers: list[str], rows: list[list]) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _fmt(x) -> str:

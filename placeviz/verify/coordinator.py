@@ -64,6 +64,7 @@ np = None
 CHILD_FLAG = "--verify-coordinator"
 SCRATCH = "run"  # WORKDIR/run: the only writable directory in the sandbox, the servers' working directory
 STALL_S = 6.0  # no run finished and no state change for this long while everything waits: deadlock
+DELAY_SCOPE = "placeviz_slow_worker"  # --slow-worker: the delay op's name scope (its op is <scope>/delay)
 MAX_EVENTS = 300_000  # --trace keeps every op of every run up to this many (then only the marked ones)
 _LABEL_OP = re.compile(r"= ([A-Za-z0-9_>]+)\(")
 
@@ -244,7 +245,7 @@ class Coordinator:
         if not targets:
             return
         device = f"/job:{self.plan['worker_job']}/task:{i}"
-        with g.as_default(), tf.device(device), tf.name_scope("placeviz_slow_worker"):
+        with g.as_default(), tf.device(device), tf.name_scope(DELAY_SCOPE):
             ds = tf.data.Dataset.from_tensors(np.int64(0)).repeat().apply(sleep(int(seconds * 1e6)))
             # no prefetch (tf.data's default inject_prefetch/autotune would sleep ahead, between runs)
             options = tf.data.Options()
@@ -673,7 +674,7 @@ class Coordinator:
         self.watch = frozenset(plan["watch"])
         self.tickets = plan["steps"] if plan.get("mode") == "async" else 0
         self.marks = set(plan["watch"]) | {r for rs in plan.get("reads", {}).values() for r in rs} | {
-            "placeviz_slow_worker/delay"} | ({plan["token_dequeue"]} if plan.get("token_dequeue") else set())
+            f"{DELAY_SCOPE}/delay"} | ({plan["token_dequeue"]} if plan.get("token_dequeue") else set())
         spec = self.cluster_spec()
         self.result["cluster_spec"] = spec
         if plan["isolate"]:  # their TF imports overlap with ours

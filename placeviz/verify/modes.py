@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from placeviz.errors import PlacevizError
 from placeviz.op_kinds import SCATTER_UPDATE_OPS
-from placeviz.verify.plan import RunPlan, init_ops, op_of, tensor, update_plan, value_variable
+from placeviz.verify.plan import RunPlan, init_ops, tensor, update_plan, value_variable
 
 MODES = ("sync", "async", "barrier")
 _READ_OPS = frozenset({"Identity", "ReadVariableOp", "Snapshot", "Gather", "GatherV2", "ResourceGather",
@@ -233,6 +233,3 @@ def delay_targets_sync(plan: RunPlan) -> list[str]:
     """Where a slow worker's delay goes in a SyncReplicas graph: before its accumulator applies."""
     return sorted({a for acc in plan.accumulators for a in acc.apply_ops})
 
-
-__all__ = ["MODES", "check_slow_workers", "delay_targets_sync", "loss_tensor", "make_async_plan",
-           "parse_slow_workers", "train_ops", "op_of"]

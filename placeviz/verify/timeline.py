@@ -21,6 +21,7 @@ import io
 import json
 from pathlib import Path
 
+from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.op_kinds import ACCUMULATOR_APPLY_OPS, ACCUMULATOR_TAKE_OPS
 from placeviz.verify.staleness import DEVICE, DUR, NODE, OP, RUN, START, WHO
@@ -30,13 +31,10 @@ TRACE_FORMAT = "Chrome JSON trace-event format (traceEvents)"
 
 def _task(device: str) -> str:
     """``/job:ps/replica:0/task:1/device:CPU:0`` -> ``ps:1``."""
-    job = task = "?"
-    for part in device.split("/"):
-        if part.startswith("job:"):
-            job = part[4:]
-        elif part.startswith("task:"):
-            task = part[5:]
-    return f"{job}:{task}"
+    parsed = parse_full_name(device)
+    if parsed is None:
+        return device
+    return f"{parsed.job or '?'}:{parsed.task if parsed.task is not None else '?'}"
 
 
 def trace_events(label: str, report, pid_base: int) -> tuple[list[dict], int]:
