@@ -426,7 +426,7 @@ def samples_build(name, output, ps_tasks, worker_device, strategy, sync_replicas
                   total_replicas, resource_variables, scale) -> None:
     """Build sample NAME into a file."""
     from placeviz.commands import samples as command
-    from sample_graphs.options import BuildOptions
+    from placeviz.sample_graphs.options import BuildOptions
 
     options = BuildOptions(
         ps_tasks=ps_tasks, worker_device=worker_device, ps_strategy=strategy, sync_replicas=sync_replicas,

@@ -475,7 +475,7 @@ def _from_tf_object(spec: str, kind: str, obj) -> Model:
 
 def _load_sample(spec: str) -> Model:
     name = spec.split(":", 1)[1]
-    import sample_graphs
+    from placeviz import sample_graphs
 
     if name not in sample_graphs.SAMPLES:
         known = ", ".join(sorted(sample_graphs.SAMPLES))

@@ -25,7 +25,7 @@ INDEX = ROOT / "docs" / "tf-behaviours.md"
 FUNCTION = re.compile(r"`(placeviz(?:\.\w+)*):([\w.]+)`")
 TEST = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
 
-SCANNED = ("placeviz", "rules", "sample_graphs", "tests", "docs", "benchmarks", "scripts")
+SCANNED = ("placeviz", "tests", "docs", "benchmarks", "scripts")
 SCANNED_FILES = ("README.md", "Makefile", "setup.py", "pyproject.toml")
 SUFFIXES = {".py", ".md", ".c", ".toml", ".txt", ".sh", ".cfg", ".yaml", ".yml"}
 PORTED = ROOT / "tests" / "realworld" / "programs"

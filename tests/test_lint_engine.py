@@ -433,15 +433,18 @@ def test_write_docs_and_check(work, capsys):
 
 
 def test_rules_package_ships_in_the_wheel():
-    """The built-in rules are found by importing the package ``rules``, which setuptools packages."""
+    """The built-in rules are found by importing ``placeviz.rules``, which setuptools packages (inside
+    placeviz's own namespace, so no other project's top-level ``rules`` can collide with it)."""
     import tomllib
     from setuptools import find_packages
 
     include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
-    assert "rules" in find_packages(str(REPO), include=include)
+    packages = find_packages(str(REPO), include=include)
+    assert {"placeviz.rules", "placeviz.sample_graphs"} <= set(packages)
+    assert not [p for p in packages if not p.startswith("placeviz")]
     from placeviz.lint.discovery import builtin_rule_modules
 
-    assert "rules.pv002_duplicate_node_name" in builtin_rule_modules()
+    assert "placeviz.rules.pv002_duplicate_node_name" in builtin_rule_modules()
 
 
 COLD = """

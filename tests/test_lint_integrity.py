@@ -209,7 +209,7 @@ def test_graph_size_thresholds(tf_graph, tmp_path, capsys, monkeypatch):
     (tmp_path / "placeviz.toml").write_text('[lint.thresholds]\ngraph-bytes = "1KiB"\n')
     code, doc, _ = lint(capsys, tf_graph / "good.pb", "--select", "PV005")
     assert found(doc) == {("PV005", None)} and doc["findings"][0]["severity"] == "warning"
-    import rules.pv005_oversized_graph_or_const as pv005
+    import placeviz.rules.pv005_oversized_graph_or_const as pv005
 
     monkeypatch.setattr(pv005, "HARD_LIMIT", 2048)  # stands in for 2 GiB, which no test should write
     code, doc, _ = lint(capsys, tf_graph / "good.pb", "--select", "PV005")

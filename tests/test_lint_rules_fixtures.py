@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-import rules
+from placeviz import rules
 from placeviz.devices import ClusterSpec
 from placeviz.io import model_from_proto
 from placeviz.lint import LintContext
@@ -26,7 +26,7 @@ from placeviz.placement.setter import SetterConfig
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 RULE_MODULES = [
-    importlib.import_module(f"rules.{m.name}")
+    importlib.import_module(f"placeviz.rules.{m.name}")
     for m in pkgutil.iter_modules(rules.__path__)
     if not m.name.startswith("_") and m.name[:3] in ("pv1", "pv2", "pv3", "pv4")
 ]
@@ -53,7 +53,7 @@ def build(key: str, builder: Callable[[], object]):
 
 def sample(name: str, **options):
     """A sample graph (``sample_graphs``) built with ps_tasks=2 and ``options``."""
-    from sample_graphs import BuildOptions, build_graph
+    from placeviz.sample_graphs import BuildOptions, build_graph
 
     key = f"sample:{name}:" + ",".join(f"{k}={v}" for k, v in sorted(options.items()))
     return build(key, lambda: build_graph(name, BuildOptions(ps_tasks=2, **options)))

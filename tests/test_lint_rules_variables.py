@@ -230,7 +230,7 @@ def test_pv205_oversized_unpartitioned_variable():
 
 
 def test_pv206_colocated_partition_shards():
-    from sample_graphs.strategies import GreedyLoadBalancingStrategy, byte_size_load_fn
+    from placeviz.sample_graphs.strategies import GreedyLoadBalancingStrategy, byte_size_load_fn
 
     def body(t, gs):
         w = t.compat.v1.get_variable("w", [1024, 256], use_resource=False)        # 1 MiB: greedy -> ps:0

@@ -49,8 +49,8 @@ HAND_BUILT = ["loops", "moves"]
 
 # ------------------------------------------------------------------------------ building
 def _build_sample(name: str, config: str) -> dict:
-    import sample_graphs
-    from sample_graphs.options import BuildOptions, SyncCollections
+    from placeviz import sample_graphs
+    from placeviz.sample_graphs.options import BuildOptions, SyncCollections
 
     meta = sample_graphs.build_meta_graph(name, BuildOptions(**CONFIGS[config]))
     names = {n.name for n in meta.graph_def.node}

@@ -37,8 +37,8 @@ def _graph(meta_or_graph_def):
 
 
 def _build(name, **options):
-    import sample_graphs
-    from sample_graphs.options import BuildOptions
+    from placeviz import sample_graphs
+    from placeviz.sample_graphs.options import BuildOptions
 
     return sample_graphs.build_meta_graph(name, BuildOptions(**options))
 
@@ -104,8 +104,8 @@ def test_setter_stage_on_the_10k_transformer():
 GLOBAL_GRAPH_SCRIPT = textwrap.dedent("""
     import os, sys
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    import sample_graphs
-    from sample_graphs.options import BuildOptions
+    from placeviz import sample_graphs
+    from placeviz.sample_graphs.options import BuildOptions
     name, out = sys.argv[1], sys.argv[2]
     for tag, ps in (("unplaced", 0), ("placed", 2)):
         opts = BuildOptions(ps_tasks=ps, sync_replicas=True, graph_as_default=False)

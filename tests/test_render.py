@@ -306,7 +306,7 @@ def test_graphviz_runs_in_a_subprocess_with_a_timeout(tmp_path, monkeypatch):
 BUILD_SAMPLES = textwrap.dedent("""
     import json, sys
     from google.protobuf import text_format  # noqa: F401
-    from sample_graphs import BuildOptions, build_meta_graph
+    from placeviz.sample_graphs import BuildOptions, build_meta_graph
     out, built = sys.argv[1], {}
     for name in sys.argv[2:]:
         for sync in (True, False):  # SyncReplicas when the sample supports it

@@ -1,4 +1,4 @@
-"""Tests of sample_graphs: every sample built with TF's real API in every placement/sync mode.
+"""Tests of placeviz.sample_graphs: every sample built with TF's real API in every placement/sync mode.
 
 Graphs are built once per (sample, configuration) and cached for the module. The expected
 placements are recomputed independently from the GraphDef (node order, op types, attrs), following
@@ -19,7 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sample_graphs import SAMPLES, BuildOptions, SampleInfo, SyncCollections, build_graph, build_meta_graph
+from placeviz.sample_graphs import (
+    SAMPLES,
+    BuildOptions,
+    SampleInfo,
+    SyncCollections,
+    build_graph,
+    build_meta_graph,
+)
 
 pytestmark = pytest.mark.tf
 tf = pytest.importorskip("tensorflow")
@@ -218,9 +225,9 @@ def params(samples, configs):
 
 def test_import_does_not_load_tensorflow():
     code = (
-        "import sys, sample_graphs, sample_graphs.options\n"
+        "import sys, placeviz.sample_graphs, placeviz.sample_graphs.options\n"
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
-        "print(sorted(sample_graphs.SAMPLES))"
+        "print(sorted(placeviz.sample_graphs.SAMPLES))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert "mlp" in out.stdout
@@ -232,7 +239,7 @@ def test_registry_lists_every_sample():
         assert isinstance(info, SampleInfo)
         assert info.name == name
         assert info.summary and "\n" not in info.summary
-        assert info.module == f"sample_graphs.{name}"
+        assert info.module == f"placeviz.sample_graphs.{name}"
 
 
 def test_unknown_sample_raises_key_error():
@@ -326,7 +333,7 @@ def test_greedy_spreads_bytes_unlike_round_robin():
 
 
 def test_greedy_strategy_and_byte_size_load_fn():
-    from sample_graphs.strategies import GreedyLoadBalancingStrategy, byte_size_load_fn
+    from placeviz.sample_graphs.strategies import GreedyLoadBalancingStrategy, byte_size_load_fn
 
     g = tf.Graph()
     with g.as_default():
@@ -354,7 +361,7 @@ def test_greedy_strategy_and_byte_size_load_fn():
 
 
 def test_greedy_ties_go_to_the_lowest_task():
-    from sample_graphs.strategies import GreedyLoadBalancingStrategy
+    from placeviz.sample_graphs.strategies import GreedyLoadBalancingStrategy
 
     strategy = GreedyLoadBalancingStrategy(3, lambda op: 0)
     assert [strategy(None) for _ in range(4)] == [0, 0, 0, 0]
@@ -588,7 +595,7 @@ def test_global_default_graph_mode_changes_round_robin_counter(tmp_path):
         f"""
         import sys
         sys.path.insert(0, {str(REPO)!r})
-        from sample_graphs import BuildOptions, build_graph
+        from placeviz.sample_graphs import BuildOptions, build_graph
         for sample in ("mlp", "lstm"):
             options = BuildOptions(ps_tasks=2, sync_replicas=True, replicas_to_aggregate=2,
                                    total_replicas=3, graph_as_default=False)

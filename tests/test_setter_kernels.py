@@ -292,7 +292,7 @@ SAMPLE_BUILDS = [
                          ids=[f"{s}-{'-'.join(sorted(o)) or 'plain'}" for s, o in SAMPLE_BUILDS])
 def test_tf_built_samples(sample, options):
     tf = pytest.importorskip("tensorflow")
-    from sample_graphs import BuildOptions, build_graph
+    from placeviz.sample_graphs import BuildOptions, build_graph
 
     graph = build_graph(sample, BuildOptions(ps_tasks=0, **options))  # unplaced: no setter
     with graph.as_default():

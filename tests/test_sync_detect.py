@@ -4,7 +4,7 @@ Each sample is built once per configuration with TF's real ``SyncReplicasOptimiz
 ``replica_device_setter`` (ref and resource variables; R < W with backup workers; R > W; the
 Inception-style sample hands its ExponentialMovingAverage to the optimizer). The truth is TF's own
 graph: the accumulator ops TF created and their ``shared_name``, the collections where the builders
-record the optimizer's ops (``sample_graphs.SyncCollections``), ``trainable_variables()``. Detection
+record the optimizer's ops (``placeviz.sample_graphs.SyncCollections``), ``trainable_variables()``. Detection
 runs on the exported MetaGraphDef *and* on the bare GraphDef (no collections at all) and must give
 the same answer: it works by structure, never through the sample-only collections.
 """
@@ -18,10 +18,10 @@ import pytest
 
 from placeviz.graph import Graph
 from placeviz.io import model_from_proto
+from placeviz.sample_graphs import BuildOptions, SyncCollections, build_graph
 from placeviz.sync import detect, prove, sync_report
 from placeviz.sync.detect import ACCUMULATOR_OPS
 from placeviz.sync.proof import PER_ITERATION
-from sample_graphs import BuildOptions, SyncCollections, build_graph
 
 pytestmark = pytest.mark.tf
 tf = pytest.importorskip("tensorflow")

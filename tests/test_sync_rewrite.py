@@ -69,8 +69,8 @@ def _meta(tf_meta) -> MetaGraphDef:
 @functools.cache
 def _build(sample: str, sync: bool, r: int, w: int | None, resource: bool, ps_tasks: int = 0) -> MetaGraphDef:
     """TF's graph of a sample (built once per process; plain graphs do not depend on R/W)."""
-    from sample_graphs import BuildOptions, build_meta_graph
-    from sample_graphs import transformer as transformer_sample
+    from placeviz.sample_graphs import BuildOptions, build_meta_graph
+    from placeviz.sample_graphs import transformer as transformer_sample
 
     opts = BuildOptions(sync_replicas=sync, replicas_to_aggregate=r, total_replicas=w, ps_tasks=ps_tasks,
                         resource_variables=resource)
@@ -220,7 +220,7 @@ def _run_sync(meta_bytes: bytes, ops: dict[str, str], r: int, steps: int):
 @pytest.mark.parametrize(("sample", "r", "w", "ema", "resource"), RUN_CONFIGS,
                          ids=[_id(c) for c in RUN_CONFIGS])
 def test_k_steps_equal_values(sample, r, w, ema, resource):
-    from sample_graphs.options import SyncCollections as SC
+    from placeviz.sample_graphs.options import SyncCollections as SC
 
     tf_sync = _build(sample, True, r, w, resource)
     res = _rewrite(sample, r, w, ema, resource)

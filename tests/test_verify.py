@@ -37,8 +37,8 @@ import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import numpy as np
 import tensorflow as tf
-import sample_graphs
-from sample_graphs.options import BuildOptions
+from placeviz import sample_graphs
+from placeviz.sample_graphs.options import BuildOptions
 v1 = tf.compat.v1
 out = sys.argv[1]
 

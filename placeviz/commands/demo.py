@@ -47,8 +47,8 @@ EXPLAIN = ("global_step", "sync_replicas/conditional_accumulator", "sync_token_q
 
 
 def run(out_dir: str) -> None:
-    import sample_graphs
-    from sample_graphs.options import BuildOptions
+    from placeviz import sample_graphs
+    from placeviz.sample_graphs.options import BuildOptions
 
     out = Path(out_dir)
     try:

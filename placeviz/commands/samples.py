@@ -10,7 +10,7 @@ from placeviz.io import save_proto
 
 
 def list_samples() -> None:
-    import sample_graphs
+    from placeviz import sample_graphs
 
     width = max(len(name) for name in sample_graphs.SAMPLES)
     lines = [f"{name.ljust(width)}  {info.summary}" for name, info in sample_graphs.SAMPLES.items()]
@@ -18,12 +18,12 @@ def list_samples() -> None:
 
 
 def build(name: str, output: str, options) -> None:
-    """Build sample ``name`` with ``options`` (a ``sample_graphs.options.BuildOptions``) into ``output``.
+    """Build sample ``name`` with ``options`` (a ``placeviz.sample_graphs.options.BuildOptions``) into ``output``.
 
     ``.meta`` gets a MetaGraphDef (with collections), ``.pbtxt`` a text GraphDef, anything else a
     binary GraphDef.
     """
-    import sample_graphs
+    from placeviz import sample_graphs
 
     if name not in sample_graphs.SAMPLES:
         raise PlacevizError(f"unknown sample {name!r}; samples: {', '.join(sorted(sample_graphs.SAMPLES))}")

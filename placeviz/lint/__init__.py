@@ -1,4 +1,4 @@
-"""placeviz lint: CI checks for parameter-server graphs (rules live in the top-level ``rules/``)."""
+"""placeviz lint: CI checks for parameter-server graphs (rules live in the package ``placeviz.rules``)."""
 
 from placeviz.lint.api import SEVERITIES, Finding, LintContext, Rule
 

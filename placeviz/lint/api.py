@@ -1,6 +1,6 @@
 """What a lint rule sees and returns: :class:`Rule` metadata, :class:`LintContext`, :class:`Finding`.
 
-A rule is one module in ``rules/`` (or a user's ``--rules DIR``) holding ``RULE = Rule(...)`` and
+A rule is one module in ``placeviz/rules/`` (or a user's ``--rules DIR``) holding ``RULE = Rule(...)`` and
 ``def check(ctx: LintContext) -> Iterable[Finding]``. The engine builds the context once per model
 from the static pipeline (:mod:`placeviz.pipeline`) and hands the same object to every rule, so
 no rule reparses, re-places or re-partitions anything.

@@ -1,6 +1,6 @@
-"""Finding the rules: the ``rules`` package that ships with placeviz, plus a user's ``--rules DIR``.
+"""Finding the rules: the ``placeviz.rules`` package that ships with placeviz, plus a user's ``--rules DIR``.
 
-Built-in rules are imported as the package ``rules`` (``rules.pv301_...``), not from a path next
+Built-in rules are imported as the package ``placeviz.rules`` (``placeviz.rules.pv301_...``), not from a path next
 to this file, so they work from an installed wheel as from a checkout. A user's directory is read
 file by file (``*.py`` not starting with ``_``), each module under a private name so that two
 directories may both hold a ``my_rule.py``.
@@ -61,16 +61,16 @@ class LoadedRule:
 
 
 def builtin_rule_modules() -> list[str]:
-    """Module names of every rule module in the ``rules`` package."""
+    """Module names of every rule module in the ``placeviz.rules`` package."""
     try:
-        package = importlib.import_module("rules")
+        package = importlib.import_module("placeviz.rules")
     except ImportError as e:  # pragma: no cover - a broken install
-        raise RuleError(f"the built-in rules package 'rules' cannot be imported: {e}") from None
+        raise RuleError(f"the built-in rules package placeviz.rules cannot be imported: {e}") from None
     found = []
     for info in pkgutil.iter_modules(package.__path__):
         if info.name.startswith("_") or info.ispkg:
             continue
-        found.append(f"rules.{info.name}")
+        found.append(f"placeviz.rules.{info.name}")
     return sorted(found)
 
 

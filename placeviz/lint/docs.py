@@ -51,8 +51,8 @@ def rule_page(rule, source: str | None = None) -> str:
 
 
 def source_of(loaded) -> str | None:
-    """``rules/<file>.py`` for a built-in rule (stable across machines), else the file name."""
-    return f"rules/{Path(loaded.path).name}" if loaded.origin == "builtin" else Path(loaded.path).name
+    """``placeviz/rules/<file>.py`` for a built-in rule (stable across machines), else the file name."""
+    return f"placeviz/rules/{Path(loaded.path).name}" if loaded.origin == "builtin" else Path(loaded.path).name
 
 
 def index_page(rules) -> str:

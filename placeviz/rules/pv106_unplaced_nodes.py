@@ -1,0 +1,94 @@
+"""PV106 unplaced-nodes: nodes without any device in a graph built for a cluster."""
+
+from __future__ import annotations
+
+from placeviz.graph import CONTROL
+from placeviz.lint import Rule
+from placeviz.ops import DT_RESOURCE, REF_OFFSET
+from placeviz.rules._common import effective_devices, is_distributed
+
+RULE = Rule(
+    id="PV106",
+    name="unplaced-nodes",
+    severity="info",
+    summary="In a graph built for a cluster, a stateful or source op has no device and nothing binds it to a placed node.",
+    doc="""\
+## What it does
+In a graph whose devices name cluster jobs, reports stateful ops (variables, tables, queues, ...)
+and source ops (no data input) with an empty device that are not bound by `_class` colocation to a
+node that has one. Nodes colocated with such a node (its initializer,
+`read`, `Assign`) are not reported separately.
+
+## Why it matters
+TF places such nodes at session start: next to their ref/resource consumers, or on the session's
+own task (the worker running the client). So where they run depends on which task opens the
+session and what they are connected to, not on the program. It usually means the op was created
+outside the `replica_device_setter` scope (see PV201 for variables).
+
+## How it is detected
+Stateful (op-facts table) or without data inputs; empty requested device; the node's `_class` names only itself, and no consumer with a device
+is bound to it by a ref or resource edge (TF colocates a variable or TensorArray handle with the
+ops that use it); ops reading a ref or resource are never reported, their variable is. The message gives the device TF picks for it.
+
+## Example
+```python
+bias = tf.compat.v1.get_variable("bias", [10])      # before `with tf.device(setter):`
+```
+
+## Fix
+Create the op inside the device scope, or pin it explicitly.
+
+## References
+- `tensorflow/core/common_runtime/placer.cc`
+""",
+)
+
+
+def _stateful_slots(ctx, table, i: int) -> set[int]:
+    try:
+        types = table.output_types(ctx.graph.node_def(i))
+    except Exception:  # noqa: BLE001 - unknown op: cannot tell
+        return set()
+    return {k for k, t in enumerate(types or ()) if t == DT_RESOURCE or t > REF_OFFSET}
+
+
+def _anchored(ctx, table, i: int) -> bool:
+    """True when TF's placer decides node ``i``'s device through a ref or resource edge: an op
+    reading a ref or resource goes where the variable (or handle) is, so only the variable is
+    reported; a variable or TensorArray handle goes where a placed op using it is."""
+    g = ctx.graph
+    for src, slot in g.inputs_of(i):
+        if slot != CONTROL and slot in _stateful_slots(ctx, table, src):
+            return True
+    slots = _stateful_slots(ctx, table, i)
+    return bool(slots) and any(slot in slots and g.devices[c] for c, slot in g.consumers_of(i))
+
+
+def check(ctx):
+    if not is_distributed(ctx):
+        return
+    table = ctx.op_table
+    if table is None:
+        from placeviz.ops import load_op_table
+
+        table = load_op_table()
+    g = ctx.graph
+    devices = effective_devices(ctx)
+    located = g.colocated_names
+    for i, d in enumerate(g.devices):
+        if d:
+            continue
+        others = [g.index[n] for n in located.get(i, ()) if n != g.names[i] and n in g.index]
+        if others:
+            continue  # colocated: reported at the node it follows (if that one is unplaced)
+        if not (table.is_stateful(g.ops[i]) or not any(slot != CONTROL for _, slot in g.inputs_of(i))):
+            continue  # a stateless op with inputs: where it runs is decided per step, it holds nothing
+        if _anchored(ctx, table, i):
+            continue
+        where = devices[i] or "a device chosen at session start"
+        yield ctx.finding(
+            RULE, i,
+            f"{g.ops[i]} {g.names[i]!r} has no device in a graph built for a cluster; TF places it on {where} "
+            "(created outside the device setter scope?)",
+            suggestion=f"create {g.names[i]!r} inside the replica_device_setter scope or pin it explicitly",
+        )
