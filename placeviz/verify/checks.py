@@ -526,14 +526,14 @@ def evaluate(pipe, prepared, raw, *, model_spec: str):
         per_var = staleness.applies(plan, result)
         checks += [staleness.check_async_run(plan, result, arrays), staleness.check_staleness(plan, result, per_var),
                    staleness.check_locking(plan, per_var),
-                   staleness.check_async_values(plan, result, arrays, per_var),
-                   check_partitions(pipe, prepared, result), check_isolation(plan, result)]
+                   staleness.check_async_values(plan, result, arrays, per_var)]
     elif result:
         matched = match_steps(plan, result, arrays)
         checks += [check_global_step(plan, result, arrays), check_single_update(plan, result),
                    check_per_worker(plan, result), check_gradients(plan, result, arrays, matched),
-                   check_values(plan, result, arrays), check_stale(plan, result),
-                   check_partitions(pipe, prepared, result), check_isolation(plan, result)]
+                   check_values(plan, result, arrays), check_stale(plan, result)]
+    if result:  # every mode: where TF put each node, and nothing reached outside the cluster
+        checks += [check_partitions(pipe, prepared, result), check_isolation(plan, result)]
     checks.append(check_released(raw))
     return VerifyReport(model=model_spec, plan=plan, checks=checks, result=result, raw_seconds=raw.seconds,
                         proof_single_update=getattr(pipe.proof, "single_update", None))

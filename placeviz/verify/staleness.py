@@ -187,6 +187,52 @@ def check_locking(plan: dict, per_var: dict[str, list[Apply]]) -> Check:
     return Check("locking", title, "pass", "; ".join(parts) or "no update op", {"updates": rows})
 
 
+
+class _BetaPowers:
+    """Adam's beta powers replayed from their timed advances (adam.py ``_finish``: each run advances
+    ``beta1_power``/``beta2_power`` once, after its updates, so a run's update uses the power advanced
+    once per run whose advance started before the run read it)."""
+
+    ROLES = tuple(zip(BETA_ROLES, ("beta1", "beta2"), strict=True))
+
+    def __init__(self, plan: dict, result: dict, arrays: dict):
+        self.advances = _powers(plan, result)
+        self.device = _devices(plan, result, self.advances)
+        self.reads = read_times(plan, result)
+        self.arrays = arrays
+        self.betas: dict[str, np.ndarray] = {}  # power variable -> the beta it is advanced by
+
+    def unrecorded(self, u: dict) -> str | None:
+        """Why update ``u`` cannot be replayed (a power it reads has no recorded advances), else None."""
+        return next((f"{role} {v}: its advances were not recorded" for role in BETA_ROLES
+                     if (v := u["state"].get(role)) is not None and v not in self.advances), None)
+
+    def seen_by(self, u: dict, a: Apply, inputs: dict) -> dict | str:
+        """The value of each power run ``a`` of update ``u`` read (role -> array), or why it is unknown.
+
+        A ref variable's read is an alias of its buffer, which Adam's Assign overwrites in place
+        (state_ops AssignOp copies into the initialized buffer): a kernel on the power's own device
+        sees the value at its start, a remote one the value sent."""
+        out = {}
+        for role, beta in self.ROLES:
+            if role not in u["state"]:
+                continue
+            b = u["state"][role]
+            seen = a.start if a.device == self.device.get(b) else self.reads.get((f"worker:{a.worker}", a.run, b))
+            if seen is None:
+                return f"{a.op} of worker {a.worker} run {a.run}: its read of {b} not recorded"
+            k = sum(1 for t in self.advances[b] if t < seen)
+            out[role] = np.asarray(self.arrays[f"initial/{b}"], np.float64) * inputs[beta] ** k
+        return out
+
+    def record(self, u: dict, inputs: dict) -> None:
+        self.betas.update({u["state"][role]: inputs[beta] for role, beta in self.ROLES if role in u["state"]})
+
+    def finals(self) -> dict[str, np.ndarray]:
+        """Each power after every run's advance."""
+        return {b: np.asarray(self.arrays[f"initial/{b}"], np.float64) * beta ** len(self.advances[b])
+                for b, beta in self.betas.items()}
+
 def check_async_values(plan: dict, result: dict, arrays: dict, per_var: dict[str, list[Apply]]) -> Check:
     """Replay every run's update of every variable in ps order with the inputs that run fetched."""
     from placeviz.verify.plan import not_replayed_why
@@ -196,14 +242,8 @@ def check_async_values(plan: dict, result: dict, arrays: dict, per_var: dict[str
         return Check("values", title, "skip", "the run did not finish", {})
     ops = {u["op"]: u for u in plan["updates"]}
     skipped = {u["op"]: not_replayed_why(u) for u in plan["updates"] if u["kind"] is None}
-    powers = _powers(plan, result)
-    for u in plan["updates"]:
-        for role in BETA_ROLES:
-            v = u["state"].get(role)
-            if v is not None and v not in powers:
-                skipped[u["op"]] = f"{role} {v}: its advances were not recorded"
-    reads = read_times(plan, result)
-    power_device = _devices(plan, result, powers)
+    powers = _BetaPowers(plan, result, arrays)
+    skipped.update({u["op"]: why for u in plan["updates"] if (why := powers.unrecorded(u))})
     states: dict[str, np.ndarray] = {}
     for u in plan["updates"]:
         for v in u["state"].values():
@@ -211,7 +251,6 @@ def check_async_values(plan: dict, result: dict, arrays: dict, per_var: dict[str
                 states[v] = np.array(arrays[f"initial/{v}"], np.float64)
     replayed: dict[str, int] = collections.Counter()
     missing_inputs: list[str] = []
-    betas: dict[str, np.ndarray] = {}
     for v, rows in per_var.items():
         for a in rows:
             u = ops[a.op]
@@ -222,38 +261,28 @@ def check_async_values(plan: dict, result: dict, arrays: dict, per_var: dict[str
             except KeyError as e:
                 missing_inputs.append(f"{a.op} of worker {a.worker} run {a.run}: {e.args[0]} not captured")
                 continue
-            local = {role: states[s] for role, s in u["state"].items()}
-            for role, beta in zip(BETA_ROLES, ("beta1", "beta2"), strict=True):
-                if role in u["state"]:  # the power this run read: advanced once per run read before it
-                    b = u["state"][role]
-                    # A ref variable's read is an alias of its buffer, which Adam's Assign overwrites in
-                    # place (state_ops AssignOp copies into the initialized buffer): a kernel on the
-                    # power's own device sees the value at its start, a remote one the value sent.
-                    seen = a.start if a.device == power_device.get(b) else reads.get((f"worker:{a.worker}", a.run, b))
-                    if seen is None:
-                        missing_inputs.append(f"{a.op} of worker {a.worker} run {a.run}: its read of {b} not recorded")
-                        break
-                    k = sum(1 for t in powers[b] if t < seen)
-                    local[role] = np.asarray(arrays[f"initial/{b}"], np.float64) * inputs[beta] ** k
-            else:
-                UPDATES[u["kind"]](local, inputs, u.get("attrs") or {})
-                for role, s in u["state"].items():
-                    if role not in BETA_ROLES:
-                        states[s] = np.asarray(local[role], np.float64)
-                replayed[v] += 1
-                betas.update({u["state"][r]: inputs[b] for r, b in zip(BETA_ROLES, ("beta1", "beta2"), strict=True)
-                              if r in u["state"]})
+            seen = powers.seen_by(u, a, inputs)
+            if isinstance(seen, str):
+                missing_inputs.append(seen)
+                continue
+            local = {role: states[s] for role, s in u["state"].items()} | seen
+            UPDATES[u["kind"]](local, inputs, u.get("attrs") or {})
+            for role, s in u["state"].items():
+                if role not in BETA_ROLES:
+                    states[s] = np.asarray(local[role], np.float64)
+            replayed[v] += 1
+            powers.record(u, inputs)
     if missing_inputs:
         return Check("values", title, "skip", "; ".join(missing_inputs[:3]), {})
-    for b, beta in betas.items():  # after every run's advance
-        states[b] = np.asarray(arrays[f"initial/{b}"], np.float64) * beta ** len(powers[b])
+    states.update(powers.finals())
+    betas = powers.betas
     rows_out, bad, ambiguous = [], [], []
     checked = {s for u in plan["updates"] if u["op"] not in skipped for s in u["state"].values()
-               if s in betas or s not in powers}
+               if s in betas or s not in powers.advances}
     unlocked_overlap = {u["variable"] for u in plan["updates"] if not u.get("use_locking")
                         and overlaps([a for a in per_var.get(u["variable"], []) if a.op == u["op"]])}
     owner = {s: u["variable"] for u in plan["updates"] for s in u["state"].values()}
-    replayed.update({b: len(powers[b]) for b in betas})
+    replayed.update({b: len(powers.advances[b]) for b in betas})
     owner.update({b: b for b in betas})
     for s in sorted(checked):
         final = arrays.get(f"final/{s}")
