@@ -16,6 +16,11 @@ Whenever placeviz loads TensorFlow (a builder MODEL, a sample, ``verify``), TF p
 
 Nothing here imports TensorFlow: :func:`quiet_tensorflow` installs an import hook that wraps the
 import when (if ever) it happens. ``placeviz --debug`` does not call it, so everything shows.
+
+The processes ``verify`` starts (its coordinator, one per TF task with ``--isolate``) import TF
+themselves; :func:`quiet_tensorflow` leaves ``PLACEVIZ_QUIET_TF=1`` in the environment they
+inherit, and they call :func:`quiet_if_inherited` first, so their stderr (shown when a run fails)
+holds the error, not TF's banner. Under ``--debug`` the variable is absent and they stay verbose.
 """
 
 from __future__ import annotations
@@ -28,15 +33,23 @@ import tempfile
 import warnings
 
 CHATTY_PACKAGES = r"(tensorflow|tf_keras|keras|tf_slim)(\.|$)"
+INHERITED = "PLACEVIZ_QUIET_TF"
 
 
 def quiet_tensorflow() -> None:
     """Silence TF's logging in this process (see the module docstring). Idempotent."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ[INHERITED] = "1"
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module=CHATTY_PACKAGES)
     if "tensorflow" not in sys.modules and not any(isinstance(f, _QuietImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _QuietImport())
+
+
+def quiet_if_inherited() -> None:
+    """In a child process: silence TF as the placeviz process that started it did (if it did)."""
+    if os.environ.get(INHERITED) == "1":
+        quiet_tensorflow()
 
 
 class _QuietImport(importlib.abc.MetaPathFinder):

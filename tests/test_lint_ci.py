@@ -424,3 +424,27 @@ def test_a_hostile_file_name_in_debug_info_stays_one_line(work, capsys):
     (result,) = doc["runs"][0]["results"]
     assert result["locations"][0]["physicalLocation"]["region"] == {"startLine": 7}
     assert "\n" not in result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+
+
+@pytest.mark.tf
+def test_processes_placeviz_starts_inherit_the_quiet(tmp_path):
+    """verify's coordinator and task servers import TF themselves: quiet when their parent was."""
+    import os
+    import subprocess
+    import sys
+
+    from placeviz import tflog
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", tflog.INHERITED)}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    child = ("from placeviz.tflog import quiet_if_inherited; quiet_if_inherited(); import tensorflow as tf; "
+             "tf.compat.v1.logging.warning('a TF warning')")
+
+    def stderr(**extra) -> str:
+        proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env | extra,
+                              timeout=600, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stderr
+
+    assert "a TF warning" in stderr()  # a parent under --debug does not set the variable
+    assert stderr(**{tflog.INHERITED: "1"}) == ""

@@ -797,6 +797,9 @@ def written_by_the_graph(scratch: Path, limit: int = 50) -> list[str]:
 
 
 def main(workdir: str, parent: int | None = None) -> None:
+    from placeviz.tflog import quiet_if_inherited
+
+    quiet_if_inherited()
     work = Path(workdir)
     # Die with placeviz verify, even on its SIGKILL (prctl(2) PR_SET_PDEATHSIG; armed here, not in a
     # preexec_fn, so the parent needs no fork-time code; a parent that died before this is caught by

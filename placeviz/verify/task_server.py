@@ -17,7 +17,10 @@ from pathlib import Path
 
 def main(workdir: str, job: str, task: int, cpus: int = 1) -> None:
     t0 = time.monotonic()
+    from placeviz.tflog import quiet_if_inherited
     from placeviz.verify import sandbox
+
+    quiet_if_inherited()
 
     work = Path(workdir)
     spec = json.loads((work / "cluster.json").read_text())
