@@ -51,6 +51,28 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
     return code, out, err
 
 
+def lint_workdir(tmp_path: Path, monkeypatch, nodes, rules: dict[str, str], rules_dir: str = "myrules") -> Path:
+    """``tmp_path`` made the cwd, holding ``model.pb`` (``nodes``: (name, op, inputs) triples) and a
+    user rules directory ``rules_dir`` (file name -> module text)."""
+    from placeviz.protos import GraphDef
+
+    monkeypatch.chdir(tmp_path)
+    g = GraphDef()
+    for name, op, inputs in nodes:
+        g.node.add(name=name, op=op, input=inputs)
+    (tmp_path / "model.pb").write_bytes(g.SerializeToString())
+    (tmp_path / rules_dir).mkdir()
+    for name, text in rules.items():
+        (tmp_path / rules_dir / name).write_text(text)
+    return tmp_path
+
+
+def lint_cli(capsys, *args, fmt: str = "json", rules_dir: str = "myrules"):
+    """``placeviz lint --format FMT --rules RULES_DIR ARGS`` -> (exit code, parsed JSON or text, stderr)."""
+    code, out, err = run_cli(["lint", "--format", fmt, "--rules", rules_dir, *map(str, args)], capsys)
+    return code, (json.loads(out) if fmt in ("json", "sarif") and out.strip() else out), err
+
+
 @pytest.fixture(scope="session")
 def tf_models(tmp_path_factory) -> Path:
     """Directory of models built by TensorFlow itself, plus ``truth.json`` (TF's own view)."""

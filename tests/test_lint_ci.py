@@ -12,7 +12,7 @@ import pytest
 
 from placeviz.lint.selection import split_selectors
 from placeviz.protos import GraphDef
-from tests.conftest import run_cli
+from tests.conftest import lint_cli, lint_workdir, run_cli
 
 SARIF_SCHEMA = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
 
@@ -35,21 +35,11 @@ def check(ctx):
 @pytest.fixture
 def work(tmp_path, monkeypatch) -> Path:
     """A temp cwd with model.pb (c: Const, i: Identity, n: NoOp) and a rules dir (XY101, XY102)."""
-    monkeypatch.chdir(tmp_path)
-    g = GraphDef()
-    g.node.add(name="c", op="Const")
-    g.node.add(name="i", op="Identity", input=["c"])
-    g.node.add(name="n", op="NoOp", input=["^i"])
-    (tmp_path / "model.pb").write_bytes(g.SerializeToString())
-    (tmp_path / "myrules").mkdir()
-    (tmp_path / "myrules" / "flag_identity.py").write_text(FLAG_IDENTITY)
-    (tmp_path / "myrules" / "flag_noop.py").write_text(FLAG_NOOP)
-    return tmp_path
+    return lint_workdir(tmp_path, monkeypatch, [("c", "Const", []), ("i", "Identity", ["c"]), ("n", "NoOp", ["^i"])],
+                        {"flag_identity.py": FLAG_IDENTITY, "flag_noop.py": FLAG_NOOP})
 
 
-def lint(capsys, *args, fmt="json"):
-    code, out, err = run_cli(["lint", "--format", fmt, "--rules", "myrules", *map(str, args)], capsys)
-    return code, (json.loads(out) if fmt in ("json", "sarif") and out.strip() else out), err
+lint = lint_cli
 
 
 def rule_ids(doc) -> list[str]:

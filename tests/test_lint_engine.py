@@ -19,7 +19,7 @@ import pytest
 from placeviz.lint.discovery import load_rules
 from placeviz.lint.selection import select_rules
 from placeviz.protos import GraphDef
-from tests.conftest import run_cli
+from tests.conftest import lint_cli, lint_workdir, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 SARIF_SCHEMA = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"
@@ -72,23 +72,12 @@ def check(ctx):
 @pytest.fixture
 def work(tmp_path, monkeypatch) -> Path:
     """A temp cwd with model.pb (c, i1, i2: Identity, n: NoOp) and a user rules dir."""
-    monkeypatch.chdir(tmp_path)
-    g = GraphDef()
-    g.node.add(name="c", op="Const")
-    g.node.add(name="scope/i1", op="Identity", input=["c"])
-    g.node.add(name="scope/i2", op="Identity", input=["scope/i1"])
-    g.node.add(name="n", op="NoOp", input=["^scope/i2"])
-    (tmp_path / "model.pb").write_bytes(g.SerializeToString())
-    rules = tmp_path / "myrules"
-    rules.mkdir()
-    for name, text in USER_RULES.items():
-        (rules / name).write_text(text)
-    return tmp_path
+    return lint_workdir(tmp_path, monkeypatch, [("c", "Const", []), ("scope/i1", "Identity", ["c"]),
+                                                ("scope/i2", "Identity", ["scope/i1"]), ("n", "NoOp", ["^scope/i2"])],
+                        USER_RULES)
 
 
-def lint(capsys, *args, fmt="json"):
-    code, out, err = run_cli(["lint", "--format", fmt, "--rules", "myrules", *map(str, args)], capsys)
-    return code, (json.loads(out) if fmt in ("json", "sarif") and out.strip() else out), err
+lint = lint_cli
 
 
 def pairs(doc) -> set[tuple[str, str | None]]:

@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import lint_cli, lint_workdir, run_cli
 
 from placeviz.lint import contain
-from placeviz.protos import GraphDef
 
 HEADER = "import os, sys, signal\nfrom placeviz.lint import Rule\n"
 GOOD = HEADER + textwrap.dedent('''
@@ -40,20 +39,13 @@ def rule(rule_id: str, body: str, at_import: str = "") -> str:
 
 @pytest.fixture
 def work(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    g = GraphDef()
-    g.node.add(name="c", op="Const")
-    g.node.add(name="i", op="Identity", input=["c"])
-    (tmp_path / "model.pb").write_bytes(g.SerializeToString())
-    (tmp_path / "rules").mkdir()
-    (tmp_path / "rules" / "good.py").write_text(GOOD)
-    return tmp_path
+    return lint_workdir(tmp_path, monkeypatch, [("c", "Const", []), ("i", "Identity", ["c"])], {"good.py": GOOD},
+                        rules_dir="rules")
 
 
 def lint_json(capsys, *extra, rules="rules"):
-    code, out, err = run_cli(["lint", "model.pb", "--format", "json", "--rules", rules, "--select", "XY",
-                              *extra], capsys)
-    return code, json.loads(out), err  # json.loads: stdout holds the report and nothing else
+    code, doc, err = lint_cli(capsys, "model.pb", "--select", "XY", *extra, rules_dir=rules)
+    return code, doc, err  # doc: stdout parsed as JSON, so it holds the report and nothing else
 
 
 def errors_of(doc) -> dict[str, str]:
