@@ -882,61 +882,86 @@ class _Rewrite:
             seen.add(g.var.name)
 
     # -------------------------------------------------------------- building the new graph
+    # ------------------------------------------------------------------------------- the build
+    # ``run`` replays SyncReplicasOptimizer.apply_gradients (sync_replicas_optimizer.py) block by
+    # block, one method per block of TF's code, in TF's creation order. The node lists it fills,
+    # concatenated in this order, are the output graph:
+    #   pre (plain, before the wrapped optimizer's block)  added (local step, ready op, accumulators)
+    #   new_block (the wrapped optimizer, rewired)  sync_nodes (token queue, train op, sync op)
+    #   moved_ema  tail (queue close ops, SetGlobalStep, chief init group)  rest (plain, after it)
     def run(self) -> RewriteResult:
         self.analyse()
-        nodes = self.nodes
-        b = self.b
-        gs_dtype = self.gs_dtype
-        pre = nodes[: self.start]
-        block = nodes[self.start: self.inc + 1]
-        post = list(nodes[self.inc + 1:])
-        inc_name = self.nodes[self.inc].name
+        self.split_program()
+        self.start_names()
+        self.build_local_step()
+        self.build_ready_op()
+        self.build_accumulators()
+        self.build_wrapped_apply()
+        self.build_token_queue()
+        self.build_chief_init()
+        self.rebuild_rest()
+        return self.assemble()
 
-        # ---- EMA block (moved into the sync op), wherever the plain program built it
-        ema_block: list[NodeDef] = []
-        ema_group = None
+    def split_program(self) -> None:
+        """The plain graph around the wrapped optimizer's block ``O`` (see the module docstring),
+        and the ExponentialMovingAverage.apply block, which moves into the sync op wherever the
+        plain program built it."""
+        nodes = self.nodes
+        self.pre = nodes[: self.start]
+        self.block = nodes[self.start: self.inc + 1]
+        self.post = list(nodes[self.inc + 1:])
+        self.inc_name = nodes[self.inc].name
+        self.ema_block: list[NodeDef] = []
+        self.ema_group = None
         if self.want_ema:
             lo, hi = self.find_ema()
-            ema_block = nodes[lo: hi + 1]
-            ema_group = ema_block[-1].name
+            self.ema_block = nodes[lo: hi + 1]
+            self.ema_group = self.ema_block[-1].name
             if hi < self.start:
-                pre = nodes[:lo] + nodes[hi + 1: self.start]
+                self.pre = nodes[:lo] + nodes[hi + 1: self.start]
             else:
-                post = nodes[self.inc + 1: lo] + nodes[hi + 1:]
+                self.post = nodes[self.inc + 1: lo] + nodes[hi + 1:]
             # the program no longer groups it: in sync mode it never calls apply itself
-            pre = [self.without_control(n, ema_group) for n in pre]
+            self.pre = [self.without_control(n, self.ema_group) for n in self.pre]
 
-        # ---- names: TF's Graph.unique_name over full names, in the new creation order
-        names = _Names()
-        names.prime(n.name for n in nodes)
-        for n in pre:
+    def start_names(self) -> None:
+        """TF's Graph.unique_name over full names, in the new creation order. apply_gradients runs in
+        the name scope the plain optimizer's scope sits in (``P``); the wrapped optimizer's block
+        and the token queue ops are built under ``name_scope("")``."""
+        self.names = names = _Names()
+        names.prime(n.name for n in self.nodes)
+        for n in self.pre:
             names.claim(n.name)
-        # apply_gradients runs in the name scope the plain optimizer's scope sits in (``P``); the
-        # wrapped optimizer's block and the token queue ops are built under ``name_scope("")``.
-        scope_prefix = self.scope.rpartition("/")[0]
-        p_new = names.claim(scope_prefix) if scope_prefix else ""
+        self.scope_prefix = self.scope.rpartition("/")[0]
+        self.p_new = names.claim(self.scope_prefix) if self.scope_prefix else ""
 
-        def new(base: str) -> str:
-            """An op of SyncReplicasOptimizer.apply_gradients, in the caller's name scope."""
-            return names.new(f"{p_new}/{base}" if p_new else base)
+    def new_op(self, base: str) -> str:
+        """An op of SyncReplicasOptimizer.apply_gradients, in the caller's name scope."""
+        return self.names.new(f"{self.p_new}/{base}" if self.p_new else base)
 
-        def new_root(base: str) -> str:
-            """An op built under ``ops.name_scope("")``."""
-            return names.new(base)
+    def new_root(self, base: str) -> str:
+        """An op built under ``ops.name_scope("")``."""
+        return self.names.new(base)
 
-        added: list[NodeDef] = []
-        # devices: ``W`` the caller's device context, ``with ops.device(global_step.device)``
-        # merged into it for the token queue ops and the wrapped optimizer's block
-        w_dev = self.worker_device()
-        gs = self.gs.name
-        gs_dev = _merge_device(w_dev, self.gs.device)
+    def build_local_step(self) -> None:
+        """``# local_anchor op will be placed on this worker task by default.``
+        ``# Colocating local_step variable prevents it being placed on the PS.``: the anchor
+        ``NoOp``, ``sync_rep_local_step`` colocated with it (the global step's dtype and variable
+        kind), and ``local_step_init_op = state_ops.assign(self._local_step, global_step)``.
+
+        Devices: ``W`` the caller's device context, ``with ops.device(global_step.device)`` merged
+        into it for the token queue ops and the wrapped optimizer's block."""
+        b, gs_dtype, new = self.b, self.gs_dtype, self.new_op
+        self.added: list[NodeDef] = []
+        added = self.added
+        self.w_dev = w_dev = self.worker_device()
+        self.gs_dev = _merge_device(w_dev, self.gs.device)
         self.notes.append(f"worker device (the apply_gradients context): {w_dev or '(none)'}")
-        # ---- local step (colocated with a NoOp anchor on the current device)
         anchor = new("NoOp")
         added.append(b.node(anchor, "NoOp", device=w_dev))
-        ls = new("sync_rep_local_step")
-        loc = [f"loc:@{anchor}"]
-        dt = _type(gs_dtype)
+        self.ls = ls = new("sync_rep_local_step")
+        self.loc = loc = [f"loc:@{anchor}"]
+        self.dt = dt = _type(gs_dtype)
         if self.gs_resource:
             # VariableV1 under a use_resource scope, as the global step: a resource local step.
             init_value = f"{ls}/Initializer/initial_value"
@@ -951,16 +976,16 @@ class _Rewrite:
                                 out_shapes=[[]], attrs={"dtype": dt}, device=w_dev))
             # local_step_init_op = state_ops.assign(local_step, global_step)
             r0 = new("ReadVariableOp")
-            added.append(b.node(r0, "ReadVariableOp", [gs], out_shapes=[[]], attrs={"dtype": dt}))
-            local_init = new("AssignVariableOp")
-            added.append(b.node(local_init, "AssignVariableOp", [ls, r0], manual_deps=True, device=w_dev,
+            added.append(b.node(r0, "ReadVariableOp", [self.gs.name], out_shapes=[[]], attrs={"dtype": dt}))
+            self.local_init = new("AssignVariableOp")
+            added.append(b.node(self.local_init, "AssignVariableOp", [ls, r0], manual_deps=True, device=w_dev,
                                 attrs={"dtype": dt, "validate_shape": _b(True)}))
             r1 = new("ReadVariableOp")
-            added.append(b.node(r1, "ReadVariableOp", [ls, f"^{local_init}"], out_shapes=[[]],
+            added.append(b.node(r1, "ReadVariableOp", [ls, f"^{self.local_init}"], out_shapes=[[]],
                                 attrs={"dtype": dt}, device=w_dev))
-            ls_vardef = VariableDef(variable_name=f"{ls}:0", initializer_name=f"{ls}/Assign",
-                                    snapshot_name=f"{ls}/Read/ReadVariableOp:0",
-                                    initial_value_name=f"{init_value}:0", is_resource=True)
+            self.ls_vardef = VariableDef(variable_name=f"{ls}:0", initializer_name=f"{ls}/Assign",
+                                         snapshot_name=f"{ls}/Read/ReadVariableOp:0",
+                                         initial_value_name=f"{init_value}:0", is_resource=True)
         else:
             added.append(b.node(f"{ls}/initial_value", "Const", coloc=loc, out_shapes=[[]], device=w_dev,
                                 attrs={"dtype": dt, "value": _int_tensor([0], gs_dtype, [])}))
@@ -971,192 +996,221 @@ class _Rewrite:
                                 attrs={"T": dt, "use_locking": _b(True), "validate_shape": _b(True)}))
             added.append(b.node(f"{ls}/read", "Identity", [ls], coloc=loc, out_shapes=[[]],
                                 attrs={"T": dt}, device=w_dev))
-            local_init = new("Assign")
-            added.append(b.node(local_init, "Assign", [ls, self.gs_read], coloc=loc, out_shapes=[[]],
+            self.local_init = new("Assign")
+            added.append(b.node(self.local_init, "Assign", [ls, self.gs_read], coloc=loc, out_shapes=[[]],
                                 manual_deps=True, device=w_dev,
                                 attrs={"T": dt, "use_locking": _b(True), "validate_shape": _b(True)}))
-            ls_vardef = VariableDef(variable_name=f"{ls}:0", initializer_name=f"{ls}/Assign",
-                                    snapshot_name=f"{ls}/read:0",
-                                    initial_value_name=f"{ls}/initial_value:0")
-        # ---- report_uninitialized_variables(global_variables()) at this moment
-        pre_names = {n.name for n in pre}
+            self.ls_vardef = VariableDef(variable_name=f"{ls}:0", initializer_name=f"{ls}/Assign",
+                                         snapshot_name=f"{ls}/read:0",
+                                         initial_value_name=f"{ls}/initial_value:0")
+
+    def build_ready_op(self) -> None:
+        """``self.ready_for_local_init_op = variables.report_uninitialized_variables(
+        variables.global_variables())``: the global variables that exist at this moment."""
+        pre_names = {n.name for n in self.pre}
         if self.coll is not None and self.coll.global_variables:
             gvars = [v for v in self.coll.global_variables if v in pre_names]
         else:
             local = set(self.coll.local_variables) if self.coll is not None else set()
-            gvars = [n.name for n in pre if n.op in VARIABLE_OPS
-                     and n.name not in local]
-        sc = new("report_uninitialized_variables")
-        ready = self.report_uninitialized(added, sc, gvars, w_dev)
-        # ---- accumulators, per (grad, var), in the optimizer's name scope
-        # (sync_replicas_optimizer.py: ``ops.name_scope(None, self._name)``)
-        sr = new(self.scope_name)
-        counters: dict[str, int] = {}
+            gvars = [n.name for n in self.pre if n.op in VARIABLE_OPS and n.name not in local]
+        sc = self.new_op("report_uninitialized_variables")
+        self.ready = self.report_uninitialized(self.added, sc, gvars, self.w_dev)
 
-        def scoped(base: str) -> str:
-            k = counters.get(base, 0)
-            counters[base] = k + 1
-            return f"{sr}/{base}" if k == 0 else f"{sr}/{base}_{k}"
+    def scoped(self, base: str) -> str:
+        """An op under ``ops.name_scope(None, self._name)`` (``sync_replicas/...``)."""
+        k = self.counters.get(base, 0)
+        self.counters[base] = k + 1
+        return f"{self.sr}/{base}" if k == 0 else f"{self.sr}/{base}_{k}"
 
-        def read_step(out: list[NodeDef], var_handle: str, ref_read: str | None, device: str,
-                      cast: bool = True) -> str:
-            """``convert_to_tensor(step)`` (+ ``cast(..., int64)``) inside the sync_replicas scope."""
-            if ref_read is not None:
-                t = ref_read
-            else:
-                # value(): built under colocate_with(None, ignore_existing=True), no device
-                t = scoped("ReadVariableOp")
-                out.append(b.node(t, "ReadVariableOp", [var_handle], out_shapes=[[]],
-                                  attrs={"dtype": dt}))
-            if cast and gs_dtype != _INT64:
-                c = scoped("Cast")
-                out.append(b.node(c, "Cast", [t], device=device, out_shapes=[[]], attrs={
-                    "SrcT": dt, "DstT": _type(_INT64), "Truncate": _b(False)}))
-                t = c
-            return t
+    def read_step(self, out: list[NodeDef], var_handle: str, ref_read: str | None, device: str,
+                  cast: bool = True) -> str:
+        """``convert_to_tensor(step)`` (+ ``cast(..., int64)``) inside the sync_replicas scope."""
+        if ref_read is not None:
+            t = ref_read
+        else:
+            # value(): built under colocate_with(None, ignore_existing=True), no device
+            t = self.scoped("ReadVariableOp")
+            out.append(self.b.node(t, "ReadVariableOp", [var_handle], out_shapes=[[]], attrs={"dtype": self.dt}))
+        if cast and self.gs_dtype != _INT64:
+            c = self.scoped("Cast")
+            out.append(self.b.node(c, "Cast", [t], device=device, out_shapes=[[]], attrs={
+                "SrcT": self.dt, "DstT": _type(_INT64), "Truncate": _b(False)}))
+            t = c
+        return t
 
+    def build_accumulators(self) -> None:
+        """``with ops.name_scope(None, self._name): for grad, var in grads_and_vars: with
+        ops.device(var.device):`` a ``ConditionalAccumulator`` for a dense gradient, a
+        ``SparseConditionalAccumulator`` for ``IndexedSlices``, each with its ``apply_grad``
+        (``train_ops``) and ``take_grad(replicas_to_aggregate)`` (the aggregated gradient)."""
+        b, added, ls = self.b, self.added, self.ls
+        self.sr = self.new_op(self.scope_name)
+        self.counters: dict[str, int] = {}
         ls_ref_read = None if self.gs_resource else f"{ls}/read"
-        gs_ref_read = None if self.gs_resource else self.gs_read
-        applies, accums = [], []
-        accum_of: dict[str, str] = {}
-        accum_dev: dict[str, str] = {}
-        repl: dict[int, dict[str, str]] = {}     # update-op id -> {plain tensor: aggregated tensor}
-        new_types: dict[str, int] = {}           # aggregated tensor -> dtype
-        new_shapes: dict[str, list[int] | None] = {}
+        self.applies: list[str] = []
+        self.accums: list[tuple[str, bool]] = []
+        self.accum_of: dict[str, str] = {}
+        self.accum_dev: dict[str, str] = {}
+        self.repl: dict[int, dict[str, str]] = {}  # update-op id -> {plain tensor: aggregated tensor}
+        self.new_types: dict[str, int] = {}  # aggregated tensor -> dtype
+        self.new_shapes: dict[str, list[int] | None] = {}
         for g in self.grads:
             var = g.var
-            dev = _merge_device(w_dev, var.device)  # ``with ops.device(var.device)``
+            dev = _merge_device(self.w_dev, var.device)  # ``with ops.device(var.device)``
             dtype = var.attr["dtype"].type
             dims = [d.size for d in var.attr["shape"].shape.dim]
             shared = _s(f"{var.name}:0/grad_accum")
             if not g.sparse:
-                acc = scoped("conditional_accumulator")
+                acc = self.scoped("conditional_accumulator")
                 added.append(b.node(acc, "ResourceConditionalAccumulator", device=dev, out_shapes=[[2]],
                                     attrs={"dtype": _type(dtype), "shape": _shape_attr(dims),
                                            "shared_name": shared, "container": _s(""),
                                            "reduction_type": _s("MEAN")}))
-                step = read_step(added, ls, ls_ref_read, dev)
-                ap = scoped("ResourceAccumulatorApplyGradient")
+                step = self.read_step(added, ls, ls_ref_read, dev)
+                ap = self.scoped("ResourceAccumulatorApplyGradient")
                 added.append(b.node(ap, "ResourceAccumulatorApplyGradient", [acc, step, g.dense],
                                     device=dev, manual_deps=True, attrs={"dtype": _type(dtype)}))
-                tk = scoped("ResourceAccumulatorTakeGradient")
+                tk = self.scoped("ResourceAccumulatorTakeGradient")
                 added.append(self.num_required(f"{tk}/num_required", dev))
                 added.append(b.node(tk, "ResourceAccumulatorTakeGradient", [acc, f"{tk}/num_required"],
                                     device=dev, out_shapes=[dims], attrs={"dtype": _type(dtype)}))
                 m = {_canon(g.dense): tk}
-                new_types[f"{tk}:0"] = dtype
-                new_shapes[f"{tk}:0"] = dims
+                self.new_types[f"{tk}:0"] = dtype
+                self.new_shapes[f"{tk}:0"] = dims
             else:
-                acc = scoped("sparse_conditional_accumulator")
+                acc = self.scoped("sparse_conditional_accumulator")
                 cls = [f"loc:@{acc}"]
                 added.append(b.node(acc, "SparseConditionalAccumulator", device=dev, out_shapes=[[2]],
                                     attrs={"dtype": _type(dtype), "shape": _shape_attr([]),
                                            "shared_name": shared, "container": _s(""),
                                            "reduction_type": _s("MEAN")}))
-                step = read_step(added, ls, ls_ref_read, dev)
-                idx = self.cast64(added, g.indices, scoped, dev)
-                shp = self.cast64(added, g.dense_shape, scoped, dev)
-                ap = scoped("SparseAccumulatorApplyGradient")
+                step = self.read_step(added, ls, ls_ref_read, dev)
+                idx = self.cast64(added, g.indices, self.scoped, dev)
+                shp = self.cast64(added, g.dense_shape, self.scoped, dev)
+                ap = self.scoped("SparseAccumulatorApplyGradient")
                 added.append(b.node(ap, "SparseAccumulatorApplyGradient", [acc, step, idx, g.values, shp],
                                     device=dev, coloc=cls, manual_deps=True,
                                     attrs={"dtype": _type(dtype), "has_known_shape": _b(True)}))
-                tk = scoped("SparseAccumulatorTakeGradient")
+                tk = self.scoped("SparseAccumulatorTakeGradient")
                 added.append(self.num_required(f"{tk}/num_required", dev))
                 added.append(b.node(tk, "SparseAccumulatorTakeGradient", [acc, f"{tk}/num_required"],
                                     device=dev, coloc=cls, out_shapes=[None, None, None],
                                     attrs={"dtype": _type(dtype)}))
                 m = {_canon(g.indices): f"{tk}", _canon(g.values): f"{tk}:1"}
-                new_types.update({f"{tk}:0": _INT64, f"{tk}:1": dtype})
-                new_shapes.update({f"{tk}:0": None, f"{tk}:1": None})
+                self.new_types.update({f"{tk}:0": _INT64, f"{tk}:1": dtype})
+                self.new_shapes.update({f"{tk}:0": None, f"{tk}:1": None})
             for i in g.ids:
-                repl[i] = m
-            applies.append(ap)
-            accums.append((acc, g.sparse))
-            accum_of[var.name] = acc
-            accum_dev[acc] = dev
+                self.repl[i] = m
+            self.applies.append(ap)
+            self.accums.append((acc, g.sparse))
+            self.accum_of[var.name] = acc
+            self.accum_dev[acc] = dev
 
-        # ---- the wrapped optimizer's block, update ops rewired to the aggregated gradients,
-        # built under ``ops.device(global_step.device), ops.name_scope("")``
+    def build_wrapped_apply(self) -> None:
+        """``# sync_op will be assigned to the same device as the global step.`` ``with
+        ops.device(global_step.device), ops.name_scope(""): update_op =
+        self._opt.apply_gradients(aggregated_grads_and_vars, global_step)``: the plain block ``O``,
+        its update ops rewired to the aggregated gradients."""
+        names, scope_prefix = self.names, self.scope_prefix
         slot_prefixes = tuple(f"{g.var.name}/" for g in self.grads)
         new_block: list[NodeDef] = []
-        for j, n in enumerate(block, start=self.start):
+        for j, n in enumerate(self.block, start=self.start):
             moved = bool(scope_prefix) and n.name.startswith(scope_prefix + "/") and not n.name.startswith(
                 slot_prefixes)
             names.claim(n.name, moved_from=scope_prefix if moved else None)
-            if j in repl:
-                m = repl[j]
+            if j in self.repl:
+                m = self.repl[j]
                 if any(_canon(i) in m for i in n.input if not i.startswith("^")):
                     n = NodeDef.FromString(n.SerializeToString())
                     for k, i in enumerate(n.input):
                         if not i.startswith("^") and _canon(i) in m:
                             n.input[k] = _MARK + m[_canon(i)]
             new_block.append(n)
-        new_block = self.propagate(new_block, new_types, new_shapes)
+        new_block = self.propagate(new_block, self.new_types, self.new_shapes)
         new_block = self.under_device(new_block, self.gs.device)
-        inc_new = names.claim(inc_name)
+        self.inc_new = names.claim(self.inc_name)
         # `_has_manual_control_dependencies` marks ops used in control_dependencies([...]): the
         # increment now is (Fill/dims); the train op is when the plain increment was.
-        inc_ctrl = "_has_manual_control_dependencies" in self.nodes[self.inc].attr
+        self.inc_ctrl = "_has_manual_control_dependencies" in self.nodes[self.inc].attr
         inc_node = NodeDef.FromString(new_block[-1].SerializeToString())
         inc_node.attr["_has_manual_control_dependencies"].b = True
         new_block[-1] = inc_node
+        self.new_block = new_block
 
-        # ---- token queue, dequeue, worker train op, chief sync op (under global_step.device)
-        sync_nodes: list[NodeDef] = []
-        q = new_root("sync_token_q")
+    def build_token_queue(self) -> None:
+        """``# Create token queue.`` ``sync_token_q`` (a FIFOQueue under the global step's device);
+        ``# Replicas have to wait until they can get a token from the token queue.``: the dequeue
+        after every ``apply_grad`` and ``train_op = state_ops.assign(self._local_step, token)``;
+        ``# Sync_op needs to insert tokens to the token queue at the end of the step so the replicas
+        can fetch them to start the next step.``: ``fill([tokens_per_step], global_step)`` enqueued
+        after ``update_op``; then ``variable_averages.apply`` after the sync op, when asked."""
+        b, gs_dtype, gs_dev, ls, dt, new_root = self.b, self.gs_dtype, self.gs_dev, self.ls, self.dt, self.new_root
+        self.sync_nodes: list[NodeDef] = []
+        sync_nodes = self.sync_nodes
+        self.q = q = new_root("sync_token_q")
         sync_nodes.append(b.node(q, "FIFOQueueV2", device=_merge_device(gs_dev, "/device:CPU:*"),
                                  out_shapes=[[]], attrs={
             "component_types": AttrValue(list=AttrValue.ListValue(type=[gs_dtype])),
             "shapes": _output_shapes([]), "capacity": _int(-1), "container": _s(""),
             "shared_name": _s("sync_token_q")}))
         deq = new_root(f"{q}_Dequeue")
-        sync_nodes.append(b.node(deq, "QueueDequeueV2", [q] + sorted(f"^{a}" for a in applies),
+        sync_nodes.append(b.node(deq, "QueueDequeueV2", [q] + sorted(f"^{a}" for a in self.applies),
                                  device=gs_dev, out_shapes=[[]], attrs={
                                      "component_types": AttrValue(list=AttrValue.ListValue(type=[gs_dtype])),
                                      "timeout_ms": _int(-1)}))
         if self.gs_resource:
-            train_op = new_root("AssignVariableOp")
-            sync_nodes.append(b.node(train_op, "AssignVariableOp", [ls, deq], device=gs_dev,
+            self.train_op = new_root("AssignVariableOp")
+            sync_nodes.append(b.node(self.train_op, "AssignVariableOp", [ls, deq], device=gs_dev,
                                      attrs={"dtype": dt, "validate_shape": _b(True)},
                                      manual_deps=True))  # its lazy read depends on it
             rd = new_root("ReadVariableOp")
-            sync_nodes.append(b.node(rd, "ReadVariableOp", [ls, f"^{train_op}"], device=gs_dev,
+            sync_nodes.append(b.node(rd, "ReadVariableOp", [ls, f"^{self.train_op}"], device=gs_dev,
                                      out_shapes=[[]], attrs={"dtype": dt}))
         else:
             # a ref Assign is colocated with the local step (the anchor's device)
-            train_op = new_root("Assign")
-            sync_nodes.append(b.node(train_op, "Assign", [ls, deq], coloc=loc, out_shapes=[[]], device=w_dev,
-                                     manual_deps=inc_ctrl, attrs={"T": dt, "use_locking": _b(True),
-                                                              "validate_shape": _b(True)}))
-        fill, fill_nodes = self.fill_tokens(new_root, self.tokens_per_step, inc_new, gs_dev)
+            self.train_op = new_root("Assign")
+            sync_nodes.append(b.node(self.train_op, "Assign", [ls, deq], coloc=self.loc, out_shapes=[[]],
+                                     device=self.w_dev, manual_deps=self.inc_ctrl,
+                                     attrs={"T": dt, "use_locking": _b(True), "validate_shape": _b(True)}))
+        fill, fill_nodes = self.fill_tokens(new_root, self.tokens_per_step, self.inc_new, gs_dev)
         sync_nodes.extend(fill_nodes)
         enq = new_root(f"{q}_EnqueueMany")
         sync_nodes.append(b.node(enq, "QueueEnqueueManyV2", [q, fill], device=gs_dev, attrs={
             "Tcomponents": AttrValue(list=AttrValue.ListValue(type=[gs_dtype])), "timeout_ms": _int(-1)}))
-        sync_op = enq
-        moved_ema: list[NodeDef] = []
-        if ema_block:
+        self.sync_op = enq
+        self.moved_ema: list[NodeDef] = []
+        if self.ema_block:
             # control_dependencies([sync_op]) marks the enqueue; the EMA group is no longer one.
             sync_nodes[-1].attr["_has_manual_control_dependencies"].b = True
-            moved_ema = self.move_ema(ema_block, enq, inc_name, names)
+            moved_ema = self.move_ema(self.ema_block, enq, self.inc_name, self.names)
             if "_has_manual_control_dependencies" in moved_ema[-1].attr:
                 moved_ema[-1] = NodeDef.FromString(moved_ema[-1].SerializeToString())
                 del moved_ema[-1].attr["_has_manual_control_dependencies"]
-            moved_ema = self.under_device(moved_ema, self.gs.device, only={
+            self.moved_ema = self.under_device(moved_ema, self.gs.device, only={
                 n.name for n in moved_ema if n.name == _EMA_SCOPE or n.name.startswith(_EMA_SCOPE + "/")})
-            sync_op = names.claim(ema_group)
-        tail: list[NodeDef] = []
+            self.sync_op = self.names.claim(self.ema_group)
+
+    def build_chief_init(self) -> None:
+        """The chief queue runner's close ops (``QueueRunner(sync_token_queue, [sync_op])`` makes
+        ``close()`` and ``close(cancel_pending_enqueues=True)``), then ``for accum, dev in
+        self._accumulator_list: with ops.device(dev): chief_init_ops.append(accum.set_global_step(
+        global_step, name="SetGlobalStep"))`` and ``self.chief_init_op =
+        control_flow_ops.group(*(chief_init_ops))``."""
+        b, gs_dev, new_root, q = self.b, self.gs_dev, self.new_root, self.q
+        gs_ref_read = None if self.gs_resource else self.gs_read
+        self.tail: list[NodeDef] = []
+        tail = self.tail
         close = new_root(f"{q}_Close")
         tail.append(b.node(close, "QueueCloseV2", [q], device=gs_dev,
                            attrs={"cancel_pending_enqueues": _b(False)}))
         close1 = new_root(f"{q}_Close")
         tail.append(b.node(close1, "QueueCloseV2", [q], device=gs_dev,
                            attrs={"cancel_pending_enqueues": _b(True)}))
-        members = [(local_init, w_dev)]
-        for acc, sparse in accums:
-            dev = accum_dev[acc]
-            step = read_step(tail, gs, gs_ref_read, dev)
-            s = scoped("SetGlobalStep")
+        members = [(self.local_init, self.w_dev)]
+        for acc, sparse in self.accums:
+            dev = self.accum_dev[acc]
+            step = self.read_step(tail, self.gs.name, gs_ref_read, dev)
+            s = self.scoped("SetGlobalStep")
             if sparse:
                 tail.append(b.node(s, "AccumulatorSetGlobalStep", [acc, step], device=dev,
                                    coloc=[f"loc:@{acc}"], manual_deps=True))
@@ -1164,10 +1218,15 @@ class _Rewrite:
                 tail.append(b.node(s, "ResourceAccumulatorSetGlobalStep", [acc, step], device=dev,
                                    manual_deps=True))
             members.append((s, dev))
-        chief_init = scoped("group_deps")
-        tail.extend(self.group(chief_init, members, w_dev))
+        self.chief_init = self.scoped("group_deps")
+        tail.extend(self.group(self.chief_init, members, self.w_dev))
 
-        # ---- the rest of the plain graph
+    def rebuild_rest(self) -> None:
+        """The rest of the plain graph: users of the increment now use the train op;
+        ``local_variables_initializer()`` also initializes the local step; the chief's
+        ``get_init_tokens_op(num_tokens)`` right after the last op that used the update."""
+        b, gs_dtype, gs_dev, new_root, q, ls = self.b, self.gs_dtype, self.gs_dev, self.new_root, self.q, self.ls
+        post, inc_name, train_op, ema_group, w_dev = self.post, self.inc_name, self.train_op, self.ema_group, self.w_dev
         local_var_init = self.local_variables_initializer(post)
         last_user = None
         for k, n in enumerate(post):
@@ -1184,25 +1243,25 @@ class _Rewrite:
         num_tokens = self.r if self.num_tokens == -1 else self.num_tokens
         init_pos = 0 if last_user is None else last_user + 1
         rest: list[NodeDef] = []
-        init_nodes: list[NodeDef] = []
-        init_tokens = None
+        self.init_nodes: list[NodeDef] = []
+        self.init_tokens = None
         ls_init_grouped = False
         regroup: set[str] = set()  # groups whose members changed (the increment, the EMA group)
         for k, n in enumerate(post + [None]):
             if k == init_pos and self.is_chief:
                 if num_tokens > 0:
-                    fill1, init_nodes = self.fill_tokens(new_root, num_tokens, None, gs_dev)
-                    init_tokens = new_root(f"{q}_EnqueueMany")
-                    init_nodes.append(b.node(init_tokens, "QueueEnqueueManyV2", [q, fill1], device=gs_dev,
-                                             attrs={"Tcomponents": AttrValue(list=AttrValue.ListValue(
-                                                 type=[gs_dtype])), "timeout_ms": _int(-1)}))
+                    fill1, self.init_nodes = self.fill_tokens(new_root, num_tokens, None, gs_dev)
+                    self.init_tokens = new_root(f"{q}_EnqueueMany")
+                    self.init_nodes.append(b.node(self.init_tokens, "QueueEnqueueManyV2", [q, fill1], device=gs_dev,
+                                                  attrs={"Tcomponents": AttrValue(list=AttrValue.ListValue(
+                                                      type=[gs_dtype])), "timeout_ms": _int(-1)}))
                 else:
-                    init_tokens = new_root("no_init_tokens")
-                    init_nodes = [b.node(init_tokens, "NoOp", device=gs_dev)]
-                rest.extend(init_nodes)
+                    self.init_tokens = new_root("no_init_tokens")
+                    self.init_nodes = [b.node(self.init_tokens, "NoOp", device=gs_dev)]
+                rest.extend(self.init_nodes)
             if n is None:
                 break
-            names.claim(n.name)
+            self.names.claim(n.name)
             m = NodeDef.FromString(n.SerializeToString())
             ins = []
             for inp in m.input:
@@ -1220,27 +1279,32 @@ class _Rewrite:
             m.input.extend(ins)
             rest.append(m)
         if not ls_init_grouped:  # no local_variables_initializer: nothing depends on it
-            for n in added:
+            for n in self.added:
                 if n.name == f"{ls}/Assign":
                     del n.attr["_has_manual_control_dependencies"]
         if ls_init_grouped:
             rest = self.regroup_local_init(rest, local_var_init, w_dev)
-        devices = {n.name: n.device for n in [*pre, *new_block, *moved_ema, *rest]}
-        devices.update({_MARK + n.name: n.device for n in [*added, *sync_nodes, *tail]})
+        devices = {n.name: n.device for n in [*self.pre, *self.new_block, *self.moved_ema, *rest]}
+        devices.update({_MARK + n.name: n.device for n in [*self.added, *self.sync_nodes, *self.tail]})
         if self.gs_resource:
             # a resource assign returns the variable's lazy read (resource_variable_ops.py
             # _UnreadVariable): ``group`` reads the device of the variable, the local step's
             devices[_MARK + train_op] = w_dev
         rest = self.regroup_changed(rest, regroup - {local_var_init}, devices, w_dev)
-        ls_node = next(n for n in added if n.name == ls)
+        ls_node = next(n for n in self.added if n.name == ls)
         order: dict[str, int] = {}
-        for k, n in enumerate([*pre, *added, *new_block, *moved_ema, *rest]):
+        for k, n in enumerate([*self.pre, *self.added, *self.new_block, *self.moved_ema, *rest]):
             order.setdefault(n.name, k)
-        rest = self.add_local_step_to_reports(rest, ls_node, w_dev, order)
+        self.rest = self.add_local_step_to_reports(rest, ls_node, w_dev, order)
 
-        plain_out = [*pre, *new_block, *moved_ema, *rest]
-        plain_ids = {id(n) for n in plain_out} - {id(n) for n in init_nodes}
-        out_nodes = pre + added + new_block + sync_nodes + moved_ema + tail + rest
+    def assemble(self) -> RewriteResult:
+        """The output GraphDef (every field of the input but the nodes kept), the plain nodes
+        renamed as TF's counters name them, and the MetaGraphDef's collections updated."""
+        names = self.names
+        plain_out = [*self.pre, *self.new_block, *self.moved_ema, *self.rest]
+        plain_ids = {id(n) for n in plain_out} - {id(n) for n in self.init_nodes}
+        out_nodes = (self.pre + self.added + self.new_block + self.sync_nodes + self.moved_ema + self.tail
+                     + self.rest)
         out_nodes = [self.apply_names(n, names) if id(n) in plain_ids else n for n in out_nodes]
         seen: set[str] = set()
         for n in out_nodes:
@@ -1257,18 +1321,16 @@ class _Rewrite:
             else:
                 getattr(out, field_desc.name).CopyFrom(value)
         out.node.extend(out_nodes)
-        new_names = ([n.name for n in added] + [n.name for n in sync_nodes] + [n.name for n in tail]
-                     + [n.name for n in init_nodes])
+        new_names = [n.name for n in [*self.added, *self.sync_nodes, *self.tail, *self.init_nodes]]
         renamed = {old: nn for old, nn in names.map.items() if old != nn and old in self.index}
-        meta = (self.update_meta(out, ls_vardef, train_op, inc_name, new_names, names)
+        meta = (self.update_meta(out, self.ls_vardef, self.train_op, self.inc_name, new_names, names)
                 if self.meta is not None else None)
-        var_names = [g.var.name for g in self.grads]
         return RewriteResult(
             graph_def=out, meta_graph=meta, replicas_to_aggregate=self.r, total_replicas=self.w,
-            tokens_per_step=self.tokens_per_step, optimizer=self.scope, variables=var_names,
-            accumulators=accum_of, train_op=train_op, sync_op=sync_op, chief_init_op=chief_init,
-            local_step_init_op=local_init, init_tokens_op=init_tokens or "", token_queue=q,
-            ready_for_local_init_op=ready, added=new_names, renamed=renamed, notes=self.notes)
+            tokens_per_step=self.tokens_per_step, optimizer=self.scope, variables=[g.var.name for g in self.grads],
+            accumulators=self.accum_of, train_op=self.train_op, sync_op=self.sync_op, chief_init_op=self.chief_init,
+            local_step_init_op=self.local_init, init_tokens_op=self.init_tokens or "", token_queue=self.q,
+            ready_for_local_init_op=self.ready, added=new_names, renamed=renamed, notes=self.notes)
 
     def apply_names(self, n: NodeDef, names: _Names) -> NodeDef:
         """A plain node with its name and inputs as TF's sync build names them (inputs marked
