@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from placeviz.errors import GraphError
 from placeviz.graph import Graph
 from placeviz.op_kinds import (
-    ACCUMULATOR_APPLY_OPS,
     ACCUMULATOR_SET_STEP_OPS,
     ACCUMULATOR_TAKE_OPS,
     DEQUEUE_OPS,
@@ -176,320 +175,355 @@ def prove(graph: Graph, machinery: SyncMachinery, trainable=None) -> SyncProof:
     ``trainable``: names of the trainable variables (variable op names; e.g. the
     ``trainable_variables`` collection). Default: the variables the accumulators feed plus every
     variable written on input 0 of an optimizer ``*Apply*`` op.
+
+    The proof goes side by side (:class:`_Prover`): what the workers' train op runs, what the
+    chief's sync op runs, then a verdict per global step and per trainable variable.
     """
-    g = graph
-    names, ops, devices = g.names, g.ops, g.devices
-    idx = state_index(g)
-    m = machinery
-    queues = m.token_queues
-    violations: list[dict] = []
-    warnings: list[str] = list(m.notes)
+    p = _Prover(graph, machinery)
+    p.find_trainable(trainable)
+    p.worker_side()
+    p.chief_side()
+    return p.result(p.global_step_verdicts(), p.variable_verdicts(), p.other_chief_updates())
 
-    def violation(kind: str, message: str, **extra) -> None:
-        violations.append({"kind": kind, "message": message, **extra})
 
-    local_steps = {ls for q in queues for ls in q.local_steps}
-    assigns = {a for q in queues for a in q.local_step_assigns}
-    token_queues = {q.queue for q in queues}
-    global_steps = {q.global_step for q in queues if q.global_step is not None}
-    if m.global_step is not None:
-        global_steps.add(m.global_step)
+class _Prover:
+    """The state one :func:`prove` builds, side by side (one method per side and per verdict)."""
 
-    owner = {u: a.node for a in m.accumulators for u in (*a.applies, *a.takes)}
-    accum_of: dict[int, list] = {}
-    for a in m.accumulators:
-        if a.variable is not None:
-            accum_of.setdefault(a.variable, []).append(a)
+    def __init__(self, graph: Graph, machinery: SyncMachinery):
+        g = self.g = graph
+        self.names, self.ops, self.devices = g.names, g.ops, g.devices
+        self.idx = state_index(g)
+        self.m = m = machinery
+        self.queues = queues = m.token_queues
+        self.violations: list[dict] = []
+        self.warnings: list[str] = list(m.notes)
+        self.local_steps = {ls for q in queues for ls in q.local_steps}
+        self.assigns = {a for q in queues for a in q.local_step_assigns}
+        self.token_queues = {q.queue for q in queues}
+        self.global_steps = {q.global_step for q in queues if q.global_step is not None}
+        if m.global_step is not None:
+            self.global_steps.add(m.global_step)
+        self.owner = {u: a.node for a in m.accumulators for u in (*a.applies, *a.takes)}
+        self.accum_of: dict[int, list] = {}
+        for a in m.accumulators:
+            if a.variable is not None:
+                self.accum_of.setdefault(a.variable, []).append(a)
+        self.frames = loop_frames(g)
 
-    # Trainable variables.
-    if trainable is not None:
-        tv: list[int] = []
-        for name in trainable:
-            i = g.index.get(name.split(":", 1)[0])
-            if i is None or i not in idx.kind:
-                warnings.append(f"trainable variable {name!r} is not a variable of the graph")
-                continue
-            tv.append(i)
-        trainable_source = "given"
-    else:
-        tv = list(accum_of)
-        for w, writes in idx.writes.items():
-            if is_optimizer_apply(ops[w]):
-                tv.extend(s for s, pos in writes if pos == 0 and idx.kind.get(s) == "variable")
-        trainable_source = "accumulators+optimizer applies"
-    tv = [v for v in dict.fromkeys(tv) if v not in global_steps and v not in local_steps]
-    trainable_set = set(tv)
+    def violation(self, kind: str, message: str, **extra) -> None:
+        self.violations.append({"kind": kind, "message": message, **extra})
 
-    if len(queues) > 1:
-        violation(
-            "multiple_token_queues",
-            f"{len(queues)} token queues (one per SyncReplicasOptimizer): each has its own sync op "
-            "that takes the gradients, updates its variables and increments the global step, so a "
-            "worker step waits for several tokens and the global step advances once per queue",
-            queues=[names[q.queue] for q in queues],
-        )
-
-    # ---------------------------------------------------------------- worker side
-    worker_targets = list(dict.fromkeys(t for q in queues for t in q.worker_train_ops))
-    if not worker_targets:
-        violation("no_worker_train_op", "no op assigns a dequeued token to a local step: the workers' "
-                  "train op cannot be found")
-    W = Reach(g, worker_targets)
-    frames = loop_frames(g)
-    worker_writes: dict[int, list[int]] = {}
-    per_worker: list[dict] = []
-    applies_reached: dict[int, int] = {}
-    for u in W.order:
-        op = ops[u]
-        if op in ACCUMULATOR_APPLY_OPS:
-            applies_reached[u] = u
-        elif op in ACCUMULATOR_TAKE_OPS:
-            violation("worker_takes_gradient",
-                      f"the worker train op runs {names[u]} ({op}): workers would take the aggregated "
-                      "gradient themselves", op=names[u], path=W.path(names, u))
-        elif op in ENQUEUE_OPS:
-            q_in = g.in_src[g.in_start[u]] if g.in_start[u] < g.in_start[u + 1] else -1
-            if q_in in token_queues or any(s in token_queues for s in _trace_any(g, q_in)):
-                violation("worker_enqueues_tokens",
-                          f"the worker train op runs {names[u]}, an enqueue on token queue "
-                          f"{names[q_in]}: workers would hand out tokens", op=names[u],
-                          path=W.path(names, u))
-        elif op in ACCUMULATOR_SET_STEP_OPS:
-            warnings.append(f"the worker train op runs {names[u]} ({op}), which resets the accumulator's "
-                            "global step every worker run (stale gradients would be accepted)")
-        for s, _pos in idx.writes.get(u, ()):
-            if s in local_steps and u in assigns:
-                continue
-            worker_writes.setdefault(s, []).append(u)
-            if s in global_steps:
-                violation("worker_increments_global_step",
-                          f"the worker train op writes the global step {names[s]} with {names[u]} "
-                          f"({op}): every worker run would advance the step",
-                          variable=names[s], op=names[u], path=W.path(names, u))
-            elif s in trainable_set:
-                violation("worker_updates_trainable",
-                          f"trainable variable {names[s]} is also updated from the worker side by "
-                          f"{names[u]} ({op}): once per worker run, on top of the chief's aggregated "
-                          "update", variable=names[s], op=names[u], path=W.path(names, u))
-            else:
-                in_loop = (u, s) in idx.loop_writes
-                frame = frames[u] if frames is not None else None
-                looped = in_loop or frame is not None
-                entry = {
-                    "variable": names[s],
-                    "kind": idx.kind[s],
-                    "op": names[u],
-                    "op_type": op,
-                    "device": devices[u],
-                    "variable_device": devices[s],
-                    "runs": PER_ITERATION if looped else ONCE,
-                    "loop_frame": frame if frame is not None else ("function body while loop" if in_loop else None),
-                    "runs_per_global_step": None if looped else m.tokens_per_step,
-                    "hint": "local step" if s in local_steps else _hint(names[s], idx.kind[s]),
-                    "path": W.path(names, u),
-                }
-                per_worker.append(entry)
-
-    # ---------------------------------------------------------------- chief side
-    chief_writes: dict[int, list[tuple[int, int]]] = {}  # state -> [(writer, queue index)]
-    sync_ops: list[str] = []
-    chief_reaches: list[Reach | None] = []
-    enqueue_reaches: list[Reach | None] = []
-    takes_per_accum: dict[int, int] = {}
-    for qi, q in enumerate(queues):
-        if q.sync_op is None:
-            violation("no_sync_op",
-                      f"token queue {names[q.queue]} has no enqueue after an update and no single update "
-                      "op: nothing the chief runs takes the gradients and hands out tokens",
-                      queue=names[q.queue])
-            chief_reaches.append(None)
-            enqueue_reaches.append(None)
-            continue
-        sync_ops.append(names[q.sync_op])
-        C = Reach(g, [q.sync_op])
-        if q.sync_enqueue is None:
-            violation("enqueue_not_after_increment",
-                      f"no enqueue of token queue {names[q.queue]} depends on the update "
-                      f"{names[q.sync_op]}: tokens do not wait for the step's update (and the init-tokens "
-                      "enqueue cannot be told from the sync enqueue)", queue=names[q.queue],
-                      variable=names[q.global_step] if q.global_step is not None else None)
-            E = Reach(g, [])
+    def find_trainable(self, trainable) -> None:
+        """The trainable variables: given, else the accumulators' variables and what optimizer applies
+        write on input 0; never the global or local steps."""
+        g, idx = self.g, self.idx
+        if trainable is not None:
+            tv: list[int] = []
+            for name in trainable:
+                i = g.index.get(name.split(":", 1)[0])
+                if i is None or i not in idx.kind:
+                    self.warnings.append(f"trainable variable {name!r} is not a variable of the graph")
+                    continue
+                tv.append(i)
+            self.trainable_source = "given"
         else:
-            E = C if q.sync_op == q.sync_enqueue else Reach(g, [q.sync_enqueue])
-        chief_reaches.append(C)
-        enqueue_reaches.append(E)
-        for u in C.order:
+            tv = list(self.accum_of)
+            for w, writes in idx.writes.items():
+                if is_optimizer_apply(self.ops[w]):
+                    tv.extend(s for s, pos in writes if pos == 0 and idx.kind.get(s) == "variable")
+            self.trainable_source = "accumulators+optimizer applies"
+        self.tv = [v for v in dict.fromkeys(tv) if v not in self.global_steps and v not in self.local_steps]
+        self.trainable_set = set(self.tv)
+
+    def worker_side(self) -> None:
+        """What the workers' train op runs (the reverse closure of the ops assigning a dequeued token
+        to a local step): no take, no token enqueue, no write of the global step or of a trainable
+        variable; every other write is listed with how often it runs per global step."""
+        g, names, ops, devices, idx, queues = self.g, self.names, self.ops, self.devices, self.idx, self.queues
+        violation, frames = self.violation, self.frames
+        if len(queues) > 1:
+            violation(
+                "multiple_token_queues",
+                f"{len(queues)} token queues (one per SyncReplicasOptimizer): each has its own sync op "
+                "that takes the gradients, updates its variables and increments the global step, so a "
+                "worker step waits for several tokens and the global step advances once per queue",
+                queues=[names[q.queue] for q in queues],
+            )
+        self.worker_targets = list(dict.fromkeys(t for q in queues for t in q.worker_train_ops))
+        if not self.worker_targets:
+            violation("no_worker_train_op", "no op assigns a dequeued token to a local step: the workers' "
+                      "train op cannot be found")
+        W = self.W = Reach(g, self.worker_targets)
+        self.worker_writes: dict[int, list[int]] = {}
+        self.per_worker: list[dict] = []
+        for u in W.order:
             op = ops[u]
             if op in ACCUMULATOR_TAKE_OPS:
-                acc = owner.get(u)
-                if acc is not None:
-                    takes_per_accum[acc] = takes_per_accum.get(acc, 0) + 1
-            elif op in DEQUEUE_OPS and _queue_of(g, u) in token_queues:
-                warnings.append(f"the sync op {names[q.sync_op]} runs the token dequeue {names[u]}: "
-                                "the chief queue runner would wait for its own tokens")
+                violation("worker_takes_gradient",
+                          f"the worker train op runs {names[u]} ({op}): workers would take the aggregated "
+                          "gradient themselves", op=names[u], path=W.path(names, u))
+            elif op in ENQUEUE_OPS:
+                q_in = g.in_src[g.in_start[u]] if g.in_start[u] < g.in_start[u + 1] else -1
+                if q_in in self.token_queues or any(s in self.token_queues for s in _trace_any(g, q_in)):
+                    violation("worker_enqueues_tokens",
+                              f"the worker train op runs {names[u]}, an enqueue on token queue "
+                              f"{names[q_in]}: workers would hand out tokens", op=names[u],
+                              path=W.path(names, u))
+            elif op in ACCUMULATOR_SET_STEP_OPS:
+                self.warnings.append(f"the worker train op runs {names[u]} ({op}), which resets the "
+                                     "accumulator's global step every worker run (stale gradients would be "
+                                     "accepted)")
             for s, _pos in idx.writes.get(u, ()):
-                chief_writes.setdefault(s, []).append((u, qi))
-    for acc, n in takes_per_accum.items():
-        if n > 1:
-            warnings.append(f"one chief run takes accumulator {names[acc]}'s gradient {n} times "
-                            f"(it would need {n}*R gradients per step)")
+                if s in self.local_steps and u in self.assigns:
+                    continue
+                self.worker_writes.setdefault(s, []).append(u)
+                if s in self.global_steps:
+                    violation("worker_increments_global_step",
+                              f"the worker train op writes the global step {names[s]} with {names[u]} "
+                              f"({op}): every worker run would advance the step",
+                              variable=names[s], op=names[u], path=W.path(names, u))
+                elif s in self.trainable_set:
+                    violation("worker_updates_trainable",
+                              f"trainable variable {names[s]} is also updated from the worker side by "
+                              f"{names[u]} ({op}): once per worker run, on top of the chief's aggregated "
+                              "update", variable=names[s], op=names[u], path=W.path(names, u))
+                else:
+                    in_loop = (u, s) in idx.loop_writes
+                    frame = frames[u] if frames is not None else None
+                    looped = in_loop or frame is not None
+                    self.per_worker.append({
+                        "variable": names[s],
+                        "kind": idx.kind[s],
+                        "op": names[u],
+                        "op_type": op,
+                        "device": devices[u],
+                        "variable_device": devices[s],
+                        "runs": PER_ITERATION if looped else ONCE,
+                        "loop_frame": frame if frame is not None else ("function body while loop" if in_loop else None),
+                        "runs_per_global_step": None if looped else self.m.tokens_per_step,
+                        "hint": "local step" if s in self.local_steps else _hint(names[s], idx.kind[s]),
+                        "path": W.path(names, u),
+                    })
 
-    # Global step.
-    gs_entries = []
-    for gs in sorted(global_steps):
-        incs = chief_writes.get(gs, [])
-        ev: list[dict] = []
-        bad = False
-        for u, qi in incs:
-            C, E = chief_reaches[qi], enqueue_reaches[qi]
-            ev.append({"side": "chief", "claim": f"the sync op increments {names[gs]} with {names[u]} "
-                       f"({ops[u]})", "op": names[u], "path": C.path(names, u)})
-            enq = queues[qi].sync_enqueue
-            if enq is None:
-                bad = True
-            elif u in E:
-                ev.append({"side": "chief", "claim": f"the token enqueue {names[enq]} depends on the "
-                           "increment: tokens carry the new step", "op": names[u], "path": E.path(names, u)})
+    def chief_side(self) -> None:
+        """What each token queue's sync op runs (the chief queue runner's op) and what its token
+        enqueue waits for: every write, and how often each accumulator's gradient is taken."""
+        g, names, ops, idx = self.g, self.names, self.ops, self.idx
+        self.chief_writes: dict[int, list[tuple[int, int]]] = {}  # state -> [(writer, queue index)]
+        self.sync_ops: list[str] = []
+        self.chief_reaches: list[Reach | None] = []
+        self.enqueue_reaches: list[Reach | None] = []
+        takes_per_accum: dict[int, int] = {}
+        for qi, q in enumerate(self.queues):
+            if q.sync_op is None:
+                self.violation("no_sync_op",
+                               f"token queue {names[q.queue]} has no enqueue after an update and no single "
+                               "update op: nothing the chief runs takes the gradients and hands out tokens",
+                               queue=names[q.queue])
+                self.chief_reaches.append(None)
+                self.enqueue_reaches.append(None)
+                continue
+            self.sync_ops.append(names[q.sync_op])
+            C = Reach(g, [q.sync_op])
+            if q.sync_enqueue is None:
+                self.violation("enqueue_not_after_increment",
+                               f"no enqueue of token queue {names[q.queue]} depends on the update "
+                               f"{names[q.sync_op]}: tokens do not wait for the step's update (and the "
+                               "init-tokens enqueue cannot be told from the sync enqueue)", queue=names[q.queue],
+                               variable=names[q.global_step] if q.global_step is not None else None)
+                E = Reach(g, [])
             else:
+                E = C if q.sync_op == q.sync_enqueue else Reach(g, [q.sync_enqueue])
+            self.chief_reaches.append(C)
+            self.enqueue_reaches.append(E)
+            for u in C.order:
+                op = ops[u]
+                if op in ACCUMULATOR_TAKE_OPS:
+                    acc = self.owner.get(u)
+                    if acc is not None:
+                        takes_per_accum[acc] = takes_per_accum.get(acc, 0) + 1
+                elif op in DEQUEUE_OPS and _queue_of(g, u) in self.token_queues:
+                    self.warnings.append(f"the sync op {names[q.sync_op]} runs the token dequeue {names[u]}: "
+                                         "the chief queue runner would wait for its own tokens")
+                for s, _pos in idx.writes.get(u, ()):
+                    self.chief_writes.setdefault(s, []).append((u, qi))
+        for acc, n in takes_per_accum.items():
+            if n > 1:
+                self.warnings.append(f"one chief run takes accumulator {names[acc]}'s gradient {n} times "
+                                     f"(it would need {n}*R gradients per step)")
+
+    def global_step_verdicts(self) -> list[dict]:
+        """Each global step: incremented exactly once per sync op run, before the token enqueue,
+        outside any while loop, and never by the workers."""
+        names, ops, devices, frames, queues = self.names, self.ops, self.devices, self.frames, self.queues
+        violation = self.violation
+        entries = []
+        for gs in sorted(self.global_steps):
+            incs = self.chief_writes.get(gs, [])
+            ev: list[dict] = []
+            bad = False
+            for u, qi in incs:
+                C, E = self.chief_reaches[qi], self.enqueue_reaches[qi]
+                ev.append({"side": "chief", "claim": f"the sync op increments {names[gs]} with {names[u]} "
+                           f"({ops[u]})", "op": names[u], "path": C.path(names, u)})
+                enq = queues[qi].sync_enqueue
+                if enq is None:
+                    bad = True
+                elif u in E:
+                    ev.append({"side": "chief", "claim": f"the token enqueue {names[enq]} depends on the "
+                               "increment: tokens carry the new step", "op": names[u], "path": E.path(names, u)})
+                else:
+                    bad = True
+                    violation("enqueue_not_after_increment",
+                              f"the token enqueue {names[enq]} does not depend on the global-step increment "
+                              f"{names[u]}: workers may start the next step before the step advances",
+                              variable=names[gs], op=names[u])
+                if frames is not None and frames[u] is not None:
+                    bad = True
+                    violation("chief_update_in_loop", f"the global-step increment {names[u]} is inside while "
+                              f"loop frame {frames[u]!r}: it runs once per iteration", variable=names[gs],
+                              op=names[u])
+            if len(incs) != 1 and any(r is not None for r in self.chief_reaches):
                 bad = True
-                violation("enqueue_not_after_increment",
-                          f"the token enqueue {names[enq]} does not depend on the global-step increment "
-                          f"{names[u]}: workers may start the next step before the step advances",
-                          variable=names[gs], op=names[u])
-            if frames is not None and frames[u] is not None:
+                violation("global_step_increments",
+                          f"the chief side increments the global step {names[gs]} {len(incs)} times per "
+                          "step (expected exactly once)", variable=names[gs], ops=[names[u] for u, _ in incs])
+            if names[gs] in {v.get("variable") for v in self.violations
+                             if v["kind"] == "worker_increments_global_step"}:
                 bad = True
-                violation("chief_update_in_loop", f"the global-step increment {names[u]} is inside while "
-                          f"loop frame {frames[u]!r}: it runs once per iteration", variable=names[gs], op=names[u])
-        if len(incs) != 1 and any(r is not None for r in chief_reaches):
-            bad = True
-            violation("global_step_increments",
-                      f"the chief side increments the global step {names[gs]} {len(incs)} times per "
-                      "step (expected exactly once)", variable=names[gs], ops=[names[u] for u, _ in incs])
-        if names[gs] in {v.get("variable") for v in violations if v["kind"] == "worker_increments_global_step"}:
-            bad = True
-            for u in worker_writes.get(gs, []):
-                ev.append({"side": "worker", "claim": f"the worker train op writes {names[gs]} with "
+                for u in self.worker_writes.get(gs, []):
+                    ev.append({"side": "worker", "claim": f"the worker train op writes {names[gs]} with "
+                               f"{names[u]} ({ops[u]})", "op": names[u], "path": self.W.path(names, u)})
+            elif self.worker_targets:
+                ev.append({"side": "worker", "claim": f"the worker train op never writes {names[gs]}", "path": []})
+            entries.append({
+                "name": names[gs], "role": "global_step", "device": devices[gs],
+                "verdict": "violated" if bad else "holds",
+                "updates_per_step": len(incs), "worker_updates": len(self.worker_writes.get(gs, [])),
+                "evidence": ev,
+            })
+        return entries
+
+    def variable_verdicts(self) -> list[dict]:
+        """Each trainable variable: never written by the workers (they only feed its accumulator),
+        updated exactly once per sync op run, on the aggregated gradient, before the tokens."""
+        names, ops, devices, frames, queues, W = self.names, self.ops, self.devices, self.frames, self.queues, self.W
+        violation = self.violation
+        entries = []
+        for v in self.tv:
+            ev = []
+            bad = False
+            accs = self.accum_of.get(v, [])
+            w_hits = self.worker_writes.get(v, [])
+            c_hits = self.chief_writes.get(v, [])
+            for u in w_hits:
+                bad = True
+                ev.append({"side": "worker", "claim": f"the worker train op also writes {names[v]} with "
                            f"{names[u]} ({ops[u]})", "op": names[u], "path": W.path(names, u)})
-        elif worker_targets:
-            ev.append({"side": "worker", "claim": f"the worker train op never writes {names[gs]}", "path": []})
-        gs_entries.append({
-            "name": names[gs], "role": "global_step", "device": devices[gs],
-            "verdict": "violated" if bad else "holds",
-            "updates_per_step": len(incs), "worker_updates": len(worker_writes.get(gs, [])),
-            "evidence": ev,
-        })
-
-    # Trainable variables.
-    var_entries = []
-    chief_updates = []
-    for v in tv:
-        ev = []
-        bad = False
-        accs = accum_of.get(v, [])
-        w_hits = worker_writes.get(v, [])
-        c_hits = chief_writes.get(v, [])
-        for u in w_hits:
-            bad = True
-            ev.append({"side": "worker", "claim": f"the worker train op also writes {names[v]} with "
-                       f"{names[u]} ({ops[u]})", "op": names[u], "path": W.path(names, u)})
-        if not w_hits and worker_targets:
-            applied = [ap for a in accs for ap in a.applies if ap in W]
-            if applied:
-                ap = applied[0]
-                ev.append({"side": "worker", "claim": f"the worker train op only applies its gradient to "
-                           f"accumulator {names[owner.get(ap, ap)]} ({ops[ap]}) and never writes "
-                           f"{names[v]}", "op": names[ap], "path": W.path(names, ap)})
-            else:
-                ev.append({"side": "worker", "claim": f"the worker train op never writes {names[v]}",
-                           "path": []})
-                if accs:
-                    warnings.append(f"the worker train op does not feed accumulator "
-                                    f"{names[accs[0].node]} of {names[v]}: its TakeGradient would block")
-        fed = {u for a in accs for u in a.updates}
-        for u, qi in c_hits:
-            C, E = chief_reaches[qi], enqueue_reaches[qi]
-            src = ""
-            if u in fed:
-                a = next(a for a in accs if u in a.updates)
-                r = a.num_required[0] if a.num_required else None
-                src = (f" on the average of R={r} gradients taken from {names[a.node]}"
-                       if r is not None else f" on the gradient taken from {names[a.node]}")
-            ev.append({"side": "chief", "claim": f"the sync op {names[queues[qi].sync_op]} updates "
-                       f"{names[v]} with {names[u]} ({ops[u]}){src}, once per run", "op": names[u],
-                       "path": C.path(names, u)})
-            enq = queues[qi].sync_enqueue
-            if u not in E:
+            if not w_hits and self.worker_targets:
+                applied = [ap for a in accs for ap in a.applies if ap in W]
+                if applied:
+                    ap = applied[0]
+                    ev.append({"side": "worker", "claim": f"the worker train op only applies its gradient to "
+                               f"accumulator {names[self.owner.get(ap, ap)]} ({ops[ap]}) and never writes "
+                               f"{names[v]}", "op": names[ap], "path": W.path(names, ap)})
+                else:
+                    ev.append({"side": "worker", "claim": f"the worker train op never writes {names[v]}",
+                               "path": []})
+                    if accs:
+                        self.warnings.append(f"the worker train op does not feed accumulator "
+                                             f"{names[accs[0].node]} of {names[v]}: its TakeGradient would block")
+            fed = {u for a in accs for u in a.updates}
+            for u, qi in c_hits:
+                C, E = self.chief_reaches[qi], self.enqueue_reaches[qi]
+                src = ""
+                if u in fed:
+                    a = next(a for a in accs if u in a.updates)
+                    r = a.num_required[0] if a.num_required else None
+                    src = (f" on the average of R={r} gradients taken from {names[a.node]}"
+                           if r is not None else f" on the gradient taken from {names[a.node]}")
+                ev.append({"side": "chief", "claim": f"the sync op {names[queues[qi].sync_op]} updates "
+                           f"{names[v]} with {names[u]} ({ops[u]}){src}, once per run", "op": names[u],
+                           "path": C.path(names, u)})
+                enq = queues[qi].sync_enqueue
+                if u not in E:
+                    bad = True
+                    where = "any token enqueue" if enq is None else f"the token enqueue {names[enq]}"
+                    violation("update_after_tokens",
+                              f"the update {names[u]} of {names[v]} is not ordered before {where}: workers may "
+                              f"read {names[v]} before it is updated", variable=names[v], op=names[u])
+                if frames is not None and frames[u] is not None:
+                    bad = True
+                    violation("chief_update_in_loop", f"the update {names[u]} of {names[v]} is inside while "
+                              f"loop frame {frames[u]!r}: it runs once per iteration",
+                              variable=names[v], op=names[u])
+                if u not in fed and accs:
+                    self.warnings.append(f"{names[u]} updates {names[v]} on the chief side without the "
+                                         "aggregated gradient")
+            if len(c_hits) > 1:
                 bad = True
-                where = "any token enqueue" if enq is None else f"the token enqueue {names[enq]}"
-                violation("update_after_tokens",
-                          f"the update {names[u]} of {names[v]} is not ordered before {where}: workers may "
-                          f"read {names[v]} before it is updated", variable=names[v], op=names[u])
-            if frames is not None and frames[u] is not None:
+                violation("multiple_chief_updates",
+                          f"{names[v]} is updated {len(c_hits)} times per global step on the chief side: "
+                          + ", ".join(f"{names[u]} ({ops[u]})" for u, _ in c_hits),
+                          variable=names[v], ops=[names[u] for u, _ in c_hits])
+            if not c_hits and accs and any(r is not None for r in self.chief_reaches):
                 bad = True
-                violation("chief_update_in_loop", f"the update {names[u]} of {names[v]} is inside while "
-                          f"loop frame {frames[u]!r}: it runs once per iteration",
-                          variable=names[v], op=names[u])
-            if u not in fed and accs:
-                warnings.append(f"{names[u]} updates {names[v]} on the chief side without the aggregated "
-                                "gradient")
-        if len(c_hits) > 1:
-            bad = True
-            violation("multiple_chief_updates",
-                      f"{names[v]} is updated {len(c_hits)} times per global step on the chief side: "
-                      + ", ".join(f"{names[u]} ({ops[u]})" for u, _ in c_hits),
-                      variable=names[v], ops=[names[u] for u, _ in c_hits])
-        if not c_hits and accs and any(r is not None for r in chief_reaches):
-            bad = True
-            violation("no_chief_update",
-                      f"{names[v]} has accumulator {names[accs[0].node]} but the sync op never updates it",
-                      variable=names[v])
-        reached = {u for u in w_hits} | {u for u, _ in c_hits}
-        others = [names[u] for u in idx.writers.get(v, []) if u not in reached]
-        var_entries.append({
-            "name": names[v], "role": "trainable", "device": devices[v],
-            "verdict": "violated" if bad else "holds",
-            "accumulators": [names[a.node] for a in accs],
-            "updates_per_step": len(c_hits),
-            "worker_updates": len(w_hits),
-            "evidence": ev,
-            "unreached_writers": others[:10],
-            "unreached_writer_count": len(others),
-        })
+                violation("no_chief_update",
+                          f"{names[v]} has accumulator {names[accs[0].node]} but the sync op never updates it",
+                          variable=names[v])
+            reached = set(w_hits) | {u for u, _ in c_hits}
+            others = [names[u] for u in self.idx.writers.get(v, []) if u not in reached]
+            entries.append({
+                "name": names[v], "role": "trainable", "device": devices[v],
+                "verdict": "violated" if bad else "holds",
+                "accumulators": [names[a.node] for a in accs],
+                "updates_per_step": len(c_hits),
+                "worker_updates": len(w_hits),
+                "evidence": ev,
+                "unreached_writers": others[:10],
+                "unreached_writer_count": len(others),
+            })
+        return entries
 
-    trainable_names = {names[v] for v in tv}
-    for s, hits in chief_writes.items():
-        if s in trainable_set or s in global_steps:
-            continue
-        chief_updates.append({
-            "variable": names[s], "kind": idx.kind[s], "ops": [names[u] for u, _ in hits],
-            "writes_per_run": len(hits), "hint": _hint(names[s], idx.kind[s]) or (
-                "optimizer slot" if any(is_optimizer_apply(ops[u]) for u, _ in hits)
-                or _has_prefix(names[s], trainable_names) else None),
-        })
-    chief_updates.sort(key=lambda e: e["variable"])
-    per_worker.sort(key=lambda e: (e["variable"], e["op"]))
+    def other_chief_updates(self) -> list[dict]:
+        """The chief side's other writes (slots, EMA shadows, counters), with a hint of what they are."""
+        names, ops, idx = self.names, self.ops, self.idx
+        trainable_names = {names[v] for v in self.tv}
+        out = []
+        for s, hits in self.chief_writes.items():
+            if s in self.trainable_set or s in self.global_steps:
+                continue
+            out.append({
+                "variable": names[s], "kind": idx.kind[s], "ops": [names[u] for u, _ in hits],
+                "writes_per_run": len(hits), "hint": _hint(names[s], idx.kind[s]) or (
+                    "optimizer slot" if any(is_optimizer_apply(ops[u]) for u, _ in hits)
+                    or _has_prefix(names[s], trainable_names) else None),
+            })
+        return sorted(out, key=lambda e: e["variable"])
 
-    seen = set()
-    unique_warnings = [w for w in warnings if not (w in seen or seen.add(w))]
-    return SyncProof(
-        single_update=not violations,
-        variables=gs_entries + var_entries,
-        violations=violations,
-        per_worker_updates=per_worker,
-        chief_updates=chief_updates,
-        warnings=unique_warnings,
-        worker_train_ops=[names[t] for t in worker_targets],
-        sync_ops=sync_ops,
-        replicas_to_aggregate=m.replicas_to_aggregate,
-        tokens_per_step=m.tokens_per_step,
-        total_replicas=m.total_replicas,
-        total_replicas_exact=(None if m.replicas_to_aggregate is None or m.tokens_per_step is None
-                              else m.tokens_per_step > m.replicas_to_aggregate),
-        backup_workers=m.backup_workers,
-        stats={"trainable_source": trainable_source, "trainable_variables": len(tv),
-               "worker_closure": len(W.order),
-               "chief_closure": sum(len(r.order) for r in chief_reaches if r is not None)},
-    )
+    def result(self, gs_entries: list[dict], var_entries: list[dict], chief_updates: list[dict]) -> SyncProof:
+        m = self.m
+        seen: set[str] = set()
+        unique_warnings = [w for w in self.warnings if not (w in seen or seen.add(w))]
+        return SyncProof(
+            single_update=not self.violations,
+            variables=gs_entries + var_entries,
+            violations=self.violations,
+            per_worker_updates=sorted(self.per_worker, key=lambda e: (e["variable"], e["op"])),
+            chief_updates=chief_updates,
+            warnings=unique_warnings,
+            worker_train_ops=[self.names[t] for t in self.worker_targets],
+            sync_ops=self.sync_ops,
+            replicas_to_aggregate=m.replicas_to_aggregate,
+            tokens_per_step=m.tokens_per_step,
+            total_replicas=m.total_replicas,
+            total_replicas_exact=(None if m.replicas_to_aggregate is None or m.tokens_per_step is None
+                                  else m.tokens_per_step > m.replicas_to_aggregate),
+            backup_workers=m.backup_workers,
+            stats={"trainable_source": self.trainable_source, "trainable_variables": len(self.tv),
+                   "worker_closure": len(self.W.order),
+                   "chief_closure": sum(len(r.order) for r in self.chief_reaches if r is not None)},
+        )
 
 
 def _has_prefix(name: str, prefixes: set[str]) -> bool:
