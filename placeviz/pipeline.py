@@ -135,10 +135,9 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
             report.placement = {"stage": "placed", "error": str(e)}
         else:
             from placeviz.analysis import attach_placement
-            from placeviz.devices import PyDeviceSpec
 
             sizes = {v.name: v.bytes for v in report.variables}
-            ps_job = PyDeviceSpec.parse(placement_options.setter.ps_device).job or "ps"
+            ps_job = placement_options.setter.ps_job
             slots = {v.name for v in report.variables if v.slot_of is not None}
             report.placement = placement_summary(pipe.placement, sizes, ps_job, slots)
             attach_placement(report, pipe.placement)

@@ -21,7 +21,6 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from placeviz.devices import PyDeviceSpec
 from placeviz.errors import PlacevizError
 from placeviz.io import Model, load
 
@@ -92,7 +91,7 @@ def cluster_workers(options) -> int | None:
     cluster = getattr(options, "cluster", None) if options is not None else None
     if cluster is None:
         return None
-    job = PyDeviceSpec.parse(options.for_task(0).setter.worker_device).job or "worker"
+    job = options.for_task(0).setter.worker_job
     return cluster.num_tasks(job) if job in cluster.jobs else None
 
 

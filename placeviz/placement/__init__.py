@@ -144,7 +144,7 @@ def cluster_for(graph: Graph, options: PlacementOptions) -> ClusterSpec:
                 raise LimitError(f"device {device!r}: {problem}")
             tasks[parsed.job] = max(tasks.get(parsed.job, 0), (parsed.task or 0) + 1)
     if options.setter.ps_tasks:
-        ps_job = PyDeviceSpec.parse(options.setter.ps_device).job or "ps"
+        ps_job = options.setter.ps_job
         check_count(options.setter.ps_tasks, MAX_TASKS_PER_JOB, "--ps-tasks")
         tasks[ps_job] = max(tasks.get(ps_job, 0), options.setter.ps_tasks)
     if not tasks:

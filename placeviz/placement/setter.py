@@ -128,6 +128,16 @@ class SetterConfig:
     # ended; programs often build their Saver, Supervisor or MonitoredTrainingSession's Scaffold
     # after it, and TF gives those ops their own devices only (no job).
     scope_end: str | None = None
+
+    @property
+    def ps_job(self) -> str:
+        """The job of ``ps_device`` (``ps`` when it names none): where the ps tasks are counted."""
+        return PyDeviceSpec.parse(self.ps_device).job or "ps"
+
+    @property
+    def worker_job(self) -> str:
+        """The job of ``worker_device`` (``worker`` when it names none)."""
+        return PyDeviceSpec.parse(self.worker_device).job or "worker"
     # NoOps the program built with ``tf.no_op`` under ``control_dependencies`` rather than with
     # ``tf.group``: names, or last name components (see PLAIN_NOOP_NAMES).
     plain_noops: frozenset[str] = frozenset()

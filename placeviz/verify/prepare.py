@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from placeviz.devices import PyDeviceSpec, parse_full_name
+from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.verify import feeds as feed_data
 from placeviz.verify import hostops, modes
@@ -66,8 +66,8 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
     the W workers decided here (:func:`placeviz.commands.verify.run` loads them). ``mode``,
     ``slow_workers``, ``trace``, ``loss``: see :mod:`placeviz.verify.modes`."""
     graph = pipe.graph
-    worker_job = PyDeviceSpec.parse(placement_options.setter.worker_device).job or "worker"
-    ps_job = PyDeviceSpec.parse(placement_options.setter.ps_device).job or "ps"
+    worker_job = placement_options.setter.worker_job
+    ps_job = placement_options.setter.ps_job
     used: dict[str, int] = {}
     for d in set(pipe.devices):
         parsed = parse_full_name(d)
