@@ -343,7 +343,6 @@ def e2e_stage(ctx: Context):
     """
     from placeviz.io import load
     from placeviz.partition import partition
-    from placeviz.pipeline import client_device
     from placeviz.placement import PlacementOptions, place_graph
     from placeviz.placement.setter import SetterConfig
 
@@ -355,7 +354,7 @@ def e2e_stage(ctx: Context):
     names = sidecar.get("train_op") or sidecar.get("train_ops") or []
     targets = [n for n in ([names] if isinstance(names, str) else names) if n in graph.index]
     return partition(graph, placed.placement.devices, targets=targets, level="device",
-                     client_device=client_device(options.placer.master_task), op_table=ctx.get("op_table"))
+                     client_device=options.placer.client_device, op_table=ctx.get("op_table"))
 
 
 def _lint_rules(ctx: Context):

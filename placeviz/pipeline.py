@@ -182,7 +182,7 @@ def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say) -
     try:
         pipe.partitions = partition(pipe.graph, pipe.devices, fetches=fetches, targets=targets, feeds=feeds,
                                     level=step.level, replicate_constants=step.replicate_constants,
-                                    client_device=client_device(placement_options.placer.master_task))
+                                    client_device=placement_options.placer.client_device)
     except PlacevizError as e:
         pipe.partition_error = str(e)
         pipe.analysis.partition = {"level": step.level, "error": str(e), "run": pipe.run}
@@ -221,13 +221,3 @@ def added_nodes_note(added: int, loaded: int) -> str:
     return (f"the setter replay added {added:,} node(s) (tf.group's per-device NoOps, as TF builds them under "
             f"replica_device_setter): the placed graph and its views count {loaded + added:,} nodes, the "
             f"loaded graph {loaded:,}")
-
-
-def client_device(master_task: str | None) -> str | None:
-    """CPU:0 of the session's task: where a client's feeds come from and fetches go to."""
-    from placeviz.devices import parse_full_name
-
-    parsed = parse_full_name(master_task) if master_task else None
-    if parsed is None or parsed.job is None:
-        return None
-    return f"/job:{parsed.job}/replica:{parsed.replica or 0}/task:{parsed.task or 0}/device:CPU:0"

@@ -21,7 +21,7 @@ from placeviz.commands.output import progress, to_json
 from placeviz.coverage import refuse_serving_graph
 from placeviz.io import check_directory_output, load, write_directory
 from placeviz.partition import SCHEMA, partition
-from placeviz.pipeline import added_nodes_note, client_device, placement_notes
+from placeviz.pipeline import added_nodes_note, placement_notes
 from placeviz.placement import place_graph
 from placeviz.sizes import transfers_text
 
@@ -47,7 +47,7 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
     progress(f"partitioning ({level} level) ...")
     parts = partition(result.graph, result.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
                       level=level, replicate_constants=replicate_constants,
-                      client_device=client_device(options.placer.master_task))
+                      client_device=options.placer.client_device)
     index = parts.to_json()
     names = partition_file_names(parts.keys)
     # Written from the input's bytes where a node only changes device (placeviz.nodewire): the

@@ -61,7 +61,7 @@ class PlacementOptions:
             setter = dataclasses.replace(setter, worker_device=setter.worker_device.replace("%d", str(task)))
         placer = self.placer
         worker_job = _job(setter.worker_device) or "worker"
-        master = parse_full_name(placer.master_task) if placer.master_task else None
+        master = placer.master
         if task and master is not None and master.job == worker_job:
             placer = dataclasses.replace(placer, master_task=dataclasses.replace(master, task=task).to_string())
         return dataclasses.replace(self, setter=setter, placer=placer)
@@ -191,8 +191,7 @@ def _place_graph(graph: Graph, options: PlacementOptions, op_table) -> Placement
     cluster = cluster_for(graph, options)
     device_set = DeviceSet(cluster, options.cpus_per_task, options.gpus_per_worker)
     placer = options.placer
-    if placer.master_task and parse_full_name(placer.master_task) and \
-            (parse_full_name(placer.master_task).job not in cluster.jobs):
+    if placer.master is not None and placer.master.job not in cluster.jobs:
         placer = PlacerConfig(placer.allow_soft_placement, None, placer.python_import)
     placement = place(graph, device_set, placer, op_table)
     return PlacementResult(setter_result, placement, device_set, cluster)

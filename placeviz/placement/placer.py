@@ -119,6 +119,20 @@ class PlacerConfig:
     master_task: str | None = "/job:worker/replica:0/task:0"  # None: every device is local (DirectSession)
     python_import: bool = True  # rewrite devices as tf.compat.v1.import_graph_def does first
 
+    @property
+    def master(self) -> ParsedName | None:
+        """``master_task`` parsed (None: no master, or a name DeviceNameUtils cannot parse)."""
+        return parse_full_name(self.master_task) if self.master_task else None
+
+    @property
+    def client_device(self) -> str | None:
+        """CPU:0 of the session's task: where a client's feeds come from and fetches go to
+        (subgraph.cc's ``_Recv``/``_Send`` feed and fetch nodes sit on the client device)."""
+        m = self.master
+        if m is None or m.job is None:
+            return None
+        return f"/job:{m.job}/replica:{m.replica or 0}/task:{m.task or 0}/device:CPU:0"
+
 
 def imported_devices(graph: Graph) -> list[str]:
     """The devices ``tf.compat.v1.import_graph_def`` gives the nodes (``importer._ProcessNewOps``).

@@ -219,10 +219,9 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
         else:
             own_graph = base if i == 0 else non_chief
         graphs.append(worker_graph(own_graph, worker_job, i).SerializeToString())
-    from placeviz.pipeline import client_device
 
     return Prepared(plan=plan, graphs=graphs, feeds=per_worker, unfed=unfed,
-                    client_device=client_device(placement_options.placer.master_task) or "", cluster_file=source,
+                    client_device=placement_options.placer.client_device or "", cluster_file=source,
                     host_ops=host_ops)
 
 
