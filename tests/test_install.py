@@ -1,0 +1,68 @@
+"""placeviz as a user installs it: the wheel in a fresh virtualenv without TensorFlow, and the graph it ships.
+
+``scripts/check_install.py`` does the install and prints its time and size; the slow test here runs
+it. The shipped graph (``placeviz/data/misconfigured.pb``) is the ``misconfigured`` sample as
+TensorFlow builds it; that TF's own placer rejects it as PV104 says is checked in
+``tests/test_placement_fidelity.py::test_misconfigured_sample_fails_like_tf_and_soft_placement_agrees``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "check_install.py"
+_spec = importlib.util.spec_from_file_location("check_install", SCRIPT)
+check_install = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check_install)
+SHIPPED = REPO / "placeviz" / check_install.SHIPPED_GRAPH
+REGENERATE = f"placeviz samples build misconfigured -o {SHIPPED.relative_to(REPO)} --ps-tasks 2"
+
+
+@pytest.mark.tf
+def test_shipped_graph_is_the_sample_tensorflow_builds():
+    pytest.importorskip("tensorflow")
+    from placeviz.sample_graphs import BuildOptions, build_meta_graph
+
+    built = build_meta_graph("misconfigured", BuildOptions(ps_tasks=2)).graph_def
+    shipped = type(built).FromString(SHIPPED.read_bytes())
+    assert shipped == built, f"placeviz/{check_install.SHIPPED_GRAPH} is stale; regenerate it: {REGENERATE}"
+
+
+def test_lint_finds_the_known_mistakes_in_the_shipped_graph(capsys):
+    code, out, err = run_cli(["lint", SHIPPED, "--format", "json"], capsys)
+    doc = json.loads(out)
+    assert sorted({f["rule"] for f in doc["findings"]}) == sorted(check_install.EXPECTED_RULES)
+    assert code == check_install.EXPECTED_EXIT and doc["errors"] == []
+    assert [f["node"] for f in doc["findings"] if f["rule"] == "PV201"] == ["output_bias"]
+
+
+def test_the_check_names_every_kernel_setup_compiles():
+    from placeviz import native
+
+    assert [m.replace("/", ".") for m in check_install.KERNEL_MODULES] == list(native.MODULES)
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_lints_without_tensorflow(tmp_path, capsys):
+    """Build, install into a fresh venv (dependencies from the package index, about 1-2 minutes) and lint."""
+    pytest.importorskip("build", reason="the `build` package (dev extra) is not installed")
+    from placeviz import native
+
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--json", str(tmp_path / "install.json")],
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    result = json.loads((tmp_path / "install.json").read_text())
+    assert not [name for name in result["distributions"] if name.startswith("tensorflow")]
+    assert result["lint_rules"] == sorted(check_install.EXPECTED_RULES) and result["lint_exit"] == 1
+    if all(native.kernels(m) is not None for m in native.MODULES):  # this machine compiles them
+        assert len(result["wheel_kernels"]) == len(native.MODULES) and result["missing_kernels"] == []
+    with capsys.disabled():  # the numbers, in the CI log
+        print("\n" + proc.stdout.strip())
