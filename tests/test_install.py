@@ -66,3 +66,27 @@ def test_wheel_installs_and_lints_without_tensorflow(tmp_path, capsys):
         assert len(result["wheel_kernels"]) == len(native.MODULES) and result["missing_kernels"] == []
     with capsys.disabled():  # the numbers, in the CI log
         print("\n" + proc.stdout.strip())
+
+
+
+def _complete(env_var: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), _PLACEVIZ_COMPLETE=env_var, **env)
+    return subprocess.run([sys.executable, "-m", "placeviz"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_shell_completion_scripts_as_the_readme_sources_them(shell, tmp_path):
+    """README: `eval "$(_PLACEVIZ_COMPLETE=bash_source placeviz)"` (zsh_source, fish_source): click writes
+    the shell's function, which calls placeviz back with ``<shell>_complete`` for each completion."""
+    proc = _complete(f"{shell}_source", tmp_path)
+    assert proc.returncode == 0 and f"_PLACEVIZ_COMPLETE={shell}_complete" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize(("words", "expected"), [("placeviz li", "plain,lint"),
+                                                  ("placeviz lint --format s", "plain,sarif")])
+def test_bash_completion_completes_commands_and_choices(words, expected, tmp_path):
+    proc = _complete("bash_complete", tmp_path, COMP_WORDS=words, COMP_CWORD=str(len(words.split()) - 1))
+    assert proc.returncode == 0 and proc.stdout.split() == [expected], proc.stdout + proc.stderr
