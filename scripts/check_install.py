@@ -13,10 +13,10 @@ Usage (from a checkout, with the dev extra installed, which brings ``build``)::
     .venv/bin/python scripts/check_install.py [--json FILE] [--keep DIR]
 
 It prints the sizes of the sdist and the wheel, the time of the venv creation and of the install
-(``pip install --no-cache-dir``: every dependency fetched from the index, as on a fresh machine), and
-the size of the venv's ``site-packages`` (``du -sh``) with its largest entries. Exit 0 when every
-check holds, 1 when one fails (its output is shown), 2 on bad usage. ``tests/test_install.py`` runs
-it (marked slow).
+(``pip install --no-cache-dir``: every dependency fetched from the index, as on a fresh machine;
+wall time, and the CPU time of its processes, steadier on a shared machine), and the size of the
+venv's ``site-packages`` (``du -sh``) with its largest entries. Exit 0 when every check holds, 1
+when one fails (its output is shown), 2 on bad usage. ``tests/test_install.py`` runs it (slow).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -47,10 +48,20 @@ class CheckFailed(Exception):
     """A step failed or gave the wrong answer; the message says which, with the output's tail."""
 
 
+CPU_SECONDS: dict[str, float] = {}
+"""CPU time (user + system) of each step's processes: on a shared machine, steadier than wall time."""
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run(step: str, cmd: list[str], *, cwd: Path, env: dict[str, str], ok=(0,)) -> tuple[subprocess.CompletedProcess, float]:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT)
     elapsed = time.perf_counter() - start
+    CPU_SECONDS[step] = _children_cpu() - cpu
     if proc.returncode not in ok:
         tail = (proc.stdout + proc.stderr)[-4000:]
         raise CheckFailed(f"{step}: `{' '.join(cmd)}` exited {proc.returncode}\n{tail}")
@@ -157,17 +168,20 @@ def check(work: Path) -> dict:
     result["site_packages"] = du(site)
     result["site_packages_bytes"] = tree_bytes(site)
     result["largest"] = largest_entries(site)
+    result["cpu_seconds"] = dict(CPU_SECONDS)
     return result
 
 
 def report(result: dict) -> str:
     mib = 1024 * 1024
+    cpu = result["cpu_seconds"]
     lines = [
         f"sdist {result['sdist_bytes'] / 1024:.0f} KiB, wheel {result['wheel']} {result['wheel_bytes'] / 1024:.0f} KiB "
-        f"(built in {result['build_seconds']:.1f} s; C kernels in the wheel: {len(result['wheel_kernels'])} of "
-        f"{len(KERNEL_MODULES)})",
-        f"fresh venv {result['venv_seconds']:.1f} s; pip install of the wheel and its dependencies "
-        f"{result['install_seconds']:.1f} s ({len(result['distributions'])} distributions, no TensorFlow)",
+        f"(built in {result['build_seconds']:.1f} s, {cpu['build']:.1f} s CPU; C kernels in the wheel: "
+        f"{len(result['wheel_kernels'])} of {len(KERNEL_MODULES)})",
+        f"fresh venv {result['venv_seconds']:.1f} s ({cpu['venv']:.1f} s CPU); pip install of the wheel and its "
+        f"dependencies {result['install_seconds']:.1f} s ({cpu['install']:.1f} s CPU; "
+        f"{len(result['distributions'])} distributions, no TensorFlow)",
         f"site-packages: {result['site_packages']} (du -sh), {result['site_packages_bytes'] / mib:.1f} MiB of files; largest: "
         + ", ".join(f"{name} {size / mib:.1f} MiB" for name, size in result["largest"]),
         f"placeviz lint {SHIPPED_GRAPH}: exit {result['lint_exit']}, rules {', '.join(result['lint_rules'])} "
