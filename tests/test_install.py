@@ -54,6 +54,8 @@ def test_the_check_names_every_kernel_setup_compiles():
 def test_wheel_installs_and_lints_without_tensorflow(tmp_path, capsys):
     """Build, install into a fresh venv (dependencies from the package index, about 1-2 minutes) and lint."""
     pytest.importorskip("build", reason="the `build` package (dev extra) is not installed")
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: the check builds from the files git lists")
     from placeviz import native
 
     proc = subprocess.run([sys.executable, str(SCRIPT), "--json", str(tmp_path / "install.json")],
