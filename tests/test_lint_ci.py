@@ -327,7 +327,8 @@ def test_text_proto_kind_reads_the_first_field():
 @pytest.mark.tf
 def test_pre_commit_try_repo_fails_only_on_the_training_graph(user_repo, tmp_path):
     """The hook as a user runs it: `pre-commit try-repo` installs this repository into its own
-    virtualenv (network or a package index needed; about a minute) and runs it on every file."""
+    virtualenv (network or a package index needed; about a minute) and runs it on every file.
+    ``pre-commit`` is in the dev extra, so ``make test`` runs this in CI."""
     import os
     import shutil
     import subprocess
