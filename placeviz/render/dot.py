@@ -139,7 +139,8 @@ def _emit_box(container, b: Box, node_id: str, svg_id: str) -> None:
 def _emit_edge(g, e: Edge, ids: dict, svg_id: str) -> None:
     attrs = {"id": svg_id, "color": e.color}
     if e.label:
-        attrs["label"] = text(e.label)
+        # Padded: dot sets the labels of parallel edges side by side with no gap between them.
+        attrs["label"] = text("\n".join(f"  {line}  " for line in e.label.split("\n")))
     if e.tooltip:
         attrs["tooltip"] = text(e.tooltip)
     if e.style != "solid":
