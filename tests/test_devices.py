@@ -8,6 +8,7 @@
   ``xla/tsl/util/device_name_utils_test.cc`` and ``core/common_runtime/device_set_test.cc`` are
   re-created as tables, and a small DirectSession experiment checks the placer-facing claims
   (lowercase types, soft merges of ``_class`` groups).
+* Layout: the package's modules (one per TF source) import each other in one direction only.
 
 Tests that need TensorFlow are marked ``tf`` and import it inside the test.
 """
