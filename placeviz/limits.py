@@ -2,10 +2,11 @@
 
 A model file from a pull request is untrusted input (placeviz runs in CI on such files). Without
 bounds, one device string ``/job:ps/task:99999999999`` made placeviz build a cluster of 1.2
-billion tasks (the C++ device-name parser keeps the low 32 bits, ``devices._consume_number``) and
-grow to 23 GB until the OOM killer ended it; ``--ps-tasks 1000000000`` and ``--cpus-per-task
-100000000`` did the same, and ``/dev/zero`` as MODEL was read forever. Every such number is now
-checked against the bounds below *before* anything is allocated, and an error names the bound.
+billion tasks (the C++ device-name parser keeps the low 32 bits,
+``devices.device_name_utils._consume_number``) and grow to 23 GB until the OOM killer ended it;
+``--ps-tasks 1000000000`` and ``--cpus-per-task 100000000`` did the same, and ``/dev/zero`` as
+MODEL was read forever. Every such number is now checked against the bounds below *before*
+anything is allocated, and an error names the bound.
 
 The bounds are far above any real TF1 parameter-server cluster (TF's own largest published
 deployments ran a few thousand tasks) and low enough that the largest cluster they allow fits in

@@ -8,6 +8,7 @@
   ``xla/tsl/util/device_name_utils_test.cc`` and ``core/common_runtime/device_set_test.cc`` are
   re-created as tables, and a small DirectSession experiment checks the placer-facing claims
   (lowercase types, soft merges of ``_class`` groups).
+* Layout: the package's modules (one per TF source) import each other in one direction only.
 
 Tests that need TensorFlow are marked ``tf`` and import it inside the test.
 """
@@ -897,3 +898,29 @@ def test_placer_soft_merge_of_class_groups(tf):
         assert placed == {"a": _cpu(k), "zz": _cpu(k), "b": _cpu(k)}, classes
         group = merge_dev_names(merge_dev_names(N("/device:CPU:1"), N(first), True), N(second), True)
         assert group == N(f"/device:CPU:{k}")
+
+
+def test_device_modules_import_one_way():
+    """The package's modules mirror one TF source each and import each other in one direction only.
+
+    The Python grammar (``device_spec``) and the C++ one (``device_name_utils``) never import each
+    other; both sit on ``errors``; ``cluster_spec`` needs neither; ``device_set`` builds on the C++
+    grammar and the cluster. Read with ``ast``, so a violation fails here, not as an import cycle.
+    """
+    import ast
+    from pathlib import Path
+
+    import placeviz.devices
+
+    allowed = {"errors": set(), "device_spec": {"errors"}, "device_name_utils": {"errors"},
+               "cluster_spec": set(), "device_set": {"errors", "device_name_utils", "cluster_spec"}}
+    package = Path(placeviz.devices.__file__).parent
+    assert {p.stem for p in package.glob("*.py")} == set(allowed) | {"__init__"}
+    for name, may_import in allowed.items():
+        imported = set()
+        for node in ast.walk(ast.parse((package / f"{name}.py").read_text(encoding="utf-8"))):
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            imported |= {m.split(".")[2] for m in modules if m.startswith("placeviz.devices.")}
+            assert not any(m == "placeviz.devices" or m.split(".")[0] == "tensorflow" for m in modules), name
+        assert imported <= may_import, (name, imported - may_import)

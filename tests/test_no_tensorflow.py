@@ -33,7 +33,8 @@ def test_analyze_a_pb_without_importing_tensorflow(tmp_path):
 
 def test_core_modules_do_not_import_tensorflow():
     modules = ["placeviz.cli", "placeviz.io", "placeviz.graph", "placeviz.analysis", "placeviz.protos",
-               "placeviz.commands.analyze", "placeviz.sample_graphs", "placeviz.sample_graphs.options"]
+               "placeviz.devices", "placeviz.commands.analyze", "placeviz.sample_graphs",
+               "placeviz.sample_graphs.options"]
     code = ("import importlib, sys\n"
             f"for m in {modules!r}: importlib.import_module(m)\n"
             "assert 'tensorflow' not in sys.modules\n")
