@@ -89,6 +89,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from placeviz.devices.device_name_utils import is_job_name
 from placeviz.op_kinds import PLACEHOLDER_OPS
 from placeviz.verify import sandbox
 
@@ -117,7 +118,6 @@ _CLIENT_RE = re.compile(r"^_(?:send|recv)_(?P<node>.+)_(?P<slot>\d+)$")
 _FRAME_RE = re.compile(r"^_(?:arg|retval)_(?P<node>.+)_(?P<slot>\d+)_(?P<i>\d+)$")
 _PLACER_LOG_RE = re.compile(r"^(?P<name>[^\s:][^:]*): \((?P<op>[^)]*)\): (?P<device>/job:\S+)\s*$")
 _TASK_RE = re.compile(r"^(/job:[^/]+/replica:\d+/task:\d+)")
-_JOB_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 CHILD_FLAG = "--runtime-truth-child"
 
@@ -411,7 +411,7 @@ def parse_placer_log(text: str, original: Iterable[str]) -> dict[str, str]:
 def _check_cluster(cluster: Mapping[str, int], master: tuple[str, int]) -> dict[str, int]:
     out = {}
     for job, n in cluster.items():
-        if not _JOB_RE.match(job):
+        if not is_job_name(job):
             raise ValueError(f"bad job name {job!r}")
         if int(n) < 1:
             raise ValueError(f"job {job!r} needs at least one task")
