@@ -24,13 +24,11 @@ directories are replaced atomically, the umask is honoured); each failure is an
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import importlib
 import importlib.util
 import os
 import re
-import secrets
 import shutil
 import stat
 import sys
@@ -40,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf import message as pb_message
-from google.protobuf import text_format
 
 from placeviz import protos
 from placeviz.errors import GraphError, LoadError, PlacevizError
@@ -291,6 +288,8 @@ def _first_field_name(text: str) -> str:
 
 
 def _parse_text(spec: str, text: str, msg, what: str):
+    from google.protobuf import text_format  # text models only: a cold start reads binary ones
+
     try:
         text_format.Parse(text, msg, allow_unknown_extension=True)
     except text_format.ParseError as e:
@@ -383,6 +382,8 @@ def _read_debug_info(path: Path):
         data = read_regular_file(path, str(path), what="GraphDebugInfo")
     except (OSError, PlacevizError):
         return None
+    from google.protobuf import text_format
+
     info = protos.GraphDebugInfo()
     try:
         if _looks_like_text(data):
@@ -784,6 +785,8 @@ def proto_bytes(message, path: str | os.PathLike) -> bytes:
     Text format always prints map entries sorted by key.
     """
     if Path(path).suffix.lower() in TEXT_SUFFIXES:
+        from google.protobuf import text_format
+
         return text_format.MessageToString(message).encode("utf-8")
     return message.SerializeToString(deterministic=True)
 
@@ -919,7 +922,7 @@ def _create_temp(directory: Path, name: str, *, mkdir: bool = False) -> tuple[in
     mode 0o666 (0o777 for a directory) so that open(2)/mkdir(2) apply the umask."""
     base = name[:_TEMP_NAME_CHARS]
     for _ in range(100):
-        tmp = directory / f".{base}.{secrets.token_hex(4)}.tmp"
+        tmp = directory / f".{base}.{os.urandom(4).hex()}.tmp"  # secrets.token_hex(4), without its import
         try:
             if mkdir:
                 os.mkdir(tmp, 0o777)
@@ -1091,6 +1094,8 @@ def _swap_directories(new: Path, old: Path) -> None:
 def _exchange(a: Path, b: Path) -> bool:
     """renameat2(a, b, RENAME_EXCHANGE) (Linux 3.15+, glibc 2.28+; rename(2) man page): both names
     swap in one step. False when unsupported here; OSError for any other failure."""
+    import ctypes  # only when an output replaces a directory
+
     try:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):

@@ -16,15 +16,17 @@ Whenever placeviz loads TensorFlow (a builder MODEL, a sample, ``verify``), TF p
 
 Nothing here imports TensorFlow: :func:`quiet_tensorflow` installs an import hook that wraps the
 import when (if ever) it happens. ``placeviz --debug`` does not call it, so everything shows.
+
+Every command runs :func:`quiet_tensorflow` at start-up, most of them never import TF: what only
+the TF import needs (``logging``, ``tempfile``) is imported when that import happens, and the
+hook's classes are plain objects with the methods the import system calls (PEP 451), not
+``importlib.abc`` subclasses, whose module costs a cold ``lint`` more than the rest of this one.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import logging
 import os
 import sys
-import tempfile
 import warnings
 
 CHATTY_PACKAGES = r"(tensorflow|tf_keras|keras|tf_slim)(\.|$)"
@@ -33,13 +35,22 @@ CHATTY_PACKAGES = r"(tensorflow|tf_keras|keras|tf_slim)(\.|$)"
 def quiet_tensorflow() -> None:
     """Silence TF's logging in this process (see the module docstring). Idempotent."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module=CHATTY_PACKAGES)
-    if "tensorflow" not in sys.modules and not any(isinstance(f, _QuietImport) for f in sys.meta_path):
+    if "tensorflow" in sys.modules:
+        _quiet_tf_logger()
+    elif not any(isinstance(f, _QuietImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _QuietImport())
 
 
-class _QuietImport(importlib.abc.MetaPathFinder):
+def _quiet_tf_logger() -> None:
+    """The ``tensorflow`` logger at ERROR (``tensorflow/python/platform/tf_logging.py`` only adds a
+    handler to it, never sets its level), before anything logs through it."""
+    import logging
+
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+
+
+class _QuietImport:
     """Finds ``tensorflow`` as the other finders do, and wraps its loader in :class:`_QuietLoader`."""
 
     def find_spec(self, fullname, path=None, target=None):
@@ -56,7 +67,7 @@ class _QuietImport(importlib.abc.MetaPathFinder):
         return None
 
 
-class _QuietLoader(importlib.abc.Loader):
+class _QuietLoader:
     def __init__(self, loader):
         self._loader = loader
 
@@ -67,6 +78,9 @@ class _QuietLoader(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module) -> None:
+        import tempfile
+
+        _quiet_tf_logger()
         sys.stdout.flush()
         sys.stderr.flush()
         saved = os.dup(2)

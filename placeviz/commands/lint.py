@@ -103,11 +103,13 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
 
 
 def format_report(report, fmt: str) -> str:
-    from placeviz.lint import formats, sarif
+    from placeviz.lint import formats
 
     if fmt == "json":
         return formats.format_json(report)
     if fmt == "sarif":
+        from placeviz.lint import sarif
+
         return sarif.format_sarif(report)
     if fmt == "github":
         return formats.format_github(report)

@@ -7,7 +7,6 @@ import json
 import sys
 
 import click
-from rich.console import Console
 
 from placeviz.escape import terminal_text
 from placeviz.io import STDOUT, atomic_write
@@ -39,8 +38,11 @@ def to_json(document: dict, *, pretty: bool = True) -> str:
 def render_rich(render, width: int | None = None) -> str:
     """Run ``render(console)`` against an off-screen console and return the text it printed.
 
-    Colour is kept only when stdout is a terminal, so files and pipes get plain text.
+    Colour is kept only when stdout is a terminal, so files and pipes get plain text. ``rich`` is
+    imported here, by the text reports that draw tables, not by every command that emits.
     """
+    from rich.console import Console
+
     buffer = _io.StringIO()
     console = Console(file=buffer, width=width or 110, force_terminal=sys.stdout.isatty(),
                       color_system="auto" if sys.stdout.isatty() else None, highlight=False)
