@@ -755,7 +755,7 @@ def _parse_lazily(raw: bytes, path: str) -> dict | None:
         starts.append(m.end() - 1)
     ends.append(len(body))
     spans: dict[str, tuple[int, int]] = {}
-    for name, start, end in zip(names, starts, ends):
+    for name, start, end in zip(names, starts, ends, strict=True):
         if body.count(b"{", start, end) != body.count(b"}", start, end):
             return None
         spans[name.decode("ascii")] = (start, end)
