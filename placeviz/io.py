@@ -29,7 +29,6 @@ import importlib
 import importlib.util
 import os
 import re
-import shutil
 import stat
 import sys
 from collections.abc import Callable
@@ -996,6 +995,8 @@ def _replace_file(shown: str, target: Path, payload: bytes, st: os.stat_result |
 def _remove(path: Path) -> None:
     try:
         if path.is_dir() and not path.is_symlink():
+            import shutil
+
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink()
