@@ -44,6 +44,7 @@ from placeviz.graph import Graph
 from placeviz.limits import InputRefused, device_bound_problem, read_regular_file
 from placeviz.native import kernels
 from placeviz.nodewire import field_spans
+from placeviz.progress import doing, stage
 from placeviz.protos import GraphDef, MetaGraphDef, SavedModel
 
 TEXT_SUFFIXES = {".pbtxt", ".pbtx", ".prototxt", ".txt"}
@@ -101,7 +102,8 @@ def load(spec: str | os.PathLike, *, tag: str | None = None, task_index: int | N
     the file's bytes (``Graph.node_wire``, from which ``partition`` writes its GraphDefs); else
     they are let go after the load (the file's size in memory: 234 MB at 1M nodes).
     """
-    model = _load(spec, tag=tag, task_index=task_index)
+    with stage(f"loading {os.fspath(spec)}"):  # its steps: parsing, building the graph
+        model = _load(spec, tag=tag, task_index=task_index)
     if not keep_bytes:
         model.graph.drop_bytes()
     return model
@@ -191,6 +193,7 @@ def _read(spec: str, path: Path) -> bytes:
 
 
 def _load_binary_graph(spec: str, data: bytes) -> Model:
+    doing(f"parsing {len(data):,} bytes")
     graph_def = GraphDef()
     try:
         graph_def.ParseFromString(data)
@@ -497,6 +500,7 @@ def _from_graph_def(spec: str, kind: str, graph_def: GraphDef, meta=None, collec
                     tags=(), wire=None) -> Model:
     """``wire``: the bytes ``graph_def`` was parsed from, if at hand: the IR is then read from them
     (faster, same result), with the attr keys the placer's op facts need (see ``Graph``)."""
+    doing(f"building the graph of {len(graph_def.node):,} nodes")
     try:
         graph = Graph(graph_def, wire=wire, key_attrs_for=_default_fact_key_attrs if wire is not None else None)
     except Exception as e:
@@ -844,9 +848,9 @@ def is_stream(path: str | os.PathLike) -> bool:
 
 
 def _say(message: str) -> None:
-    from placeviz.commands.output import progress  # the one stderr voice (escaping included)
+    from placeviz.commands.output import notice  # the one stderr voice (escaping included)
 
-    progress(f"note: {message}")
+    notice(f"note: {message}")
 
 
 def _stat(shown: str) -> os.stat_result | None:
