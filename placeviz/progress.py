@@ -213,6 +213,11 @@ class Stage:
         self._stop.set()
         if self._timer is not None:
             self._timer.join(timeout=1.0)
+        if self._poll is not None:  # the final count, not the last one the timer read
+            try:
+                self.done = int(self._poll())
+            except Exception:  # noqa: BLE001 - as in _run_timer
+                pass
         if self._how == "lines":
             self.detail = "done"
             self._line(time.monotonic())

@@ -144,3 +144,17 @@ def test_stdout_and_outputs_are_the_same_bytes_with_progress(graph, tmp_path, na
         if how != "off" and name != "samples list":
             assert b"placeviz: " in err and b" s" in err, err  # progress was on
     assert results["off"] == results["lines"] == results["terminal"]
+
+
+@pytest.mark.tf
+def test_samples_build_counts_the_ops_tensorflow_adds(tmp_path):
+    code, out, err = _run(["samples", "build", "mlp", "-o", tmp_path / "mlp.pb"], tmp_path, progress="always")
+    assert code == 0 and out == b"", err
+    lines = err.decode().splitlines()
+    done = [line for line in lines if line.startswith("placeviz: building sample mlp with TensorFlow ")
+            and line.endswith(": done")]
+    wrote = [line for line in lines if line.startswith(f"placeviz: wrote {tmp_path / 'mlp.pb'} (")]
+    assert len(done) == 1 and len(wrote) == 1, err
+    ops = int(done[0].split("TensorFlow ")[1].split(" ops")[0].replace(",", ""))
+    nodes = int(wrote[0].rsplit("(", 1)[1].split(" nodes")[0].replace(",", ""))
+    assert ops == nodes > 0  # Graph.version, read while TF built the graph, ends at its node count
