@@ -58,6 +58,7 @@ _quiet = False
 _lock = threading.RLock()
 _stages: list[Stage] = []  # the running stages, innermost last: the line shows the innermost
 _drawn = False  # a live line is on the terminal now
+_paused = 0  # > 0 while someone else owns file descriptor 2 (see paused())
 
 
 def set_quiet(quiet: bool) -> None:
@@ -117,8 +118,26 @@ def message(text: str) -> None:
     """Print one whole line on stderr (a status message, a note), erasing a progress line first;
     the running stage redraws itself on its next tick."""
     with _lock:
+        if _paused:
+            return  # stderr is someone else's capture now: the line would land in it
         _erase()
         _write(text if text.endswith("\n") else text + "\n")
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """Nothing is drawn while the body runs: it has redirected file descriptor 2 (TensorFlow's
+    import into a temporary file, a ``--rules`` rule's output into a pipe), where a redrawn line
+    would be taken for what the body printed."""
+    global _paused
+    with _lock:
+        _erase()
+        _paused += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _paused -= 1
 
 
 class Stage:
@@ -187,8 +206,8 @@ class Stage:
     def _draw(self, now: float) -> None:
         global _drawn
         with _lock:
-            if not _stages or _stages[-1] is not self:
-                return  # an inner stage owns the line
+            if _paused or not _stages or _stages[-1] is not self:
+                return  # stderr is redirected, or an inner stage owns the line
             self._last = now
             _write(_ERASE + self.text()[:_width()])
             _drawn = True
@@ -291,3 +310,17 @@ def finish() -> None:
     """End the stage :func:`begin` started (the end of a command)."""
     while _begun:
         _begun.pop().__exit__(None, None, None)
+
+
+def _in_forked_child() -> None:
+    """A forked child (a contained ``--rules`` rule) draws nothing: its stderr is captured, and a
+    lock the parent's timer thread held at the fork would never be released in it."""
+    global _lock, _drawn, _quiet
+    _lock = threading.RLock()
+    _stages.clear()
+    _begun.clear()
+    _drawn, _quiet = False, True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_forked_child)

@@ -80,11 +80,13 @@ class _QuietLoader:
     def exec_module(self, module) -> None:
         import tempfile
 
+        from placeviz import progress
+
         _quiet_tf_logger()
         sys.stdout.flush()
         sys.stderr.flush()
         saved = os.dup(2)
-        with tempfile.TemporaryFile() as sink:
+        with tempfile.TemporaryFile() as sink, progress.paused():  # no progress line into the sink
             os.dup2(sink.fileno(), 2)
             try:
                 self._loader.exec_module(module)
