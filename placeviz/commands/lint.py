@@ -90,7 +90,7 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
         if r.output:
             first = r.output.strip().splitlines()
             notice(f"rule module {r.path} printed {len(r.output):,} characters when imported, kept out of the "
-                     f"report; first line: {repr(first[0][:200]) if first else '(blank)'}")
+                   f"report; first line: {repr(first[0][:200]) if first else '(blank)'}")
     for note in [*notes, *report.notes]:
         notice(note)
     for e in report.errors:  # also on stderr, one line each: the report may have gone to a file

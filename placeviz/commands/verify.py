@@ -60,13 +60,12 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
         raise PlacevizError(TF_MISSING)
     from placeviz.pipeline import run_pipeline
     from placeviz.progress import begin
-
-    begin("verify")
     from placeviz.verify import servers as user_servers
     from placeviz.verify.checks import evaluate
     from placeviz.verify.prepare import prepare
     from placeviz.verify.runner import run_plan
 
+    begin("verify")  # its steps: what verify and its coordinator say they do (commands.output.say)
     if steps < 1:
         raise PlacevizError("--steps must be at least 1")
     if mode == "async" and sync_options is not None:
