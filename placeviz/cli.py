@@ -29,16 +29,23 @@ MODEL_HELP = ("MODEL: file.pb | file.pbtxt | file.meta | saved_model_dir | path/
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog="Environment: PLACEVIZ_NO_KERNELS=1 runs the pure-Python paths instead of the C kernels "
-                    "(the same results, 2-3x slower on big graphs).")
+                    "(the same results, 2-3x slower on big graphs). PLACEVIZ_PROGRESS=always shows progress "
+                    "even when stderr is not a terminal (one line per update), =never hides it.")
 @click.version_option(__version__, prog_name="placeviz")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors, and TensorFlow's own log lines and warnings.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress and no status lines on stderr (`wrote FILE`, summaries); notes, warnings and "
+                   "errors still show. Progress is otherwise shown only when stderr is a terminal.")
 @click.option("--max-bytes", metavar="SIZE", envvar="PLACEVIZ_MAX_BYTES", default="2GiB", show_default=True,
               callback=lambda _ctx, _param, value: _size_option(value),
               help="Refuse model files larger than SIZE (bytes, or KiB/MiB/GiB/KB/MB/GB); env PLACEVIZ_MAX_BYTES.")
-def cli(debug: bool, max_bytes: int) -> None:
+def cli(debug: bool, quiet: bool, max_bytes: int) -> None:
     """See and prove where a TensorFlow parameter-server training graph runs."""
     global _debug
     _debug = debug
+    from placeviz import progress
+
+    progress.set_quiet(quiet)
     if not debug:  # TF's banners and deprecation notices, should anything import TF (placeviz.tflog)
         from placeviz.tflog import quiet_tensorflow
 
@@ -50,6 +57,7 @@ def cli(debug: bool, max_bytes: int) -> None:
     ctx.with_resource(guard_outputs())  # -o never overwrites a MODEL read
     set_max_input_bytes(max_bytes)
     ctx.call_on_close(lambda: set_max_input_bytes(None))  # for this run only
+    ctx.call_on_close(lambda: progress.set_quiet(False))
 
 
 def batch_size_option(func):
@@ -463,10 +471,12 @@ def ops_show(op_type: str, fmt: str) -> None:
 def ops_generate(output: str | None) -> None:
     """Regenerate the op-facts table from the installed TensorFlow (needs placeviz[tf])."""
     from placeviz import ops_generate as generator
-    from placeviz.commands.output import progress
+    from placeviz.progress import begin, finish
 
-    progress("reading TensorFlow's op and kernel registries ...")
-    click.echo(generator.format_summary(generator.generate(output)))
+    begin("reading TensorFlow's op and kernel registries")
+    summary = generator.format_summary(generator.generate(output))
+    finish()
+    click.echo(summary)
 
 
 @cli.command()
@@ -487,11 +497,15 @@ def main(argv: list[str] | None = None) -> None:
     stack unwound (see :mod:`placeviz.interrupts`). An OS error on a path (EACCES, EISDIR,
     ENOSPC...) that reached here is one line naming the path and the error, exit 2.
     """
+    from placeviz import progress
     from placeviz.interrupts import Terminated, handle_termination
 
     try:
         with handle_termination():
-            code = cli.main(args=argv, prog_name="placeviz", standalone_mode=False)
+            try:
+                code = cli.main(args=argv, prog_name="placeviz", standalone_mode=False)
+            finally:
+                progress.finish()  # the line of the last stage begun, before any error line
     except click.exceptions.Exit as e:
         code = e.exit_code
     except click.ClickException as e:

@@ -24,14 +24,11 @@ directories are replaced atomically, the umask is honoured); each failure is an
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import importlib
 import importlib.util
 import os
 import re
-import secrets
-import shutil
 import stat
 import sys
 from collections.abc import Callable
@@ -40,7 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf import message as pb_message
-from google.protobuf import text_format
 
 from placeviz import protos
 from placeviz.errors import GraphError, LoadError, PlacevizError
@@ -48,6 +44,7 @@ from placeviz.graph import Graph
 from placeviz.limits import InputRefused, device_bound_problem, read_regular_file
 from placeviz.native import kernels
 from placeviz.nodewire import field_spans
+from placeviz.progress import doing, stage
 from placeviz.protos import GraphDef, MetaGraphDef, SavedModel
 
 TEXT_SUFFIXES = {".pbtxt", ".pbtx", ".prototxt", ".txt"}
@@ -105,7 +102,8 @@ def load(spec: str | os.PathLike, *, tag: str | None = None, task_index: int | N
     the file's bytes (``Graph.node_wire``, from which ``partition`` writes its GraphDefs); else
     they are let go after the load (the file's size in memory: 234 MB at 1M nodes).
     """
-    model = _load(spec, tag=tag, task_index=task_index)
+    with stage(f"loading {os.fspath(spec)}"):  # its steps: parsing, building the graph
+        model = _load(spec, tag=tag, task_index=task_index)
     if not keep_bytes:
         model.graph.drop_bytes()
     return model
@@ -195,6 +193,7 @@ def _read(spec: str, path: Path) -> bytes:
 
 
 def _load_binary_graph(spec: str, data: bytes) -> Model:
+    doing(f"parsing {len(data):,} bytes")
     graph_def = GraphDef()
     try:
         graph_def.ParseFromString(data)
@@ -291,6 +290,8 @@ def _first_field_name(text: str) -> str:
 
 
 def _parse_text(spec: str, text: str, msg, what: str):
+    from google.protobuf import text_format  # text models only: a cold start reads binary ones
+
     try:
         text_format.Parse(text, msg, allow_unknown_extension=True)
     except text_format.ParseError as e:
@@ -383,6 +384,8 @@ def _read_debug_info(path: Path):
         data = read_regular_file(path, str(path), what="GraphDebugInfo")
     except (OSError, PlacevizError):
         return None
+    from google.protobuf import text_format
+
     info = protos.GraphDebugInfo()
     try:
         if _looks_like_text(data):
@@ -497,6 +500,7 @@ def _from_graph_def(spec: str, kind: str, graph_def: GraphDef, meta=None, collec
                     tags=(), wire=None) -> Model:
     """``wire``: the bytes ``graph_def`` was parsed from, if at hand: the IR is then read from them
     (faster, same result), with the attr keys the placer's op facts need (see ``Graph``)."""
+    doing(f"building the graph of {len(graph_def.node):,} nodes")
     try:
         graph = Graph(graph_def, wire=wire, key_attrs_for=_default_fact_key_attrs if wire is not None else None)
     except Exception as e:
@@ -784,6 +788,8 @@ def proto_bytes(message, path: str | os.PathLike) -> bytes:
     Text format always prints map entries sorted by key.
     """
     if Path(path).suffix.lower() in TEXT_SUFFIXES:
+        from google.protobuf import text_format
+
         return text_format.MessageToString(message).encode("utf-8")
     return message.SerializeToString(deterministic=True)
 
@@ -842,9 +848,9 @@ def is_stream(path: str | os.PathLike) -> bool:
 
 
 def _say(message: str) -> None:
-    from placeviz.commands.output import progress  # the one stderr voice (escaping included)
+    from placeviz.commands.output import notice  # the one stderr voice (escaping included)
 
-    progress(f"note: {message}")
+    notice(f"note: {message}")
 
 
 def _stat(shown: str) -> os.stat_result | None:
@@ -919,7 +925,7 @@ def _create_temp(directory: Path, name: str, *, mkdir: bool = False) -> tuple[in
     mode 0o666 (0o777 for a directory) so that open(2)/mkdir(2) apply the umask."""
     base = name[:_TEMP_NAME_CHARS]
     for _ in range(100):
-        tmp = directory / f".{base}.{secrets.token_hex(4)}.tmp"
+        tmp = directory / f".{base}.{os.urandom(4).hex()}.tmp"  # secrets.token_hex(4), without its import
         try:
             if mkdir:
                 os.mkdir(tmp, 0o777)
@@ -993,6 +999,8 @@ def _replace_file(shown: str, target: Path, payload: bytes, st: os.stat_result |
 def _remove(path: Path) -> None:
     try:
         if path.is_dir() and not path.is_symlink():
+            import shutil
+
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink()
@@ -1091,6 +1099,8 @@ def _swap_directories(new: Path, old: Path) -> None:
 def _exchange(a: Path, b: Path) -> bool:
     """renameat2(a, b, RENAME_EXCHANGE) (Linux 3.15+, glibc 2.28+; rename(2) man page): both names
     swap in one step. False when unsupported here; OSError for any other failure."""
+    import ctypes  # only when an output replaces a directory
+
     try:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):

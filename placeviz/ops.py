@@ -48,6 +48,7 @@ import base64
 import gzip
 import json
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -269,7 +270,7 @@ class OpTable:
         )
         self._ps_ops = frozenset(data["standard_ps_ops"])
         self._ps_ops_ordered: tuple[str, ...] = tuple(data["standard_ps_ops"])
-        self._raw: dict[str, dict] = data["ops"]
+        self._raw: Mapping[str, dict] = data["ops"]  # a dict, or _LazyOps as _read gives it
         self._recs: dict[str, _OpRec | None] = {}
         self._facts: dict[str, OpFacts] = {}
         self._op_defs: dict[str, Any] = {}
@@ -682,12 +683,89 @@ def _read(p: Path) -> OpTable:
     try:
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-        data = json.loads(raw)
+        data = _parse_lazily(raw, str(p))
+        if data is None:
+            data = json.loads(raw)
     except (OSError, ValueError, EOFError) as e:
         raise OpFactsError(f"op-facts table {p} is corrupt: {e}") from None
     if not isinstance(data, dict):
         raise OpFactsError(f"op-facts table {p} is corrupt: not a JSON object")
     return OpTable(data, str(p))
+
+
+# ``"}","Name":{`` between two ops of the compact JSON ``ops_generate.table_bytes`` writes.
+_OP_BOUNDARY = re.compile(rb'\},"([A-Za-z0-9_>.\-]+)":\{')
+_OPS_OPEN, _OPS_CLOSE = b'],"ops":{"', b'}},"schema":'
+
+
+class _LazyOps(Mapping):
+    """The table's ``ops`` object, each op's JSON parsed when first looked up.
+
+    A graph uses a few dozen of the ~1,900 op types; parsing all of them (``json.loads`` of 2 MB)
+    was 60-90 ms of every command, a third of a cold ``lint`` of a small graph once the imports
+    were trimmed. Keys and order are those of the file (sorted by ``ops_generate``).
+    """
+
+    def __init__(self, body: bytes, spans: dict[str, tuple[int, int]], path: str):
+        self._body, self._spans, self._path = body, spans, path
+        self._parsed: dict[str, dict] = {}
+
+    def __getitem__(self, op_type: str) -> dict:
+        value = self._parsed.get(op_type)
+        if value is None:
+            start, end = self._spans[op_type]  # KeyError for an unknown op, as a dict
+            try:
+                value = json.loads(self._body[start:end])
+            except ValueError as e:
+                raise OpFactsError(f"op-facts table {self._path} is corrupt: op {op_type}: {e}") from None
+            self._parsed[op_type] = value
+        return value
+
+    def __contains__(self, op_type: object) -> bool:
+        return op_type in self._spans
+
+    def __iter__(self):
+        return iter(self._spans)
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+
+def _parse_lazily(raw: bytes, path: str) -> dict | None:
+    """The table with its ``ops`` as a :class:`_LazyOps`, or None when ``raw`` is not laid out as
+    ``ops_generate.table_bytes`` writes it (compact, sorted keys): then the caller parses it whole.
+
+    The split is checked before it is trusted: every op's text must open with ``{``, close with
+    ``}`` and hold as many of each (JSON strings escape no braces, so a string holding one makes
+    the check fail: a whole parse, never a wrong table), and everything outside ``ops`` is parsed.
+    """
+    open_at, close_at = raw.find(_OPS_OPEN), raw.rfind(_OPS_CLOSE)
+    if open_at < 0 or close_at < open_at:
+        return None
+    body_start = open_at + len(_OPS_OPEN) - 1  # at the first op name's opening quote
+    body = raw[body_start:close_at + 1]  # '"Abort":{...},...,"ZerosLike":{...}'
+    first = re.match(rb'"([A-Za-z0-9_>.\-]+)":\{', body)
+    if first is None:
+        return None
+    names, starts = [first.group(1)], [first.end() - 1]
+    ends = []
+    for m in _OP_BOUNDARY.finditer(body):
+        ends.append(m.start() + 1)
+        names.append(m.group(1))
+        starts.append(m.end() - 1)
+    ends.append(len(body))
+    spans: dict[str, tuple[int, int]] = {}
+    for name, start, end in zip(names, starts, ends, strict=True):
+        if body.count(b"{", start, end) != body.count(b"}", start, end):
+            return None
+        spans[name.decode("ascii")] = (start, end)
+    if len(spans) != len(names):
+        return None
+    data = json.loads(raw[:body_start - 1] + b"{}" + raw[close_at + 2:])
+    if not isinstance(data, dict) or data.get("ops") != {}:
+        return None
+    data["ops"] = _LazyOps(body, spans, path)
+    return data
 
 
 # ------------------------------------------------------------------------------------------------

@@ -21,15 +21,17 @@ The processes ``verify`` starts (its coordinator, one per TF task with ``--isola
 themselves; :func:`quiet_tensorflow` leaves ``PLACEVIZ_QUIET_TF=1`` in the environment they
 inherit, and they call :func:`quiet_if_inherited` first, so their stderr (shown when a run fails)
 holds the error, not TF's banner. Under ``--debug`` the variable is absent and they stay verbose.
+
+Every command runs :func:`quiet_tensorflow` at start-up, most of them never import TF: what only
+the TF import needs (``logging``, ``tempfile``) is imported when that import happens, and the
+hook's classes are plain objects with the methods the import system calls (PEP 451), not
+``importlib.abc`` subclasses, whose module costs a cold ``lint`` more than the rest of this one.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import logging
 import os
 import sys
-import tempfile
 import warnings
 
 CHATTY_PACKAGES = r"(tensorflow|tf_keras|keras|tf_slim)(\.|$)"
@@ -40,9 +42,10 @@ def quiet_tensorflow() -> None:
     """Silence TF's logging in this process (see the module docstring). Idempotent."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ[INHERITED] = "1"
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module=CHATTY_PACKAGES)
-    if "tensorflow" not in sys.modules and not any(isinstance(f, _QuietImport) for f in sys.meta_path):
+    if "tensorflow" in sys.modules:
+        _quiet_tf_logger()
+    elif not any(isinstance(f, _QuietImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _QuietImport())
 
 
@@ -52,7 +55,15 @@ def quiet_if_inherited() -> None:
         quiet_tensorflow()
 
 
-class _QuietImport(importlib.abc.MetaPathFinder):
+def _quiet_tf_logger() -> None:
+    """The ``tensorflow`` logger at ERROR (``tensorflow/python/platform/tf_logging.py`` only adds a
+    handler to it, never sets its level), before anything logs through it."""
+    import logging
+
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+
+
+class _QuietImport:
     """Finds ``tensorflow`` as the other finders do, and wraps its loader in :class:`_QuietLoader`."""
 
     def find_spec(self, fullname, path=None, target=None):
@@ -69,7 +80,7 @@ class _QuietImport(importlib.abc.MetaPathFinder):
         return None
 
 
-class _QuietLoader(importlib.abc.Loader):
+class _QuietLoader:
     def __init__(self, loader):
         self._loader = loader
 
@@ -80,10 +91,15 @@ class _QuietLoader(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module) -> None:
+        import tempfile
+
+        from placeviz import progress
+
+        _quiet_tf_logger()
         sys.stdout.flush()
         sys.stderr.flush()
         saved = os.dup(2)
-        with tempfile.TemporaryFile() as sink:
+        with tempfile.TemporaryFile() as sink, progress.paused():  # no progress line into the sink
             os.dup2(sink.fileno(), 2)
             try:
                 self._loader.exec_module(module)

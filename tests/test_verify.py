@@ -32,6 +32,13 @@ from tests.conftest import run_cli
 
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
 
+
+@pytest.fixture(autouse=True)
+def _progress_as_lines(monkeypatch):
+    """verify's progress (servers starting, global steps run) as stderr lines, which these tests read:
+    without a terminal it is off by default (placeviz.progress)."""
+    monkeypatch.setenv("PLACEVIZ_PROGRESS", "always")
+
 BUILDER = r'''
 import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"

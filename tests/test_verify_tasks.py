@@ -21,6 +21,13 @@ from tests.conftest import run_cli
 
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
 
+
+@pytest.fixture(autouse=True)
+def _progress_as_lines(monkeypatch):
+    """verify's progress (servers starting, global steps run) as stderr lines, which these tests read:
+    without a terminal it is off by default (placeviz.progress)."""
+    monkeypatch.setenv("PLACEVIZ_PROGRESS", "always")
+
 TRAINER = r'''
 import numpy as np
 import tensorflow as tf

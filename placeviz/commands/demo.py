@@ -18,7 +18,7 @@ import click
 
 from placeviz.commands import verify as verify_command
 from placeviz.commands.analyze import format_text
-from placeviz.commands.output import progress, to_json
+from placeviz.commands.output import notice, progress, to_json
 from placeviz.commands.partition import partition_file_names
 from placeviz.devices import ClusterSpec
 from placeviz.errors import PlacevizError
@@ -151,6 +151,6 @@ def _render(pipe, out: Path, lint_report, verify_doc: dict | None = None) -> lis
         atomic_write(out / "overview.svg", overview.data)
         write_report(pipe, out / "report.html", [f.to_json() for f in lint_report.findings], verify=verify_doc)
     except GraphvizMissing as e:
-        progress(f"skipped the pictures: {e}")
+        notice(f"skipped the pictures: {e}")
         return []
     return [out / "overview.svg", out / "report.html"]

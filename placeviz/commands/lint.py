@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from placeviz.commands.output import emit, progress
+from placeviz.commands.output import emit, notice, progress
 from placeviz.errors import PlacevizError
 from placeviz.lint.api import Finding
 
@@ -89,12 +89,12 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     for r in rules:  # what user rule modules printed, never part of the report
         if r.output:
             first = r.output.strip().splitlines()
-            progress(f"rule module {r.path} printed {len(r.output):,} characters when imported, kept out of the "
-                     f"report; first line: {repr(first[0][:200]) if first else '(blank)'}")
+            notice(f"rule module {r.path} printed {len(r.output):,} characters when imported, kept out of the "
+                   f"report; first line: {repr(first[0][:200]) if first else '(blank)'}")
     for note in [*notes, *report.notes]:
-        progress(note)
+        notice(note)
     for e in report.errors:  # also on stderr, one line each: the report may have gone to a file
-        progress(f"error: {e.message}")
+        notice(f"error: {e.message}")
     if write_baseline:
         n = save_baseline(write_baseline, report.findings)
         progress(f"wrote {write_baseline}: {n} fingerprints of {len(report.findings)} findings")
@@ -103,11 +103,13 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
 
 
 def format_report(report, fmt: str) -> str:
-    from placeviz.lint import formats, sarif
+    from placeviz.lint import formats
 
     if fmt == "json":
         return formats.format_json(report)
     if fmt == "sarif":
+        from placeviz.lint import sarif
+
         return sarif.format_sarif(report)
     if fmt == "github":
         return formats.format_github(report)

@@ -1,4 +1,14 @@
-"""Where command results go: stdout, or a file written atomically; progress goes to stderr."""
+"""Where command results go: stdout, or a file written atomically; messages go to stderr.
+
+Three kinds of stderr line, so that a script or a CI log gets what it needs and a person at a
+terminal sees that long work moves:
+
+* :func:`notice`: notes and warnings about the input or the run, always shown;
+* :func:`progress`: status messages (``wrote FILE``, a summary): shown on any stderr, silenced
+  by ``placeviz --quiet``;
+* :mod:`placeviz.progress`: stages with counters, only on a terminal (see there); :func:`say`
+  sorts the free-form lines of long runs (verify) into notes and progress events.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +17,8 @@ import json
 import sys
 
 import click
-from rich.console import Console
 
+from placeviz import progress as _progress
 from placeviz.escape import terminal_text
 from placeviz.io import STDOUT, atomic_write
 
@@ -16,6 +26,7 @@ from placeviz.io import STDOUT, atomic_write
 def emit(text: str, output: str | None) -> None:
     """Print ``text`` to stdout (``output`` None or ``-``), or write it to ``output`` through
     :func:`placeviz.io.atomic_write` (never over an input; devices and FIFOs written into)."""
+    _progress.finish()  # the results come last: a progress line would sit in front of them on a terminal
     if output and output != STDOUT:
         atomic_write(output, text if text.endswith("\n") else text + "\n")
         progress(f"wrote {output}")
@@ -39,8 +50,11 @@ def to_json(document: dict, *, pretty: bool = True) -> str:
 def render_rich(render, width: int | None = None) -> str:
     """Run ``render(console)`` against an off-screen console and return the text it printed.
 
-    Colour is kept only when stdout is a terminal, so files and pipes get plain text.
+    Colour is kept only when stdout is a terminal, so files and pipes get plain text. ``rich`` is
+    imported here, by the text reports that draw tables, not by every command that emits.
     """
+    from rich.console import Console
+
     buffer = _io.StringIO()
     console = Console(file=buffer, width=width or 110, force_terminal=sys.stdout.isatty(),
                       color_system="auto" if sys.stdout.isatty() else None, highlight=False)
@@ -49,9 +63,32 @@ def render_rich(render, width: int | None = None) -> str:
 
 
 def progress(message: str) -> None:
-    """A progress line on stderr (never mixed into stdout results).
+    """A status line on stderr (never mixed into stdout results), unless ``placeviz --quiet``.
 
+    A status line says that something is done (``wrote FILE``, a summary, the demo's next part):
+    it ends the stage :func:`placeviz.progress.begin` started, whose line would otherwise linger.
     Messages name files, nodes and devices, which may hold newlines or escape sequences:
     :func:`~placeviz.escape.terminal_text` keeps the line one line and the terminal untouched.
     """
-    click.echo(f"placeviz: {terminal_text(message)}", err=True)
+    _progress.finish()
+    if not _progress.is_quiet():
+        _progress.message(f"placeviz: {terminal_text(message)}")
+
+
+def notice(message: str) -> None:
+    """A note or warning line on stderr: shown even with ``--quiet`` (it says something about the
+    input or the run that the results alone do not)."""
+    _progress.message(f"placeviz: {terminal_text(message)}")
+
+
+NOTE_PREFIXES = ("note:", "warning", "error", "skipped")
+
+
+def say(message: str) -> None:
+    """A line of a long run's narration (verify's coordinator, per-task builds): a note or a
+    warning (by its first word) is a :func:`notice`; anything else is a progress event of the
+    running stage (:func:`placeviz.progress.step`), seen on a terminal only."""
+    if message.lower().startswith(NOTE_PREFIXES):
+        notice(message)
+    else:
+        _progress.step(message)

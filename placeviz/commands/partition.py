@@ -17,12 +17,13 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from placeviz.commands.output import progress, to_json
+from placeviz.commands.output import notice, progress, to_json
 from placeviz.coverage import refuse_serving_graph
 from placeviz.io import check_directory_output, load, write_directory
 from placeviz.partition import SCHEMA, partition
 from placeviz.pipeline import added_nodes_note, placement_notes
 from placeviz.placement import place_graph
+from placeviz.progress import begin
 from placeviz.sizes import transfers_text
 
 INDEX = "index.json"
@@ -39,17 +40,18 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
     refuse_serving_graph(model)
     check_directory_output(out_dir, replaceable=is_partition_output, kind=KIND)  # before the long part
     for note in placement_notes(model.graph, options):
-        progress(f"note: {note}")
-    progress("placing ...")
+        notice(f"note: {note}")
+    begin("placing")
     result = place_graph(model.graph, options)
     if len(result.graph) > len(model.graph):
-        progress(f"note: {added_nodes_note(len(result.graph) - len(model.graph), len(model.graph))}")
-    progress(f"partitioning ({level} level) ...")
+        notice(f"note: {added_nodes_note(len(result.graph) - len(model.graph), len(model.graph))}")
+    begin(f"partitioning ({level} level)")
     parts = partition(result.graph, result.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
                       level=level, replicate_constants=replicate_constants,
                       client_device=options.placer.client_device)
     index = parts.to_json()
     names = partition_file_names(parts.keys)
+    begin(f"writing {len(names):,} partitions")
     # Written from the input's bytes where a node only changes device (placeviz.nodewire): the
     # same messages as serializing ``parts.partitions``, without building every NodeDef.
     files: dict[str, bytes | str] = {names[device]: data for device, data in parts.serialized().items()}

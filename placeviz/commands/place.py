@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from placeviz.commands.output import progress
+from placeviz.commands.output import notice, progress
 from placeviz.coverage import refuse_serving_graph
 from placeviz.io import check_output, load, save_proto
 from placeviz.placement import place_graph, setter_stage
+from placeviz.progress import begin
 from placeviz.protos import GraphDef
 
 
@@ -16,7 +17,8 @@ def run(model_spec: str, output: str, options, stage: str, tag: str | None = Non
     refuse_serving_graph(model)
     check_output(output)  # before placing: -o may not be the model (placeviz.io, "writing")
     for note in options.notes:  # --ps-tasks 0
-        progress(f"note: {note}")
+        notice(f"note: {note}")
+    begin(f"placing ({stage} stage)")
     if stage == "setter":  # the setter only writes strings: TF's placer judges them later
         setter = setter_stage(model.graph, options)
         graph = model.graph if setter is None else setter.graph
@@ -31,7 +33,7 @@ def run(model_spec: str, output: str, options, stage: str, tag: str | None = Non
         node.device = device
     save_proto(out, output)
     for note in setter.notes if setter is not None else ():
-        progress(f"note: {note}")
+        notice(f"note: {note}")
     if setter is None and stage == "setter":
         progress("the graph already places its variables on jobs: kept its devices "
                  "(use --replace-devices to re-run the setter)" if options.wants_setter else

@@ -13,10 +13,12 @@ import shutil
 import time
 from pathlib import Path
 
-from placeviz.commands.output import progress
+from placeviz.commands.output import notice, progress
+from placeviz.commands.output import say as narrate
 from placeviz.errors import PlacevizError
 from placeviz.io import atomic_write
 from placeviz.pipeline import StepOptions, added_nodes_note, placement_notes, run_pipeline
+from placeviz.progress import begin
 
 NO_DOT_BUDGET = 60
 """Boxes of a ``.dot`` output when Graphviz is not there to measure the picture (a size that fits
@@ -63,22 +65,24 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
         verify = load(verify_file)
     if fmt != "dot":
         require_graphviz(fmt)
-    say = progress if _is_big(model) else None
+    say = narrate if _is_big(model) else None
+    begin(f"rendering the {view} view")
     pipe = run_pipeline(model, placement_options, sync, StepOptions(batch_size=batch_size), tag=tag, progress=say)
     from placeviz.coverage import serving_graph_problem
 
     serving = serving_graph_problem(pipe.model)  # drawn as loaded, never placed (placeviz.coverage)
     for note in [serving] if serving else placement_notes(pipe.model.graph, placement_options):
-        progress(f"note: {note}")
+        notice(f"note: {note}")
     added = (pipe.analysis.placement or {}).get("nodes_added")
     if added:  # the views draw the placed graph: say why they count more ops than the graph has
-        progress(f"note: {added_nodes_note(added, len(pipe.model.graph))}")
+        notice(f"note: {added_nodes_note(added, len(pipe.model.graph))}")
     if fmt == "html":
         from placeviz.commands.lint import findings_for_pipeline
 
         if say:
             say("linting for the report ...")
         findings = findings_for_pipeline(pipe, placement_options)
+        begin("laying out the HTML report's views")
         write_report(pipe, output, findings, focus=focus, depth=depth, max_nodes=max_nodes, timeout=layout_timeout,
                      verify=verify,
                      progress=say)
@@ -95,6 +99,7 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
         atomic_write(output, to_dot(diagram))
         progress(f"wrote {output} ({view} view: {len(diagram.boxes):,} boxes, {len(diagram.edges):,} edges)")
         return
+    begin(f"laying out the {view} view with Graphviz")
     result = lay_out(lambda b: build_view(ctx, view, focus=focus, depth=depth, max_nodes=b), budget, fmt,
                      layout_timeout, say, diagram=diagram, fit=fit)
     atomic_write(output, result.data)

@@ -7,6 +7,7 @@ from pathlib import Path
 from placeviz.commands.output import emit, progress
 from placeviz.errors import PlacevizError
 from placeviz.io import save_proto
+from placeviz.progress import begin
 
 
 def list_samples() -> None:
@@ -27,11 +28,12 @@ def build(name: str, output: str, options) -> None:
 
     if name not in sample_graphs.SAMPLES:
         raise PlacevizError(f"unknown sample {name!r}; samples: {', '.join(sorted(sample_graphs.SAMPLES))}")
-    progress(f"building sample {name} with TensorFlow ...")
+    begin(f"building sample {name} with TensorFlow", unit="ops")  # counted by sample_graphs' graph scope
     try:
         meta = sample_graphs.build_meta_graph(name, options)
     except (ValueError, TypeError) as e:
         raise PlacevizError(f"sample {name}: cannot build with these options: {e}") from None
+    begin(f"writing {output}")
     message = meta if Path(output).suffix == ".meta" else meta.graph_def
     save_proto(message, output)
     progress(f"wrote {output} ({len(meta.graph_def.node):,} nodes)")

@@ -16,7 +16,7 @@ import dataclasses
 import importlib.util
 import signal
 
-from placeviz.commands.output import emit, progress, to_json
+from placeviz.commands.output import emit, progress, say, to_json
 from placeviz.errors import PlacevizError
 
 TF_MISSING = "TensorFlow is not installed; verify needs it: install placeviz[tf]"
@@ -27,7 +27,7 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
         chief_queue_runner: str = "auto", fault: str | None = None, tag: str | None = None,
         servers=None, reset_containers: bool = False, worker_graphs: dict[int, str] | None = None,
         allow_io: bool = False, isolation: bool = True, mode: str = "sync", slow_workers: dict | None = None,
-        trace: bool = False, loss: str | None = None, say=progress):
+        trace: bool = False, loss: str | None = None, say=say):
     """Verify ``model_spec`` and return a :class:`placeviz.verify.report.VerifyReport`.
 
     ``placement_options``: :class:`placeviz.placement.PlacementOptions` (``--ps-tasks``, ``--cluster``
@@ -48,7 +48,8 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
     (:mod:`placeviz.verify.modes`). ``isolation`` False
     (``--no-isolation``): run the local servers without the private namespaces (said first, on
     stderr and in the report); with it, a kernel that refuses them is a one-line error before any
-    server starts. ``say``: progress callback.
+    server starts. ``say``: where the run's narration goes (default :func:`placeviz.commands.output.say`:
+    notes and warnings always, the rest as progress of the ``verify`` stage, on a terminal).
     Raises :class:`PlacevizError` for bad input (exit 2); a failed check or run is in the report::
 
         report = run("sample:mlp", placement_options=PlacementOptions(setter=SetterConfig(ps_tasks=2)),
@@ -58,11 +59,13 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
     if importlib.util.find_spec("tensorflow") is None:
         raise PlacevizError(TF_MISSING)
     from placeviz.pipeline import run_pipeline
+    from placeviz.progress import begin
     from placeviz.verify import servers as user_servers
     from placeviz.verify.checks import evaluate
     from placeviz.verify.prepare import prepare
     from placeviz.verify.runner import run_plan
 
+    begin("verify")  # its steps: what verify and its coordinator say they do (commands.output.say)
     if steps < 1:
         raise PlacevizError("--steps must be at least 1")
     if mode == "async" and sync_options is not None:
@@ -135,6 +138,7 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
         how = (f"was killed by {signal.Signals(-raw.returncode).name}" if raw.returncode and raw.returncode < 0
                and -raw.returncode in signal.valid_signals() else f"exited with code {raw.returncode}")
         raise PlacevizError(f"verify's coordinator process {how}: {last}")
+    begin("checking the run")
     return evaluate(pipe, prepared, raw, model_spec=str(model_spec))
 
 

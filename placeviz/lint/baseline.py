@@ -7,7 +7,6 @@ share one fingerprint per rule and model.
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 from placeviz.errors import PlacevizError
@@ -19,6 +18,8 @@ SCHEMA = "placeviz.lint-baseline/1"
 
 
 def fingerprint(finding: Finding) -> str:
+    import hashlib  # a clean run fingerprints nothing: its import is not paid at start-up
+
     key = f"{finding.rule}\0{finding.model}\0{finding.node or ''}"
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
 

@@ -36,11 +36,6 @@ from placeviz.errors import PlacevizError
 from placeviz.lint.api import SEVERITIES
 from placeviz.lint.selection import split_selectors
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
 FAIL_ON = (*SEVERITIES, "never")
 KEYS = {"select", "extend-select", "ignore", "fail-on", "preview", "cluster", "baseline", "thresholds",
         "severity", "per-node-ignores"}
@@ -116,6 +111,11 @@ def load_config(path: str | Path | None = None, *, search: bool = True) -> LintC
 
 
 def _read_toml(path: Path) -> dict:
+    try:  # imported here: most runs find no config file (a cold start pays for every import)
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)

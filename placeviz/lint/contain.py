@@ -48,6 +48,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from placeviz import progress
 from placeviz.interrupts import Terminated, set_parent_death_signal
 
 DEFAULT_TIMEOUT = 10.0
@@ -281,7 +282,7 @@ def run_here(func: Callable[[], object], timeout: float | None) -> Outcome:
             old_alarm = signal.signal(signal.SIGALRM, on_alarm)
             signal.setitimer(signal.ITIMER_REAL, timeout, _REARM)
     try:
-        with _captured() as captured:
+        with progress.paused(), _captured() as captured:  # no progress line drawn into the capture
             try:
                 outcome.value = func()
             except RuleTimeout:

@@ -18,7 +18,6 @@ placeviz's output (:attr:`LoadedRule.output`, which ``lint`` notes on stderr).
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import pkgutil
@@ -91,6 +90,8 @@ def load_rules(extra_dirs=(), *, builtin: bool = True, timeout: float | None = D
 
 
 def _load_dir(directory: Path, timeout: float | None = DEFAULT_TIMEOUT) -> list[LoadedRule]:
+    import hashlib  # only for --rules DIR: a run with the built-in rules does not pay for the import
+
     if not directory.is_dir():
         raise RuleError(f"--rules {directory}: not a directory")
     out = []

@@ -15,6 +15,7 @@ from placeviz.lint.baseline import split_baselined
 from placeviz.lint.discovery import LoadedRule
 from placeviz.lint.runner import SEVERITY_RANK, LintError, LintOptions, Skipped, display_path, lint_model
 from placeviz.lint.suppression import Suppressor
+from placeviz.progress import stage
 
 FAIL_ON_DEFAULT = "error"
 
@@ -77,16 +78,18 @@ def run_lint(specs: list[str], selected: list[LoadedRule], options: LintOptions,
     suppressor = Suppressor(list(ignores), known)
     report = LintReport(rules=selected, models=[], fail_on=fail_on, config=config_path)
     findings: list[Finding] = []
-    for spec in specs:
-        result = lint_model(spec, selected, options)
-        model = display_path(spec)
-        report.models.append(model)
-        for r in result.ran:
-            suppressor.note_ran(r.id, r.name, model)
-        findings.extend(_sorted(_override(result.findings, options.severity)))
-        report.skipped.extend(result.skipped)
-        report.errors.extend(result.errors)
-        report.notes.extend(result.notes)
+    with stage("linting", total=len(specs), unit="models") as progress:  # its steps: the rules (runner)
+        for spec in specs:
+            result = lint_model(spec, selected, options)
+            model = display_path(spec)
+            report.models.append(model)
+            for r in result.ran:
+                suppressor.note_ran(r.id, r.name, model)
+            findings.extend(_sorted(_override(result.findings, options.severity)))
+            report.skipped.extend(result.skipped)
+            report.errors.extend(result.errors)
+            report.notes.extend(result.notes)
+            progress.advance()
     findings = suppressor.filter(findings)
     report.suppressed = suppressor.suppressed
     selected_ids = {r.id: r.rule for r in selected}

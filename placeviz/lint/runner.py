@@ -29,6 +29,7 @@ from placeviz.lint.api import SEVERITIES, Finding, LintContext
 from placeviz.lint.contain import DEFAULT_TIMEOUT, run_contained
 from placeviz.lint.discovery import LoadedRule
 from placeviz.lint.raw import RawGraph, read_graph_def
+from placeviz.progress import doing
 from placeviz.tasks import task_placement_options
 
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -181,6 +182,7 @@ def _run_rules(ctx: LintContext, rules: list[LoadedRule], result: ModelResult,
         if missing:
             result.skipped.append(Skipped(r.id, r.name, ctx.model_path, _reason(ctx, missing[0])))
         else:
+            doing(f"{r.id} {r.name}")
             _run_rule(r, ctx, result, timeout)
     return result
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from placeviz import progress
 from placeviz.sample_graphs.options import BuildOptions, SyncCollections
 from placeviz.sample_graphs.strategies import GreedyLoadBalancingStrategy, byte_size_load_fn
 
@@ -120,12 +121,15 @@ def _graph_scope(options: BuildOptions) -> Iterator[tf.Graph]:
     if options.graph_as_default:
         graph = tf.Graph()
         with graph.as_default():
+            progress.count(lambda: graph.version)  # ops so far; Graph.version is safe from another thread
             yield graph
     else:
         # A TF1 script: ops go to the implicit global default graph, never entered with as_default.
         tf.compat.v1.disable_eager_execution()
         tf.compat.v1.reset_default_graph()
-        yield tf.compat.v1.get_default_graph()
+        graph = tf.compat.v1.get_default_graph()
+        progress.count(lambda: graph.version)
+        yield graph
 
 
 @contextlib.contextmanager
