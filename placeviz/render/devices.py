@@ -93,7 +93,7 @@ def build_devices(ctx: ViewContext, budget: int, focus: int | None = None) -> Di
     d = Diagram("devices", f"{ctx.pipe.model.source}: ops per device, collapsed by name scope "
                            f"({len(g):,} ops)")
     started = time.perf_counter()
-    c = collapse(g.names, range(len(g)), ctx.devices, budget)
+    c = collapse(g.names, range(len(g)), ctx.devices, budget, memo=ctx.collapse_memo("devices"))
     d.stats["collapse_seconds"] = time.perf_counter() - started
     clusters = device_clusters(ctx, d)
     keys = [("box", ctx.devices[grp.members[0]], b) for b, grp in enumerate(c.groups)]
