@@ -45,11 +45,21 @@ class ViewContext:
         self.roles = RoleCache()
         self.colors = device_colors([d for d in set(self.devices)])
         self._collapse_memos: dict[str, CollapseMemo] = {}
+        self._per_group: dict[tuple[int, str], tuple] = {}
 
     def collapse_memo(self, view: str) -> CollapseMemo:
         """``view``'s :class:`~placeviz.render.collapse.CollapseMemo`: its builds at other budgets
         (``placeviz render`` fitting a picture to the screen) reuse what the first one found."""
         return self._collapse_memos.setdefault(view, CollapseMemo())
+
+    def per_group(self, group, what: str, compute):
+        """``compute()``, a fact ``what`` about one collapsed group (its role counts, its top op
+        types), computed once per group: the builds that share a collapse memo share its groups."""
+        key = (id(group), what)
+        hit = self._per_group.get(key)
+        if hit is None or hit[0] is not group:  # the group is held here, so its id is not reused
+            hit = self._per_group[key] = (group, compute())
+        return hit[1]
 
     @cached_property
     def device_list(self) -> list[str]:
