@@ -10,6 +10,11 @@ for building it: the table says which. ``--cprofile RULE`` shows where one rule'
     python benchmarks/lint_profile.py benchmarks/graphs/g200k.pb
     python benchmarks/lint_profile.py benchmarks/graphs/g200k.pb --reps 3
     python benchmarks/lint_profile.py benchmarks/graphs/g200k.pb --cprofile PV104
+    python benchmarks/lint_profile.py benchmarks/graphs/g200k.unplaced.pb --ps-tasks 4
+
+The placement options are the command's own (``--ps-tasks N`` passed through, the other PLACE
+options at their defaults), so the pipeline places the graph as ``placeviz lint`` does; the garbage
+collector is paused, as the command pauses it (``placeviz.gcpause``).
 
 Never imports TensorFlow; never used by tests.
 """
@@ -27,7 +32,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def profile_once(spec: str, cprofile: str | None = None) -> dict[str, float]:
+def cli_placement_options(ps_tasks: int | None):
+    """The PLACE options ``placeviz lint MODEL [--ps-tasks N]`` builds (the click defaults)."""
+    import click
+
+    from placeviz.commands.place_options import build_placement_options, place_options
+
+    captured: dict = {}
+
+    @click.command()
+    @place_options
+    def cmd(place):
+        captured.update(place)
+
+    cmd.main(["--ps-tasks", str(ps_tasks)] if ps_tasks is not None else [], standalone_mode=False)
+    return build_placement_options(captured)
+
+
+def profile_once(spec: str, cprofile: str | None = None, ps_tasks: int | None = None) -> dict[str, float]:
     """CPU seconds of each step of ``lint_model`` (load, raw graph, pipeline, context, each rule)."""
     sys.path.insert(0, str(REPO))
     t = time.process_time()
@@ -47,7 +69,8 @@ def profile_once(spec: str, cprofile: str | None = None) -> dict[str, float]:
         return value
 
     rules = step("load rules", load_rules)
-    options = LintOptions()
+    placement_options = cli_placement_options(ps_tasks)
+    options = LintOptions(placement_options=placement_options, cluster=placement_options.cluster)
     model = step("load model", lambda: load(spec))
     raw = step("raw graph", lambda: RawGraph.from_graph(model.graph, model.graph_def))
     step("topological order", lambda: model.graph.topological_order)
@@ -78,16 +101,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("model")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--cprofile", metavar="RULE", help="a rule ID: its cProfile on stderr")
+    ap.add_argument("--ps-tasks", type=int, help="as placeviz lint --ps-tasks N (place an unplaced graph)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child or args.cprofile:
-        res = profile_once(args.model, args.cprofile)
+        sys.path.insert(0, str(REPO))
+        from placeviz.gcpause import gc_paused
+
+        with gc_paused():
+            res = profile_once(args.model, args.cprofile, args.ps_tasks)
         print(json.dumps(res))
         return 0
     runs = []
     for _ in range(args.reps):
-        proc = subprocess.run([sys.executable, __file__, args.model, "--child"], capture_output=True, text=True,
-                              check=True)
+        extra = ["--ps-tasks", str(args.ps_tasks)] if args.ps_tasks is not None else []
+        proc = subprocess.run([sys.executable, __file__, args.model, "--child", *extra], capture_output=True,
+                              text=True, check=True)
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     keys = list(runs[0])
     total = statistics.median(sum(v for k, v in r.items() if k != "findings") for r in runs)

@@ -156,7 +156,7 @@ def load_stage(ctx: Context):
 
 
 @stage("consumers", "consumers (out-edge CSR)", modules=("placeviz.graph",), needs=("model",),
-       setup=lambda ctx: _forget(ctx.graph, "consumers", "topological_order"))
+       setup=lambda ctx: _forget(ctx.graph, "edge_arrays", "consumers", "topological_order"))
 def consumers_stage(ctx: Context):
     """graph.consumers, from scratch."""
     return ctx.graph.consumers

@@ -8,8 +8,10 @@ The JSON form (``Analysis.to_json``) is the documented ``placeviz.analysis/1`` s
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import compress
 
 from placeviz.errors import GraphError, LoadError
 from placeviz.graph import CONTROL, Graph
@@ -136,17 +138,21 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
         _ = graph.topological_order  # validates: a cycle other than a while loop is an error
     except GraphError as e:
         raise LoadError(model.source, str(e)) from None
-    control_edges = sum(1 for s in graph.in_slot if s == CONTROL)
+    import numpy as np
+
+    # The passes over every node or edge run in C (numpy, Counter, compress); Python sees the
+    # variables and the other state only.
+    control_edges = int(np.count_nonzero(graph.edge_arrays[2] == CONTROL))
     histogram = Counter(graph.ops)
     devices = Counter(graph.devices)
-    unplaced = [graph.names[i] for i, d in enumerate(graph.devices) if not d]
+    unplaced = list(compress(graph.names, map(operator.not_, graph.devices)))
     trainable = set(model.collections.trainable_variables) if model.collections.present else None
     overflowed: list[str] = []
     variables = [_variable_info(graph, i, trainable, model.collections.partitioned, overflowed)
-                 for i, op in enumerate(graph.ops) if op in VARIABLE_OPS]
+                 for i in compress(range(n), map(VARIABLE_OPS.__contains__, graph.ops))]
     _link_slots(variables, find_slots(graph, [v.name for v in variables]))
-    other_state = [{"name": graph.names[i], "op": op, "device": graph.devices[i]}
-                   for i, op in enumerate(graph.ops) if op in OTHER_STATE_OPS]
+    other_state = [{"name": graph.names[i], "op": graph.ops[i], "device": graph.devices[i]}
+                   for i in compress(range(n), map(OTHER_STATE_OPS.__contains__, graph.ops))]
     from placeviz.sync import sync_report
 
     sync = sync_report(graph, model.collections if model.collections.present else None) if with_sync else None

@@ -496,12 +496,14 @@ def main(argv: list[str] | None = None) -> None:
     SIGINT (Ctrl-C, which click turns into ``Abort``), 143 for SIGTERM, 129 for SIGHUP, after the
     stack unwound (see :mod:`placeviz.interrupts`). An OS error on a path (EACCES, EISDIR,
     ENOSPC...) that reached here is one line naming the path and the error, exit 2.
+    The cyclic garbage collector is paused for the run (:mod:`placeviz.gcpause`).
     """
     from placeviz import progress
+    from placeviz.gcpause import gc_paused
     from placeviz.interrupts import Terminated, handle_termination
 
     try:
-        with handle_termination():
+        with handle_termination(), gc_paused():
             try:
                 code = cli.main(args=argv, prog_name="placeviz", standalone_mode=False)
             finally:

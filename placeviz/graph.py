@@ -26,18 +26,17 @@ protos; the GraphDef of such a graph is built only when someone asks for ``graph
 
 from __future__ import annotations
 
-import gc
 import heapq
 import operator
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate, chain, compress, count, repeat
 
 from placeviz.errors import GraphError
+from placeviz.gcpause import gc_paused  # noqa: F401 - re-exported: the placement stages import it from here
 from placeviz.native import kernels
 from placeviz.nodewire import NodeWire, of_graph_def
 from placeviz.protos import AttrValue, GraphDef, NodeDef
@@ -52,23 +51,6 @@ _MAX_SLOT = 2**31 - 1  # TF's output indices are int32
 # Ops whose out-edges into a Merge close a while loop: TF's executor and graph sorts treat
 # NextIteration -> Merge as a back edge, so the topological order ignores those edges.
 BACK_EDGE_SOURCE_OPS = frozenset({"NextIteration", "RefNextIteration"})
-
-
-@contextmanager
-def gc_paused():
-    """Pause the cyclic garbage collector while a pass builds many small objects.
-
-    At 100k+ nodes the GC's periodic full collections traverse every live container (the graph's
-    own lists and tuples included) and cost more than the pass itself; nothing built in these
-    passes forms reference cycles that would need collecting.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 @dataclass(frozen=True)
@@ -314,7 +296,7 @@ class Graph:
                               ids_of=self.ids_of, source=self, node_wire=lambda: self.node_wire)
         # What is already known about this graph holds for the copy: none of it depends on devices.
         for derived_structure in ("colocation", "colocated_names", "located_names", "colocated_name_ids",
-                                  "consumers", "topological_order"):
+                                  "edge_arrays", "consumers", "topological_order"):
             if derived_structure in self.__dict__:
                 graph.__dict__[derived_structure] = self.__dict__[derived_structure]
         if "colocation" not in self.__dict__ and self._make_colocation is not None:
@@ -582,6 +564,22 @@ class Graph:
 
     # ----------------------------------------------------------------- derived structure
     @cached_property
+    def edge_arrays(self):
+        """Every edge as numpy arrays ``(src, dst, slot)``, in ``in_src`` order (int32).
+
+        ``src`` and ``slot`` are views of ``in_src``/``in_slot``; ``dst[k]`` is the node whose input
+        ``k`` is (the CSR rows spelled out). What the passes that read all edges at once share:
+        the out-edge index, the views' box-to-box bundles, the lint rules' per-edge checks.
+        """
+        import numpy as np
+
+        n = len(self.names)
+        src = np.frombuffer(self.in_src, dtype=np.int32)
+        slot = np.frombuffer(self.in_slot, dtype=np.int32)
+        dst = np.repeat(np.arange(n, dtype=np.int32), np.diff(np.frombuffer(self.in_start, dtype=np.int32)))
+        return src, dst, slot
+
+    @cached_property
     def consumers(self) -> tuple[array, array, array]:
         """Out-edges in CSR form ``(out_start, out_dst, out_pos)``.
 
@@ -592,13 +590,12 @@ class Graph:
         import numpy as np
 
         n = len(self.names)
-        src = np.frombuffer(self.in_src, dtype=np.int32)
+        src, dst_of_pos, _slot = self.edge_arrays
         out_start = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(src, minlength=n), out=out_start[1:])
         # Edges grouped by source; a stable sort keeps each source's out-edges in edge order, which
         # is consumer order (``in_start`` is ascending): what filling the lists node by node gave.
         out_pos = np.argsort(src, kind="stable").astype(np.int32)
-        dst_of_pos = np.repeat(np.arange(n, dtype=np.int32), np.diff(np.frombuffer(self.in_start, dtype=np.int32)))
         out_dst = dst_of_pos[out_pos]
         return (array("i", out_start.astype(np.int32).tobytes()), array("i", out_dst.tobytes()),
                 array("i", out_pos.tobytes()))
@@ -620,14 +617,13 @@ class Graph:
 
         n = len(self.names)
         ops = self.ops
-        in_start, in_src = self.in_start, self.in_src
+        in_start = self.in_start
         back_edge_sources = list(compress(range(n), map(BACK_EDGE_SOURCE_OPS.__contains__, ops)))
         # TF writes a GraphDef in creation order, every input before its consumer. Then the
         # smallest id not yet ordered is always ready, and the order below is 0, 1, ..., n-1:
         # check that (vectorised over the edges) before doing the general work.
-        src_np = np.frombuffer(in_src, dtype=np.int32)
+        src_np, consumer_ids, _slot = self.edge_arrays
         input_counts_np = np.diff(np.frombuffer(in_start, dtype=np.int32))
-        consumer_ids = np.repeat(np.arange(n, dtype=np.int32), input_counts_np)
         backward = src_np[src_np >= consumer_ids].tolist()  # their sources
         if not backward or set(backward) <= set(back_edge_sources):
             return list(range(n))

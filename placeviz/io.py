@@ -122,7 +122,10 @@ def _load(spec: str | os.PathLike, *, tag: str | None, task_index: int | None) -
     if kind is None:
         match = _BUILDER_RE.match(spec)
         if match and (match["target"].endswith(".py") or _DOTTED_RE.match(match["target"])):
-            return _load_builder(spec, match["target"], match["func"], task_index)
+            from placeviz.gcpause import gc_running
+
+            with gc_running():
+                return _load_builder(spec, match["target"], match["func"], task_index)
         raise LoadError(spec, "no such file or directory")
     if path.name in ("saved_model.pb", "saved_model.pbtxt"):
         return _load_saved_model_dir(spec, path.parent, tag, file=path)

@@ -28,15 +28,18 @@ def _task(device: str) -> str:
 def variable_behind(graph: Graph, name: str) -> str | None:
     """The variable a tensor reads (through Identity/ReadVariableOp/Enter/Switch), or None."""
     i = graph.index.get(name)
+    ops = graph.ops
     for _ in range(8):
         if i is None:
             return None
-        if graph.ops[i] in VARIABLE_OPS:
+        op = ops[i]
+        if op in VARIABLE_OPS:
             return graph.names[i]
-        if graph.ops[i] not in _READ_OPS:
+        if op not in _READ_OPS:
             return None
-        data = [src for src, slot in graph.inputs_of(i) if slot != CONTROL]
-        i = data[0] if data else None
+        in_slot = graph.in_slot
+        i = next((graph.in_src[k] for k in range(graph.in_start[i], graph.in_start[i + 1]) if in_slot[k] != CONTROL),
+                 None)  # the first data input
     return None
 
 
@@ -76,8 +79,11 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
     sent_unknown: Counter = Counter()
     received_unknown: Counter = Counter()
     unknown = control = assumed = 0
+    task_of: dict[str, str] = {}  # device -> its task: a step has tens of thousands of transfers, a few devices
+    for d in {t[key] for t in transfers for key in ("src_device", "dst_device")}:
+        task_of[d] = _task(d)
     for t in transfers:
-        src, dst = _task(t["src_device"]), _task(t["dst_device"])
+        src, dst = task_of[t["src_device"]], task_of[t["dst_device"]]
         row = pairs.setdefault((src, dst), {"src_task": src, "dst_task": dst, "transfers": 0, "control": 0,
                                             "bytes": 0, "unknown_bytes": 0})
         row["transfers"] += 1
@@ -99,16 +105,19 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
     frames = loop_frames(graph)  # None when the graph has no while loops
     reads: dict[str, dict] = defaultdict(lambda: {"reads": 0, "bytes": 0, "unknown": 0, "to_tasks": set(),
                                                   "frames": set()})
+    behind: dict[str, str | None] = {}  # a tensor sent to several tasks is one transfer per task
     for t in transfers:
         if t["slot"] == "control":
             continue
-        var = variable_behind(graph, t["src"])
+        var = behind.get(t["src"], False)
+        if var is False:
+            var = behind[t["src"]] = variable_behind(graph, t["src"])
         if var is not None:
             r = reads[var]
             r["reads"] += 1
             r["bytes"] += t["bytes"] or 0
             r["unknown"] += t["bytes"] is None
-            r["to_tasks"].add(_task(t["dst_device"]))
+            r["to_tasks"].add(task_of[t["dst_device"]])
             # A transfer inside a while loop runs once per iteration (the receiving node's frame).
             dst = graph.index.get(t.get("dst") or "")
             frame = frames[dst] if frames is not None and dst is not None else None

@@ -39,11 +39,14 @@ def to_json(document: dict, *, pretty: bool = True) -> str:
 
     Only the compact form runs CPython's C encoder (``json.dumps`` falls back to the pure-Python
     one whenever ``indent`` is set): about 10x faster on big documents such as a partition's
-    ``index.json`` (a dict per transfer). Keys keep their insertion order in both forms, so the
-    bytes depend only on the document (never on hash seeds).
+    ``index.json`` (a dict per transfer); the indented form is :func:`placeviz.jsontext.pretty_json`,
+    the same text as ``json.dumps(indent=2)`` at twice its speed. Keys keep their insertion order
+    in both forms, so the bytes depend only on the document (never on hash seeds).
     """
     if pretty:
-        return json.dumps(document, indent=2, sort_keys=False) + "\n"
+        from placeviz.jsontext import pretty_json
+
+        return pretty_json(document) + "\n"
     return json.dumps(document, separators=(",", ":"), sort_keys=False) + "\n"
 
 

@@ -14,12 +14,11 @@ Model files, node names, op types, devices and messages are untrusted text (see
 (one finding is one line, and no escape sequence reaches the terminal), and the ``github`` format
 encodes annotation messages and properties as GitHub's toolkit does and its plain lines like the
 ``text`` ones, so each finding is exactly one workflow command and nothing else in the log is one.
-JSON and SARIF are escaped by ``json.dumps``.
+JSON and SARIF are escaped by ``json.dumps`` (JSON through its byte-identical :func:`placeviz.jsontext.pretty_json`).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -133,7 +132,9 @@ def to_json_document(report) -> dict:
 
 
 def format_json(report) -> str:
-    return json.dumps(to_json_document(report), indent=2) + "\n"
+    from placeviz.jsontext import pretty_json
+
+    return pretty_json(to_json_document(report)) + "\n"
 
 
 # ---------------------------------------------------------------------------------- github

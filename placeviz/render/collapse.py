@@ -126,6 +126,8 @@ class Collapse:
 class _Splitter:
     def __init__(self):
         self.keys: dict[str, str] = {}
+        self.children: dict[tuple, tuple[list[Group], Group | None]] = {}
+        """(owner, path) -> what :meth:`deeper` found for that group (see :class:`CollapseMemo`)."""
 
     def key(self, component: str) -> str:
         k = self.keys.get(component)
@@ -145,11 +147,16 @@ class _Splitter:
         children do not fit the budget, that one still names the box more precisely for free
         (``gradients`` -> ``gradients/layer_0 … layer_49/matmul_grad/MatMul``).
         """
+        key = (g.owner, g.path)
+        found = self.children.get(key)
+        if found is not None:
+            return found
         children = self._deeper_once(g)
         single = None
         while len(children) == 1 and not children[0].is_op:
             single = children[0]
             children = self._deeper_once(single)
+        self.children[key] = children, single
         return children, single
 
     def _deeper_once(self, g: Group) -> list[Group]:
@@ -191,6 +198,33 @@ class _Splitter:
         return out
 
 
+class CollapseMemo:
+    """What :func:`collapse` learns about one set of ops, kept for the next collapse of the same set.
+
+    ``placeviz render`` builds a view at a few budgets until its picture fits
+    (:mod:`placeviz.render.fit`); each build collapses the same ops of the same owners, so the
+    names split into components and every group's children (a group is its owner and its path:
+    the same ops whatever the budget) are found once, by the first build, and reused. Only a
+    collapse of the same ``names``, ``nodes``, ``owners`` and ``pinned`` reuses it; anything else
+    starts it afresh. The groups it hands out are shared between the collapses: never mutate them.
+    """
+
+    def __init__(self):
+        self.signature: tuple | None = None
+        self.split_names: dict[str, list[list[str]]] = {}
+        self.by_owner: dict[str, list[int]] = {}
+        self.splitter = _Splitter()
+
+    def matches(self, names, nodes: list[int], owners, pinned: set[int]) -> bool:
+        """True when the memo is for these inputs; else it is cleared and takes them on."""
+        signature = (id(names), id(owners), len(nodes), tuple(sorted(pinned)))
+        if signature == self.signature and nodes == self._nodes:
+            return True
+        self.signature, self._nodes = signature, nodes
+        self.split_names, self.by_owner, self.splitter = {}, {}, _Splitter()
+        return False
+
+
 SPLIT_SHARE = 4
 """One split may use at most 1/SPLIT_SHARE of the budget: the first (largest) groups would
 otherwise take every box and leave the other devices as one undivided box each."""
@@ -215,7 +249,8 @@ def _partial(children: list[Group], room: int, parent: Group) -> list[Group] | N
     return [children[k] for k in keep] + [lump]
 
 
-def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=(), parts=None) -> Collapse:
+def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=(), parts=None,
+             memo: CollapseMemo | None = None) -> Collapse:
     """Group ``nodes`` (ids into ``names``/``owners``) into at most ``budget`` boxes.
 
     ``pinned`` ops always get a box of their own (the focus of a dependency view, the ops on a
@@ -226,18 +261,26 @@ def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=(),
     A series group first tries to split into its member scopes; when they do not fit, it splits
     one level deeper *across* its members instead (``layer_0 … layer_325/attention``,
     ``…/ffn``): the repeated structure of a deep model stays visible at a fixed cost.
+
+    ``memo``: a :class:`CollapseMemo` kept between collapses of the same ops at other budgets
+    (the result is the same with or without it).
     """
     nodes = list(nodes)
     pinned_set = {i for i in pinned if 0 <= i < len(names)}
-    by_owner: dict[str, list[int]] = {}
-    for i in nodes:
-        if i not in pinned_set:
-            by_owner.setdefault(owners[i], []).append(i)
-    part_of = dict(zip(nodes, parts, strict=True)) if parts else None
-    split_names = {owner: [part_of[i] for i in ids] if part_of else [names[i].split("/") for i in ids]
-                   for owner, ids in by_owner.items()}
+    if memo is not None and memo.matches(names, nodes, owners, pinned_set):
+        by_owner, split_names, splitter = memo.by_owner, memo.split_names, memo.splitter
+    else:
+        by_owner = {}
+        for i in nodes:
+            if i not in pinned_set:
+                by_owner.setdefault(owners[i], []).append(i)
+        part_of = dict(zip(nodes, parts, strict=True)) if parts else None
+        split_names = {owner: [part_of[i] for i in ids] if part_of else [names[i].split("/") for i in ids]
+                       for owner, ids in by_owner.items()}
+        splitter = _Splitter()
+        if memo is not None:
+            memo.by_owner, memo.split_names, memo.splitter = by_owner, split_names, splitter
     groups: list[Group] = [Group(owners[i], (), [i], pinned=True) for i in sorted(pinned_set)]
-    splitter = _Splitter()
     heap: list[tuple[int, int, Group]] = []
     seq = 0
     for owner in sorted(by_owner):
@@ -293,23 +336,41 @@ def role_counts(g: Group, ops: list[str], roles) -> Counter:
 
 
 def quotient_edges(graph, nodes, box_of: list[int], control: bool = True) -> dict[tuple[int, int], list[int]]:
-    """Edges between boxes: ``(src box, dst box) -> [data edges, control edges]`` (self-loops dropped)."""
-    in_start, in_src, in_slot = graph.in_start, graph.in_src, graph.in_slot
+    """Edges between boxes: ``(src box, dst box) -> [data edges, control edges]`` (self-loops dropped).
+
+    The in-edges of ``nodes`` (in that order, each node's in NodeDef order) in one array pass over
+    the graph's CSR arrays; the pairs come in the order of their first edge, as a walk over the
+    edges would meet them.
+    """
+    import numpy as np
+
+    n_boxes = max(box_of, default=-1) + 1
+    if n_boxes == 0:
+        return {}
+    box = np.asarray(box_of, dtype=np.int64)
+    src, dst, slot = graph.edge_arrays
+    if not (isinstance(nodes, range) and nodes == range(len(graph))):
+        ids = np.fromiter(nodes, dtype=np.int64)
+        in_start = np.frombuffer(graph.in_start, dtype=np.int32).astype(np.int64)
+        starts = in_start[ids]
+        counts = in_start[ids + 1] - starts
+        firsts = np.cumsum(counts) - counts
+        edges = np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        src, dst, slot = src[edges], np.repeat(ids, counts), slot[edges]
+    b = box[dst]
+    a = box[src]
+    is_control = slot < 0
+    keep = (a >= 0) & (b >= 0) & (a != b)
+    if not control:
+        keep &= ~is_control
+    pair = (a * n_boxes + b)[keep]
+    is_control = is_control[keep]
+    pairs, first, which = np.unique(pair, return_index=True, return_inverse=True)
+    data = np.bincount(which[~is_control], minlength=len(pairs)).tolist()
+    ctrl = np.bincount(which[is_control], minlength=len(pairs)).tolist()
     out: dict[tuple[int, int], list[int]] = {}
-    get = out.get
-    for i in nodes:
-        b = box_of[i]
-        if b < 0:
-            continue
-        for k in range(in_start[i], in_start[i + 1]):
-            a = box_of[in_src[k]]
-            if a < 0 or a == b:
-                continue
-            is_control = in_slot[k] < 0
-            if is_control and not control:
-                continue
-            row = get((a, b))
-            if row is None:
-                row = out[(a, b)] = [0, 0]
-            row[is_control] += 1
+    pair_list = pairs.tolist()
+    for j in np.argsort(first, kind="stable").tolist():
+        a_box, b_box = divmod(pair_list[j], n_boxes)
+        out[(a_box, b_box)] = [data[j], ctrl[j]]
     return out

@@ -13,6 +13,7 @@ from functools import cached_property
 
 from placeviz.graph import CONTROL
 from placeviz.op_kinds import VARIABLE_OPS
+from placeviz.render.collapse import CollapseMemo, quotient_edges
 from placeviz.render.roles import RoleCache, device_colors, short_device
 from placeviz.sizes import bytes_at_least, human_bytes, transfers_text  # noqa: F401 - the views import human_bytes from here
 
@@ -43,6 +44,22 @@ class ViewContext:
         self.devices: list[str] = [d or NO_DEVICE for d in raw]
         self.roles = RoleCache()
         self.colors = device_colors([d for d in set(self.devices)])
+        self._collapse_memos: dict[str, CollapseMemo] = {}
+        self._per_group: dict[tuple[int, str], tuple] = {}
+
+    def collapse_memo(self, view: str) -> CollapseMemo:
+        """``view``'s :class:`~placeviz.render.collapse.CollapseMemo`: its builds at other budgets
+        (``placeviz render`` fitting a picture to the screen) reuse what the first one found."""
+        return self._collapse_memos.setdefault(view, CollapseMemo())
+
+    def per_group(self, group, what: str, compute):
+        """``compute()``, a fact ``what`` about one collapsed group (its role counts, its top op
+        types), computed once per group: the builds that share a collapse memo share its groups."""
+        key = (id(group), what)
+        hit = self._per_group.get(key)
+        if hit is None or hit[0] is not group:  # the group is held here, so its id is not reused
+            hit = self._per_group[key] = (group, compute())
+        return hit[1]
 
     @cached_property
     def device_list(self) -> list[str]:
@@ -92,18 +109,12 @@ class ViewContext:
 
     @cached_property
     def cross_device_edges(self) -> Counter:
-        """(src device, dst device) -> graph edges between them (data and control)."""
-        g = self.graph
-        devices = self.devices
-        in_start, in_src = g.in_start, g.in_src
-        out: Counter = Counter()
-        for i in range(len(g)):
-            d = devices[i]
-            for k in range(in_start[i], in_start[i + 1]):
-                s = devices[in_src[k]]
-                if s != d:
-                    out[(s, d)] += 1
-        return out
+        """(src device, dst device) -> graph edges between them (data and control), in the order of
+        their first edge: the devices as the boxes of :func:`~placeviz.render.collapse.quotient_edges`."""
+        code = {d: k for k, d in enumerate(self.device_list)}
+        pairs = quotient_edges(self.graph, range(len(self.graph)), [code[d] for d in self.devices])
+        devices = self.device_list
+        return Counter({(devices[a], devices[b]): data + control for (a, b), (data, control) in pairs.items()})
 
     def step_note(self) -> str:
         """One line on what the byte counts mean (or why there are none)."""

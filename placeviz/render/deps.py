@@ -78,7 +78,7 @@ def build_deps(ctx: ViewContext, focus: int, depth: int | None, budget: int) -> 
                         f"{len(nodes):,} ops", rankdir="TB")
     neighbours = [i for i in nodes if up.get(i) == 1 or down.get(i) == 1][:PINNED_NEIGHBOURS]
     started = time.perf_counter()
-    c = collapse(names, nodes, ctx.devices, budget, pinned=[focus, *neighbours])
+    c = collapse(names, nodes, ctx.devices, budget, pinned=[focus, *neighbours], memo=ctx.collapse_memo("deps"))
     d.stats["collapse_seconds"] = time.perf_counter() - started
     chief = chief_only(ctx)
     keys = [("box", b) for b in range(len(c.groups))]

@@ -46,7 +46,7 @@ def group_box(ctx: ViewContext, group, key, cluster, counts: Counter, name: str)
     kinds = " · ".join(f"{c:,} {ROLE_SHORT[r]}" for r, c in sorted(counts.items(), key=lambda rc: (-rc[1], rc[0]))[:3])
     scopes = f" ({group.scopes:,} scopes)" if group.scopes > 1 else ""
     label = f"{name}{scopes}\n{n:,} ops: {kinds}"
-    top_ops = Counter(ops[i] for i in group.members).most_common(6)
+    top_ops = ctx.per_group(group, "top ops", lambda: Counter(ops[i] for i in group.members).most_common(6))
     tip = (f"{group.label(names)}{scopes} on {group.owner}: {n:,} ops; "
            + ", ".join(f"{c:,} {ROLE_LABEL[r]}" for r, c in sorted(counts.items()))
            + "; top op types: " + ", ".join(f"{op} {c:,}" for op, c in top_ops))
@@ -93,13 +93,14 @@ def build_devices(ctx: ViewContext, budget: int, focus: int | None = None) -> Di
     d = Diagram("devices", f"{ctx.pipe.model.source}: ops per device, collapsed by name scope "
                            f"({len(g):,} ops)")
     started = time.perf_counter()
-    c = collapse(g.names, range(len(g)), ctx.devices, budget)
+    c = collapse(g.names, range(len(g)), ctx.devices, budget, memo=ctx.collapse_memo("devices"))
     d.stats["collapse_seconds"] = time.perf_counter() - started
     clusters = device_clusters(ctx, d)
     keys = [("box", ctx.devices[grp.members[0]], b) for b, grp in enumerate(c.groups)]
     box_names = name_clusters(ctx, d, c.groups, clusters)
     for b, grp in enumerate(c.groups):
-        box = group_box(ctx, grp, keys[b], clusters[grp.owner], role_counts(grp, g.ops, ctx.roles), box_names[b])
+        counts = ctx.per_group(grp, "roles", lambda grp=grp: role_counts(grp, g.ops, ctx.roles))
+        box = group_box(ctx, grp, keys[b], clusters[grp.owner], counts, box_names[b])
         if focus is not None and c.box_of[focus] == b:
             box.border, box.penwidth = FOCUS_COLOR, 3.0
         d.boxes.append(box)

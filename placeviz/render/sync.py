@@ -143,7 +143,8 @@ def build_sync(ctx: ViewContext, budget: int) -> Diagram:
     verdict = {index[v["name"]]: v["verdict"] for v in proof.variables if v["name"] in index}
 
     started = time.perf_counter()
-    c = collapse(g.names, nodes, ctx.devices, budget, pinned=sorted(bad)[:PINNED_VIOLATION_OPS])
+    c = collapse(g.names, nodes, ctx.devices, budget, pinned=sorted(bad)[:PINNED_VIOLATION_OPS],
+                 memo=ctx.collapse_memo("sync"))
     d.stats["collapse_seconds"] = time.perf_counter() - started
     for i, j in hidden.items():  # a hidden op is shown by the box of the op that stands for it
         c.box_of[i] = c.box_of[j]

@@ -41,17 +41,52 @@ def parsed(device: str):
     return parse_full_name(device)
 
 
+_JOBS: dict[str, str | None] = {}
+_TASKS: dict[str, str | None] = {}
+_MEMO_LIMIT = 100_000
+"""Distinct device strings remembered by :func:`job_of`/:func:`task_of` (a graph has a handful;
+rules ask once per node)."""
+
+
 def job_of(device: str) -> str | None:
-    p = parsed(device)
-    return p.job if p is not None else None
+    job = _JOBS.get(device, False)
+    if job is False:
+        p = parsed(device)
+        job = p.job if p is not None else None
+        if len(_JOBS) >= _MEMO_LIMIT:
+            _JOBS.clear()
+        _JOBS[device] = job
+    return job
 
 
 def task_of(device: str) -> str | None:
     """``/job:J/task:T`` of a device (None without a job; a missing task index reads as 0)."""
-    p = parsed(device)
-    if p is None or p.job is None:
-        return None
-    return f"/job:{p.job}/task:{p.task or 0}"
+    task = _TASKS.get(device, False)
+    if task is False:
+        p = parsed(device)
+        task = None if p is None or p.job is None else f"/job:{p.job}/task:{p.task or 0}"
+        if len(_TASKS) >= _MEMO_LIMIT:
+            _TASKS.clear()
+        _TASKS[device] = task
+    return task
+
+
+def nodes_by_device(ctx, devices: list[str]) -> dict[str, list[int]]:
+    """Device string -> the ids of the nodes on it (ascending), devices in order of their first
+    node; ``devices`` is ``ctx.graph.devices`` (as requested) or :func:`effective_devices`.
+
+    Built once per list and shared: a rule that judges devices judges each distinct string once
+    (a graph has a handful) instead of parsing one per node.
+    """
+    from placeviz.lint.api import ids_by_value
+
+    built = _cache(ctx).setdefault("nodes_by_device", [])
+    for seen, index in built:
+        if seen is devices:
+            return index
+    index = ids_by_value(devices)
+    built.append((devices, index))
+    return index
 
 
 def effective_devices(ctx) -> list[str]:
@@ -172,10 +207,10 @@ def worker_task(ctx) -> str | None:
     cache = _cache(ctx)
     if "worker_task" not in cache:
         counts: dict[str, int] = {}
-        for d in effective_devices(ctx):
+        for d, ids in nodes_by_device(ctx, effective_devices(ctx)).items():
             if job_of(d) in WORKER_JOBS:
                 t = task_of(d)
-                counts[t] = counts.get(t, 0) + 1
+                counts[t] = counts.get(t, 0) + len(ids)
         cache["worker_task"] = max(counts, key=lambda t: (counts[t], t)) if counts else None
     return cache["worker_task"]
 

@@ -75,16 +75,13 @@ def _check_strings(ctx):
 
 def _check_slots(ctx):
     """The graph is indexed (names resolve): only output indices can still be wrong."""
-    graph = ctx.raw.graph
-    in_src, in_slot, in_start = graph.in_src, graph.in_slot, graph.in_start
-    candidates = [k for k, s in enumerate(in_slot) if s > 0]
-    if not candidates:
-        return
-    from bisect import bisect_right
+    import numpy as np
 
-    for k in candidates:
-        src, slot = in_src[k], in_slot[k]
-        dst = bisect_right(in_start, k) - 1
+    graph = ctx.raw.graph
+    in_src, in_dst, in_slot = graph.edge_arrays
+    candidates = np.flatnonzero(in_slot > 0)  # the edges reading an output other than 0
+    for src, dst, slot in zip(in_src[candidates].tolist(), in_dst[candidates].tolist(), in_slot[candidates].tolist(),
+                              strict=True):
         text = f"{graph.names[src]}:{slot}"
         message = _slot_problem(ctx, src, slot, text, graph.names[dst])
         if message:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from placeviz.devices import DeviceSpecError, canonical_device
 from placeviz.lint import Rule
+from placeviz.rules._common import nodes_by_device
 
 RULE = Rule(
     id="PV101",
@@ -42,17 +43,14 @@ Write the device as `/job:<job>/replica:<r>/task:<t>/device:<TYPE>:<id>` (any pr
 
 def check(ctx):
     g = ctx.graph
-    first: dict[str, int] = {}
-    count: dict[str, int] = {}
-    for i, d in enumerate(g.devices):
-        if d:
-            count[d] = count.get(d, 0) + 1
-            first.setdefault(d, i)
-    for device, i in first.items():
+    for device, ids in nodes_by_device(ctx, g.devices).items():
+        if not device:
+            continue
+        i = ids[0]
         try:
             canonical_device(device)
         except DeviceSpecError as e:
-            others = count[device] - 1
+            others = len(ids) - 1
             yield ctx.finding(
                 RULE, i,
                 f"node {g.names[i]!r} has device {device!r}, which TensorFlow cannot parse ({e})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from itertools import chain, repeat
 
 from placeviz.devices import DeviceMergeError, DeviceSpecError, ParsedName, merge_dev_names, parse_full_name
 from placeviz.lint import Rule
@@ -94,18 +95,21 @@ def _one_request_per_group(g, requested: list[str]) -> bool:
     """
     import numpy as np
 
-    get = g.index.get
-    src: list[int] = []
-    dst: list[int] = []
-    for i, located in g.colocated_names.items():
-        for j in map(get, located):
-            if j is not None and j != i:
-                src.append(i)
-                dst.append(j)
-    if not src:
+    from placeviz.lint.api import value_codes
+
+    # The loc:@ edges (node, the op it names), other than to itself or to a missing op.
+    colocated = g.colocated_names
+    counts = np.fromiter(map(len, colocated.values()), dtype=np.int64, count=len(colocated))
+    src = np.repeat(np.fromiter(colocated, dtype=np.int64, count=len(colocated)), counts)
+    named = list(chain.from_iterable(colocated.values()))
+    dst = np.fromiter(map(g.index.get, named, repeat(-1, len(named))), dtype=np.int64, count=len(named))
+    keep = (dst >= 0) & (dst != src)
+    src, dst = src[keep], dst[keep]
+    if not len(src):
         return True
-    codes: dict[str, int] = {"": -1}
-    request = np.fromiter((codes.setdefault(d, len(codes)) for d in requested), dtype=np.int64, count=len(requested))
+    distinct, request = value_codes(requested)  # equal codes: equal requests; -1: no request
+    if "" in distinct:
+        request[request == distinct.index("")] = -1
     a, b = request[src], request[dst]
     if a.min() >= 0 and b.min() >= 0:  # no empty request joins a group: equal ends on every edge suffice
         return bool(np.array_equal(a, b))

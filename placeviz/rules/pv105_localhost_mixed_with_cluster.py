@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
-from placeviz.rules._common import job_of
+from placeviz.rules._common import job_of, nodes_by_device
 
 RULE = Rule(
     id="PV105",
@@ -41,15 +41,16 @@ Clear the devices of imported graphs (`clear_devices=True`) or rewrite `localhos
 
 def check(ctx):
     g = ctx.graph
-    jobs: dict[str, int] = {}
+    jobs: dict[str, int] = {}  # job -> its first node
     local = []
-    for i, d in enumerate(g.devices):
+    for d, ids in nodes_by_device(ctx, g.devices).items():
         job = job_of(d) if d else None
         if job is None:
             continue
-        jobs.setdefault(job, i)
+        jobs[job] = min(jobs.get(job, ids[0]), ids[0])
         if job == "localhost":
-            local.append(i)
+            local.extend(ids)
+    local.sort()
     others = sorted(j for j in jobs if j != "localhost")
     if not local or not others:
         return

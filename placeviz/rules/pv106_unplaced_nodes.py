@@ -5,7 +5,7 @@ from __future__ import annotations
 from placeviz.graph import CONTROL
 from placeviz.lint import Rule
 from placeviz.ops import DT_RESOURCE, REF_OFFSET
-from placeviz.rules._common import effective_devices, is_distributed
+from placeviz.rules._common import effective_devices, is_distributed, nodes_by_device
 
 RULE = Rule(
     id="PV106",
@@ -75,9 +75,7 @@ def check(ctx):
     g = ctx.graph
     devices = effective_devices(ctx)
     located = g.colocated_names
-    for i, d in enumerate(g.devices):
-        if d:
-            continue
+    for i in nodes_by_device(ctx, g.devices).get("", ()):
         others = [g.index[n] for n in located.get(i, ()) if n != g.names[i] and n in g.index]
         if others:
             continue  # colocated: reported at the node it follows (if that one is unplaced)

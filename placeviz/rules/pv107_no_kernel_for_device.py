@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
-from placeviz.rules._common import parsed
+from placeviz.rules._common import nodes_by_device, parsed
 
 RULE = Rule(
     id="PV107",
@@ -66,12 +66,14 @@ def check(ctx):
         table = load_op_table()
     g = ctx.graph
     complete = {t.upper(): t for t in table.kernel_device_types_complete}
-    for i, d in enumerate(g.devices):
-        if not d:
-            continue
+    pinned = []  # nodes whose requested device names a device type the table knows every kernel of
+    for d, ids in nodes_by_device(ctx, g.devices).items():
         p = parsed(d)
-        if p is None or p.type is None or p.type.upper() not in complete:
-            continue
+        if p is not None and p.type is not None and p.type.upper() in complete:
+            pinned.extend(ids)
+    for i in sorted(pinned):
+        d = g.devices[i]
+        p = parsed(d)
         dtype = complete[p.type.upper()]
         try:
             support = table.kernel_support(g.node_def(i), dtype)

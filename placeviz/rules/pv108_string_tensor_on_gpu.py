@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
-from placeviz.rules._common import parsed
+from placeviz.rules._common import nodes_by_device, parsed
 
 DT_STRING = 7
 
@@ -68,12 +68,15 @@ def check(ctx):
 
         table = load_op_table()
     g = ctx.graph
-    for i, d in enumerate(g.devices):
+    on_gpu = []
+    for d, ids in nodes_by_device(ctx, g.devices).items():
         if not d or "gpu" not in d.lower():
             continue
         p = parsed(d)
-        if p is None or p.type is None or p.type.upper() != "GPU":
-            continue
+        if p is not None and p.type is not None and p.type.upper() == "GPU":
+            on_gpu.extend(ids)
+    for i in sorted(on_gpu):
+        d = g.devices[i]
         try:
             out = table.output_types(g.node_def(i))
         except Exception:  # noqa: BLE001

@@ -64,8 +64,9 @@ def check(ctx):
     devices = effective_devices(ctx)
     m = ctx.machinery
     token_queues = {q.queue for q in m.token_queues} if m is not None else set()
-    for i, op in enumerate(g.ops):
-        if not _is_input_op(op) or job_of(devices[i]) != PS_JOB:
+    for i in ctx.nodes_by_op(*{op for op in set(g.ops) if _is_input_op(op)}):
+        op = g.ops[i]
+        if job_of(devices[i]) != PS_JOB:
             continue
         if i in token_queues or (op in QUEUE_OPS and ctx.attr_str(i, "shared_name") in SYNC_QUEUE_NAMES):
             continue

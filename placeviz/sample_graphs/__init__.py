@@ -82,6 +82,9 @@ def build_meta_graph(name: str, options: BuildOptions = DEFAULT_OPTIONS) -> Meta
     """Builds sample ``name`` and exports it as a MetaGraphDef, collections included."""
     import tensorflow as tf
 
-    graph = build_graph(name, options)
-    with graph.as_default():  # export_meta_graph refuses to run eagerly
-        return tf.compat.v1.train.export_meta_graph(graph=graph)
+    from placeviz.gcpause import gc_running
+
+    with gc_running():  # TF's graph building, not placeviz's (placeviz.gcpause)
+        graph = build_graph(name, options)
+        with graph.as_default():  # export_meta_graph refuses to run eagerly
+            return tf.compat.v1.train.export_meta_graph(graph=graph)

