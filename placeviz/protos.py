@@ -10,7 +10,8 @@ to, from ``tensorflow/core/framework/*.proto``, ``tensorflow/core/protobuf/*.pro
 installed TensorFlow (a kept message is kept whole, with TF's field numbers, types and options), and
 ``tests/test_protos.py`` checks that the shipped file is what the generator makes. Building the
 classes from descriptors costs a few milliseconds at import; ``import tensorflow`` costs seconds and
-~500 MB, and a copy of TF's protos from another package (TensorBoard's) costs an install of ~75 MB.
+~500 MB, and the copy of TF's protos in another package (TensorBoard's) cost an install of ~85 MB
+(tensorboard, its data server, grpcio, pillow and their dependencies).
 
 A private pool, TF's names. The descriptors go into their own ``DescriptorPool`` (:data:`POOL`),
 not protobuf's default pool: TF registers the same file names (``tensorflow/core/framework/

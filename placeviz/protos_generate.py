@@ -22,7 +22,9 @@ Output: a serialized ``google.protobuf.FileDescriptorSet``, files in dependency 
 the files it imports, ties by name), written with deterministic serialization: regenerating under
 the same TF and protobuf gives the same bytes (``tests/test_protos.py`` checks the shipped file).
 
-Usage: ``python -m placeviz.protos_generate [-o PATH]``.
+Usage: ``python -m placeviz.protos_generate [-o PATH]`` (or ``make protos``). The file is written
+with :func:`placeviz.io.atomic_write`, whose module loads the shipped set: if that file is missing
+or broken, restore it from git before regenerating.
 """
 
 from __future__ import annotations
