@@ -180,6 +180,17 @@ def test_tf_written_meta_graph_round_trips_with_its_collections(tf_written):
 
 
 @pytest.mark.tf
+def test_cli_reads_tfs_text_meta_graph_with_an_expanded_any(tf_written):
+    """TF prints ``MetaInfoDef.any_info`` expanded (``[type.googleapis.com/tensorflow.VariableDef]``);
+    the static core, which never imports TF, resolves that name in its own pool. (With
+    tensorboard's copies, named ``tensorboard.*``, this was a syntax error.)"""
+    proc = subprocess.run([sys.executable, "-m", "placeviz", "analyze", str(tf_written / "meta.pbtxt"), "--format", "json"],
+                          capture_output=True, text=True, timeout=120, cwd=tf_written)
+    assert proc.returncode == 0, proc.stderr
+    assert '"kind": "metagraph"' in proc.stdout
+
+
+@pytest.mark.tf
 @pytest.mark.parametrize("name", ["saved_v1", "saved_v2"])
 def test_tf_written_saved_models_round_trip(tf_written, name):
     ours, _ = _assert_reads_like_tf((tf_written / name / "saved_model.pb").read_bytes(), "tensorflow.SavedModel")
