@@ -31,6 +31,12 @@ lint: install
 docs: install
 	$(BIN)/placeviz rules --write-docs docs/rules
 
+# TF's proto descriptors the core reads (placeviz/data/tf_protos.binpb), from the installed TF;
+# tests/test_protos.py fails when they drift.
+.PHONY: protos
+protos: install
+	$(BIN)/python -m placeviz.protos_generate
+
 # The README's pictures (docs/images/*.png), rendered by placeviz from bundled samples; never drawn
 # by hand. Rendered from inside a temporary directory so their titles name the sample, not a path.
 IMAGES := $(CURDIR)/docs/images

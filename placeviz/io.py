@@ -296,7 +296,7 @@ def _parse_text(spec: str, text: str, msg, what: str):
     from google.protobuf import text_format  # text models only: a cold start reads binary ones
 
     try:
-        text_format.Parse(text, msg, allow_unknown_extension=True)
+        protos.parse_text(text, msg, allow_unknown_extension=True)
     except text_format.ParseError as e:
         raise LoadError(spec, f"text {what} syntax error at {e}") from None
     return msg
@@ -392,7 +392,7 @@ def _read_debug_info(path: Path):
     info = protos.GraphDebugInfo()
     try:
         if _looks_like_text(data):
-            text_format.Parse(data.decode("utf-8"), info)
+            protos.parse_text(data.decode("utf-8"), info)
         else:
             info.ParseFromString(data)
     except (UnicodeDecodeError, text_format.ParseError, pb_message.DecodeError, RuntimeError, ValueError):
@@ -793,7 +793,7 @@ def proto_bytes(message, path: str | os.PathLike) -> bytes:
     if Path(path).suffix.lower() in TEXT_SUFFIXES:
         from google.protobuf import text_format
 
-        return text_format.MessageToString(message).encode("utf-8")
+        return text_format.MessageToString(message, descriptor_pool=protos.POOL).encode("utf-8")
     return message.SerializeToString(deterministic=True)
 
 

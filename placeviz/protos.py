@@ -1,80 +1,90 @@
 """The TF-compatible proto classes placeviz uses everywhere, without importing TensorFlow.
 
-TensorBoard ships copies of TF's protos under ``tensorboard.compat.proto`` (package ``tensorboard``).
-They are wire-compatible with TensorFlow's own, import in a few milliseconds (``import tensorflow``
-costs seconds and ~500 MB), and can live in the same process as TF because their full names differ.
-Two messages TensorBoard does not ship (``SavedModel`` and ``QueueRunnerDef``) are declared here
-from their ``.proto`` definitions, on top of TensorBoard's ``MetaGraphDef``.
+Where they come from. ``placeviz/data/tf_protos.binpb`` is a ``FileDescriptorSet``: TF's own
+descriptors of the messages placeviz reads (``GraphDef``, ``NodeDef``, ``AttrValue``,
+``TensorProto``, ``FunctionDefLibrary``, ``GraphDebugInfo``, ``MetaGraphDef`` with
+``CollectionDef``/``SaverDef``/``SignatureDef``/``AssetFileDef``, ``SavedModel``,
+``QueueRunnerDef``, ``VariableDef``, ``OpDef``/``OpList``, ``DataType``...) and everything they refer
+to, from ``tensorflow/core/framework/*.proto``, ``tensorflow/core/protobuf/*.proto`` and
+``xla/tsl/protobuf/error_codes.proto``. :mod:`placeviz.protos_generate` writes it from the
+installed TensorFlow (a kept message is kept whole, with TF's field numbers, types and options), and
+``tests/test_protos.py`` checks that the shipped file is what the generator makes. Building the
+classes from descriptors costs a few milliseconds at import; ``import tensorflow`` costs seconds and
+~500 MB, and the copy of TF's protos in another package (TensorBoard's) cost an install of ~85 MB
+(tensorboard, its data server, grpcio, pillow and their dependencies).
 
-Parsing speed depends entirely on the protobuf backend: upb parses 140-190x faster than the
-pure-Python one, so :func:`check_backend` warns when only the latter is present.
+A private pool, TF's names. The descriptors go into their own ``DescriptorPool`` (:data:`POOL`),
+not protobuf's default pool: TF registers the same file names (``tensorflow/core/framework/
+graph.proto``...) in the default pool when it is imported, and two definitions of one name in one
+pool are an error, whichever comes first. In a pool of their own, placeviz's messages keep TF's
+package and full names (``tensorflow.GraphDef``), so everything that names a type reads as TF wrote
+it: ``google.protobuf.Any`` type URLs (``type.googleapis.com/tensorflow.SavedUserObject``) and the
+expanded ``[type.googleapis.com/tensorflow...] { ... }`` form in text format resolve in :data:`POOL`
+(pass ``descriptor_pool=POOL`` to ``text_format.Parse``, see :func:`parse_text`). What differs from
+TF: these are other classes, so a TF message and a placeviz one exchange bytes
+(``SerializeToString``/``ParseFromString``), never objects (``CopyFrom`` between them raises).
+
+Parsing speed depends entirely on the protobuf backend, not on the pool: upb parses messages of any
+pool with the same C parser, 140-190x faster than the pure-Python backend, so :func:`check_backend`
+warns when only the latter is present.
 """
 
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 from google.protobuf.internal import api_implementation
-from tensorboard.compat.proto import (
-    attr_value_pb2,
-    graph_pb2,
-    meta_graph_pb2,
-    node_def_pb2,
-    op_def_pb2,
-    tensor_shape_pb2,
-    types_pb2,
-    variable_pb2,
-)
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
-GraphDef = graph_pb2.GraphDef
-NodeDef = node_def_pb2.NodeDef
-AttrValue = attr_value_pb2.AttrValue
-MetaGraphDef = meta_graph_pb2.MetaGraphDef
-CollectionDef = meta_graph_pb2.CollectionDef
-VariableDef = variable_pb2.VariableDef
-OpDef = op_def_pb2.OpDef
-OpList = op_def_pb2.OpList
-TensorShapeProto = tensor_shape_pb2.TensorShapeProto
-DataType = types_pb2.DataType
-GraphDebugInfo = message_factory.GetMessageClass(GraphDef.DESCRIPTOR.fields_by_name["debug_info"].message_type)
+DESCRIPTOR_SET = Path(__file__).resolve().parent / "data" / "tf_protos.binpb"
+"""The shipped ``FileDescriptorSet`` (written by :mod:`placeviz.protos_generate`)."""
+
+
+def _load_pool(data: bytes) -> descriptor_pool.DescriptorPool:
+    """A new pool holding the files of a serialized ``FileDescriptorSet`` (imports before importers)."""
+    pool = descriptor_pool.DescriptorPool()
+    for file in descriptor_pb2.FileDescriptorSet.FromString(data).file:
+        pool.Add(file)
+    return pool
+
+
+POOL = _load_pool(DESCRIPTOR_SET.read_bytes())
+"""placeviz's private pool of TF's descriptors (package ``tensorflow``)."""
+
+
+def message_class(full_name: str) -> type:
+    """The class of TF message ``full_name`` (``tensorflow.GraphDef``) in :data:`POOL`."""
+    return message_factory.GetMessageClass(POOL.FindMessageTypeByName(full_name))
+
+
+def parse_text(text: str, message, **kwargs):
+    """``text_format.Parse`` resolving ``Any`` type URLs in :data:`POOL` (where TF's names live)."""
+    return text_format.Parse(text, message, descriptor_pool=POOL, **kwargs)
+
+
+GraphDef = message_class("tensorflow.GraphDef")
+NodeDef = message_class("tensorflow.NodeDef")
+AttrValue = message_class("tensorflow.AttrValue")
+TensorProto = message_class("tensorflow.TensorProto")
+TensorShapeProto = message_class("tensorflow.TensorShapeProto")
+FunctionDefLibrary = message_class("tensorflow.FunctionDefLibrary")
+VersionDef = message_class("tensorflow.VersionDef")
+GraphDebugInfo = message_class("tensorflow.GraphDebugInfo")
 """``GraphDef.debug_info`` (field 5): TF's ``GraphDebugInfo``, the ops' creation stacks (placeviz.sources)."""
-
-
-def _declare_missing_messages():
-    """Declare ``tensorboard.SavedModel`` and ``tensorboard.QueueRunnerDef`` (TF field numbers)."""
-    pool = descriptor_pool.Default()
-    name = "placeviz/extra_tf_protos.proto"
-    try:
-        pool.FindFileByName(name)
-    except KeyError:
-        fdp = descriptor_pb2.FileDescriptorProto(
-            name=name,
-            package="tensorboard",
-            syntax="proto3",
-            dependency=[meta_graph_pb2.DESCRIPTOR.name],
-        )
-        F = descriptor_pb2.FieldDescriptorProto
-        saved = fdp.message_type.add(name="SavedModel")
-        saved.field.add(name="saved_model_schema_version", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
-        saved.field.add(
-            name="meta_graphs", number=2, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
-            type_name=".tensorboard.MetaGraphDef",
-        )
-        qr = fdp.message_type.add(name="QueueRunnerDef")
-        qr.field.add(name="queue_name", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
-        qr.field.add(name="enqueue_op_name", number=2, type=F.TYPE_STRING, label=F.LABEL_REPEATED)
-        qr.field.add(name="close_op_name", number=3, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
-        qr.field.add(name="cancel_op_name", number=4, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
-        # repeated tensorflow.error.Code (an enum): the same varints on the wire as int32
-        qr.field.add(name="queue_closed_exception_types", number=5, type=F.TYPE_INT32, label=F.LABEL_REPEATED)
-        pool.Add(fdp)
-    saved_cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorboard.SavedModel"))
-    qr_cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorboard.QueueRunnerDef"))
-    return saved_cls, qr_cls
-
-
-SavedModel, QueueRunnerDef = _declare_missing_messages()
+MetaGraphDef = message_class("tensorflow.MetaGraphDef")
+CollectionDef = message_class("tensorflow.CollectionDef")
+SignatureDef = message_class("tensorflow.SignatureDef")
+SaverDef = message_class("tensorflow.SaverDef")
+AssetFileDef = message_class("tensorflow.AssetFileDef")
+SavedModel = message_class("tensorflow.SavedModel")
+QueueRunnerDef = message_class("tensorflow.QueueRunnerDef")
+VariableDef = message_class("tensorflow.VariableDef")
+OpDef = message_class("tensorflow.OpDef")
+OpList = message_class("tensorflow.OpList")
+DataType = EnumTypeWrapper(POOL.FindEnumTypeByName("tensorflow.DataType"))
+"""TF's ``DataType`` enum: ``DataType.Value("DT_FLOAT") == 1``, ``DataType.Name(1) == "DT_FLOAT"``."""
 
 
 def backend() -> str:
@@ -102,13 +112,13 @@ def check_backend() -> None:
 # Byte sizes of DataType values (TF's DataTypeSize). Ref types (value + 100) have their base size.
 # String, resource and variant have no fixed size: None.
 DTYPE_SIZE: dict[int, int | None] = {
-    types_pb2.DT_FLOAT: 4, types_pb2.DT_DOUBLE: 8, types_pb2.DT_INT32: 4, types_pb2.DT_UINT8: 1,
-    types_pb2.DT_INT16: 2, types_pb2.DT_INT8: 1, types_pb2.DT_STRING: None, types_pb2.DT_COMPLEX64: 8,
-    types_pb2.DT_INT64: 8, types_pb2.DT_BOOL: 1, types_pb2.DT_QINT8: 1, types_pb2.DT_QUINT8: 1,
-    types_pb2.DT_QINT32: 4, types_pb2.DT_BFLOAT16: 2, types_pb2.DT_QINT16: 2, types_pb2.DT_QUINT16: 2,
-    types_pb2.DT_UINT16: 2, types_pb2.DT_COMPLEX128: 16, types_pb2.DT_HALF: 2,
-    types_pb2.DT_RESOURCE: None, types_pb2.DT_VARIANT: None, types_pb2.DT_UINT32: 4,
-    types_pb2.DT_UINT64: 8,
+    DataType.DT_FLOAT: 4, DataType.DT_DOUBLE: 8, DataType.DT_INT32: 4, DataType.DT_UINT8: 1,
+    DataType.DT_INT16: 2, DataType.DT_INT8: 1, DataType.DT_STRING: None, DataType.DT_COMPLEX64: 8,
+    DataType.DT_INT64: 8, DataType.DT_BOOL: 1, DataType.DT_QINT8: 1, DataType.DT_QUINT8: 1,
+    DataType.DT_QINT32: 4, DataType.DT_BFLOAT16: 2, DataType.DT_QINT16: 2, DataType.DT_QUINT16: 2,
+    DataType.DT_UINT16: 2, DataType.DT_COMPLEX128: 16, DataType.DT_HALF: 2,
+    DataType.DT_RESOURCE: None, DataType.DT_VARIANT: None, DataType.DT_UINT32: 4,
+    DataType.DT_UINT64: 8,
 }
 
 
@@ -122,7 +132,7 @@ def dtype_name(dtype: int) -> str:
     ref = dtype > 100
     base = dtype - 100 if ref else dtype
     try:
-        enum_name = types_pb2.DataType.Name(base)
+        enum_name = DataType.Name(base)
     except ValueError:
         return f"dtype_{dtype}"
     short = _SHORT_DTYPE_NAMES.get(enum_name, enum_name[3:].lower())

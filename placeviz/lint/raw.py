@@ -17,7 +17,7 @@ from pathlib import Path
 from google.protobuf import message as pb_message
 from google.protobuf import text_format
 
-from placeviz.protos import GraphDef, MetaGraphDef, SavedModel
+from placeviz.protos import GraphDef, MetaGraphDef, SavedModel, parse_text
 
 TEXT_SUFFIXES = {".pbtxt", ".pbtx", ".prototxt", ".txt"}
 # TF's rule for node names: a file whose "names" break it is corrupt, not a graph with findings.
@@ -123,7 +123,7 @@ def _from_text(data: bytes) -> GraphDef | None:
     for cls in (GraphDef, MetaGraphDef, SavedModel):
         msg = cls()
         try:
-            text_format.Parse(text, msg, allow_unknown_extension=True)
+            parse_text(text, msg, allow_unknown_extension=True)
         except text_format.ParseError:
             continue
         graph_def = _graph_def_of(msg, None)
@@ -150,7 +150,7 @@ def _saved_model_graph(directory: Path, tag: str | None) -> GraphDef | None:
             if name.endswith(".pbtxt"):
                 saved = SavedModel()
                 try:
-                    text_format.Parse(data.decode("utf-8", "replace"), saved, allow_unknown_extension=True)
+                    parse_text(data.decode("utf-8", "replace"), saved, allow_unknown_extension=True)
                 except text_format.ParseError:
                     return None
                 return _graph_def_of(saved, tag)

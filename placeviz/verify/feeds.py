@@ -35,10 +35,13 @@ def _default_value(graph: Graph, name: str) -> np.ndarray | None:
     const = graph.node_def(graph.index[src])
     if const.op != "Const" or "value" not in const.attr:
         return None
-    from tensorboard.util import tensor_util
+    # verify always runs with TensorFlow: TF's own decoding of a TensorProto (MakeNdarray,
+    # tensorflow/python/framework/tensor_util.py), handed the bytes of placeviz's message.
+    import tensorflow as tf  # noqa: PLC0415
+    from tensorflow.core.framework.tensor_pb2 import TensorProto  # noqa: PLC0415
 
     try:
-        return np.asarray(tensor_util.make_ndarray(const.attr["value"].tensor))
+        return np.asarray(tf.make_ndarray(TensorProto.FromString(const.attr["value"].tensor.SerializeToString())))
     except Exception:  # noqa: BLE001 - an odd constant: fall back to the declared shape
         return None
 
