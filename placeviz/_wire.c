@@ -963,12 +963,358 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ encode_added */
+
+/* A growable output buffer for one NodeDef at a time. */
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+} Buf;
+
+static int buf_room(Buf *b, size_t extra)
+{
+    if (b->len + extra <= b->cap) return 1;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra) cap *= 2;
+    uint8_t *p = PyMem_Realloc(b->p, cap);
+    if (!p) { PyErr_NoMemory(); return 0; }
+    b->p = p;
+    b->cap = cap;
+    return 1;
+}
+
+static void buf_varint(Buf *b, uint64_t v)
+{
+    b->len = (size_t)(put_varint(b->p + b->len, v) - b->p);
+}
+
+static void buf_raw(Buf *b, const void *data, size_t n)
+{
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+}
+
+/* A string field (one-byte tag): `pre`, a '.' when `fix` and the name starts with '_' (placeviz.
+ * partition._importable_name), the name, then `suf`. */
+static int buf_name_field(Buf *b, uint8_t tag, const char *pre, size_t prelen, int fix, const char *s, size_t len,
+                          const char *suf, size_t suflen)
+{
+    size_t dot = (fix && len && s[0] == '_') ? 1 : 0;
+    size_t total = prelen + dot + len + suflen;
+    if (!buf_room(b, 1 + 10 + total)) return 0;
+    b->p[b->len++] = tag;
+    buf_varint(b, total);
+    buf_raw(b, pre, prelen);
+    if (dot) b->p[b->len++] = '.';
+    buf_raw(b, s, len);
+    buf_raw(b, suf, suflen);
+    return 1;
+}
+
+/* One NodeDef.attr map entry (field 5): key (field 1), AttrValue (field 2) holding `value`, the
+ * already encoded AttrValue fields. */
+static int buf_attr(Buf *b, const char *key, const uint8_t *value, size_t vlen)
+{
+    size_t klen = strlen(key);
+    size_t entry = 1 + varint_size(klen) + klen + 1 + varint_size(vlen) + vlen;
+    if (!buf_room(b, 1 + 10 + entry)) return 0;
+    b->p[b->len++] = 0x2a;
+    buf_varint(b, entry);
+    b->p[b->len++] = 0x0a;
+    buf_varint(b, klen);
+    buf_raw(b, key, klen);
+    b->p[b->len++] = 0x12;
+    buf_varint(b, vlen);
+    buf_raw(b, value, vlen);
+    return 1;
+}
+
+/* An attr whose AttrValue is one varint field (`number`: 3 i, 5 b, 6 type), as protobuf writes an
+ * int64 (negative: ten bytes, two's complement). */
+static int buf_varint_attr(Buf *b, const char *key, int number, uint64_t v)
+{
+    uint8_t av[11];
+    av[0] = (uint8_t)(number << 3);
+    size_t n = (size_t)(put_varint(av + 1, v) - av);
+    return buf_attr(b, key, av, n);
+}
+
+/* An attr whose AttrValue is `s` (field 2). */
+static int buf_string_attr(Buf *b, const char *key, const char *s, size_t len)
+{
+    size_t klen = strlen(key);
+    size_t av = 1 + varint_size(len) + len;
+    size_t entry = 1 + varint_size(klen) + klen + 1 + varint_size(av) + av;
+    if (!buf_room(b, 1 + 10 + entry)) return 0;
+    b->p[b->len++] = 0x2a;
+    buf_varint(b, entry);
+    b->p[b->len++] = 0x0a;
+    buf_varint(b, klen);
+    buf_raw(b, key, klen);
+    b->p[b->len++] = 0x12;
+    buf_varint(b, av);
+    b->p[b->len++] = 0x12;
+    buf_varint(b, len);
+    buf_raw(b, s, len);
+    return 1;
+}
+
+/* Slot names of placeviz.partition._New, interned at import. */
+static PyObject *str_name, *str_op, *str_kind, *str_inputs, *str_meta, *str_dev, *str_dtype, *str_copy_of;
+
+static const char *utf8_of(PyObject *s, Py_ssize_t *len)
+{
+    if (!PyUnicode_Check(s)) {
+        PyErr_SetString(PyExc_TypeError, "a node name is not a str");
+        return NULL;
+    }
+    return PyUnicode_AsUTF8AndSize(s, len);
+}
+
+/* The name of node `s`: an original's from `names`, an added node's from its `name` slot (the
+ * object keeps the string alive). */
+static const char *node_name(PyObject *names, PyObject *added, Py_ssize_t n, long s, Py_ssize_t *len)
+{
+    if (s >= 0 && s < n && s < PyList_GET_SIZE(names)) return utf8_of(PyList_GET_ITEM(names, s), len);
+    if (s >= n && s - n < PyList_GET_SIZE(added)) {
+        PyObject *name = PyObject_GetAttr(PyList_GET_ITEM(added, s - n), str_name);
+        if (!name) return NULL;
+        const char *p = utf8_of(name, len);
+        Py_DECREF(name);
+        return p;
+    }
+    PyErr_SetString(PyExc_IndexError, "an input names no node");
+    return NULL;
+}
+
+static long long_attr(PyObject *obj, PyObject *attr, int *ok)
+{
+    PyObject *v = PyObject_GetAttr(obj, attr);
+    if (!v) { *ok = 0; return 0; }
+    long x = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred()) *ok = 0;
+    return x;
+}
+
+enum { ADDED_OTHER, ADDED_SEND, ADDED_RECV, ADDED_CTRL_CONST, ADDED_CTRL_IDENTITY };
+
+/* Which added nodes are written here: _Send/_Recv (and their host forms) and the control
+ * transfers' Const/Identity, unless they copy an original (replicated Consts). */
+static int added_kind(PyObject *a, int *kind)
+{
+    int ok = 1;
+    long copy_of = long_attr(a, str_copy_of, &ok);
+    if (!ok) return 0;
+    *kind = ADDED_OTHER;
+    if (copy_of >= 0) return 1;
+    PyObject *op = PyObject_GetAttr(a, str_op);
+    if (!op) return 0;
+    PyObject *k = PyObject_GetAttr(a, str_kind);
+    if (!k) { Py_DECREF(op); return 0; }
+    if (PyUnicode_Check(op) && PyUnicode_Check(k)) {
+        if (!PyUnicode_CompareWithASCIIString(op, "_Send") || !PyUnicode_CompareWithASCIIString(op, "_HostSend"))
+            *kind = ADDED_SEND;
+        else if (!PyUnicode_CompareWithASCIIString(op, "_Recv") || !PyUnicode_CompareWithASCIIString(op, "_HostRecv"))
+            *kind = ADDED_RECV;
+        else if (!PyUnicode_CompareWithASCIIString(k, "ctrl_const"))
+            *kind = ADDED_CTRL_CONST;
+        else if (!PyUnicode_CompareWithASCIIString(k, "ctrl_identity"))
+            *kind = ADDED_CTRL_IDENTITY;
+    }
+    Py_DECREF(op);
+    Py_DECREF(k);
+    return 1;
+}
+
+/* Fields 1-4 of an added node: fixed name, op, inputs ("^src", "src", "src:slot"), device. */
+static int buf_head(Buf *b, PyObject *a, PyObject *names, PyObject *added, Py_ssize_t n, PyObject *dev_names)
+{
+    Py_ssize_t len;
+    int ok = 1;
+    PyObject *v = PyObject_GetAttr(a, str_name);
+    if (!v) return 0;
+    const char *s = utf8_of(v, &len);
+    ok = s && buf_name_field(b, 0x0a, "", 0, 1, s, (size_t)len, "", 0);
+    Py_DECREF(v);
+    if (!ok) return 0;
+    v = PyObject_GetAttr(a, str_op);
+    if (!v) return 0;
+    s = utf8_of(v, &len);
+    ok = s && buf_name_field(b, 0x12, "", 0, 0, s, (size_t)len, "", 0);
+    Py_DECREF(v);
+    if (!ok) return 0;
+    v = PyObject_GetAttr(a, str_inputs);
+    if (!v) return 0;
+    PyObject *inputs = PySequence_Fast(v, "inputs must be a sequence");
+    Py_DECREF(v);
+    if (!inputs) return 0;
+    for (Py_ssize_t k = 0; ok && k < PySequence_Fast_GET_SIZE(inputs); k++) {
+        PyObject *pair = PySequence_Fast(PySequence_Fast_GET_ITEM(inputs, k), "an input must be a pair");
+        if (!pair) { ok = 0; break; }
+        if (PySequence_Fast_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_ValueError, "an input must be a pair");
+            Py_DECREF(pair);
+            ok = 0;
+            break;
+        }
+        long src = PyLong_AsLong(PySequence_Fast_GET_ITEM(pair, 0));
+        long slot = PyLong_AsLong(PySequence_Fast_GET_ITEM(pair, 1));
+        Py_DECREF(pair);
+        if (PyErr_Occurred()) { ok = 0; break; }
+        s = node_name(names, added, n, src, &len);
+        if (!s) { ok = 0; break; }
+        char suf[24];
+        size_t suflen = 0;
+        if (slot > 0) suflen = (size_t)snprintf(suf, sizeof suf, ":%ld", slot);
+        ok = buf_name_field(b, 0x1a, "^", slot == -1 ? 1 : 0, 1, s, (size_t)len, suf, suflen);
+    }
+    Py_DECREF(inputs);
+    if (!ok) return 0;
+    long dev = long_attr(a, str_dev, &ok);
+    if (!ok) return 0;
+    if (dev < 0 || dev >= PyList_GET_SIZE(dev_names)) {
+        PyErr_SetString(PyExc_IndexError, "a device index out of range");
+        return 0;
+    }
+    PyObject *d = PyList_GET_ITEM(dev_names, dev);
+    if (!buf_room(b, 1 + 10 + (size_t)PyBytes_GET_SIZE(d))) return 0;
+    b->p[b->len++] = 0x22;
+    buf_varint(b, (uint64_t)PyBytes_GET_SIZE(d));
+    buf_raw(b, PyBytes_AS_STRING(d), (size_t)PyBytes_GET_SIZE(d));
+    return 1;
+}
+
+static int buf_str_attr_obj(Buf *b, const char *key, PyObject *s)
+{
+    Py_ssize_t len;
+    const char *p = utf8_of(s, &len);
+    return p && buf_string_attr(b, key, p, (size_t)len);
+}
+
+/* The attrs of a _Send/_Recv, in the key order of protobuf's deterministic serialization
+ * (placeviz.partition._Partitioner._encode_transfer is the reference). */
+static int buf_transfer_attrs(Buf *b, PyObject *a, int is_send, PyObject *dev_names, PyObject *incarnations)
+{
+    int ok = 1;
+    PyObject *meta = PyObject_GetAttr(a, str_meta);
+    if (!meta) return 0;
+    if (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) != 6) {
+        PyErr_SetString(PyExc_ValueError, "a transfer's meta must be a 6-tuple");
+        Py_DECREF(meta);
+        return 0;
+    }
+    PyObject *tname = PyTuple_GET_ITEM(meta, 0), *src = PyTuple_GET_ITEM(meta, 3), *dst = PyTuple_GET_ITEM(meta, 4);
+    long sdev = PyLong_AsLong(PyTuple_GET_ITEM(meta, 1)), rdev = PyLong_AsLong(PyTuple_GET_ITEM(meta, 2));
+    int client = PyObject_IsTrue(PyTuple_GET_ITEM(meta, 5));
+    long dtype = long_attr(a, str_dtype, &ok);
+    Py_ssize_t n_dev = PyList_GET_SIZE(dev_names);
+    if (!ok || client < 0 || PyErr_Occurred()) goto fail;
+    if (sdev < 0 || sdev >= n_dev || rdev < 0 || rdev >= n_dev || sdev >= PyList_GET_SIZE(incarnations)) {
+        PyErr_SetString(PyExc_IndexError, "a transfer's device index out of range");
+        goto fail;
+    }
+    uint64_t inc = (uint64_t)PyLong_AsUnsignedLongLongMask(PyList_GET_ITEM(incarnations, sdev));
+    if (PyErr_Occurred()) goto fail;
+    if (is_send && !buf_varint_attr(b, "T", 6, (uint64_t)(int64_t)dtype)) goto fail;
+    if (src != Py_None) {
+        /* "_dst" sorts before "_src" */
+        if (!buf_str_attr_obj(b, "_dst", dst) || !buf_str_attr_obj(b, "_src", src)) goto fail;
+    }
+    PyObject *rd = PyList_GET_ITEM(dev_names, rdev), *sd = PyList_GET_ITEM(dev_names, sdev);
+    /* upb sorts a longer key before its prefix (upb/message/internal/map_sorter.c) */
+    if (!buf_varint_attr(b, "client_terminated", 5, (uint64_t)client) ||
+        !buf_string_attr(b, "recv_device", PyBytes_AS_STRING(rd), (size_t)PyBytes_GET_SIZE(rd)) ||
+        !buf_varint_attr(b, "send_device_incarnation", 3, inc) ||
+        !buf_string_attr(b, "send_device", PyBytes_AS_STRING(sd), (size_t)PyBytes_GET_SIZE(sd)) ||
+        !buf_str_attr_obj(b, "tensor_name", tname))
+        goto fail;
+    if (!is_send && !buf_varint_attr(b, "tensor_type", 6, (uint64_t)(int64_t)dtype)) goto fail;
+    Py_DECREF(meta);
+    return 1;
+fail:
+    Py_DECREF(meta);
+    return 0;
+}
+
+PyDoc_STRVAR(encode_added_doc,
+"encode_added(ids, n, added, names, device_names, incarnations, skip, fallback, const_attrs,\n"
+"             identity_attrs) -> list[bytes]\n\n"
+"The serialized NodeDef of each node of ids, in order, as placeviz.partition writes a partition\n"
+"(importable names): added _Send/_Recv/_HostSend/_HostRecv and control-transfer Const/Identity\n"
+"nodes (ids >= n, items of added, not copies) are written here in protobuf's deterministic byte\n"
+"order; every other node, and any id in skip, is fallback(id). names: the original nodes' names;\n"
+"device_names: bytes per device index; incarnations: send_device_incarnation per device index;\n"
+"const_attrs/identity_attrs: the encoded attr fields of a control Const/Identity.");
+
+static PyObject *encode_added(PyObject *self, PyObject *args)
+{
+    PyObject *ids, *added, *names, *dev_names, *incs, *skip, *fallback, *const_attrs, *ident_attrs;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!nO!O!O!O!OOO!O!", &PyList_Type, &ids, &n, &PyList_Type, &added, &PyList_Type,
+                          &names, &PyList_Type, &dev_names, &PyList_Type, &incs, &skip, &fallback, &PyBytes_Type,
+                          &const_attrs, &PyBytes_Type, &ident_attrs))
+        return NULL;
+    for (Py_ssize_t d = 0; d < PyList_GET_SIZE(dev_names); d++)
+        if (!PyBytes_Check(PyList_GET_ITEM(dev_names, d))) {
+            PyErr_SetString(PyExc_TypeError, "device_names must be bytes");
+            return NULL;
+        }
+    Py_ssize_t m = PyList_GET_SIZE(ids);
+    PyObject *out = PyList_New(m);
+    if (!out) return NULL;
+    Buf b = {NULL, 0, 0};
+    for (Py_ssize_t k = 0; k < m; k++) {
+        PyObject *id = PyList_GET_ITEM(ids, k);
+        long i = PyLong_AsLong(id);
+        if (i == -1 && PyErr_Occurred()) goto fail;
+        int kind = ADDED_OTHER;
+        PyObject *a = NULL;
+        if (i >= n && i - n < PyList_GET_SIZE(added)) {
+            int skipped = PySequence_Contains(skip, id);
+            if (skipped < 0) goto fail;
+            a = PyList_GET_ITEM(added, i - n);
+            if (!skipped && !added_kind(a, &kind)) goto fail;
+        }
+        PyObject *node;
+        if (kind == ADDED_OTHER) {
+            node = PyObject_CallOneArg(fallback, id);
+            if (node && !PyBytes_Check(node)) {
+                PyErr_SetString(PyExc_TypeError, "fallback must return bytes");
+                Py_CLEAR(node);
+            }
+        } else {
+            b.len = 0;
+            if (!buf_head(&b, a, names, added, n, dev_names)) goto fail;
+            int ok;
+            if (kind == ADDED_SEND || kind == ADDED_RECV) {
+                ok = buf_transfer_attrs(&b, a, kind == ADDED_SEND, dev_names, incs);
+            } else {
+                PyObject *attrs = kind == ADDED_CTRL_CONST ? const_attrs : ident_attrs;
+                ok = buf_room(&b, (size_t)PyBytes_GET_SIZE(attrs));
+                if (ok) buf_raw(&b, PyBytes_AS_STRING(attrs), (size_t)PyBytes_GET_SIZE(attrs));
+            }
+            if (!ok) goto fail;
+            node = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.len);
+        }
+        if (!node) goto fail;
+        PyList_SET_ITEM(out, k, node);
+    }
+    PyMem_Free(b.p);
+    return out;
+fail:
+    PyMem_Free(b.p);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"scan_graph", scan_graph, METH_O, scan_graph_doc},
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
     {"valid_node_names", valid_node_names, METH_O, valid_node_names_doc},
     {"field_spans", field_spans, METH_VARARGS, field_spans_doc},
     {"splice_nodes", splice_nodes, METH_VARARGS, splice_nodes_doc},
+    {"encode_added", encode_added, METH_VARARGS, encode_added_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -979,5 +1325,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__wire(void)
 {
+    PyObject **slots[] = {&str_name, &str_op, &str_kind, &str_inputs, &str_meta, &str_dev, &str_dtype, &str_copy_of};
+    const char *names[] = {"name", "op", "kind", "inputs", "meta", "dev", "dtype", "copy_of"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (!*slots[k] && !(*slots[k] = PyUnicode_InternFromString(names[k]))) return NULL;
     return PyModule_Create(&module);
 }

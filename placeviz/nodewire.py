@@ -126,6 +126,19 @@ def splice_nodes(data, offsets: array, lengths: array, devices: array, device_na
     return splice_nodes_py(data, offsets, lengths, devices, device_names, extra, tail)
 
 
+def encode_added(ids: list[int], n: int, added: list, names: list[str], device_names: list[bytes],
+                 incarnations: list[int], skip, fallback, const_attrs: bytes, identity_attrs: bytes) -> list[bytes] | None:
+    """The serialized NodeDef of each node of ``ids`` (``placeviz._wire.encode_added``): the
+    partitioner's added ``_Send``/``_Recv`` and control-transfer ``Const``/``Identity`` written in
+    C, every other node (and any id in ``skip``) by ``fallback(id)``. None when the kernel is not
+    built: the caller then makes every node in Python
+    (``placeviz.partition._Partitioner._node_bytes``, the reference)."""
+    encode = getattr(_wire, "encode_added", None) if _wire is not None else None
+    if encode is None:
+        return None
+    return encode(ids, n, added, names, device_names, incarnations, skip, fallback, const_attrs, identity_attrs)
+
+
 def splice_nodes_py(data, offsets, lengths, devices, device_names: list[bytes], extra: list[bytes],
                     tail: bytes = b"") -> bytes | None:
     """:func:`splice_nodes` in Python (``placeviz/_wire.c`` ``splice_nodes`` transliterates it)."""

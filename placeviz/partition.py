@@ -70,9 +70,10 @@ the Python code). NodeDefs are built only when :attr:`PartitionResult.partitions
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from placeviz import nodewire
 from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
@@ -368,14 +369,19 @@ class PartitionResult:
 
     def serialized(self) -> dict[str, bytes]:
         """Partition key -> the serialized GraphDef of :attr:`partitions` (the same message once
-        parsed), written from the input's bytes where a node only changes device (see
-        :mod:`placeviz.nodewire`): what ``placeviz partition`` writes. Deterministic: the bytes
+        parsed): :meth:`iter_serialized` as a dict."""
+        return dict(self.iter_serialized())
+
+    def iter_serialized(self) -> Iterator[tuple[str, bytes]]:
+        """(partition key, serialized GraphDef of :attr:`partitions`), in key order, one at a
+        time: written from the input's bytes where a node only changes device (see
+        :mod:`placeviz.nodewire`), what ``placeviz partition`` writes. Deterministic: the bytes
         depend only on the input's bytes and the run."""
         if self._partitions is None:
             out = self._builder.serialize(self._node_lists())
             if out is not None:
                 return out
-        return {k: gd.SerializeToString(deterministic=True) for k, gd in self.partitions.items()}
+        return ((k, gd.SerializeToString(deterministic=True)) for k, gd in self.partitions.items())
 
     def device_of(self, name: str) -> str | None:
         """The partition a node (original or added) is in, or None if the run does not execute it."""
@@ -1680,21 +1686,26 @@ class _Partitioner:
         nd.name = fix(a.name)
         nd.input.extend(self._input_strings(i, fix))
 
-    def serialize(self, node_lists: dict[str, list[int]]) -> dict[str, bytes] | None:
-        """:meth:`materialize` (importable), serialized, without building the NodeDefs of the
-        nodes that only change device: their bytes are the input's (``Graph.node_wire``) with the
-        new ``device``. The others (added nodes, rewired inputs, renamed nodes, trimmed
-        ``_class``) are built as :meth:`materialize` builds them and serialized deterministically.
-        None when the graph has no bytes or a function library (whose reachable functions
-        :meth:`materialize` finds from the NodeDefs)."""
+    def serialize(self, node_lists: dict[str, list[int]]) -> Iterator[tuple[str, bytes]] | None:
+        """:meth:`materialize` (importable), serialized, one partition at a time (so that a writer
+        holds one partition's bytes, not all of them), without building the NodeDefs of the nodes
+        that only change device: their bytes are the input's (``Graph.node_wire``) with the new
+        ``device``. ``_Send``/``_Recv`` and the control transfers' ``Const``/``Identity`` are
+        written straight to protobuf's deterministic bytes (:func:`placeviz.nodewire.encode_added`
+        in C, :meth:`_node_bytes` in Python); the other nodes (rewired inputs, renamed nodes,
+        trimmed ``_class``) are built as :meth:`materialize` builds them and serialized
+        deterministically. None when the graph has no bytes or a function library (whose
+        reachable functions :meth:`materialize` finds from the NodeDefs). A partition holding a
+        node of odd wire form (a group field, which no serializer writes) is serialized from
+        :meth:`materialize` instead: the same message, written by protobuf."""
         wire = self.graph.node_wire
         if wire is None or self.graph.library.function:
             return None
+        return self._serialize(node_lists, wire)
+
+    def _serialize(self, node_lists: dict[str, list[int]], wire) -> Iterator[tuple[str, bytes]]:
         np = self.np
         n = self.n
-        nodes = self.nodes_pb
-        dev_names = self.devs.names
-        fix = _importable_name
         # Nodes whose inputs differ from their bytes' (moved by control flow, control loops, the
         # setter's rewired roots) or whose name changes are built; so are nodes without bytes.
         moved_inputs = (self.e_src != np.frombuffer(self.graph.in_src, dtype=np.int32)) | \
@@ -1705,61 +1716,105 @@ class _Partitioner:
         rewrite[np.fromiter(wire.stale, dtype=np.int64, count=len(wire.stale))] = True
         if "\0_" in "\0" + "\0".join(self.names):  # a name with a leading "_" (C-level search)
             rewrite[:] = True  # original names to fix everywhere
-        build = rewrite | (np.frombuffer(wire.offsets, dtype=np.int64) < 0)
-        located = self.graph.colocated_names  # nodes whose _class names others: may be trimmed
         all_offsets = np.frombuffer(wire.offsets, dtype=np.int64)
+        build = rewrite | (all_offsets < 0)
+        part_of = np.full(n, -1, dtype=np.int64)  # partition number of each original node it holds
+        for code, ids in enumerate(node_lists.values()):
+            ids_np = np.asarray(ids, dtype=np.int64)
+            part_of[ids_np[ids_np < n]] = code
+        build |= self._located_elsewhere(part_of, list(node_lists.values()))  # their _class is trimmed
         all_lengths = np.frombuffer(wire.lengths, dtype=np.int64)
-        device_fields = [d.encode("utf-8") for d in dev_names]
-        transfer_attrs: dict[tuple, tuple[bytes, ...]] = {}  # see _encode_transfer
+        device_fields = [d.encode("utf-8") for d in self.devs.names]
+        incarnations = [self.incarnation_of(d) for d in range(len(device_fields))]
         versions = self.graph.versions
         tail = b"" if versions is None else encode_field(4, versions.SerializeToString(deterministic=True))
-        out: dict[str, bytes] = {}
-        for key, ids in node_lists.items():
+        transfer_attrs: dict[tuple, tuple[bytes, ...]] = {}  # see _encode_transfer
+        for code, (key, ids) in enumerate(node_lists.items()):
             ids_np = np.asarray(ids, dtype=np.int64)
             original = ids_np < n
             slow = ~original
             slow[original] = build[ids_np[original]]
-            if located:
-                here = set(self.names_of(ids))
-                get = located.get
-                for k in np.flatnonzero(~slow).tolist():
-                    names = get(ids[k])
-                    if names and not here.issuperset(names):
-                        slow[k] = True
-            else:
-                here = None
             fast_ids = np.where(slow, 0, ids_np)
             offsets = np.where(slow, -1, all_offsets[fast_ids])
             lengths = np.where(slow, 0, all_lengths[fast_ids])
             devices = np.where(slow, 0, self.dev_np[fast_ids]).astype(np.int32)
-            extra = []
-            for k in np.flatnonzero(slow).tolist():
-                i = ids[k]
-                if i >= n:
-                    a = self.added[i - n]
-                    if a.op in _TRANSFER_OPS and a.copy_of < 0:
-                        extra.append(self._encode_transfer(a, i, fix, transfer_attrs))
-                        continue
-                nd = NodeDef()
-                if i < n:
-                    nd.CopyFrom(nodes[i])
-                    nd.device = dev_names[self.dev_l[i]]
-                    if rewrite[i]:
-                        nd.name = fix(nd.name)
-                        del nd.input[:]
-                        nd.input.extend(self._input_strings(i, fix))
-                else:
-                    self._fill_new(nd, self.added[i - n], i, fix)
-                if "_class" in nd.attr:
-                    if here is None:
-                        here = set(self.names_of(ids))
-                    _keep_local_colocation(nd, here)
-                extra.append(nd.SerializeToString(deterministic=True))
+            slow_ids = ids_np[slow].tolist()
+            here = _NamesIn(self, ids, part_of, code)
+
+            def node_bytes(i: int, here=here) -> bytes:
+                return self._node_bytes(i, rewrite, here, transfer_attrs)
+
+            extra = nodewire.encode_added(slow_ids, n, self.added, self.names, device_fields, incarnations,
+                                          self.cloop_ctrl, node_bytes, _CTRL_CONST_ATTRS, _CTRL_IDENTITY_ATTRS)
+            if extra is None:
+                extra = [node_bytes(i) for i in slow_ids]
             data = splice_nodes(wire.data, offsets, lengths, devices, device_fields, extra, tail)
+            del extra
             if data is None:
-                return None
-            out[key] = data
+                data = self.materialize({key: ids})[key].SerializeToString(deterministic=True)
+            yield key, data
+
+    def _located_elsewhere(self, part_of, lists: list[list[int]]):
+        """Nodes whose ``_class`` names a node outside their partition (``part_of``: partition
+        number per original node, -1 for none; ``lists``: the partitions' node ids): :meth:`materialize` trims those entries
+        (:func:`_keep_local_colocation`), so their bytes cannot be the input's. The same test as
+        ``names <= set(names of the partition's nodes)``, as array operations over the
+        (node, named node) pairs; added nodes whose name a ``_class`` names are looked up by name."""
+        np = self.np
+        n = self.n
+        out = np.zeros(n, dtype=bool)
+        located = self.graph.colocated_names
+        if not located:
+            return out
+        groups = dict.fromkeys(located.values())  # distinct tuples of names
+        code = {t: k for k, t in enumerate(groups)}
+        nodes = np.fromiter(located.keys(), dtype=np.int64, count=len(located))
+        group_of = np.fromiter(map(code.__getitem__, located.values()), dtype=np.int64, count=len(located))
+        flat_names = [x for t in groups for x in t]
+        index_get = self.graph.index.get
+        flat = np.fromiter((index_get(x, -1) for x in flat_names), dtype=np.int64, count=len(flat_names))
+        sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+        starts = np.zeros(len(groups), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        counts = sizes[group_of]
+        pair_node = np.repeat(nodes, counts)
+        first = np.zeros(len(nodes), dtype=np.int64)
+        np.cumsum(counts[:-1], out=first[1:])
+        pair_name = np.arange(len(pair_node), dtype=np.int64) + np.repeat(starts[group_of] - first, counts)
+        target = flat[pair_name]
+        bad = (target < 0) | (part_of[np.maximum(target, 0)] != part_of[pair_node])
+        colliding = set(flat_names).intersection(a.name for a in self.added)
+        if colliding:  # an added node's name is named: is it in the same partition?
+            for k in np.flatnonzero(bad).tolist():
+                i, name = int(pair_node[k]), flat_names[int(pair_name[k])]
+                p = int(part_of[i])
+                if name in colliding and p >= 0 and name in _NamesIn(self, lists[p], part_of, p):
+                    bad[k] = False
+        out[pair_node[bad]] = True
         return out
+
+    def _node_bytes(self, i: int, rewrite, here, transfer_attrs: dict) -> bytes:
+        """The serialized NodeDef of node ``i`` in a partition whose names ``here`` holds, as
+        :meth:`materialize` builds it (the Python reference of :func:`placeviz.nodewire.encode_added`)."""
+        n = self.n
+        fix = _importable_name
+        if i >= n:
+            a = self.added[i - n]
+            if a.op in _TRANSFER_OPS and a.copy_of < 0:
+                return self._encode_transfer(a, i, fix, transfer_attrs)
+        nd = NodeDef()
+        if i < n:
+            nd.CopyFrom(self.nodes_pb[i])
+            nd.device = self.devs.names[self.dev_l[i]]
+            if rewrite[i]:
+                nd.name = fix(nd.name)
+                del nd.input[:]
+                nd.input.extend(self._input_strings(i, fix))
+        else:
+            self._fill_new(nd, self.added[i - n], i, fix)
+        if "_class" in nd.attr:
+            _keep_local_colocation(nd, here)
+        return nd.SerializeToString(deterministic=True)
 
     def _encode_transfer(self, a: _New, i: int, fix, cache: dict) -> bytes:
         """The deterministic serialization of the ``_Send``/``_Recv`` NodeDef :meth:`_fill_new`
@@ -1840,6 +1895,45 @@ class _Partitioner:
 
 
 _TRANSFER_OPS = frozenset({"_Send", "_HostSend", "_Recv", "_HostRecv"})
+
+
+class _NamesIn:
+    """``name in`` the names of one partition's nodes (``ids``, partition number ``code``), as the
+    set of them answers it, without making that set: an original node by the graph's name index
+    and ``part_of``, added nodes by a set of their names made on first need."""
+
+    __slots__ = ("builder", "ids", "part_of", "code", "added")
+
+    def __init__(self, builder: _Partitioner, ids: list[int], part_of, code: int):
+        self.builder, self.ids, self.part_of, self.code = builder, ids, part_of, code
+        self.added: set[str] | None = None
+
+    def __contains__(self, name: str) -> bool:
+        b = self.builder
+        j = b.graph.index.get(name)
+        if j is not None and self.part_of[j] == self.code:
+            return True
+        if self.added is None:
+            n, added = b.n, b.added
+            self.added = {added[i - n].name for i in self.ids if i >= n}
+        return name in self.added
+
+
+def _ctrl_attrs(kind: str) -> bytes:
+    """The encoded ``attr`` fields of a control transfer's ``Const`` or ``Identity``, as
+    :meth:`_Partitioner._fill_new` sets them, serialized by protobuf (deterministic)."""
+    nd = NodeDef()
+    if kind == "ctrl_const":
+        nd.attr["dtype"].type = DT_FLOAT
+        tensor = nd.attr["value"].tensor
+        tensor.dtype = DT_FLOAT
+        tensor.tensor_shape.dim.add().size = 0
+    else:
+        nd.attr["T"].type = DT_FLOAT
+    return nd.SerializeToString(deterministic=True)
+
+
+_CTRL_CONST_ATTRS, _CTRL_IDENTITY_ATTRS = _ctrl_attrs("ctrl_const"), _ctrl_attrs("ctrl_identity")
 
 
 def _attr_entry(key: bytes, value: bytes) -> bytes:
