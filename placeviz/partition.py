@@ -416,8 +416,8 @@ class PartitionResult:
             "schema": SCHEMA, "level": self.level, "session": self.session,
             "client_device": self.client_device, "fetches": self.fetches, "targets": self.targets,
             "feeds": self.feeds, "node_count": self.node_count,
-            "partitions": [{"device": k, "nodes": len(v), "original_nodes": len(self.original_nodes[k])}
-                           for k, v in self.nodes.items()],
+            "partitions": [{"device": k, "nodes": len(ids), "original_nodes": self._builder.original_count(ids)}
+                           for k, ids in self._node_lists().items()],
             "transfers": self.transfers, "replicated": self.replicated, "moved": self.moved,
             "control_loops": self.control_loops, "notes": self.notes,
         }
@@ -1621,6 +1621,10 @@ class _Partitioner:
                 out[key_names[int(parts[lo])]] = ids[lo:hi].tolist()
         return {k: out[k] for k in sorted(out)}
 
+    def original_count(self, ids: list[int]) -> int:
+        """How many of ``ids`` (in GraphDef order: originals and added nodes mixed) are original."""
+        return int((self.np.asarray(ids, dtype=self.np.int64) < self.n).sum())
+
     def names_of(self, ids: list[int]) -> list[str]:
         names, added, n = self.names, self.added, self.n
         return [names[i] if i < n else added[i - n].name for i in ids]
@@ -1753,6 +1757,7 @@ class _Partitioner:
             if data is None:
                 data = self.materialize({key: ids})[key].SerializeToString(deterministic=True)
             yield key, data
+            del data  # before the next partition's
 
     def _located_elsewhere(self, part_of, lists: list[list[int]]):
         """Nodes whose ``_class`` names a node outside their partition (``part_of``: partition

@@ -48,15 +48,21 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
     parts = partition(result.graph, result.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
                       level=level, replicate_constants=replicate_constants,
                       client_device=client_device(options.placer.master_task))
-    index = parts.to_json()
     names = partition_file_names(parts.keys)
-    # Written from the input's bytes where a node only changes device (placeviz.nodewire): the
-    # same messages as serializing ``parts.partitions``, without building every NodeDef.
-    files: dict[str, bytes | str] = {names[device]: data for device, data in parts.serialized().items()}
-    for entry in index["partitions"]:
-        entry["file"] = names[entry["device"]]
-    files[INDEX] = to_json(index, pretty=pretty)
-    write_directory(out_dir, files, replaceable=is_partition_output, kind=KIND)
+
+    def files():
+        # One partition's bytes at a time (written from the input's bytes where a node only
+        # changes device, placeviz.nodewire), each dropped once written; index.json last, made
+        # when no partition's bytes are held.
+        for device, data in parts.iter_serialized():
+            yield names[device], data
+            del data
+        index = parts.to_json()
+        for entry in index["partitions"]:
+            entry["file"] = names[entry["device"]]
+        yield INDEX, to_json(index, pretty=pretty)
+
+    write_directory(out_dir, files(), replaceable=is_partition_output, kind=KIND)
     total = sum(t["bytes"] or 0 for t in parts.transfers)
     control = sum(1 for t in parts.transfers if t["slot"] == "control")
     unknown = sum(1 for t in parts.transfers if t["slot"] != "control" and t["bytes"] is None)
