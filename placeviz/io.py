@@ -954,17 +954,24 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _write_file(path: Path, payload: bytes) -> None:
-    """Create the new file ``path`` (inside a temporary directory) with ``payload``."""
+def _write_file(path: Path, payload: bytes | Iterable[bytes]) -> None:
+    """Create the new file ``path`` (inside a temporary directory) with ``payload`` (bytes, or
+    pieces of bytes written in order)."""
     _fill(os.open(path, _NEW_FILE_FLAGS, 0o666), payload)
 
 
-def _fill(fd: int, payload: bytes, st: os.stat_result | None = None) -> None:
-    """Write ``payload`` to the new file ``fd``, fsync and close it; ``st``: the file it replaces."""
+def _fill(fd: int, payload: bytes | Iterable[bytes], st: os.stat_result | None = None) -> None:
+    """Write ``payload`` (bytes, or pieces of bytes in order) to the new file ``fd``, fsync and
+    close it; ``st``: the file it replaces."""
     try:
         if st is not None:
             _keep_owner_and_mode(fd, st)
-        _write_all(fd, payload)
+        if isinstance(payload, (bytes, bytearray, memoryview)):
+            _write_all(fd, payload)
+        else:
+            for piece in payload:
+                _write_all(fd, piece)
+                del piece  # before the next one is made
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -1005,9 +1012,11 @@ def write_directory(path: str | os.PathLike, files: Mapping[str, bytes | str] | 
                     replaceable: Callable[[Path], bool], kind: str) -> Path:
     """Write ``files`` (name -> content, or (name, content) pairs) as the directory ``path``, all at once.
 
-    Pairs may come from a generator that makes each content as it is asked for: each file is
-    written and its content dropped before the next is made, so a caller never holds all of
-    them (``placeviz partition`` at a million nodes: hundreds of MB).
+    A content is a str, bytes, or an iterable of bytes (written one after the other). Pairs may
+    come from a generator that makes each content as it is asked for, and an iterable content
+    may make its pieces as they are asked for: each is written and dropped before the next is
+    made, so a caller never holds all of them (``placeviz partition`` at a million nodes writes
+    hundreds of MB).
 
     The files go into a fresh temporary directory next to ``path`` (same file system), which is
     then renamed into place: a reader sees the old directory or the complete new one, never a
@@ -1027,7 +1036,7 @@ def write_directory(path: str | os.PathLike, files: Mapping[str, bytes | str] | 
         if st is not None:
             os.chmod(tmp, stat.S_IMODE(st.st_mode))  # the replaced directory's mode
         for name, data in (files.items() if isinstance(files, Mapping) else files):
-            _write_file(tmp / name, data.encode("utf-8") if isinstance(data, str) else bytes(data))
+            _write_file(tmp / name, data.encode("utf-8") if isinstance(data, str) else data)
             del data  # before the generator makes the next one
         _fsync_directory(tmp)
         if existing:

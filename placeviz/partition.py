@@ -372,16 +372,16 @@ class PartitionResult:
         parsed): :meth:`iter_serialized` as a dict."""
         return dict(self.iter_serialized())
 
-    def iter_serialized(self) -> Iterator[tuple[str, bytes]]:
+    def iter_serialized(self, pieces: bool = False) -> Iterator[tuple[str, Any]]:
         """(partition key, serialized GraphDef of :attr:`partitions`), in key order, one at a
         time: written from the input's bytes where a node only changes device (see
         :mod:`placeviz.nodewire`), what ``placeviz partition`` writes. Deterministic: the bytes
-        depend only on the input's bytes and the run."""
-        if self._partitions is None:
-            out = self._builder.serialize(self._node_lists())
-            if out is not None:
-                return out
-        return ((k, gd.SerializeToString(deterministic=True)) for k, gd in self.partitions.items())
+        depend only on the input's bytes and the run. ``pieces``: each GraphDef as an iterator of
+        bytes whose concatenation it is (so that a writer never holds a whole partition)."""
+        out = self._builder.serialize(self._node_lists()) if self._partitions is None else None
+        if out is None:
+            out = ((k, iter([gd.SerializeToString(deterministic=True)])) for k, gd in self.partitions.items())
+        return out if pieces else ((k, b"".join(chunks)) for k, chunks in out)
 
     def device_of(self, name: str) -> str | None:
         """The partition a node (original or added) is in, or None if the run does not execute it."""
@@ -1690,24 +1690,25 @@ class _Partitioner:
         nd.name = fix(a.name)
         nd.input.extend(self._input_strings(i, fix))
 
-    def serialize(self, node_lists: dict[str, list[int]]) -> Iterator[tuple[str, bytes]] | None:
-        """:meth:`materialize` (importable), serialized, one partition at a time (so that a writer
-        holds one partition's bytes, not all of them), without building the NodeDefs of the nodes
-        that only change device: their bytes are the input's (``Graph.node_wire``) with the new
-        ``device``. ``_Send``/``_Recv`` and the control transfers' ``Const``/``Identity`` are
-        written straight to protobuf's deterministic bytes (:func:`placeviz.nodewire.encode_added`
-        in C, :meth:`_node_bytes` in Python); the other nodes (rewired inputs, renamed nodes,
-        trimmed ``_class``) are built as :meth:`materialize` builds them and serialized
-        deterministically. None when the graph has no bytes or a function library (whose
-        reachable functions :meth:`materialize` finds from the NodeDefs). A partition holding a
-        node of odd wire form (a group field, which no serializer writes) is serialized from
-        :meth:`materialize` instead: the same message, written by protobuf."""
+    def serialize(self, node_lists: dict[str, list[int]]) -> Iterator[tuple[str, Iterator[bytes]]] | None:
+        """:meth:`materialize` (importable), serialized, one partition at a time and each in pieces
+        of at most ``_CHUNK_NODES`` nodes (whose concatenation is the GraphDef: its ``node`` fields,
+        then its other fields), so that a writer holds one piece, not whole partitions. The nodes
+        that only change device are not built: their bytes are the input's (``Graph.node_wire``)
+        with the new ``device``. ``_Send``/``_Recv`` and the control transfers' ``Const``/
+        ``Identity`` are written straight to protobuf's deterministic bytes
+        (:func:`placeviz.nodewire.encode_added` in C, :meth:`_node_bytes` in Python); the other
+        nodes (rewired inputs, renamed nodes, trimmed ``_class``) are built as :meth:`materialize`
+        builds them and serialized deterministically. None when the graph has no bytes or a
+        function library (whose reachable functions :meth:`materialize` finds from the
+        NodeDefs). A piece holding a node of odd wire form (a group field, which no serializer
+        writes) has all its nodes built: the same message, written by protobuf."""
         wire = self.graph.node_wire
         if wire is None or self.graph.library.function:
             return None
         return self._serialize(node_lists, wire)
 
-    def _serialize(self, node_lists: dict[str, list[int]], wire) -> Iterator[tuple[str, bytes]]:
+    def _serialize(self, node_lists: dict[str, list[int]], wire) -> Iterator[tuple[str, Iterator[bytes]]]:
         np = self.np
         n = self.n
         # Nodes whose inputs differ from their bytes' (moved by control flow, control loops, the
@@ -1733,31 +1734,43 @@ class _Partitioner:
         versions = self.graph.versions
         tail = b"" if versions is None else encode_field(4, versions.SerializeToString(deterministic=True))
         transfer_attrs: dict[tuple, tuple[bytes, ...]] = {}  # see _encode_transfer
-        for code, (key, ids) in enumerate(node_lists.items()):
-            ids_np = np.asarray(ids, dtype=np.int64)
-            original = ids_np < n
-            slow = ~original
-            slow[original] = build[ids_np[original]]
-            fast_ids = np.where(slow, 0, ids_np)
-            offsets = np.where(slow, -1, all_offsets[fast_ids])
-            lengths = np.where(slow, 0, all_lengths[fast_ids])
-            devices = np.where(slow, 0, self.dev_np[fast_ids]).astype(np.int32)
-            slow_ids = ids_np[slow].tolist()
+
+        def chunks(code: int, ids: list[int]) -> Iterator[bytes]:
             here = _NamesIn(self, ids, part_of, code)
 
-            def node_bytes(i: int, here=here) -> bytes:
+            def node_bytes(i: int) -> bytes:
                 return self._node_bytes(i, rewrite, here, transfer_attrs)
 
-            extra = nodewire.encode_added(slow_ids, n, self.added, self.names, device_fields, incarnations,
-                                          self.cloop_ctrl, node_bytes, _CTRL_CONST_ATTRS, _CTRL_IDENTITY_ATTRS)
-            if extra is None:
-                extra = [node_bytes(i) for i in slow_ids]
-            data = splice_nodes(wire.data, offsets, lengths, devices, device_fields, extra, tail)
-            del extra
-            if data is None:
-                data = self.materialize({key: ids})[key].SerializeToString(deterministic=True)
-            yield key, data
-            del data  # before the next partition's
+            for lo in range(0, max(len(ids), 1), _CHUNK_NODES):
+                ids_np = np.asarray(ids[lo:lo + _CHUNK_NODES], dtype=np.int64)
+                end = tail if lo + _CHUNK_NODES >= len(ids) else b""
+                original = ids_np < n
+                slow = ~original
+                slow[original] = build[ids_np[original]]
+                fast_ids = np.where(slow, 0, ids_np)
+                offsets = np.where(slow, -1, all_offsets[fast_ids])
+                lengths = np.where(slow, 0, all_lengths[fast_ids])
+                devices = np.where(slow, 0, self.dev_np[fast_ids]).astype(np.int32)
+                data = splice_nodes(wire.data, offsets, lengths, devices, device_fields,
+                                    self._nodes_bytes(ids_np[slow].tolist(), node_bytes, device_fields, incarnations),
+                                    end)
+                if data is None:  # a node of odd wire form (a group field): build every node
+                    data = splice_nodes(b"", np.full(len(ids_np), -1, dtype=np.int64), np.zeros_like(ids_np),
+                                        np.zeros(len(ids_np), dtype=np.int32), device_fields,
+                                        self._nodes_bytes(ids_np.tolist(), node_bytes, device_fields, incarnations),
+                                        end)
+                yield data
+                del data  # before the next chunk's
+
+        for code, (key, ids) in enumerate(node_lists.items()):
+            yield key, chunks(code, ids)
+
+    def _nodes_bytes(self, ids: list[int], node_bytes, device_fields: list[bytes], incarnations: list[int]) -> list[bytes]:
+        """The serialized NodeDefs of ``ids``: added transfers in C when ``placeviz._wire`` is built,
+        the rest (or all) by ``node_bytes``."""
+        out = nodewire.encode_added(ids, self.n, self.added, self.names, device_fields, incarnations,
+                                    self.cloop_ctrl, node_bytes, _CTRL_CONST_ATTRS, _CTRL_IDENTITY_ATTRS)
+        return out if out is not None else [node_bytes(i) for i in ids]
 
     def _located_elsewhere(self, part_of, lists: list[list[int]]):
         """Nodes whose ``_class`` names a node outside their partition (``part_of``: partition
@@ -1776,7 +1789,7 @@ class _Partitioner:
         nodes = np.fromiter(located.keys(), dtype=np.int64, count=len(located))
         group_of = np.fromiter(map(code.__getitem__, located.values()), dtype=np.int64, count=len(located))
         flat_names = [x for t in groups for x in t]
-        index_get = self.graph.index.get
+        index_get = self.graph.colocated_name_ids.get  # not the whole name index: a dict of every node
         flat = np.fromiter((index_get(x, -1) for x in flat_names), dtype=np.int64, count=len(flat_names))
         sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
         starts = np.zeros(len(groups), dtype=np.int64)
@@ -1900,12 +1913,15 @@ class _Partitioner:
 
 
 _TRANSFER_OPS = frozenset({"_Send", "_HostSend", "_Recv", "_HostRecv"})
+_CHUNK_NODES = 1 << 16
+"""Nodes per piece of a written partition (:meth:`_Partitioner.serialize`): tens of MB at most."""
 
 
 class _NamesIn:
     """``name in`` the names of one partition's nodes (``ids``, partition number ``code``), as the
-    set of them answers it, without making that set: an original node by the graph's name index
-    and ``part_of``, added nodes by a set of their names made on first need."""
+    set of them answers it, for the names ``_class`` entries name (``Graph.located_names``),
+    without making that set: an original node by ``Graph.colocated_name_ids`` and ``part_of``,
+    added nodes by a set of their names made on first need."""
 
     __slots__ = ("builder", "ids", "part_of", "code", "added")
 
@@ -1915,7 +1931,7 @@ class _NamesIn:
 
     def __contains__(self, name: str) -> bool:
         b = self.builder
-        j = b.graph.index.get(name)
+        j = b.graph.colocated_name_ids.get(name)  # the names a _class can name
         if j is not None and self.part_of[j] == self.code:
             return True
         if self.added is None:

@@ -587,8 +587,10 @@ def test_written_partitions_trim_colocation_like_the_built_ones(c_wire, monkeypa
     trimming a ``_class`` entry exactly when it names no node of the partition: an original node
     elsewhere, a name nothing has, and an added node's name (``A1/_1`` is the receive on CPU:1),
     which counts only in the receive's partition. The written bytes parse to the GraphDefs built
-    node by node, with the C writer (``placeviz._wire``) and without it, byte for byte the same."""
+    node by node, with the C writer (``placeviz._wire``) and without it, and in pieces of any
+    size, byte for byte the same."""
     from placeviz import nodewire
+    from placeviz import partition as partition_mod
     from placeviz.io import model_from_bytes
 
     gd = GraphDef()
@@ -615,3 +617,6 @@ def test_written_partitions_trim_colocation_like_the_built_ones(c_wire, monkeypa
     assert kept == {"B2": [b"loc:@A1/_1"], "A2": None, "A3": [b"loc:@A1"], "B3": [b"loc:@B1"], "B4": [b"loc:@B1"]}
     monkeypatch.setattr(nodewire, "_wire", None)
     assert written()[0] == out  # the Python writer gives the same bytes
+    monkeypatch.setattr(partition_mod, "_CHUNK_NODES", 2)  # written in pieces of two nodes: the same bytes
+    assert [len(list(pieces)) for _, pieces in run(graph).iter_serialized(pieces=True)] == [2, 3]
+    assert written()[0] == out

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from placeviz.commands.output import progress, to_json
+from placeviz.commands.output import progress, to_json_pieces
 from placeviz.coverage import refuse_serving_graph
 from placeviz.io import check_directory_output, load, write_directory
 from placeviz.partition import SCHEMA, partition
@@ -51,16 +51,15 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
     names = partition_file_names(parts.keys)
 
     def files():
-        # One partition's bytes at a time (written from the input's bytes where a node only
-        # changes device, placeviz.nodewire), each dropped once written; index.json last, made
-        # when no partition's bytes are held.
-        for device, data in parts.iter_serialized():
-            yield names[device], data
-            del data
+        # Each partition in pieces of bytes, each written and dropped before the next is made
+        # (from the input's bytes where a node only changes device, placeviz.nodewire);
+        # index.json last, made when no partition's bytes are held.
+        for device, pieces in parts.iter_serialized(pieces=True):
+            yield names[device], pieces
         index = parts.to_json()
         for entry in index["partitions"]:
             entry["file"] = names[entry["device"]]
-        yield INDEX, to_json(index, pretty=pretty)
+        yield INDEX, to_json_pieces(index, pretty=pretty)
 
     write_directory(out_dir, files(), replaceable=is_partition_output, kind=KIND)
     total = sum(t["bytes"] or 0 for t in parts.transfers)
