@@ -1308,6 +1308,122 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(rebuild_nodes_doc,
+"rebuild_nodes(data, offsets, lengths, ids, rewrite, fix_names, in_start, e_src, e_slot, names, added,\n"
+"              device_names, devices) -> bytes\n\n"
+"The `node` fields of a GraphDef holding, for each original node i of ids, its NodeDef at\n"
+"offsets[i]/lengths[i] in data (int64 arrays) with a new `device` (device_names[devices[i]],\n"
+"devices: int32) and, when rewrite[i] (uint8), new inputs: e_src/e_slot[in_start[i]:in_start[i+1]]\n"
+"(int32 arrays; slot -1 is ^src, 0 src, k src:k; names from names, or for ids >= len(names) from\n"
+"the `name` of the items of added), with a '.' before names starting with '_' and, when\n"
+"fix_names, the node's own name rewritten so too. The fields are the input's, in its order, so\n"
+"the caller parses the result and serializes each node (placeviz.partition._Partitioner.\n"
+"_rebuilt_originals; _node_bytes is the reference).");
+
+static PyObject *rebuild_nodes(PyObject *self, PyObject *args)
+{
+    PyObject *data, *offsets_obj, *lengths_obj, *ids, *rewrite_obj, *in_start_obj, *src_obj, *slot_obj, *names, *added,
+        *dev_names, *devs_obj;
+    int fix_names;
+    if (!PyArg_ParseTuple(args, "OOOO!OpOOOO!O!O!O", &data, &offsets_obj, &lengths_obj, &PyList_Type, &ids, &rewrite_obj,
+                          &fix_names, &in_start_obj, &src_obj, &slot_obj, &PyList_Type, &names, &PyList_Type, &added,
+                          &PyList_Type, &dev_names, &devs_obj))
+        return NULL;
+    Py_buffer buf = {0}, ob = {0}, lb = {0}, rb = {0}, sb = {0}, eb = {0}, tb = {0}, db = {0};
+    PyObject *result = NULL;
+    Buf out = {NULL, 0, 0};
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(offsets_obj, &ob, PyBUF_SIMPLE) < 0 || PyObject_GetBuffer(lengths_obj, &lb, PyBUF_SIMPLE) < 0 ||
+        PyObject_GetBuffer(rewrite_obj, &rb, PyBUF_SIMPLE) < 0 || PyObject_GetBuffer(in_start_obj, &sb, PyBUF_SIMPLE) < 0 ||
+        PyObject_GetBuffer(src_obj, &eb, PyBUF_SIMPLE) < 0 || PyObject_GetBuffer(slot_obj, &tb, PyBUF_SIMPLE) < 0 ||
+        PyObject_GetBuffer(devs_obj, &db, PyBUF_SIMPLE) < 0)
+        goto done;
+    Py_ssize_t n = PyList_GET_SIZE(names);
+    Py_ssize_t n_edges = eb.len / (Py_ssize_t)sizeof(int32_t);
+    const int64_t *offsets = ob.buf, *lengths = lb.buf;
+    const uint8_t *rewrite = rb.buf, *base = buf.buf;
+    const int32_t *in_start = sb.buf, *e_src = eb.buf, *e_slot = tb.buf, *devs = db.buf;
+    if (ob.len < n * (Py_ssize_t)sizeof(int64_t) || lb.len < ob.len || rb.len < n ||
+        sb.len < (n + 1) * (Py_ssize_t)sizeof(int32_t) || tb.len != eb.len || db.len < n * (Py_ssize_t)sizeof(int32_t)) {
+        PyErr_SetString(PyExc_ValueError, "rebuild_nodes: arrays too short");
+        goto done;
+    }
+    for (Py_ssize_t d = 0; d < PyList_GET_SIZE(dev_names); d++)
+        if (!PyBytes_Check(PyList_GET_ITEM(dev_names, d))) {
+            PyErr_SetString(PyExc_TypeError, "device_names must be bytes");
+            goto done;
+        }
+    Buf node = {NULL, 0, 0};
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(ids); k++) {
+        long i = PyLong_AsLong(PyList_GET_ITEM(ids, k));
+        if (i == -1 && PyErr_Occurred()) goto fail;
+        if (i < 0 || i >= n || offsets[i] < 0 || offsets[i] > buf.len || lengths[i] < 0 ||
+            lengths[i] > buf.len - offsets[i] || devs[i] < 0 || devs[i] >= PyList_GET_SIZE(dev_names)) {
+            PyErr_SetString(PyExc_ValueError, "rebuild_nodes: a node without bytes or device");
+            goto fail;
+        }
+        int fresh = rewrite[i] != 0;
+        int rename = fresh && fix_names;
+        node.len = 0;
+        const uint8_t *p = base + offsets[i], *end = p + lengths[i];
+        while (p < end) {  /* the input's fields but those replaced */
+            const uint8_t *start = p;
+            uint32_t field;
+            int wt;
+            if (!read_tag(&p, end, &field, &wt) || wt == 3 || wt == 4 || !skip_value(&p, end, wt)) {
+                PyErr_SetString(PyExc_ValueError, "rebuild_nodes: a node of odd wire form");
+                goto fail;
+            }
+            if (field == 4 || (field == 3 && fresh) || (field == 1 && rename)) continue;
+            if (!buf_room(&node, (size_t)(p - start))) goto fail;
+            buf_raw(&node, start, (size_t)(p - start));
+        }
+        Py_ssize_t len;
+        const char *s;
+        if (rename) {
+            s = utf8_of(PyList_GET_ITEM(names, i), &len);
+            if (!s || !buf_name_field(&node, 0x0a, "", 0, 1, s, (size_t)len, "", 0)) goto fail;
+        }
+        if (fresh) {
+            int32_t lo = in_start[i], hi = in_start[i + 1];
+            if (lo < 0 || hi < lo || hi > n_edges) {
+                PyErr_SetString(PyExc_ValueError, "rebuild_nodes: edge range out of bounds");
+                goto fail;
+            }
+            for (int32_t e = lo; e < hi; e++) {
+                s = node_name(names, added, n, e_src[e], &len);
+                if (!s) goto fail;
+                char suf[24];
+                size_t suflen = 0;
+                if (e_slot[e] > 0) suflen = (size_t)snprintf(suf, sizeof suf, ":%ld", (long)e_slot[e]);
+                if (!buf_name_field(&node, 0x1a, "^", e_slot[e] == -1 ? 1 : 0, 1, s, (size_t)len, suf, suflen))
+                    goto fail;
+            }
+        }
+        PyObject *d = PyList_GET_ITEM(dev_names, devs[i]);
+        size_t dn = (size_t)PyBytes_GET_SIZE(d);
+        if (!buf_room(&node, 1 + 10 + dn)) goto fail;
+        node.p[node.len++] = 0x22;
+        buf_varint(&node, dn);
+        buf_raw(&node, PyBytes_AS_STRING(d), dn);
+        if (!buf_room(&out, 1 + 10 + node.len)) goto fail;
+        out.p[out.len++] = 0x0a;
+        buf_varint(&out, node.len);
+        buf_raw(&out, node.p, node.len);
+    }
+    result = PyBytes_FromStringAndSize(out.len ? (const char *)out.p : "", (Py_ssize_t)out.len);
+fail:
+    PyMem_Free(node.p);
+done:
+    PyMem_Free(out.p);
+    Py_buffer *views[] = {&ob, &lb, &rb, &sb, &eb, &tb, &db};
+    for (size_t v = 0; v < sizeof views / sizeof views[0]; v++)
+        if (views[v]->obj) PyBuffer_Release(views[v]);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+
 static PyMethodDef methods[] = {
     {"scan_graph", scan_graph, METH_O, scan_graph_doc},
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
@@ -1315,6 +1431,7 @@ static PyMethodDef methods[] = {
     {"field_spans", field_spans, METH_VARARGS, field_spans_doc},
     {"splice_nodes", splice_nodes, METH_VARARGS, splice_nodes_doc},
     {"encode_added", encode_added, METH_VARARGS, encode_added_doc},
+    {"rebuild_nodes", rebuild_nodes, METH_VARARGS, rebuild_nodes_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -139,6 +139,19 @@ def encode_added(ids: list[int], n: int, added: list, names: list[str], device_n
     return encode(ids, n, added, names, device_names, incarnations, skip, fallback, const_attrs, identity_attrs)
 
 
+def rebuild_nodes(data, offsets, lengths, ids: list[int], rewrite, fix_names: bool, in_start, e_src, e_slot,
+                  names: list[str], added: list, device_names: list[bytes], devices) -> bytes | None:
+    """The ``node`` fields of a GraphDef of the original nodes ``ids``, each its input bytes with a
+    new ``device`` and, where ``rewrite``, new inputs (``placeviz._wire.rebuild_nodes``); the
+    caller parses and re-serializes them. None when the kernel is not built (the caller then
+    builds those nodes from their NodeDefs, ``placeviz.partition._Partitioner._node_bytes``)."""
+    rebuild = getattr(_wire, "rebuild_nodes", None) if _wire is not None else None
+    if rebuild is None:
+        return None
+    return rebuild(data, offsets, lengths, ids, rewrite, fix_names, in_start, e_src, e_slot, names, added,
+                   device_names, devices)
+
+
 def splice_nodes_py(data, offsets, lengths, devices, device_names: list[bytes], extra: list[bytes],
                     tail: bytes = b"") -> bytes | None:
     """:func:`splice_nodes` in Python (``placeviz/_wire.c`` ``splice_nodes`` transliterates it)."""

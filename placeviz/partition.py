@@ -1719,7 +1719,8 @@ class _Partitioner:
         rewrite[np.unique(self.e_dst[moved_inputs])] = True
         rewrite[[i for i in self.cloop_ctrl if i < n]] = True  # added nodes are built anyway
         rewrite[np.fromiter(wire.stale, dtype=np.int64, count=len(wire.stale))] = True
-        if "\0_" in "\0" + "\0".join(self.names):  # a name with a leading "_" (C-level search)
+        fix_names = "\0_" in "\0" + "\0".join(self.names)  # a name with a leading "_" (C-level search)
+        if fix_names:
             rewrite[:] = True  # original names to fix everywhere
         all_offsets = np.frombuffer(wire.offsets, dtype=np.int64)
         build = rewrite | (all_offsets < 0)
@@ -1734,12 +1735,29 @@ class _Partitioner:
         versions = self.graph.versions
         tail = b"" if versions is None else encode_field(4, versions.SerializeToString(deterministic=True))
         transfer_attrs: dict[tuple, tuple[bytes, ...]] = {}  # see _encode_transfer
+        # Originals rebuilt from their bytes (_rebuilt_originals): those with bytes, outside control loops.
+        from_bytes = all_offsets >= 0
+        from_bytes[[i for i in self.cloop_ctrl if i < n]] = False
+        arrays = (all_offsets, all_lengths, rewrite.view(np.uint8), fix_names, np.ascontiguousarray(self.in_start_np,
+                  dtype=np.int32), np.ascontiguousarray(self.e_src, dtype=np.int32),
+                  np.ascontiguousarray(self.e_slot, dtype=np.int32), self.names, self.added, device_fields,
+                  np.ascontiguousarray(self.dev_np, dtype=np.int32))
 
         def chunks(code: int, ids: list[int]) -> Iterator[bytes]:
             here = _NamesIn(self, ids, part_of, code)
 
             def node_bytes(i: int) -> bytes:
                 return self._node_bytes(i, rewrite, here, transfer_attrs)
+
+            def nodes_bytes(slow_ids) -> list[bytes]:
+                originals = slow_ids[slow_ids < n]
+                rebuilt = self._rebuilt_originals(wire, originals[from_bytes[originals]].tolist(), arrays, here)
+                if rebuilt:
+                    def fallback(i: int) -> bytes:
+                        return rebuilt.pop(i, None) or node_bytes(i)
+                else:
+                    fallback = node_bytes
+                return self._nodes_bytes(slow_ids.tolist(), fallback, device_fields, incarnations)
 
             for lo in range(0, max(len(ids), 1), _CHUNK_NODES):
                 ids_np = np.asarray(ids[lo:lo + _CHUNK_NODES], dtype=np.int64)
@@ -1751,9 +1769,7 @@ class _Partitioner:
                 offsets = np.where(slow, -1, all_offsets[fast_ids])
                 lengths = np.where(slow, 0, all_lengths[fast_ids])
                 devices = np.where(slow, 0, self.dev_np[fast_ids]).astype(np.int32)
-                data = splice_nodes(wire.data, offsets, lengths, devices, device_fields,
-                                    self._nodes_bytes(ids_np[slow].tolist(), node_bytes, device_fields, incarnations),
-                                    end)
+                data = splice_nodes(wire.data, offsets, lengths, devices, device_fields, nodes_bytes(ids_np[slow]), end)
                 if data is None:  # a node of odd wire form (a group field): build every node
                     data = splice_nodes(b"", np.full(len(ids_np), -1, dtype=np.int64), np.zeros_like(ids_np),
                                         np.zeros(len(ids_np), dtype=np.int32), device_fields,
@@ -1764,6 +1780,25 @@ class _Partitioner:
 
         for code, (key, ids) in enumerate(node_lists.items()):
             yield key, chunks(code, ids)
+
+    def _rebuilt_originals(self, wire, ids: list[int], arrays: tuple, here) -> dict[int, bytes]:
+        """Node id -> serialized NodeDef, for original nodes (``ids``) that :meth:`_node_bytes`
+        would build from a copy of their NodeDef: the C kernel (``nodewire.rebuild_nodes``) writes
+        each from its bytes with its new device and, when rewired, its new inputs (and fixed
+        name); protobuf parses them all at once and serializes each deterministically, after the
+        ``_class`` trim, so the bytes are those of :meth:`_node_bytes`. Empty without the kernel
+        (or without such nodes): then :meth:`_node_bytes` builds them."""
+        if not ids:
+            return {}
+        blob = nodewire.rebuild_nodes(wire.data, arrays[0], arrays[1], ids, *arrays[2:])
+        if blob is None:
+            return {}
+        out = {}
+        for i, nd in zip(ids, GraphDef.FromString(blob).node, strict=True):
+            if "_class" in nd.attr:
+                _keep_local_colocation(nd, here)
+            out[i] = nd.SerializeToString(deterministic=True)
+        return out
 
     def _nodes_bytes(self, ids: list[int], node_bytes, device_fields: list[bytes], incarnations: list[int]) -> list[bytes]:
         """The serialized NodeDefs of ``ids``: added transfers in C when ``placeviz._wire`` is built,
