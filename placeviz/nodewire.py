@@ -13,7 +13,10 @@ partitions into TF).
 Determinism: a written node is a function of the input file's bytes only (their attr order is
 the file's), so two runs, or the C and Python paths, write the same bytes. Nodes placeviz builds
 itself (``_Send``/``_Recv``, rewired nodes) are serialized with protobuf's deterministic
-serialization (attrs in key order), as :func:`placeviz.io.proto_bytes` writes whole messages.
+serialization (attrs in key order), as :func:`placeviz.io.proto_bytes` writes whole messages:
+:func:`encode_added` writes the added transfer nodes' bytes directly in that order, and
+:func:`rebuild_nodes` gives rewired originals from their bytes for protobuf to parse and
+serialize, both without a Python object per node.
 
 :func:`splice_nodes_py` and :func:`field_spans_py` are the reference loops; ``placeviz._wire``
 does the same in C when built (see ``placeviz/native.py``).

@@ -48,6 +48,7 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
     parts = partition(result.graph, result.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
                       level=level, replicate_constants=replicate_constants,
                       client_device=client_device(options.placer.master_task))
+    del result  # the placement's per-node lists (reasons, groups, the setter's record): not needed to write
     names = partition_file_names(parts.keys)
 
     def files():
