@@ -1809,8 +1809,9 @@ class _Partitioner:
 
     def _located_elsewhere(self, part_of, lists: list[list[int]]):
         """Nodes whose ``_class`` names a node outside their partition (``part_of``: partition
-        number per original node, -1 for none; ``lists``: the partitions' node ids): :meth:`materialize` trims those entries
-        (:func:`_keep_local_colocation`), so their bytes cannot be the input's. The same test as
+        number per original node, -1 for none; ``lists``: the partitions' node ids):
+        :meth:`materialize` trims those entries (:func:`_keep_local_colocation`), so their bytes
+        cannot be the input's. The same test as
         ``names <= set(names of the partition's nodes)``, as array operations over the
         (node, named node) pairs; added nodes whose name a ``_class`` names are looked up by name."""
         np = self.np
@@ -1838,11 +1839,15 @@ class _Partitioner:
         bad = (target < 0) | (part_of[np.maximum(target, 0)] != part_of[pair_node])
         colliding = set(flat_names).intersection(a.name for a in self.added)
         if colliding:  # an added node's name is named: is it in the same partition?
+            here: dict[int, _NamesIn] = {}
             for k in np.flatnonzero(bad).tolist():
                 i, name = int(pair_node[k]), flat_names[int(pair_name[k])]
                 p = int(part_of[i])
-                if name in colliding and p >= 0 and name in _NamesIn(self, lists[p], part_of, p):
-                    bad[k] = False
+                if name in colliding and p >= 0:
+                    if p not in here:
+                        here[p] = _NamesIn(self, lists[p], part_of, p)
+                    if name in here[p]:
+                        bad[k] = False
         out[pair_node[bad]] = True
         return out
 

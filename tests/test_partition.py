@@ -620,3 +620,30 @@ def test_written_partitions_trim_colocation_like_the_built_ones(c_wire, monkeypa
     monkeypatch.setattr(partition_mod, "_CHUNK_NODES", 2)  # written in pieces of two nodes: the same bytes
     assert [len(list(pieces)) for _, pieces in run(graph).iter_serialized(pieces=True)] == [2, 3]
     assert written()[0] == out
+
+
+def test_written_partitions_fix_leading_underscore_names(monkeypatch):
+    """A graph with a name starting with ``_`` (reserved by ``import_graph_def``) has every
+    original written renamed (``._a``) with its inputs renamed too; the C writer
+    (``_wire.rebuild_nodes``, ``encode_added``) and the Python one give the same bytes, which
+    parse to the GraphDefs built node by node."""
+    from placeviz import nodewire
+
+    gd = GraphDef()
+    gd.node.extend([const("_a", (5, 5), DT_FLOAT, DEV["A"]), node("B1", "Identity", "_a", T=DT_FLOAT),
+                    _colocated(node("A2", "Identity", "_a", "^B1", T=DT_FLOAT), "_a", "B1")])
+    graph = Graph(gd, wire=gd.SerializeToString())  # io.load refuses such a name; a caller may not
+    assert graph.node_wire is not None
+
+    def written():
+        result = run(graph)
+        out = dict(result.iter_serialized())
+        assert {k: GraphDef.FromString(v) for k, v in out.items()} == result.partitions
+        return out, result
+
+    out, result = written()
+    nodes = {n.name: n for gd in result.partitions.values() for n in gd.node}
+    assert "._a" in nodes and "_a" not in nodes and nodes["A2"].input[0] == "._a"
+    assert list(nodes["A2"].attr["_class"].list.s) == [b"loc:@_a"]
+    monkeypatch.setattr(nodewire, "_wire", None)
+    assert written()[0] == out
