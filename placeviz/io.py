@@ -1008,7 +1008,10 @@ def _remove(path: Path) -> None:
 
 
 # ------------------------------------------------------------------------- directory outputs
-def write_directory(path: str | os.PathLike, files: Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]], *,
+_Content = bytes | str | Iterable[bytes]
+
+
+def write_directory(path: str | os.PathLike, files: Mapping[str, _Content] | Iterable[tuple[str, _Content]], *,
                     replaceable: Callable[[Path], bool], kind: str) -> Path:
     """Write ``files`` (name -> content, or (name, content) pairs) as the directory ``path``, all at once.
 
