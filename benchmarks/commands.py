@@ -84,11 +84,11 @@ def small_graph(source: Path, out: Path, nodes: int = SMALL_NODES) -> Path:
     return out
 
 
-def time_process(argv: list[str], env: dict[str, str]) -> dict:
-    """Run ``argv`` to completion: wall s, CPU s (user + system, its children included), peak
-    RSS MiB, exit code."""
+def time_process(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> dict:
+    """Run ``argv`` to completion (in ``cwd``): wall s, CPU s (user + system, its children
+    included), peak RSS MiB, exit code."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -167,11 +167,51 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def ab_partition(trees: list[Path], graph: Path, reps: int) -> str:
+    """Before/after of ``partition GRAPH --ps-tasks 4 -o DIR`` in two source trees (each with its
+    C kernels built), alternating the trees inside each repetition so that load changes hit both
+    alike, with the parse floor of the same file measured before and after the runs (the
+    floor's median over both). Returns a table of medians (wall, CPU) and peak RSS per tree."""
+    samples: dict[Path, list[dict]] = {tree: [] for tree in trees}
+    graph = graph.resolve()
+    floors = parse_floor(graph, 5, dict(os.environ, PYTHONPATH=str(trees[-1])))
+    with tempfile.TemporaryDirectory(prefix="placeviz-ab-") as tmp:
+        for _ in range(reps):
+            for tree in trees:
+                out = Path(tmp) / "parts"
+                shutil.rmtree(out, ignore_errors=True)
+                env = dict(os.environ, PYTHONPATH=str(tree))
+                # run from the tree: ``python -m`` puts the working directory first on sys.path
+                rec = time_process([sys.executable, "-m", "placeviz", "partition", str(graph.resolve()), "--ps-tasks",
+                                    str(PS_TASKS), "-o", str(out)], env, cwd=tree)
+                if rec["exit"] != 0:
+                    raise SystemExit(f"{tree}: partition failed (exit {rec['exit']}): {rec['stderr']}")
+                samples[tree].append(rec)
+    floors += parse_floor(graph, 5, dict(os.environ, PYTHONPATH=str(trees[-1])))
+    floor = statistics.median(floors)
+    lines = [f"{graph.name}: parse floor {floor:.3f} s CPU (median of {len(floors)}: {min(floors):.3f}-{max(floors):.3f}), "
+             f"{reps} alternating repetitions",
+             "| tree | wall s (each) | CPU s (each) | peak RSS MiB | wall / floor | CPU / floor |",
+             "|---|---|---|---:|---:|---:|"]
+    for tree, recs in samples.items():
+        wall = statistics.median(r["wall"] for r in recs)
+        cpu = statistics.median(r["cpu"] for r in recs)
+        each_wall = " / ".join(f"{r['wall']:.2f}" for r in recs)
+        each_cpu = " / ".join(f"{r['cpu']:.2f}" for r in recs)
+        lines.append(f"| {tree} | {wall:.2f} ({each_wall}) | {cpu:.2f} ({each_cpu}) | "
+                     f"{max(r['rss_mib'] for r in recs):,.0f} | {wall / floor:.1f}x | {cpu / floor:.1f}x |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":  # re-print the table of saved results: python benchmarks/commands.py FILE...
     import json
 
     if sys.argv[1:2] == ["--small"]:
         small_graph(Path(sys.argv[2]), Path(sys.argv[3]))
+        sys.exit(0)
+    if sys.argv[1:2] == ["--ab"]:  # python benchmarks/commands.py --ab TREE_BEFORE TREE_AFTER GRAPH [REPS]
+        print(ab_partition([Path(sys.argv[2]).resolve(), Path(sys.argv[3]).resolve()], Path(sys.argv[4]),
+                           int(sys.argv[5]) if len(sys.argv) > 5 else 3))
         sys.exit(0)
     for file in sys.argv[1:]:
         print(file)

@@ -963,12 +963,475 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ encode_added */
+
+/* A growable output buffer for one NodeDef at a time. */
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+} Buf;
+
+static int buf_room(Buf *b, size_t extra)
+{
+    if (b->len + extra <= b->cap) return 1;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra) cap *= 2;
+    uint8_t *p = PyMem_Realloc(b->p, cap);
+    if (!p) { PyErr_NoMemory(); return 0; }
+    b->p = p;
+    b->cap = cap;
+    return 1;
+}
+
+static void buf_varint(Buf *b, uint64_t v)
+{
+    b->len = (size_t)(put_varint(b->p + b->len, v) - b->p);
+}
+
+static void buf_raw(Buf *b, const void *data, size_t n)
+{
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+}
+
+/* A string field (one-byte tag): `pre`, a '.' when `fix` and the name starts with '_' (placeviz.
+ * partition._importable_name), the name, then `suf`. */
+static int buf_name_field(Buf *b, uint8_t tag, const char *pre, size_t prelen, int fix, const char *s, size_t len,
+                          const char *suf, size_t suflen)
+{
+    size_t dot = (fix && len && s[0] == '_') ? 1 : 0;
+    size_t total = prelen + dot + len + suflen;
+    if (!buf_room(b, 1 + 10 + total)) return 0;
+    b->p[b->len++] = tag;
+    buf_varint(b, total);
+    buf_raw(b, pre, prelen);
+    if (dot) b->p[b->len++] = '.';
+    buf_raw(b, s, len);
+    buf_raw(b, suf, suflen);
+    return 1;
+}
+
+/* One NodeDef.attr map entry (field 5): key (field 1), AttrValue (field 2) holding `value`, the
+ * already encoded AttrValue fields. */
+static int buf_attr(Buf *b, const char *key, const uint8_t *value, size_t vlen)
+{
+    size_t klen = strlen(key);
+    size_t entry = 1 + varint_size(klen) + klen + 1 + varint_size(vlen) + vlen;
+    if (!buf_room(b, 1 + 10 + entry)) return 0;
+    b->p[b->len++] = 0x2a;
+    buf_varint(b, entry);
+    b->p[b->len++] = 0x0a;
+    buf_varint(b, klen);
+    buf_raw(b, key, klen);
+    b->p[b->len++] = 0x12;
+    buf_varint(b, vlen);
+    buf_raw(b, value, vlen);
+    return 1;
+}
+
+/* An attr whose AttrValue is one varint field (`number`: 3 i, 5 b, 6 type), as protobuf writes an
+ * int64 (negative: ten bytes, two's complement). */
+static int buf_varint_attr(Buf *b, const char *key, int number, uint64_t v)
+{
+    uint8_t av[11];
+    av[0] = (uint8_t)(number << 3);
+    size_t n = (size_t)(put_varint(av + 1, v) - av);
+    return buf_attr(b, key, av, n);
+}
+
+/* An attr whose AttrValue is `s` (field 2). */
+static int buf_string_attr(Buf *b, const char *key, const char *s, size_t len)
+{
+    size_t klen = strlen(key);
+    size_t av = 1 + varint_size(len) + len;
+    size_t entry = 1 + varint_size(klen) + klen + 1 + varint_size(av) + av;
+    if (!buf_room(b, 1 + 10 + entry)) return 0;
+    b->p[b->len++] = 0x2a;
+    buf_varint(b, entry);
+    b->p[b->len++] = 0x0a;
+    buf_varint(b, klen);
+    buf_raw(b, key, klen);
+    b->p[b->len++] = 0x12;
+    buf_varint(b, av);
+    b->p[b->len++] = 0x12;
+    buf_varint(b, len);
+    buf_raw(b, s, len);
+    return 1;
+}
+
+/* Slot names of placeviz.partition._New, interned at import. */
+static PyObject *str_name, *str_op, *str_kind, *str_inputs, *str_meta, *str_dev, *str_dtype, *str_copy_of;
+
+static const char *utf8_of(PyObject *s, Py_ssize_t *len)
+{
+    if (!PyUnicode_Check(s)) {
+        PyErr_SetString(PyExc_TypeError, "a node name is not a str");
+        return NULL;
+    }
+    return PyUnicode_AsUTF8AndSize(s, len);
+}
+
+/* The name of node `s`: an original's from `names`, an added node's from its `name` slot (the
+ * object keeps the string alive). */
+static const char *node_name(PyObject *names, PyObject *added, Py_ssize_t n, long s, Py_ssize_t *len)
+{
+    if (s >= 0 && s < n && s < PyList_GET_SIZE(names)) return utf8_of(PyList_GET_ITEM(names, s), len);
+    if (s >= n && s - n < PyList_GET_SIZE(added)) {
+        PyObject *name = PyObject_GetAttr(PyList_GET_ITEM(added, s - n), str_name);
+        if (!name) return NULL;
+        const char *p = utf8_of(name, len);
+        Py_DECREF(name);
+        return p;
+    }
+    PyErr_SetString(PyExc_IndexError, "an input names no node");
+    return NULL;
+}
+
+static long long_attr(PyObject *obj, PyObject *attr, int *ok)
+{
+    PyObject *v = PyObject_GetAttr(obj, attr);
+    if (!v) { *ok = 0; return 0; }
+    long x = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred()) *ok = 0;
+    return x;
+}
+
+enum { ADDED_OTHER, ADDED_SEND, ADDED_RECV, ADDED_CTRL_CONST, ADDED_CTRL_IDENTITY };
+
+/* Which added nodes are written here: _Send/_Recv (and their host forms) and the control
+ * transfers' Const/Identity, unless they copy an original (replicated Consts). */
+static int added_kind(PyObject *a, int *kind)
+{
+    int ok = 1;
+    long copy_of = long_attr(a, str_copy_of, &ok);
+    if (!ok) return 0;
+    *kind = ADDED_OTHER;
+    if (copy_of >= 0) return 1;
+    PyObject *op = PyObject_GetAttr(a, str_op);
+    if (!op) return 0;
+    PyObject *k = PyObject_GetAttr(a, str_kind);
+    if (!k) { Py_DECREF(op); return 0; }
+    if (PyUnicode_Check(op) && PyUnicode_Check(k)) {
+        if (!PyUnicode_CompareWithASCIIString(op, "_Send") || !PyUnicode_CompareWithASCIIString(op, "_HostSend"))
+            *kind = ADDED_SEND;
+        else if (!PyUnicode_CompareWithASCIIString(op, "_Recv") || !PyUnicode_CompareWithASCIIString(op, "_HostRecv"))
+            *kind = ADDED_RECV;
+        else if (!PyUnicode_CompareWithASCIIString(k, "ctrl_const"))
+            *kind = ADDED_CTRL_CONST;
+        else if (!PyUnicode_CompareWithASCIIString(k, "ctrl_identity"))
+            *kind = ADDED_CTRL_IDENTITY;
+    }
+    Py_DECREF(op);
+    Py_DECREF(k);
+    return 1;
+}
+
+/* Fields 1-4 of an added node: fixed name, op, inputs ("^src", "src", "src:slot"), device. */
+static int buf_head(Buf *b, PyObject *a, PyObject *names, PyObject *added, Py_ssize_t n, PyObject *dev_names)
+{
+    Py_ssize_t len;
+    int ok = 1;
+    PyObject *v = PyObject_GetAttr(a, str_name);
+    if (!v) return 0;
+    const char *s = utf8_of(v, &len);
+    ok = s && buf_name_field(b, 0x0a, "", 0, 1, s, (size_t)len, "", 0);
+    Py_DECREF(v);
+    if (!ok) return 0;
+    v = PyObject_GetAttr(a, str_op);
+    if (!v) return 0;
+    s = utf8_of(v, &len);
+    ok = s && buf_name_field(b, 0x12, "", 0, 0, s, (size_t)len, "", 0);
+    Py_DECREF(v);
+    if (!ok) return 0;
+    v = PyObject_GetAttr(a, str_inputs);
+    if (!v) return 0;
+    PyObject *inputs = PySequence_Fast(v, "inputs must be a sequence");
+    Py_DECREF(v);
+    if (!inputs) return 0;
+    for (Py_ssize_t k = 0; ok && k < PySequence_Fast_GET_SIZE(inputs); k++) {
+        PyObject *pair = PySequence_Fast(PySequence_Fast_GET_ITEM(inputs, k), "an input must be a pair");
+        if (!pair) { ok = 0; break; }
+        if (PySequence_Fast_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_ValueError, "an input must be a pair");
+            Py_DECREF(pair);
+            ok = 0;
+            break;
+        }
+        long src = PyLong_AsLong(PySequence_Fast_GET_ITEM(pair, 0));
+        long slot = PyLong_AsLong(PySequence_Fast_GET_ITEM(pair, 1));
+        Py_DECREF(pair);
+        if (PyErr_Occurred()) { ok = 0; break; }
+        s = node_name(names, added, n, src, &len);
+        if (!s) { ok = 0; break; }
+        char suf[24];
+        size_t suflen = 0;
+        if (slot > 0) suflen = (size_t)snprintf(suf, sizeof suf, ":%ld", slot);
+        ok = buf_name_field(b, 0x1a, "^", slot == -1 ? 1 : 0, 1, s, (size_t)len, suf, suflen);
+    }
+    Py_DECREF(inputs);
+    if (!ok) return 0;
+    long dev = long_attr(a, str_dev, &ok);
+    if (!ok) return 0;
+    if (dev < 0 || dev >= PyList_GET_SIZE(dev_names)) {
+        PyErr_SetString(PyExc_IndexError, "a device index out of range");
+        return 0;
+    }
+    PyObject *d = PyList_GET_ITEM(dev_names, dev);
+    if (!buf_room(b, 1 + 10 + (size_t)PyBytes_GET_SIZE(d))) return 0;
+    b->p[b->len++] = 0x22;
+    buf_varint(b, (uint64_t)PyBytes_GET_SIZE(d));
+    buf_raw(b, PyBytes_AS_STRING(d), (size_t)PyBytes_GET_SIZE(d));
+    return 1;
+}
+
+static int buf_str_attr_obj(Buf *b, const char *key, PyObject *s)
+{
+    Py_ssize_t len;
+    const char *p = utf8_of(s, &len);
+    return p && buf_string_attr(b, key, p, (size_t)len);
+}
+
+/* The attrs of a _Send/_Recv, in the key order of protobuf's deterministic serialization
+ * (placeviz.partition._Partitioner._encode_transfer is the reference). */
+static int buf_transfer_attrs(Buf *b, PyObject *a, int is_send, PyObject *dev_names, PyObject *incarnations)
+{
+    int ok = 1;
+    PyObject *meta = PyObject_GetAttr(a, str_meta);
+    if (!meta) return 0;
+    if (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) != 6) {
+        PyErr_SetString(PyExc_ValueError, "a transfer's meta must be a 6-tuple");
+        Py_DECREF(meta);
+        return 0;
+    }
+    PyObject *tname = PyTuple_GET_ITEM(meta, 0), *src = PyTuple_GET_ITEM(meta, 3), *dst = PyTuple_GET_ITEM(meta, 4);
+    long sdev = PyLong_AsLong(PyTuple_GET_ITEM(meta, 1)), rdev = PyLong_AsLong(PyTuple_GET_ITEM(meta, 2));
+    int client = PyObject_IsTrue(PyTuple_GET_ITEM(meta, 5));
+    long dtype = long_attr(a, str_dtype, &ok);
+    Py_ssize_t n_dev = PyList_GET_SIZE(dev_names);
+    if (!ok || client < 0 || PyErr_Occurred()) goto fail;
+    if (sdev < 0 || sdev >= n_dev || rdev < 0 || rdev >= n_dev || sdev >= PyList_GET_SIZE(incarnations)) {
+        PyErr_SetString(PyExc_IndexError, "a transfer's device index out of range");
+        goto fail;
+    }
+    uint64_t inc = (uint64_t)PyLong_AsUnsignedLongLongMask(PyList_GET_ITEM(incarnations, sdev));
+    if (PyErr_Occurred()) goto fail;
+    if (is_send && !buf_varint_attr(b, "T", 6, (uint64_t)(int64_t)dtype)) goto fail;
+    if (src != Py_None) {
+        /* "_dst" sorts before "_src" */
+        if (!buf_str_attr_obj(b, "_dst", dst) || !buf_str_attr_obj(b, "_src", src)) goto fail;
+    }
+    PyObject *rd = PyList_GET_ITEM(dev_names, rdev), *sd = PyList_GET_ITEM(dev_names, sdev);
+    /* upb sorts a longer key before its prefix (upb/message/internal/map_sorter.c) */
+    if (!buf_varint_attr(b, "client_terminated", 5, (uint64_t)client) ||
+        !buf_string_attr(b, "recv_device", PyBytes_AS_STRING(rd), (size_t)PyBytes_GET_SIZE(rd)) ||
+        !buf_varint_attr(b, "send_device_incarnation", 3, inc) ||
+        !buf_string_attr(b, "send_device", PyBytes_AS_STRING(sd), (size_t)PyBytes_GET_SIZE(sd)) ||
+        !buf_str_attr_obj(b, "tensor_name", tname))
+        goto fail;
+    if (!is_send && !buf_varint_attr(b, "tensor_type", 6, (uint64_t)(int64_t)dtype)) goto fail;
+    Py_DECREF(meta);
+    return 1;
+fail:
+    Py_DECREF(meta);
+    return 0;
+}
+
+PyDoc_STRVAR(encode_added_doc,
+"encode_added(ids, n, added, names, device_names, incarnations, skip, fallback, const_attrs,\n"
+"             identity_attrs) -> list[bytes]\n\n"
+"The serialized NodeDef of each node of ids, in order, as placeviz.partition writes a partition\n"
+"(importable names): added _Send/_Recv/_HostSend/_HostRecv and control-transfer Const/Identity\n"
+"nodes (ids >= n, items of added, not copies) are written here in protobuf's deterministic byte\n"
+"order; every other node, and any id in skip, is fallback(id). names: the original nodes' names;\n"
+"device_names: bytes per device index; incarnations: send_device_incarnation per device index;\n"
+"const_attrs/identity_attrs: the encoded attr fields of a control Const/Identity.");
+
+static PyObject *encode_added(PyObject *self, PyObject *args)
+{
+    PyObject *ids, *added, *names, *dev_names, *incs, *skip, *fallback, *const_attrs, *ident_attrs;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!nO!O!O!O!OOO!O!", &PyList_Type, &ids, &n, &PyList_Type, &added, &PyList_Type,
+                          &names, &PyList_Type, &dev_names, &PyList_Type, &incs, &skip, &fallback, &PyBytes_Type,
+                          &const_attrs, &PyBytes_Type, &ident_attrs))
+        return NULL;
+    for (Py_ssize_t d = 0; d < PyList_GET_SIZE(dev_names); d++)
+        if (!PyBytes_Check(PyList_GET_ITEM(dev_names, d))) {
+            PyErr_SetString(PyExc_TypeError, "device_names must be bytes");
+            return NULL;
+        }
+    Py_ssize_t m = PyList_GET_SIZE(ids);
+    PyObject *out = PyList_New(m);
+    if (!out) return NULL;
+    Buf b = {NULL, 0, 0};
+    for (Py_ssize_t k = 0; k < m; k++) {
+        PyObject *id = PyList_GET_ITEM(ids, k);
+        long i = PyLong_AsLong(id);
+        if (i == -1 && PyErr_Occurred()) goto fail;
+        int kind = ADDED_OTHER;
+        PyObject *a = NULL;
+        if (i >= n && i - n < PyList_GET_SIZE(added)) {
+            int skipped = PySequence_Contains(skip, id);
+            if (skipped < 0) goto fail;
+            a = PyList_GET_ITEM(added, i - n);
+            if (!skipped && !added_kind(a, &kind)) goto fail;
+        }
+        PyObject *node;
+        if (kind == ADDED_OTHER) {
+            node = PyObject_CallOneArg(fallback, id);
+            if (node && !PyBytes_Check(node)) {
+                PyErr_SetString(PyExc_TypeError, "fallback must return bytes");
+                Py_CLEAR(node);
+            }
+        } else {
+            b.len = 0;
+            if (!buf_head(&b, a, names, added, n, dev_names)) goto fail;
+            int ok;
+            if (kind == ADDED_SEND || kind == ADDED_RECV) {
+                ok = buf_transfer_attrs(&b, a, kind == ADDED_SEND, dev_names, incs);
+            } else {
+                PyObject *attrs = kind == ADDED_CTRL_CONST ? const_attrs : ident_attrs;
+                ok = buf_room(&b, (size_t)PyBytes_GET_SIZE(attrs));
+                if (ok) buf_raw(&b, PyBytes_AS_STRING(attrs), (size_t)PyBytes_GET_SIZE(attrs));
+            }
+            if (!ok) goto fail;
+            node = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.len);
+        }
+        if (!node) goto fail;
+        PyList_SET_ITEM(out, k, node);
+    }
+    PyMem_Free(b.p);
+    return out;
+fail:
+    PyMem_Free(b.p);
+    Py_DECREF(out);
+    return NULL;
+}
+
+PyDoc_STRVAR(rebuild_nodes_doc,
+"rebuild_nodes(data, offsets, lengths, ids, rewrite, fix_names, in_start, e_src, e_slot, names, added,\n"
+"              device_names, devices) -> bytes\n\n"
+"The `node` fields of a GraphDef holding, for each original node i of ids, its NodeDef at\n"
+"offsets[i]/lengths[i] in data (int64 arrays) with a new `device` (device_names[devices[i]],\n"
+"devices: int32) and, when rewrite[i] (uint8), new inputs: e_src/e_slot[in_start[i]:in_start[i+1]]\n"
+"(int32 arrays; slot -1 is ^src, 0 src, k src:k; names from names, or for ids >= len(names) from\n"
+"the `name` of the items of added), with a '.' before names starting with '_' and, when\n"
+"fix_names, the node's own name rewritten so too. The fields are the input's, in its order, so\n"
+"the caller parses the result and serializes each node (placeviz.partition._Partitioner.\n"
+"_rebuilt_originals; _node_bytes is the reference).");
+
+static PyObject *rebuild_nodes(PyObject *self, PyObject *args)
+{
+    PyObject *data, *offsets_obj, *lengths_obj, *ids, *rewrite_obj, *in_start_obj, *src_obj, *slot_obj, *names, *added,
+        *dev_names, *devs_obj;
+    int fix_names;
+    if (!PyArg_ParseTuple(args, "OOOO!OpOOOO!O!O!O", &data, &offsets_obj, &lengths_obj, &PyList_Type, &ids, &rewrite_obj,
+                          &fix_names, &in_start_obj, &src_obj, &slot_obj, &PyList_Type, &names, &PyList_Type, &added,
+                          &PyList_Type, &dev_names, &devs_obj))
+        return NULL;
+    Py_buffer buf = {0}, ob = {0}, lb = {0}, rb = {0}, sb = {0}, eb = {0}, tb = {0}, db = {0};
+    PyObject *result = NULL;
+    Buf out = {NULL, 0, 0};
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(offsets_obj, &ob, PyBUF_SIMPLE) < 0 || PyObject_GetBuffer(lengths_obj, &lb, PyBUF_SIMPLE) < 0 ||
+        PyObject_GetBuffer(rewrite_obj, &rb, PyBUF_SIMPLE) < 0 || PyObject_GetBuffer(in_start_obj, &sb, PyBUF_SIMPLE) < 0 ||
+        PyObject_GetBuffer(src_obj, &eb, PyBUF_SIMPLE) < 0 || PyObject_GetBuffer(slot_obj, &tb, PyBUF_SIMPLE) < 0 ||
+        PyObject_GetBuffer(devs_obj, &db, PyBUF_SIMPLE) < 0)
+        goto done;
+    Py_ssize_t n = PyList_GET_SIZE(names);
+    Py_ssize_t n_edges = eb.len / (Py_ssize_t)sizeof(int32_t);
+    const int64_t *offsets = ob.buf, *lengths = lb.buf;
+    const uint8_t *rewrite = rb.buf, *base = buf.buf;
+    const int32_t *in_start = sb.buf, *e_src = eb.buf, *e_slot = tb.buf, *devs = db.buf;
+    if (ob.len < n * (Py_ssize_t)sizeof(int64_t) || lb.len < ob.len || rb.len < n ||
+        sb.len < (n + 1) * (Py_ssize_t)sizeof(int32_t) || tb.len != eb.len || db.len < n * (Py_ssize_t)sizeof(int32_t)) {
+        PyErr_SetString(PyExc_ValueError, "rebuild_nodes: arrays too short");
+        goto done;
+    }
+    for (Py_ssize_t d = 0; d < PyList_GET_SIZE(dev_names); d++)
+        if (!PyBytes_Check(PyList_GET_ITEM(dev_names, d))) {
+            PyErr_SetString(PyExc_TypeError, "device_names must be bytes");
+            goto done;
+        }
+    Buf node = {NULL, 0, 0};
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(ids); k++) {
+        long i = PyLong_AsLong(PyList_GET_ITEM(ids, k));
+        if (i == -1 && PyErr_Occurred()) goto fail;
+        if (i < 0 || i >= n || offsets[i] < 0 || offsets[i] > buf.len || lengths[i] < 0 ||
+            lengths[i] > buf.len - offsets[i] || devs[i] < 0 || devs[i] >= PyList_GET_SIZE(dev_names)) {
+            PyErr_SetString(PyExc_ValueError, "rebuild_nodes: a node without bytes or device");
+            goto fail;
+        }
+        int fresh = rewrite[i] != 0;
+        int rename = fresh && fix_names;
+        node.len = 0;
+        const uint8_t *p = base + offsets[i], *end = p + lengths[i];
+        while (p < end) {  /* the input's fields but those replaced */
+            const uint8_t *start = p;
+            uint32_t field;
+            int wt;
+            if (!read_tag(&p, end, &field, &wt) || wt == 3 || wt == 4 || !skip_value(&p, end, wt)) {
+                PyErr_SetString(PyExc_ValueError, "rebuild_nodes: a node of odd wire form");
+                goto fail;
+            }
+            if (field == 4 || (field == 3 && fresh) || (field == 1 && rename)) continue;
+            if (!buf_room(&node, (size_t)(p - start))) goto fail;
+            buf_raw(&node, start, (size_t)(p - start));
+        }
+        Py_ssize_t len;
+        const char *s;
+        if (rename) {
+            s = utf8_of(PyList_GET_ITEM(names, i), &len);
+            if (!s || !buf_name_field(&node, 0x0a, "", 0, 1, s, (size_t)len, "", 0)) goto fail;
+        }
+        if (fresh) {
+            int32_t lo = in_start[i], hi = in_start[i + 1];
+            if (lo < 0 || hi < lo || hi > n_edges) {
+                PyErr_SetString(PyExc_ValueError, "rebuild_nodes: edge range out of bounds");
+                goto fail;
+            }
+            for (int32_t e = lo; e < hi; e++) {
+                s = node_name(names, added, n, e_src[e], &len);
+                if (!s) goto fail;
+                char suf[24];
+                size_t suflen = 0;
+                if (e_slot[e] > 0) suflen = (size_t)snprintf(suf, sizeof suf, ":%ld", (long)e_slot[e]);
+                if (!buf_name_field(&node, 0x1a, "^", e_slot[e] == -1 ? 1 : 0, 1, s, (size_t)len, suf, suflen))
+                    goto fail;
+            }
+        }
+        PyObject *d = PyList_GET_ITEM(dev_names, devs[i]);
+        size_t dn = (size_t)PyBytes_GET_SIZE(d);
+        if (!buf_room(&node, 1 + 10 + dn)) goto fail;
+        node.p[node.len++] = 0x22;
+        buf_varint(&node, dn);
+        buf_raw(&node, PyBytes_AS_STRING(d), dn);
+        if (!buf_room(&out, 1 + 10 + node.len)) goto fail;
+        out.p[out.len++] = 0x0a;
+        buf_varint(&out, node.len);
+        buf_raw(&out, node.p, node.len);
+    }
+    result = PyBytes_FromStringAndSize(out.len ? (const char *)out.p : "", (Py_ssize_t)out.len);
+fail:
+    PyMem_Free(node.p);
+done:
+    PyMem_Free(out.p);
+    Py_buffer *views[] = {&ob, &lb, &rb, &sb, &eb, &tb, &db};
+    for (size_t v = 0; v < sizeof views / sizeof views[0]; v++)
+        if (views[v]->obj) PyBuffer_Release(views[v]);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+
 static PyMethodDef methods[] = {
     {"scan_graph", scan_graph, METH_O, scan_graph_doc},
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
     {"valid_node_names", valid_node_names, METH_O, valid_node_names_doc},
     {"field_spans", field_spans, METH_VARARGS, field_spans_doc},
     {"splice_nodes", splice_nodes, METH_VARARGS, splice_nodes_doc},
+    {"encode_added", encode_added, METH_VARARGS, encode_added_doc},
+    {"rebuild_nodes", rebuild_nodes, METH_VARARGS, rebuild_nodes_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -979,5 +1442,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__wire(void)
 {
+    PyObject **slots[] = {&str_name, &str_op, &str_kind, &str_inputs, &str_meta, &str_dev, &str_dtype, &str_copy_of};
+    const char *names[] = {"name", "op", "kind", "inputs", "meta", "dev", "dtype", "copy_of"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (!*slots[k] && !(*slots[k] = PyUnicode_InternFromString(names[k]))) return NULL;
     return PyModule_Create(&module);
 }

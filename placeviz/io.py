@@ -31,7 +31,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -963,17 +963,24 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _write_file(path: Path, payload: bytes) -> None:
-    """Create the new file ``path`` (inside a temporary directory) with ``payload``."""
+def _write_file(path: Path, payload: bytes | Iterable[bytes]) -> None:
+    """Create the new file ``path`` (inside a temporary directory) with ``payload`` (bytes, or
+    pieces of bytes written in order)."""
     _fill(os.open(path, _NEW_FILE_FLAGS, 0o666), payload)
 
 
-def _fill(fd: int, payload: bytes, st: os.stat_result | None = None) -> None:
-    """Write ``payload`` to the new file ``fd``, fsync and close it; ``st``: the file it replaces."""
+def _fill(fd: int, payload: bytes | Iterable[bytes], st: os.stat_result | None = None) -> None:
+    """Write ``payload`` (bytes, or pieces of bytes in order) to the new file ``fd``, fsync and
+    close it; ``st``: the file it replaces."""
     try:
         if st is not None:
             _keep_owner_and_mode(fd, st)
-        _write_all(fd, payload)
+        if isinstance(payload, (bytes, bytearray, memoryview)):
+            _write_all(fd, payload)
+        else:
+            for piece in payload:
+                _write_all(fd, piece)
+                del piece  # before the next one is made
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -1012,9 +1019,18 @@ def _remove(path: Path) -> None:
 
 
 # ------------------------------------------------------------------------- directory outputs
-def write_directory(path: str | os.PathLike, files: dict[str, bytes | str], *,
+_Content = bytes | str | Iterable[bytes]
+
+
+def write_directory(path: str | os.PathLike, files: Mapping[str, _Content] | Iterable[tuple[str, _Content]], *,
                     replaceable: Callable[[Path], bool], kind: str) -> Path:
-    """Write ``files`` (name -> content) as the directory ``path``, all at once.
+    """Write ``files`` (name -> content, or (name, content) pairs) as the directory ``path``, all at once.
+
+    A content is a str, bytes, or an iterable of bytes (written one after the other). Pairs may
+    come from a generator that makes each content as it is asked for, and an iterable content
+    may make its pieces as they are asked for: each is written and dropped before the next is
+    made, so a caller never holds all of them (``placeviz partition`` at a million nodes writes
+    hundreds of MB).
 
     The files go into a fresh temporary directory next to ``path`` (same file system), which is
     then renamed into place: a reader sees the old directory or the complete new one, never a
@@ -1033,8 +1049,9 @@ def write_directory(path: str | os.PathLike, files: dict[str, bytes | str], *,
         _, tmp = _create_temp(parent, target.name, mkdir=True)
         if st is not None:
             os.chmod(tmp, stat.S_IMODE(st.st_mode))  # the replaced directory's mode
-        for name, data in files.items():
-            _write_file(tmp / name, data.encode("utf-8") if isinstance(data, str) else bytes(data))
+        for name, data in (files.items() if isinstance(files, Mapping) else files):
+            _write_file(tmp / name, data.encode("utf-8") if isinstance(data, str) else data)
+            del data  # before the generator makes the next one
         _fsync_directory(tmp)
         if existing:
             _swap_directories(tmp, target)  # tmp now holds the old output, removed below

@@ -13,7 +13,10 @@ partitions into TF).
 Determinism: a written node is a function of the input file's bytes only (their attr order is
 the file's), so two runs, or the C and Python paths, write the same bytes. Nodes placeviz builds
 itself (``_Send``/``_Recv``, rewired nodes) are serialized with protobuf's deterministic
-serialization (attrs in key order), as :func:`placeviz.io.proto_bytes` writes whole messages.
+serialization (attrs in key order), as :func:`placeviz.io.proto_bytes` writes whole messages:
+:func:`encode_added` writes the added transfer nodes' bytes directly in that order, and
+:func:`rebuild_nodes` gives rewired originals from their bytes for protobuf to parse and
+serialize, both without a Python object per node.
 
 :func:`splice_nodes_py` and :func:`field_spans_py` are the reference loops; ``placeviz._wire``
 does the same in C when built (see ``placeviz/native.py``).
@@ -124,6 +127,32 @@ def splice_nodes(data, offsets: array, lengths: array, devices: array, device_na
     if _wire is not None and _splice is not None:
         return _splice(data, offsets, lengths, devices, device_names, extra, tail)
     return splice_nodes_py(data, offsets, lengths, devices, device_names, extra, tail)
+
+
+def encode_added(ids: list[int], n: int, added: list, names: list[str], device_names: list[bytes],
+                 incarnations: list[int], skip, fallback, const_attrs: bytes, identity_attrs: bytes) -> list[bytes] | None:
+    """The serialized NodeDef of each node of ``ids`` (``placeviz._wire.encode_added``): the
+    partitioner's added ``_Send``/``_Recv`` and control-transfer ``Const``/``Identity`` written in
+    C, every other node (and any id in ``skip``) by ``fallback(id)``. None when the kernel is not
+    built: the caller then makes every node in Python
+    (``placeviz.partition._Partitioner._node_bytes``, the reference)."""
+    encode = getattr(_wire, "encode_added", None) if _wire is not None else None
+    if encode is None:
+        return None
+    return encode(ids, n, added, names, device_names, incarnations, skip, fallback, const_attrs, identity_attrs)
+
+
+def rebuild_nodes(data, offsets, lengths, ids: list[int], rewrite, fix_names: bool, in_start, e_src, e_slot,
+                  names: list[str], added: list, device_names: list[bytes], devices) -> bytes | None:
+    """The ``node`` fields of a GraphDef of the original nodes ``ids``, each its input bytes with a
+    new ``device`` and, where ``rewrite``, new inputs (``placeviz._wire.rebuild_nodes``); the
+    caller parses and re-serializes them. None when the kernel is not built (the caller then
+    builds those nodes from their NodeDefs, ``placeviz.partition._Partitioner._node_bytes``)."""
+    rebuild = getattr(_wire, "rebuild_nodes", None) if _wire is not None else None
+    if rebuild is None:
+        return None
+    return rebuild(data, offsets, lengths, ids, rewrite, fix_names, in_start, e_src, e_slot, names, added,
+                   device_names, devices)
 
 
 def splice_nodes_py(data, offsets, lengths, devices, device_names: list[bytes], extra: list[bytes],

@@ -70,9 +70,10 @@ the Python code). NodeDefs are built only when :attr:`PartitionResult.partitions
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from placeviz import nodewire
 from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
@@ -368,14 +369,19 @@ class PartitionResult:
 
     def serialized(self) -> dict[str, bytes]:
         """Partition key -> the serialized GraphDef of :attr:`partitions` (the same message once
-        parsed), written from the input's bytes where a node only changes device (see
-        :mod:`placeviz.nodewire`): what ``placeviz partition`` writes. Deterministic: the bytes
-        depend only on the input's bytes and the run."""
-        if self._partitions is None:
-            out = self._builder.serialize(self._node_lists())
-            if out is not None:
-                return out
-        return {k: gd.SerializeToString(deterministic=True) for k, gd in self.partitions.items()}
+        parsed): :meth:`iter_serialized` as a dict."""
+        return dict(self.iter_serialized())
+
+    def iter_serialized(self, pieces: bool = False) -> Iterator[tuple[str, Any]]:
+        """(partition key, serialized GraphDef of :attr:`partitions`), in key order, one at a
+        time: written from the input's bytes where a node only changes device (see
+        :mod:`placeviz.nodewire`), what ``placeviz partition`` writes. Deterministic: the bytes
+        depend only on the input's bytes and the run. ``pieces``: each GraphDef as an iterator of
+        bytes whose concatenation it is (so that a writer never holds a whole partition)."""
+        out = self._builder.serialize(self._node_lists()) if self._partitions is None else None
+        if out is None:
+            out = ((k, iter([gd.SerializeToString(deterministic=True)])) for k, gd in self.partitions.items())
+        return out if pieces else ((k, b"".join(chunks)) for k, chunks in out)
 
     def device_of(self, name: str) -> str | None:
         """The partition a node (original or added) is in, or None if the run does not execute it."""
@@ -410,8 +416,8 @@ class PartitionResult:
             "schema": SCHEMA, "level": self.level, "session": self.session,
             "client_device": self.client_device, "fetches": self.fetches, "targets": self.targets,
             "feeds": self.feeds, "node_count": self.node_count,
-            "partitions": [{"device": k, "nodes": len(v), "original_nodes": len(self.original_nodes[k])}
-                           for k, v in self.nodes.items()],
+            "partitions": [{"device": k, "nodes": len(ids), "original_nodes": self._builder.original_count(ids)}
+                           for k, ids in self._node_lists().items()],
             "transfers": self.transfers, "replicated": self.replicated, "moved": self.moved,
             "control_loops": self.control_loops, "notes": self.notes,
         }
@@ -1615,6 +1621,10 @@ class _Partitioner:
                 out[key_names[int(parts[lo])]] = ids[lo:hi].tolist()
         return {k: out[k] for k in sorted(out)}
 
+    def original_count(self, ids: list[int]) -> int:
+        """How many of ``ids`` (in GraphDef order: originals and added nodes mixed) are original."""
+        return int((self.np.asarray(ids, dtype=self.np.int64) < self.n).sum())
+
     def names_of(self, ids: list[int]) -> list[str]:
         names, added, n = self.names, self.added, self.n
         return [names[i] if i < n else added[i - n].name for i in ids]
@@ -1680,21 +1690,27 @@ class _Partitioner:
         nd.name = fix(a.name)
         nd.input.extend(self._input_strings(i, fix))
 
-    def serialize(self, node_lists: dict[str, list[int]]) -> dict[str, bytes] | None:
-        """:meth:`materialize` (importable), serialized, without building the NodeDefs of the
-        nodes that only change device: their bytes are the input's (``Graph.node_wire``) with the
-        new ``device``. The others (added nodes, rewired inputs, renamed nodes, trimmed
-        ``_class``) are built as :meth:`materialize` builds them and serialized deterministically.
-        None when the graph has no bytes or a function library (whose reachable functions
-        :meth:`materialize` finds from the NodeDefs)."""
+    def serialize(self, node_lists: dict[str, list[int]]) -> Iterator[tuple[str, Iterator[bytes]]] | None:
+        """:meth:`materialize` (importable), serialized, one partition at a time and each in pieces
+        of at most ``_CHUNK_NODES`` nodes (whose concatenation is the GraphDef: its ``node`` fields,
+        then its other fields), so that a writer holds one piece, not whole partitions. The nodes
+        that only change device are not built: their bytes are the input's (``Graph.node_wire``)
+        with the new ``device``. ``_Send``/``_Recv`` and the control transfers' ``Const``/
+        ``Identity`` are written straight to protobuf's deterministic bytes
+        (:func:`placeviz.nodewire.encode_added` in C, :meth:`_node_bytes` in Python); the other
+        nodes (rewired inputs, renamed nodes, trimmed ``_class``) are built as :meth:`materialize`
+        builds them and serialized deterministically. None when the graph has no bytes or a
+        function library (whose reachable functions :meth:`materialize` finds from the
+        NodeDefs). A piece holding a node of odd wire form (a group field, which no serializer
+        writes) has all its nodes built: the same message, written by protobuf."""
         wire = self.graph.node_wire
         if wire is None or self.graph.library.function:
             return None
+        return self._serialize(node_lists, wire)
+
+    def _serialize(self, node_lists: dict[str, list[int]], wire) -> Iterator[tuple[str, Iterator[bytes]]]:
         np = self.np
         n = self.n
-        nodes = self.nodes_pb
-        dev_names = self.devs.names
-        fix = _importable_name
         # Nodes whose inputs differ from their bytes' (moved by control flow, control loops, the
         # setter's rewired roots) or whose name changes are built; so are nodes without bytes.
         moved_inputs = (self.e_src != np.frombuffer(self.graph.in_src, dtype=np.int32)) | \
@@ -1703,63 +1719,160 @@ class _Partitioner:
         rewrite[np.unique(self.e_dst[moved_inputs])] = True
         rewrite[[i for i in self.cloop_ctrl if i < n]] = True  # added nodes are built anyway
         rewrite[np.fromiter(wire.stale, dtype=np.int64, count=len(wire.stale))] = True
-        if "\0_" in "\0" + "\0".join(self.names):  # a name with a leading "_" (C-level search)
+        fix_names = _any_leading_underscore(self.names)
+        if fix_names:
             rewrite[:] = True  # original names to fix everywhere
-        build = rewrite | (np.frombuffer(wire.offsets, dtype=np.int64) < 0)
-        located = self.graph.colocated_names  # nodes whose _class names others: may be trimmed
         all_offsets = np.frombuffer(wire.offsets, dtype=np.int64)
+        build = rewrite | (all_offsets < 0)
+        part_of = np.full(n, -1, dtype=np.int64)  # partition number of each original node it holds
+        for code, ids in enumerate(node_lists.values()):
+            ids_np = np.asarray(ids, dtype=np.int64)
+            part_of[ids_np[ids_np < n]] = code
+        build |= self._located_elsewhere(part_of, list(node_lists.values()))  # their _class is trimmed
         all_lengths = np.frombuffer(wire.lengths, dtype=np.int64)
-        device_fields = [d.encode("utf-8") for d in dev_names]
-        transfer_attrs: dict[tuple, tuple[bytes, ...]] = {}  # see _encode_transfer
+        device_fields = [d.encode("utf-8") for d in self.devs.names]
+        incarnations = [self.incarnation_of(d) for d in range(len(device_fields))]
         versions = self.graph.versions
         tail = b"" if versions is None else encode_field(4, versions.SerializeToString(deterministic=True))
-        out: dict[str, bytes] = {}
-        for key, ids in node_lists.items():
-            ids_np = np.asarray(ids, dtype=np.int64)
-            original = ids_np < n
-            slow = ~original
-            slow[original] = build[ids_np[original]]
-            if located:
-                here = set(self.names_of(ids))
-                get = located.get
-                for k in np.flatnonzero(~slow).tolist():
-                    names = get(ids[k])
-                    if names and not here.issuperset(names):
-                        slow[k] = True
-            else:
-                here = None
-            fast_ids = np.where(slow, 0, ids_np)
-            offsets = np.where(slow, -1, all_offsets[fast_ids])
-            lengths = np.where(slow, 0, all_lengths[fast_ids])
-            devices = np.where(slow, 0, self.dev_np[fast_ids]).astype(np.int32)
-            extra = []
-            for k in np.flatnonzero(slow).tolist():
-                i = ids[k]
-                if i >= n:
-                    a = self.added[i - n]
-                    if a.op in _TRANSFER_OPS and a.copy_of < 0:
-                        extra.append(self._encode_transfer(a, i, fix, transfer_attrs))
-                        continue
-                nd = NodeDef()
-                if i < n:
-                    nd.CopyFrom(nodes[i])
-                    nd.device = dev_names[self.dev_l[i]]
-                    if rewrite[i]:
-                        nd.name = fix(nd.name)
-                        del nd.input[:]
-                        nd.input.extend(self._input_strings(i, fix))
+        transfer_attrs: dict[tuple, tuple[bytes, ...]] = {}  # see _encode_transfer
+        # Originals rebuilt from their bytes (_rebuilt_originals): those with bytes, outside control loops.
+        from_bytes = all_offsets >= 0
+        from_bytes[[i for i in self.cloop_ctrl if i < n]] = False
+        arrays = (all_offsets, all_lengths, rewrite.view(np.uint8), fix_names, np.ascontiguousarray(self.in_start_np,
+                  dtype=np.int32), np.ascontiguousarray(self.e_src, dtype=np.int32),
+                  np.ascontiguousarray(self.e_slot, dtype=np.int32), self.names, self.added, device_fields,
+                  np.ascontiguousarray(self.dev_np, dtype=np.int32))
+
+        def chunks(code: int, ids: list[int]) -> Iterator[bytes]:
+            here = _NamesIn(self, ids, part_of, code)
+
+            def node_bytes(i: int) -> bytes:
+                return self._node_bytes(i, rewrite, here, transfer_attrs)
+
+            def nodes_bytes(slow_ids) -> list[bytes]:
+                originals = slow_ids[slow_ids < n]
+                rebuilt = self._rebuilt_originals(wire, originals[from_bytes[originals]].tolist(), arrays, here)
+                if rebuilt:
+                    def fallback(i: int) -> bytes:
+                        return rebuilt.pop(i, None) or node_bytes(i)
                 else:
-                    self._fill_new(nd, self.added[i - n], i, fix)
-                if "_class" in nd.attr:
-                    if here is None:
-                        here = set(self.names_of(ids))
-                    _keep_local_colocation(nd, here)
-                extra.append(nd.SerializeToString(deterministic=True))
-            data = splice_nodes(wire.data, offsets, lengths, devices, device_fields, extra, tail)
-            if data is None:
-                return None
-            out[key] = data
+                    fallback = node_bytes
+                return self._nodes_bytes(slow_ids.tolist(), fallback, device_fields, incarnations)
+
+            for lo in range(0, max(len(ids), 1), _CHUNK_NODES):
+                ids_np = np.asarray(ids[lo:lo + _CHUNK_NODES], dtype=np.int64)
+                end = tail if lo + _CHUNK_NODES >= len(ids) else b""
+                original = ids_np < n
+                slow = ~original
+                slow[original] = build[ids_np[original]]
+                fast_ids = np.where(slow, 0, ids_np)
+                offsets = np.where(slow, -1, all_offsets[fast_ids])
+                lengths = np.where(slow, 0, all_lengths[fast_ids])
+                devices = np.where(slow, 0, self.dev_np[fast_ids]).astype(np.int32)
+                data = splice_nodes(wire.data, offsets, lengths, devices, device_fields, nodes_bytes(ids_np[slow]), end)
+                if data is None:  # a node of odd wire form (a group field): build every node
+                    data = splice_nodes(b"", np.full(len(ids_np), -1, dtype=np.int64), np.zeros_like(ids_np),
+                                        np.zeros(len(ids_np), dtype=np.int32), device_fields,
+                                        self._nodes_bytes(ids_np.tolist(), node_bytes, device_fields, incarnations),
+                                        end)
+                yield data
+                del data  # before the next chunk's
+
+        for code, (key, ids) in enumerate(node_lists.items()):
+            yield key, chunks(code, ids)
+
+    def _rebuilt_originals(self, wire, ids: list[int], arrays: tuple, here) -> dict[int, bytes]:
+        """Node id -> serialized NodeDef, for original nodes (``ids``) that :meth:`_node_bytes`
+        would build from a copy of their NodeDef: the C kernel (``nodewire.rebuild_nodes``) writes
+        each from its bytes with its new device and, when rewired, its new inputs (and fixed
+        name); protobuf parses them all at once and serializes each deterministically, after the
+        ``_class`` trim, so the bytes are those of :meth:`_node_bytes`. Empty without the kernel
+        (or without such nodes): then :meth:`_node_bytes` builds them."""
+        if not ids:
+            return {}
+        blob = nodewire.rebuild_nodes(wire.data, arrays[0], arrays[1], ids, *arrays[2:])
+        if blob is None:
+            return {}
+        out = {}
+        for i, nd in zip(ids, GraphDef.FromString(blob).node, strict=True):
+            if "_class" in nd.attr:
+                _keep_local_colocation(nd, here)
+            out[i] = nd.SerializeToString(deterministic=True)
         return out
+
+    def _nodes_bytes(self, ids: list[int], node_bytes, device_fields: list[bytes], incarnations: list[int]) -> list[bytes]:
+        """The serialized NodeDefs of ``ids``: added transfers in C when ``placeviz._wire`` is built,
+        the rest (or all) by ``node_bytes``."""
+        out = nodewire.encode_added(ids, self.n, self.added, self.names, device_fields, incarnations,
+                                    self.cloop_ctrl, node_bytes, _CTRL_CONST_ATTRS, _CTRL_IDENTITY_ATTRS)
+        return out if out is not None else [node_bytes(i) for i in ids]
+
+    def _located_elsewhere(self, part_of, lists: list[list[int]]):
+        """Nodes whose ``_class`` names a node outside their partition (``part_of``: partition
+        number per original node, -1 for none; ``lists``: the partitions' node ids):
+        :meth:`materialize` trims those entries (:func:`_keep_local_colocation`), so their bytes
+        cannot be the input's. The same test as
+        ``names <= set(names of the partition's nodes)``, as array operations over the
+        (node, named node) pairs; added nodes whose name a ``_class`` names are looked up by name."""
+        np = self.np
+        n = self.n
+        out = np.zeros(n, dtype=bool)
+        located = self.graph.colocated_names
+        if not located:
+            return out
+        groups = dict.fromkeys(located.values())  # distinct tuples of names
+        code = {t: k for k, t in enumerate(groups)}
+        nodes = np.fromiter(located.keys(), dtype=np.int64, count=len(located))
+        group_of = np.fromiter(map(code.__getitem__, located.values()), dtype=np.int64, count=len(located))
+        flat_names = [x for t in groups for x in t]
+        index_get = self.graph.colocated_name_ids.get  # not the whole name index: a dict of every node
+        flat = np.fromiter((index_get(x, -1) for x in flat_names), dtype=np.int64, count=len(flat_names))
+        sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+        starts = np.zeros(len(groups), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        counts = sizes[group_of]
+        pair_node = np.repeat(nodes, counts)
+        first = np.zeros(len(nodes), dtype=np.int64)
+        np.cumsum(counts[:-1], out=first[1:])
+        pair_name = np.arange(len(pair_node), dtype=np.int64) + np.repeat(starts[group_of] - first, counts)
+        target = flat[pair_name]
+        bad = (target < 0) | (part_of[np.maximum(target, 0)] != part_of[pair_node])
+        colliding = set(flat_names).intersection(a.name for a in self.added)
+        if colliding:  # an added node's name is named: is it in the same partition?
+            here: dict[int, _NamesIn] = {}
+            for k in np.flatnonzero(bad).tolist():
+                i, name = int(pair_node[k]), flat_names[int(pair_name[k])]
+                p = int(part_of[i])
+                if name in colliding and p >= 0:
+                    if p not in here:
+                        here[p] = _NamesIn(self, lists[p], part_of, p)
+                    if name in here[p]:
+                        bad[k] = False
+        out[pair_node[bad]] = True
+        return out
+
+    def _node_bytes(self, i: int, rewrite, here, transfer_attrs: dict) -> bytes:
+        """The serialized NodeDef of node ``i`` in a partition whose names ``here`` holds, as
+        :meth:`materialize` builds it (the Python reference of :func:`placeviz.nodewire.encode_added`)."""
+        n = self.n
+        fix = _importable_name
+        if i >= n:
+            a = self.added[i - n]
+            if a.op in _TRANSFER_OPS and a.copy_of < 0:
+                return self._encode_transfer(a, i, fix, transfer_attrs)
+        nd = NodeDef()
+        if i < n:
+            nd.CopyFrom(self.nodes_pb[i])
+            nd.device = self.devs.names[self.dev_l[i]]
+            if rewrite[i]:
+                nd.name = fix(nd.name)
+                del nd.input[:]
+                nd.input.extend(self._input_strings(i, fix))
+        else:
+            self._fill_new(nd, self.added[i - n], i, fix)
+        if "_class" in nd.attr:
+            _keep_local_colocation(nd, here)
+        return nd.SerializeToString(deterministic=True)
 
     def _encode_transfer(self, a: _New, i: int, fix, cache: dict) -> bytes:
         """The deterministic serialization of the ``_Send``/``_Recv`` NodeDef :meth:`_fill_new`
@@ -1840,6 +1953,48 @@ class _Partitioner:
 
 
 _TRANSFER_OPS = frozenset({"_Send", "_HostSend", "_Recv", "_HostRecv"})
+_CHUNK_NODES = 1 << 16
+"""Nodes per piece of a written partition (:meth:`_Partitioner.serialize`): tens of MB at most."""
+
+
+class _NamesIn:
+    """``name in`` the names of one partition's nodes (``ids``, partition number ``code``), as the
+    set of them answers it, for the names ``_class`` entries name (``Graph.located_names``),
+    without making that set: an original node by ``Graph.colocated_name_ids`` and ``part_of``,
+    added nodes by a set of their names made on first need."""
+
+    __slots__ = ("builder", "ids", "part_of", "code", "added")
+
+    def __init__(self, builder: _Partitioner, ids: list[int], part_of, code: int):
+        self.builder, self.ids, self.part_of, self.code = builder, ids, part_of, code
+        self.added: set[str] | None = None
+
+    def __contains__(self, name: str) -> bool:
+        b = self.builder
+        j = b.graph.colocated_name_ids.get(name)  # the names a _class can name
+        if j is not None and self.part_of[j] == self.code:
+            return True
+        if self.added is None:
+            n, added = b.n, b.added
+            self.added = {added[i - n].name for i in self.ids if i >= n}
+        return name in self.added
+
+
+def _ctrl_attrs(kind: str) -> bytes:
+    """The encoded ``attr`` fields of a control transfer's ``Const`` or ``Identity``, as
+    :meth:`_Partitioner._fill_new` sets them, serialized by protobuf (deterministic)."""
+    nd = NodeDef()
+    if kind == "ctrl_const":
+        nd.attr["dtype"].type = DT_FLOAT
+        tensor = nd.attr["value"].tensor
+        tensor.dtype = DT_FLOAT
+        tensor.tensor_shape.dim.add().size = 0
+    else:
+        nd.attr["T"].type = DT_FLOAT
+    return nd.SerializeToString(deterministic=True)
+
+
+_CTRL_CONST_ATTRS, _CTRL_IDENTITY_ATTRS = _ctrl_attrs("ctrl_const"), _ctrl_attrs("ctrl_identity")
 
 
 def _attr_entry(key: bytes, value: bytes) -> bytes:
@@ -1861,6 +2016,13 @@ def _varint_value(number: int, value: int) -> bytes:
     """An AttrValue holding one varint field (``b``, ``i`` or ``type``), as protobuf writes an
     int64 (negative: ten bytes, two's complement)."""
     return encode_varint(number << 3) + encode_varint(value & 0xFFFFFFFFFFFFFFFF)
+
+
+def _any_leading_underscore(names: list[str]) -> bool:
+    """Whether a name starts with ``_``: a C-level substring search over the names joined by NULs,
+    a slice at a time (joining a million names at once holds some 50 MB for nothing)."""
+    step = _CHUNK_NODES
+    return any("\0_" in "\0" + "\0".join(names[lo:lo + step]) for lo in range(0, len(names), step))
 
 
 def _same(name: str) -> str:

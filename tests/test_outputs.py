@@ -501,6 +501,51 @@ def test_the_fallback_swap_replaces_the_output(model, tmp_path, capsys, monkeypa
     assert hidden_leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("pretty", [False, True])
+def test_json_in_pieces_is_the_same_text(pretty, monkeypatch):
+    """``to_json_pieces`` (how ``index.json`` is written) joins to exactly ``to_json``'s text, long
+    top-level lists cut in slices included."""
+    from placeviz.commands import output
+
+    monkeypatch.setattr(output, "_LIST_SLICE", 3)
+    monkeypatch.setattr(output, "_PIECE_CHARS", 16)
+    doc = {"schema": "placeviz.partition/1", "empty": [], "short": [1, 2, 3], "nothing": None,
+           "transfers": [{"src": f"n\u00e9{k}", "bytes": k * 1.5, "shape": [k, None], "slot": "control"}
+                         for k in range(10)],
+           "moved": {"a": {"from": "x", "to": "y"}}, "ratio": float("inf"), "quote": 'a "b"\n'}
+    for value in (doc, {}, {"transfers": list(range(7))}):
+        pieces = list(output.to_json_pieces(value, pretty=pretty))
+        assert b"".join(pieces) == output.to_json(value, pretty=pretty).encode("utf-8")
+    assert len(list(output.to_json_pieces(doc, pretty=pretty))) > 4
+
+
+def test_a_directory_of_generated_files_is_written_one_file_at_a_time(tmp_path):
+    """``write_directory`` takes (name, content) pairs from a generator and writes each file before
+    asking for the next (``placeviz partition`` makes one partition's bytes at a time that way);
+    a failure inside the generator leaves the earlier output and no temporary directory."""
+    out = tmp_path / "out"
+    seen: list[list[str]] = []
+
+    def files():
+        for k in range(3):
+            tmp = [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+            seen.append(sorted(q.name for t in tmp for q in t.iterdir()))
+            yield f"f{k}", f"content {k}"
+
+    pio.write_directory(out, files(), replaceable=lambda d: True, kind="test output")
+    assert seen == [[], ["f0"], ["f0", "f1"]]
+    assert {p.name: p.read_text() for p in out.iterdir()} == {f"f{k}": f"content {k}" for k in range(3)}
+
+    def failing():
+        yield "g0", b"new"
+        raise ValueError("made in the generator")
+
+    with pytest.raises(ValueError, match="made in the generator"):
+        pio.write_directory(out, failing(), replaceable=lambda d: True, kind="test output")
+    assert sorted(p.name for p in out.iterdir()) == ["f0", "f1", "f2"]
+    assert hidden_leftovers(tmp_path) == []
+
+
 # ------------------------------------------------------------------------- deterministic bytes
 _RUN_ALL = """
 import sys

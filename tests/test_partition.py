@@ -573,3 +573,77 @@ def test_a_scalar_through_an_identity_keeps_its_shape(kernels, monkeypatch):
     r = run(g)
     shapes = {t["src"]: (t["shape"], t["bytes"]) for t in r.transfers}
     assert shapes == {"A3": ([], 4), "A4": ([2, 3], 24)}
+
+
+# ------------------------------------------------------------------- written from the input's bytes
+def _colocated(nd: NodeDef, *names: str) -> NodeDef:
+    nd.attr["_class"].list.s.extend(f"loc:@{n}".encode() for n in names)
+    return nd
+
+
+@pytest.mark.parametrize("c_wire", [True, False])
+def test_written_partitions_trim_colocation_like_the_built_ones(c_wire, monkeypatch):
+    """``placeviz partition`` writes partitions from the input's bytes (``iter_serialized``),
+    trimming a ``_class`` entry exactly when it names no node of the partition: an original node
+    elsewhere, a name nothing has, and an added node's name (``A1/_1`` is the receive on CPU:1),
+    which counts only in the receive's partition. The written bytes parse to the GraphDefs built
+    node by node, with the C writer (``placeviz._wire``) and without it, and in pieces of any
+    size, byte for byte the same."""
+    from placeviz import nodewire
+    from placeviz import partition as partition_mod
+    from placeviz.io import model_from_bytes
+
+    gd = GraphDef()
+    gd.node.extend([const("A1"), node("B1", "Identity", "A1", T=DT_FLOAT),
+                    _colocated(noop("B2"), "A1/_1"), _colocated(noop("A2"), "A1/_1"),
+                    _colocated(noop("A3"), "A1"), _colocated(noop("B3"), "A1", "B1"),
+                    _colocated(noop("B4"), "nowhere", "B1")])
+    graph = model_from_bytes("g", gd.SerializeToString()).graph
+    assert graph.node_wire is not None
+
+    def written():
+        result = run(graph)
+        out = dict(result.iter_serialized())
+        assert {k: GraphDef.FromString(v) for k, v in out.items()} == result.partitions
+        return out, result
+
+    if not c_wire:
+        monkeypatch.setattr(nodewire, "_wire", None)
+    out, result = written()
+    nodes = {n.name: n for gd in result.partitions.values() for n in gd.node}
+    assert "A1/_1" in nodes and nodes["A1/_1"].device == DEV["B"]
+    kept = {name: list(nodes[name].attr["_class"].list.s) if "_class" in nodes[name].attr else None
+            for name in ("B2", "A2", "A3", "B3", "B4")}
+    assert kept == {"B2": [b"loc:@A1/_1"], "A2": None, "A3": [b"loc:@A1"], "B3": [b"loc:@B1"], "B4": [b"loc:@B1"]}
+    monkeypatch.setattr(nodewire, "_wire", None)
+    assert written()[0] == out  # the Python writer gives the same bytes
+    monkeypatch.setattr(partition_mod, "_CHUNK_NODES", 2)  # written in pieces of two nodes: the same bytes
+    assert [len(list(pieces)) for _, pieces in run(graph).iter_serialized(pieces=True)] == [2, 3]
+    assert written()[0] == out
+
+
+def test_written_partitions_fix_leading_underscore_names(monkeypatch):
+    """A graph with a name starting with ``_`` (reserved by ``import_graph_def``) has every
+    original written renamed (``._a``) with its inputs renamed too; the C writer
+    (``_wire.rebuild_nodes``, ``encode_added``) and the Python one give the same bytes, which
+    parse to the GraphDefs built node by node."""
+    from placeviz import nodewire
+
+    gd = GraphDef()
+    gd.node.extend([const("_a", (5, 5), DT_FLOAT, DEV["A"]), node("B1", "Identity", "_a", T=DT_FLOAT),
+                    _colocated(node("A2", "Identity", "_a", "^B1", T=DT_FLOAT), "_a", "B1")])
+    graph = Graph(gd, wire=gd.SerializeToString())  # io.load refuses such a name; a caller may not
+    assert graph.node_wire is not None
+
+    def written():
+        result = run(graph)
+        out = dict(result.iter_serialized())
+        assert {k: GraphDef.FromString(v) for k, v in out.items()} == result.partitions
+        return out, result
+
+    out, result = written()
+    nodes = {n.name: n for gd in result.partitions.values() for n in gd.node}
+    assert "._a" in nodes and "_a" not in nodes and nodes["A2"].input[0] == "._a"
+    assert list(nodes["A2"].attr["_class"].list.s) == [b"loc:@_a"]
+    monkeypatch.setattr(nodewire, "_wire", None)
+    assert written()[0] == out

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io as _io
 import json
 import sys
+from collections.abc import Iterator
 
 import click
 
@@ -48,6 +49,48 @@ def to_json(document: dict, *, pretty: bool = True) -> str:
 
         return pretty_json(document) + "\n"
     return json.dumps(document, separators=(",", ":"), sort_keys=False) + "\n"
+
+
+_LIST_SLICE = 10_000
+"""Items of a top-level list encoded per call by :func:`to_json_pieces` (a few MB of text)."""
+_PIECE_CHARS = 1 << 20
+
+
+def to_json_pieces(document: dict, *, pretty: bool = True) -> Iterator[bytes]:
+    """:func:`to_json` as UTF-8 bytes in pieces whose concatenation is exactly its text, so that a
+    writer never holds the whole document's text (a million-node partition's ``index.json`` is
+    about 100 MB; as one str, plus its newline and its UTF-8 copy, three times that). Compact:
+    each top-level value by CPython's C encoder, a long top-level list in slices of
+    ``_LIST_SLICE`` items (the same text: the encoder's options are the same for every item).
+    Indented: the pure-Python encoder's pieces (which :func:`to_json` joins), gathered in about
+    1 MB pieces."""
+    if pretty:
+        buffer: list[str] = []
+        size = 0
+        for piece in json.JSONEncoder(indent=2, sort_keys=False).iterencode(document):
+            buffer.append(piece)
+            size += len(piece)
+            if size >= _PIECE_CHARS:
+                yield "".join(buffer).encode("utf-8")
+                buffer, size = [], 0
+        buffer.append("\n")
+        yield "".join(buffer).encode("utf-8")
+        return
+
+    def dumps(value) -> str:
+        return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+    yield b"{"
+    for k, (key, value) in enumerate(document.items()):
+        yield (("," if k else "") + dumps(key) + ":").encode("utf-8")
+        if isinstance(value, list) and len(value) > _LIST_SLICE:
+            yield b"["
+            for lo in range(0, len(value), _LIST_SLICE):
+                yield (("," if lo else "") + dumps(value[lo:lo + _LIST_SLICE])[1:-1]).encode("utf-8")
+            yield b"]"
+        else:
+            yield dumps(value).encode("utf-8")
+    yield b"}\n"
 
 
 def render_rich(render, width: int | None = None) -> str:

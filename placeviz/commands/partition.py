@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from placeviz.commands.output import notice, progress, to_json
+from placeviz.commands.output import notice, progress, to_json_pieces
 from placeviz.coverage import refuse_serving_graph
 from placeviz.io import check_directory_output, load, write_directory
 from placeviz.partition import SCHEMA, partition
@@ -49,16 +49,22 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
     parts = partition(result.graph, result.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
                       level=level, replicate_constants=replicate_constants,
                       client_device=options.placer.client_device)
-    index = parts.to_json()
+    del result  # the placement's per-node lists (reasons, groups, the setter's record): not needed to write
     names = partition_file_names(parts.keys)
     begin(f"writing {len(names):,} partitions")
-    # Written from the input's bytes where a node only changes device (placeviz.nodewire): the
-    # same messages as serializing ``parts.partitions``, without building every NodeDef.
-    files: dict[str, bytes | str] = {names[device]: data for device, data in parts.serialized().items()}
-    for entry in index["partitions"]:
-        entry["file"] = names[entry["device"]]
-    files[INDEX] = to_json(index, pretty=pretty)
-    write_directory(out_dir, files, replaceable=is_partition_output, kind=KIND)
+
+    def files():
+        # Each partition in pieces of bytes, each written and dropped before the next is made
+        # (from the input's bytes where a node only changes device, placeviz.nodewire);
+        # index.json last, made when no partition's bytes are held.
+        for device, pieces in parts.iter_serialized(pieces=True):
+            yield names[device], pieces
+        index = parts.to_json()
+        for entry in index["partitions"]:
+            entry["file"] = names[entry["device"]]
+        yield INDEX, to_json_pieces(index, pretty=pretty)
+
+    write_directory(out_dir, files(), replaceable=is_partition_output, kind=KIND)
     total = sum(t["bytes"] or 0 for t in parts.transfers)
     control = sum(1 for t in parts.transfers if t["slot"] == "control")
     unknown = sum(1 for t in parts.transfers if t["slot"] != "control" and t["bytes"] is None)
