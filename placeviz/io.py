@@ -851,7 +851,7 @@ def is_stream(path: str | os.PathLike) -> bool:
 
 
 def _say(message: str) -> None:
-    from placeviz.commands.output import notice  # the one stderr voice (escaping included)
+    from placeviz.progress import notice  # the one stderr voice (escaping included)
 
     notice(f"note: {message}")
 

@@ -124,6 +124,12 @@ def message(text: str) -> None:
         _write(text if text.endswith("\n") else text + "\n")
 
 
+def notice(text: str) -> None:
+    """A note or warning line on stderr, ``placeviz: `` first and escaped for a terminal: shown even
+    with ``--quiet`` (it says something about the input or the run that the results alone do not)."""
+    message(f"placeviz: {terminal_text(text)}")
+
+
 @contextmanager
 def paused() -> Iterator[None]:
     """Nothing is drawn while the body runs: it has redirected file descriptor 2 (TensorFlow's

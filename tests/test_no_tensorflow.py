@@ -41,3 +41,23 @@ def test_core_modules_do_not_import_tensorflow():
             "assert 'tensorflow' not in sys.modules and 'tensorboard' not in sys.modules\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_imports_go_one_way_cli_commands_core():
+    """``cli → commands → core`` (docs/architecture.md): nothing outside ``placeviz/commands/`` and
+    ``cli.py`` imports a command module, at the top of a file or inside a function."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "placeviz"
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("commands/") or rel in ("cli.py", "__main__.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{rel}:{node.lineno} {n}" for n in names
+                          if n == "placeviz.commands" or n.startswith("placeviz.commands.")]
+    assert offenders == []

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import click
 
 from placeviz import progress as _progress
-from placeviz.escape import terminal_text
 from placeviz.io import STDOUT, atomic_write
+from placeviz.progress import notice  # the one voice for notes, defined in the core (io.py uses it too)
 
 
 def emit(text: str, output: str | None) -> None:
@@ -118,13 +118,7 @@ def progress(message: str) -> None:
     """
     _progress.finish()
     if not _progress.is_quiet():
-        _progress.message(f"placeviz: {terminal_text(message)}")
-
-
-def notice(message: str) -> None:
-    """A note or warning line on stderr: shown even with ``--quiet`` (it says something about the
-    input or the run that the results alone do not)."""
-    _progress.message(f"placeviz: {terminal_text(message)}")
+        notice(message)
 
 
 NOTE_PREFIXES = ("note:", "warning", "error", "skipped")
