@@ -148,7 +148,7 @@ class _Devices:
         k = self.index[name] = len(self.names)
         self.names.append(name)
         self.task.append(t)
-        self.type.append(parsed.type)
+        self.type.append(parsed.type)  # type: ignore[arg-type]  # not None: checked above
         self.is_cpu.append(parsed.type == "CPU")
         return k
 
@@ -580,7 +580,7 @@ class _Partitioner:
         sp = self._specs.get(key, False)
         if sp is False:
             sp = self._specs[key] = _OpSpec(self.table, op, device_type) if op in self.table else None
-        return sp
+        return sp  # type: ignore[return-value]  # False is replaced above
 
     def _node_mem_types(self, i: int) -> tuple:
         """(input on host?, output on host?) per position of an original node (MemoryTypesForNode)."""
@@ -1063,7 +1063,7 @@ class _Partitioner:
             dst_dev = self.dev(dst)
             dname = self.name(dst)
             major = self.n + 1
-            child = None
+            child: dict[str, int] | None = None
             cur = sf
             while True:
                 if not cur:
@@ -1227,7 +1227,7 @@ class _Partitioner:
                self.graph.in_slot, bool(self.output_shapes), _NEW_ARGS, _NEW_CONSTANTS)
         k, total = 0, len(pos_l)
         while k < total:
-            res = _kernels.split_plain(ctx, k, self._seq, self._counter_s, self.edge_id)
+            res = _kernels.split_plain(ctx, k, self._seq, self._counter_s, self.edge_id)  # type: ignore[union-attr]
             if res is None:
                 if k:  # the kernel checks its arguments before doing anything, so only at k == 0
                     raise AssertionError("placeviz._partition_kernels declined its arguments midway")
@@ -1335,7 +1335,7 @@ class _Partitioner:
                         nbytes = size
                         for d in shape:
                             nbytes *= d
-                        if nbytes > MAX_TENSOR_BYTES:
+                        if nbytes > MAX_TENSOR_BYTES:  # type: ignore[operator]
                             nbytes = None  # an overflow: counted as unknown (placeviz.limits)
                     slot_out: int | str = oslot
                 else:
@@ -1505,7 +1505,7 @@ class _Partitioner:
                 nbytes = size
                 for d in shape:
                     nbytes *= d
-                if nbytes > MAX_TENSOR_BYTES:
+                if nbytes > MAX_TENSOR_BYTES:  # type: ignore[operator]
                     nbytes = None  # an overflow: counted as unknown (placeviz.limits)
         devs = self.devs
         dname = _DTYPE_NAMES.get(dtype)
@@ -1812,7 +1812,7 @@ class _Partitioner:
         np = self.np
         moved_inputs = (self.e_src != np.frombuffer(self.graph.in_src, dtype=np.int32)) | \
             (self.e_slot != np.frombuffer(self.graph.in_slot, dtype=np.int32))
-        rewrite = set(np.unique(self.e_dst[moved_inputs]).tolist()) | set(self.cloop_ctrl)
+        rewrite: set[int] | range = set(np.unique(self.e_dst[moved_inputs]).tolist()) | set(self.cloop_ctrl)
         if importable and any(name[:1] == "_" for name in self.names):
             rewrite = range(n)  # original names to fix everywhere
         for key, ids in node_lists.items():
@@ -1833,7 +1833,7 @@ class _Partitioner:
                 else:
                     self._fill_new(nd, self.added[i - n], i, fix)
                 if importable and "_class" in nd.attr:
-                    _keep_local_colocation(nd, here)
+                    _keep_local_colocation(nd, here)  # type: ignore[arg-type]  # a set when importable
             _add_library(gd, graph_def)
             out[key] = gd
         return out
