@@ -58,10 +58,10 @@ from __future__ import annotations
 import operator
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import compress, count, repeat
+from typing import Any
 
 from placeviz.devices import (
     DeviceMergeError,

@@ -60,12 +60,12 @@ import re
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
-from typing import Any
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import chain as _chain
 from itertools import compress, repeat
 from operator import eq
+from typing import Any
 
 from google.protobuf import unknown_fields
 
