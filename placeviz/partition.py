@@ -493,7 +493,7 @@ class _Partitioner:
     def __init__(self, graph: Graph, devices: list[str], table, session: str, incarnation):
         import numpy as np
 
-        self.np = np
+        self.np: Any = np  # the module (mypyc: an attribute needs a declared type)
         self.graph = graph
         self.table = table
         self.session = session

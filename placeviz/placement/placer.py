@@ -360,7 +360,7 @@ class _Placer:
         self.parent = [-1] * n  # union-find: parent id, or -1 for a group root
         self.rank = [0] * n
         self.order = graph.topological_order
-        self._order_np = None  # see _order_array
+        self._order_np: Any = None  # see _order_array
         self.requested = imported_devices(graph) if config.python_import else graph.devices
         self.constraints = _Constraints(self.soft)
         self.state: list[int] = []  # filled by _init_members
