@@ -594,6 +594,7 @@ class _Partitioner:
             res = ((), ())
         else:
             in_t, out_t = io
+            key: tuple[Any, ...]
             # The NodeDef's attrs only when needed (reading them is most of the cost here).
             if sp.io_only:
                 key = (self.ops[i], device_type, in_t, out_t)
@@ -1623,6 +1624,7 @@ class _Partitioner:
     def _input_strings(self, i: int, fix) -> list[str]:
         name = self.name
         out = []
+        pairs: Iterable[Any]  # (source, slot) tuples or lists
         if i < self.n:
             lo, hi = self.in_start[i], self.in_start[i + 1]
             pairs = zip(self.e_src[lo:hi].tolist(), self.e_slot[lo:hi].tolist(), strict=True)
