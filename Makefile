@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine (only Python needed beforehand):
 #   make demo   installs what is missing, then runs placeviz on a bundled sample
-#   make test   installs what is missing, then runs ruff and the whole test suite
+#   make test   installs what is missing, then runs ruff, mypy and the whole test suite
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -54,6 +54,7 @@ images: install
 test: install
 	@scripts/ensure-chromium.sh
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 bench: install

@@ -149,7 +149,7 @@ class _Devices:
         k = self.index[name] = len(self.names)
         self.names.append(name)
         self.task.append(t)
-        self.type.append(parsed.type)
+        self.type.append(parsed.type)  # type: ignore[arg-type]  # not None: checked above
         self.is_cpu.append(parsed.type == "CPU")
         return k
 
@@ -499,7 +499,7 @@ class _Partitioner:
     def __init__(self, graph: Graph, devices: list[str], table, session: str, incarnation):
         import numpy as np
 
-        self.np = np
+        self.np: Any = np  # the module (mypyc: an attribute needs a declared type)
         self.graph = graph
         self.table = table
         self.session = session
@@ -586,7 +586,7 @@ class _Partitioner:
         sp = self._specs.get(key, False)
         if sp is False:
             sp = self._specs[key] = _OpSpec(self.table, op, device_type) if op in self.table else None
-        return sp
+        return sp  # type: ignore[return-value]  # False is replaced above
 
     def _node_mem_types(self, i: int) -> tuple:
         """(input on host?, output on host?) per position of an original node (MemoryTypesForNode)."""
@@ -600,6 +600,7 @@ class _Partitioner:
             res = ((), ())
         else:
             in_t, out_t = io
+            key: tuple[Any, ...]
             # The NodeDef's attrs only when needed (reading them is most of the cost here).
             if sp.io_only:
                 key = (self.ops[i], device_type, in_t, out_t)
@@ -1069,7 +1070,7 @@ class _Partitioner:
             dst_dev = self.dev(dst)
             dname = self.name(dst)
             major = self.n + 1
-            child = None
+            child: dict[str, int] | None = None
             cur = sf
             while True:
                 if not cur:
@@ -1233,7 +1234,7 @@ class _Partitioner:
                self.graph.in_slot, bool(self.output_shapes), _NEW_ARGS, _NEW_CONSTANTS)
         k, total = 0, len(pos_l)
         while k < total:
-            res = _kernels.split_plain(ctx, k, self._seq, self._counter_s, self.edge_id)
+            res = _kernels.split_plain(ctx, k, self._seq, self._counter_s, self.edge_id)  # type: ignore[union-attr]
             if res is None:
                 if k:  # the kernel checks its arguments before doing anything, so only at k == 0
                     raise AssertionError("placeviz._partition_kernels declined its arguments midway")
@@ -1341,7 +1342,7 @@ class _Partitioner:
                         nbytes = size
                         for d in shape:
                             nbytes *= d
-                        if nbytes > MAX_TENSOR_BYTES:
+                        if nbytes > MAX_TENSOR_BYTES:  # type: ignore[operator]
                             nbytes = None  # an overflow: counted as unknown (placeviz.limits)
                     slot_out: int | str = oslot
                 else:
@@ -1511,7 +1512,7 @@ class _Partitioner:
                 nbytes = size
                 for d in shape:
                     nbytes *= d
-                if nbytes > MAX_TENSOR_BYTES:
+                if nbytes > MAX_TENSOR_BYTES:  # type: ignore[operator]
                     nbytes = None  # an overflow: counted as unknown (placeviz.limits)
         devs = self.devs
         dname = _DTYPE_NAMES.get(dtype)
@@ -1633,6 +1634,7 @@ class _Partitioner:
     def _input_strings(self, i: int, fix) -> list[str]:
         name = self.name
         out = []
+        pairs: Iterable[Any]  # (source, slot) tuples or lists
         if i < self.n:
             lo, hi = self.in_start[i], self.in_start[i + 1]
             pairs = zip(self.e_src[lo:hi].tolist(), self.e_slot[lo:hi].tolist(), strict=True)
@@ -1925,7 +1927,7 @@ class _Partitioner:
         np = self.np
         moved_inputs = (self.e_src != np.frombuffer(self.graph.in_src, dtype=np.int32)) | \
             (self.e_slot != np.frombuffer(self.graph.in_slot, dtype=np.int32))
-        rewrite = set(np.unique(self.e_dst[moved_inputs]).tolist()) | set(self.cloop_ctrl)
+        rewrite: set[int] | range = set(np.unique(self.e_dst[moved_inputs]).tolist()) | set(self.cloop_ctrl)
         if importable and any(name[:1] == "_" for name in self.names):
             rewrite = range(n)  # original names to fix everywhere
         for key, ids in node_lists.items():
@@ -1946,7 +1948,7 @@ class _Partitioner:
                 else:
                     self._fill_new(nd, self.added[i - n], i, fix)
                 if importable and "_class" in nd.attr:
-                    _keep_local_colocation(nd, here)
+                    _keep_local_colocation(nd, here)  # type: ignore[arg-type]  # a set when importable
             _add_library(gd, graph_def)
             out[key] = gd
         return out

@@ -190,7 +190,7 @@ def prune_mask(graph: Graph, run: RunSignature) -> bytearray:
         srcs = in_src[offsets]
         srcs = srcs[~keep[srcs]]
         keep[srcs] = True  # duplicates may stay in the frontier: cheaper than np.unique
-        frontier = srcs
+        frontier = srcs  # type: ignore[assignment]  # int32 or int64 ids alike
     mask = bytearray(keep.view(np.uint8).tobytes())
     stack = frontier.tolist()
     if not stack:

@@ -61,6 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import compress, count, repeat
+from typing import Any
 
 from placeviz.devices import (
     DeviceMergeError,
@@ -162,7 +163,7 @@ def imported_devices(graph: Graph) -> list[str]:
             except DeviceSpecError as e:
                 canonical[device] = e
     devices = list(map(canonical.__getitem__, graph.devices))
-    colocated_ids = list(map(operator.itemgetter(0), colocated))
+    colocated_ids: Any = list(map(operator.itemgetter(0), colocated))  # a set from below
     deque(map(devices.__setitem__, colocated_ids, repeat("")), maxlen=0)  # C-level: each loses its device
     if any(isinstance(c, DeviceSpecError) for c in canonical.values()):
         for i, device in enumerate(devices):
@@ -174,9 +175,9 @@ def imported_devices(graph: Graph) -> list[str]:
         for j in ids:
             if j is not None and devices[j]:
                 device = devices[j]
-                canon = recanonical.get(device)
+                canon = recanonical.get(device)  # type: ignore[arg-type]  # errors were raised above
                 if canon is None:
-                    canon = recanonical[device] = canonical_device(device)
+                    canon = recanonical[device] = canonical_device(device)  # type: ignore[index,arg-type]
                 return canon
         return None
 
@@ -194,19 +195,19 @@ def imported_devices(graph: Graph) -> list[str]:
             if colocated_ids.isdisjoint(ids):
                 static[others] = device
         if device is not None:
-            devices[i] = device
+            devices[i] = device  # type: ignore[assignment]
 
     if _kernels is None:
         for i, others in colocated:
             take_device(i, others)
-        return devices
+        return devices  # type: ignore[return-value]  # errors were raised above
     # The same loop in C; it stops where a device has not been re-canonicalised yet, done here.
     pos = 0
     while (pos := _kernels.apply_colocated_devices(colocated, static, devices, index, colocated_ids,
                                                    recanonical, pos)) is not None:
         take_device(*colocated[pos])
         pos += 1
-    return devices
+    return devices  # type: ignore[return-value]
 
 
 @dataclass
@@ -373,7 +374,7 @@ class _Placer:
         self.parent = [-1] * n  # union-find: parent id, or -1 for a group root
         self.rank = [0] * n
         self.order = graph.topological_order
-        self._order_np = None  # see _order_array
+        self._order_np: Any = None  # see _order_array
         self.requested = imported_devices(graph) if config.python_import else graph.devices
         self.constraints = _Constraints(self.soft)
         self.state: list[int] = []  # filled by _init_members
@@ -467,8 +468,9 @@ class _Placer:
         node_types = key_types[key_of_node]
         # ``pair``: a number per distinct (request id, type set), so grouping by it (here and for the
         # resource generators below) is grouping by the pair.
-        pair, firsts = _request_pairs(np, requested, requested_ids, node_types, len(constraints.type_sets))
-        pair_state = np.asarray([constraints.state(0, 0, requested_ids[requested[i]], int(node_types[i]))
+        # None ids (malformed) were raised above.
+        pair, firsts = _request_pairs(np, requested, requested_ids, node_types, len(constraints.type_sets))  # type: ignore[arg-type]
+        pair_state = np.asarray([constraints.state(0, 0, requested_ids[requested[i]], int(node_types[i]))  # type: ignore[arg-type]
                                  for i in firsts], dtype=np.int64)
         state = pair_state[pair]
 
@@ -482,7 +484,7 @@ class _Placer:
         if len(resource_generator):
             numbers, firsts = _numbered_by_first_use(np, pair[resource_generator])
             firsts = resource_generator[firsts].tolist()
-            pair_state = np.asarray([constraints.state(0, requested_ids[requested[i]], requested_ids[requested[i]],
+            pair_state = np.asarray([constraints.state(0, requested_ids[requested[i]], requested_ids[requested[i]],  # type: ignore[arg-type]
                                                        int(node_types[i])) for i in firsts], dtype=np.int64)
             state[resource_generator] = pair_state[numbers]
         self.state = state.tolist()
@@ -499,7 +501,7 @@ class _Placer:
         if _kernels is not None:  # numbered in order of first occurrence, as below
             numbers, num_keys = _kernels.number_keys(graph.ops, graph.attr_keys(key_attrs))
             return np.frombuffer(numbers, dtype=np.int64), num_keys
-        numbers: dict = {}
+        numbers = {}
         sparse = list(map(numbers.setdefault, zip(graph.ops, graph.attr_keys(key_attrs), strict=True), count()))
         if len(numbers) == len(sparse):
             return np.asarray(sparse, dtype=np.int64), len(numbers)
@@ -515,7 +517,7 @@ class _Placer:
                 f"No OpKernel was registered to support Op '{node.op}' used by node {node.name}; "
                 f"registered devices: [{', '.join(sorted(set(self.device_types)))}]")
         if node.op in EXEMPT_FROM_RESOURCE_COLOCATION:
-            ref_ports = ()
+            ref_ports: tuple[int, ...] = ()
         else:
             ref_ports = tuple(p for p, t in enumerate(in_types) if t > REF_OFFSET or t == RESOURCE)
         single_output = out_types[0] if len(out_types) == 1 else None
@@ -713,6 +715,7 @@ class _Placer:
 
     def _compute_candidates(self, st: int) -> tuple[int, ...]:
         names = self.constraints.names
+        requested: Any  # an id, then its ParsedName
         assigned, resource, requested, types = self.constraints.states[st]
         requested, type_set = names[requested], self.constraints.type_sets[types]
         if requested.has_some_details:
@@ -740,6 +743,8 @@ class _Placer:
     def _no_device_message(self, i: int, root: int) -> str:
         name = self.graph.names[i]
         requested = self.requested[i]
+        group_requested: Any  # an id, then its ParsedName
+        types: Any  # an id, then its type set
         _, _, group_requested, types = self.constraints.states[self.state[root]]
         group_requested = self.constraints.names[group_requested]
         types = self.constraints.type_sets[types]
@@ -867,6 +872,7 @@ class _Placer:
         # a plain array asks np.ma.is_masked and so imports numpy.ma, 10-20 ms of a small graph's run.
         distinct_states = np.flatnonzero(np.bincount(root_states[bulk])).tolist()
         settled: dict[int, tuple[int, int]] = {}  # initial state -> (device, state once placed)
+        after: Any  # candidates, then a state id
         for st in distinct_states:
             devices = candidates_of.get(st) or self._compute_candidates(st)
             if not devices:
@@ -999,7 +1005,7 @@ def _consumers_of(graph: Graph, nodes: list[int]) -> dict[int, list[int]]:
     wanted = np.zeros(n, dtype=np.bool_)
     wanted[np.asarray(nodes, dtype=np.int64)] = True
     src = np.frombuffer(graph.in_src, dtype=np.int32)
-    dst = np.repeat(np.arange(n, dtype=np.int32), np.diff(np.frombuffer(graph.in_start, dtype=np.int32)))
+    dst = np.repeat(np.arange(n, dtype=np.int32), np.diff(np.frombuffer(graph.in_start, dtype=np.int32)))  # type: ignore[arg-type]
     picked = wanted[src]
     src, dst = src[picked], dst[picked]
     by_src = np.argsort(src, kind="stable")

@@ -98,7 +98,7 @@ def device_none_nodes(graph: Graph, kernels=None) -> set[int]:
     """
     out = set()
     names, ops, index = graph.names, graph.ops, graph.index
-    token_fill_readers = None
+    token_fill_readers: set[int] | None = None
     # The candidates leave out the Identity ops the loop would skip (most of them).
     for i in _nodes_with_ops(graph, _DEVICE_NONE_CANDIDATE_OPS, kernels, {"Identity": "/Read/Identity"}):
         op = ops[i]
@@ -398,9 +398,11 @@ def group_roots(graph: Graph, kernels=None) -> dict[int, tuple[list[int], list[i
         roots, candidates = _group_noops(graph)
     # How many edges leave each would-be child: a C-level filter over the edges, then a count.
     consumers = Counter(filter(candidates.__contains__, in_src)) if candidates else Counter()
-    out: dict[int, tuple[list[int], list[int]]] = {}
+    out = {}
     children_of_some_root: set[int] = set()
     for i, inputs, maybe in roots:
+        children: list[int]
+        members: list[int]
         children, members = [], []
         for src in inputs:
             if src in maybe and consumers[src] == 1:

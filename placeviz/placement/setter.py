@@ -59,12 +59,13 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import chain as _chain
 from itertools import compress, repeat
 from operator import eq
+from typing import Any
 
 from google.protobuf import unknown_fields
 
@@ -220,11 +221,11 @@ def byte_size_load_fn(graph: Graph, op_table, tf_major: str = "2") -> Callable[[
         elements = 1
         for d in shape:
             elements *= d
-        if size * elements > MAX_TENSOR_BYTES:
+        if size * elements > MAX_TENSOR_BYTES:  # type: ignore[operator]  # TF1 sizes are all known
             # TF1's np.prod would wrap to a negative load; a float() of it may not even exist.
             raise SetterError(f"greedy strategy: the size of {node.name} ({size} bytes x its {len(shape)} dims) "
                               "overflows int64 (more than 2**63 - 1 bytes): byte_size_load_fn cannot size it")
-        return float(size * elements)
+        return float(size * elements)  # type: ignore[operator]
 
     return load
 
@@ -277,6 +278,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
         return SetterResult(graph.with_devices([""] * n), [RULE_NO_SETTER] * n, dict, [], 0)
 
     ps_ops = config.ps_ops if config.ps_ops is not None else op_table.ps_ops()
+    strategy: GreedyByteSize | RoundRobin
     if config.strategy == "greedy":
         strategy = GreedyByteSize(ps_tasks, byte_size_load_fn(graph, op_table, config.tf_major))
     elif config.strategy == "round-robin":
@@ -300,6 +302,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     reference: dict[int, int] = {}
     devices: list[str | None] = [None] * n
     colocated: list[tuple[int, int]] = []  # (node, target) resolved after the pass
+    calls: Any  # per node a bool, at the end the strategy calls
     strategy_calls: list[int] = []
     worker_cache: dict[str, str] = {}  # own device -> worker_device merged under it
     ps_cache: dict[tuple[int | None, str], str] = {}  # (task, own device) -> a ps op's device
@@ -307,7 +310,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     merge_devices = config.merge_devices
     calls_for_own: dict[str, bool] = {}  # own device -> whether a ps op there calls the strategy
 
-    positions = range(n)
+    positions: Iterable[int] = range(n)
     if _kernels is not None and isinstance(ps_ops, (set, frozenset)):
         # The C loop settles the plain nodes and stops at the others, which this loop handles
         # (see _kernel_stops); it reads the caches this loop fills.
@@ -395,7 +398,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     plain_device = _PlainDevice(worker_spec, merge_devices, inside if inside < n else None)
     plain_noops = PLAIN_NOOP_NAMES | config.plain_noops
     assumed: list[str] = []  # NoOps with no library name taken for a group and split per device
-    new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,
+    new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,  # type: ignore[arg-type]
                                                           strategy_calls, plain_device, plain_noops, assumed)
     notes = _scope_notes(graph, config)
     if assumed:
@@ -472,7 +475,7 @@ def _kernel_stops(n: int, own_devices: list[str], targets: list, hints: dict[int
     A generator: the loop handles node ``i`` between two ``next`` calls, so when the C loop
     resumes it sees that node's writes and the caches it filled (and the round-robin counter).
     """
-    flags = bytearray(n)  # 1: built under device(None); 2: a scope hint (Python merges it)
+    flags: Any = bytearray(n)  # 1: built under device(None); 2: a scope hint (Python merges it)
     for i in device_none:
         if 0 <= i < n:
             flags[i] |= 1
@@ -483,7 +486,7 @@ def _kernel_stops(n: int, own_devices: list[str], targets: list, hints: dict[int
     round_robin = isinstance(strategy, RoundRobin)
     switches = (1 if config.graph_as_default else 0) | (2 if ps_present else 0) | (4 if config.merge_devices else 0)
     usable, memo, values = generator_state if generator_state is not None else (None, None, None)
-    replay = _kernels.replay
+    replay = _kernels.replay  # type: ignore[union-attr]
     i = 0
     while i < n:
         i, next_task = replay(i, n, own_devices, targets, flags, in_start, in_slot, ops, ps_ops, switches,
@@ -542,7 +545,7 @@ def _resource_generator_test(graph: Graph, op_table) -> Callable[[int], bool]:
             out = op_table.output_types(nodes[i])
         return out is not None and len(out) == 1 and (out[0] > 100 or out[0] == 20)
 
-    test.kernel_state = (usable, memo, values)  # what _kernels.replay reads (and never writes)
+    test.kernel_state = (usable, memo, values)  # type: ignore[attr-defined]  # what _kernels.replay reads (and never writes)
     return test
 
 
@@ -567,7 +570,7 @@ def _colocation_targets(graph: Graph) -> list[int | None]:
     # Per distinct tuple of names (shared by all the ops colocated with the same ops): each name
     # with its node id and its initializers' prefix, looked up once.
     resolved: dict[tuple[str, ...], list[tuple[str, int | None]]] = {}
-    items = colocation.items()
+    items: Iterable[tuple[int, tuple[str, ...]]] = colocation.items()
     if _kernels is not None:
         # The C loop settles every node but the ones it leaves here (Switch ops, odd types).
         left = _kernels.colocation_targets(colocation, colocated_names, names, ops, index, targets, resolved,
@@ -664,6 +667,7 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     roots.update(_one_member_groups(graph, roots))
     if plain_noops:
         roots = {r: v for r, v in roots.items() if not _is_plain_noop(graph.names[r], plain_noops)}
+    outer: Any  # control deps, then a device
     outer_deps: dict[int, list[int]] = {}
     assumed = group_assumptions if group_assumptions is not None else []
     for root, (children, members) in roots.items():
@@ -751,7 +755,7 @@ class _GroupRewrite:
 
     def __init__(self, graph: Graph, devices: list[str], rule: list[int],
                  plans: dict[int, list[tuple[str, list[int]]]], dropped: set[int],
-                 plain_device: Callable[[str], str], outer_deps: dict[int, list[int]] | None = None):
+                 plain_device: _PlainDevice, outer_deps: dict[int, list[int]] | None = None):
         self.graph, self.devices, self.rule = graph, devices, rule
         self.plans, self.dropped = plans, dropped
         self.outer_deps = outer_deps or {}  # root -> control inputs from an enclosing block
@@ -824,7 +828,7 @@ class _GroupRewrite:
         self.in_start.append(len(self.in_src))
         return len(self.names) - 1
 
-    def _rewire(self, root: int, plain_device: Callable[[str], str]) -> None:
+    def _rewire(self, root: int, plain_device: _PlainDevice) -> None:
         """Root ``root``: its new per-device NoOps, then the root with control inputs on them."""
         g, plan = self.graph, self.plans[root]
         outer = self.outer_deps.get(root, [])
@@ -994,7 +998,7 @@ def _rewritten_graph_def(source: Graph, names: list[str], devices: list[str], in
     return out
 
 
-def _renumbered(mapping: dict[int, object], new_id, keys_only: bool = False) -> dict:
+def _renumbered(mapping: dict[int, Any], new_id, keys_only: bool = False) -> dict:
     """``mapping`` with its node-id keys (and values, unless ``keys_only``) renumbered through
     ``new_id`` (a numpy int32 array: the new id of each old one); entries that name a dropped
     node (new id -1) are left out. Order is kept."""
@@ -1021,7 +1025,7 @@ def _new_colocation(colocation: dict[int, tuple[str, ...]], new_id,
     return _with_entries(out, added) if added else out
 
 
-def _with_entries(mapping: dict[int, object], entries: list[tuple[int, object]]) -> dict:
+def _with_entries(mapping: dict[int, Any], entries: list[tuple[int, Any]]) -> dict:
     """``mapping`` (int keys, ascending) with a few ``entries`` (new keys, ascending) put in key order.
 
     The long runs of ``mapping`` between the new keys are copied as slices, not sorted again.
@@ -1068,7 +1072,7 @@ def _one_member_groups(graph: Graph, roots: dict) -> dict[int, tuple[list[int], 
     taken for ``no_op`` (its own device). ``variables_initializer`` over one local variable (the
     SyncReplicas local step) is the usual case.
     """
-    out = {}
+    out: dict[int, tuple[list[int], list[int]]] = {}
     ops, names, in_start, in_src, in_slot = graph.ops, graph.names, graph.in_start, graph.in_src, graph.in_slot
     for i in compress(range(len(ops)), map("NoOp".__eq__, ops)):
         lo = in_start[i]
