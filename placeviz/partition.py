@@ -1756,7 +1756,7 @@ class _Partitioner:
                 rebuilt = self._rebuilt_originals(wire, originals[from_bytes[originals]].tolist(), arrays, here)
                 if rebuilt:
                     def fallback(i: int) -> bytes:
-                        return rebuilt.pop(i, None) or node_bytes(i)
+                        return rebuilt.pop(i, b"") or node_bytes(i)  # a NodeDef's bytes are never empty
                 else:
                     fallback = node_bytes
                 return self._nodes_bytes(slow_ids.tolist(), fallback, device_fields, incarnations)
@@ -1777,6 +1777,7 @@ class _Partitioner:
                                         np.zeros(len(ids_np), dtype=np.int32), device_fields,
                                         self._nodes_bytes(ids_np.tolist(), node_bytes, device_fields, incarnations),
                                         end)
+                    assert data is not None  # every node built here: no wire form is left to refuse
                 yield data
                 del data  # before the next chunk's
 

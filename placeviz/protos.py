@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 from google.protobuf.internal import api_implementation
@@ -64,25 +65,53 @@ def parse_text(text: str, message, **kwargs):
     return text_format.Parse(text, message, descriptor_pool=POOL, **kwargs)
 
 
-GraphDef = message_class("tensorflow.GraphDef")
-NodeDef = message_class("tensorflow.NodeDef")
-AttrValue = message_class("tensorflow.AttrValue")
-TensorProto = message_class("tensorflow.TensorProto")
-TensorShapeProto = message_class("tensorflow.TensorShapeProto")
-FunctionDefLibrary = message_class("tensorflow.FunctionDefLibrary")
-VersionDef = message_class("tensorflow.VersionDef")
-GraphDebugInfo = message_class("tensorflow.GraphDebugInfo")
-"""``GraphDef.debug_info`` (field 5): TF's ``GraphDebugInfo``, the ops' creation stacks (placeviz.sources)."""
-MetaGraphDef = message_class("tensorflow.MetaGraphDef")
-CollectionDef = message_class("tensorflow.CollectionDef")
-SignatureDef = message_class("tensorflow.SignatureDef")
-SaverDef = message_class("tensorflow.SaverDef")
-AssetFileDef = message_class("tensorflow.AssetFileDef")
-SavedModel = message_class("tensorflow.SavedModel")
-QueueRunnerDef = message_class("tensorflow.QueueRunnerDef")
-VariableDef = message_class("tensorflow.VariableDef")
-OpDef = message_class("tensorflow.OpDef")
-OpList = message_class("tensorflow.OpList")
+if TYPE_CHECKING:  # classes made at run time from descriptors: to a type checker, messages of any shape
+
+    class _Message:
+        def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
+        @classmethod
+        def FromString(cls, data: bytes) -> Any: ...
+
+    AssetFileDef = _Message
+    AttrValue = _Message
+    CollectionDef = _Message
+    FunctionDefLibrary = _Message
+    GraphDebugInfo = _Message
+    GraphDef = _Message
+    MetaGraphDef = _Message
+    NodeDef = _Message
+    OpDef = _Message
+    OpList = _Message
+    QueueRunnerDef = _Message
+    SavedModel = _Message
+    SaverDef = _Message
+    SignatureDef = _Message
+    TensorProto = _Message
+    TensorShapeProto = _Message
+    VariableDef = _Message
+    VersionDef = _Message
+else:
+    GraphDef = message_class("tensorflow.GraphDef")
+    NodeDef = message_class("tensorflow.NodeDef")
+    AttrValue = message_class("tensorflow.AttrValue")
+    TensorProto = message_class("tensorflow.TensorProto")
+    TensorShapeProto = message_class("tensorflow.TensorShapeProto")
+    FunctionDefLibrary = message_class("tensorflow.FunctionDefLibrary")
+    VersionDef = message_class("tensorflow.VersionDef")
+    GraphDebugInfo = message_class("tensorflow.GraphDebugInfo")
+    """``GraphDef.debug_info`` (field 5): TF's ``GraphDebugInfo``, the ops' creation stacks (placeviz.sources)."""
+    MetaGraphDef = message_class("tensorflow.MetaGraphDef")
+    CollectionDef = message_class("tensorflow.CollectionDef")
+    SignatureDef = message_class("tensorflow.SignatureDef")
+    SaverDef = message_class("tensorflow.SaverDef")
+    AssetFileDef = message_class("tensorflow.AssetFileDef")
+    SavedModel = message_class("tensorflow.SavedModel")
+    QueueRunnerDef = message_class("tensorflow.QueueRunnerDef")
+    VariableDef = message_class("tensorflow.VariableDef")
+    OpDef = message_class("tensorflow.OpDef")
+    OpList = message_class("tensorflow.OpList")
 DataType = EnumTypeWrapper(POOL.FindEnumTypeByName("tensorflow.DataType"))
 """TF's ``DataType`` enum: ``DataType.Value("DT_FLOAT") == 1``, ``DataType.Name(1) == "DT_FLOAT"``."""
 
