@@ -581,6 +581,14 @@ def _colocated(nd: NodeDef, *names: str) -> NodeDef:
     return nd
 
 
+def _written(graph):
+    """Every partition written as bytes, checked to parse to the GraphDefs built node by node."""
+    result = run(graph)
+    out = dict(result.iter_serialized())
+    assert {k: GraphDef.FromString(v) for k, v in out.items()} == result.partitions
+    return out, result
+
+
 @pytest.mark.parametrize("c_wire", [True, False])
 def test_written_partitions_trim_colocation_like_the_built_ones(c_wire, monkeypatch):
     """``placeviz partition`` writes partitions from the input's bytes (``iter_serialized``),
@@ -601,25 +609,19 @@ def test_written_partitions_trim_colocation_like_the_built_ones(c_wire, monkeypa
     graph = model_from_bytes("g", gd.SerializeToString()).graph
     assert graph.node_wire is not None
 
-    def written():
-        result = run(graph)
-        out = dict(result.iter_serialized())
-        assert {k: GraphDef.FromString(v) for k, v in out.items()} == result.partitions
-        return out, result
-
     if not c_wire:
         monkeypatch.setattr(nodewire, "_wire", None)
-    out, result = written()
+    out, result = _written(graph)
     nodes = {n.name: n for gd in result.partitions.values() for n in gd.node}
     assert "A1/_1" in nodes and nodes["A1/_1"].device == DEV["B"]
     kept = {name: list(nodes[name].attr["_class"].list.s) if "_class" in nodes[name].attr else None
             for name in ("B2", "A2", "A3", "B3", "B4")}
     assert kept == {"B2": [b"loc:@A1/_1"], "A2": None, "A3": [b"loc:@A1"], "B3": [b"loc:@B1"], "B4": [b"loc:@B1"]}
     monkeypatch.setattr(nodewire, "_wire", None)
-    assert written()[0] == out  # the Python writer gives the same bytes
+    assert _written(graph)[0] == out  # the Python writer gives the same bytes
     monkeypatch.setattr(partition_mod, "_CHUNK_NODES", 2)  # written in pieces of two nodes: the same bytes
     assert [len(list(pieces)) for _, pieces in run(graph).iter_serialized(pieces=True)] == [2, 3]
-    assert written()[0] == out
+    assert _written(graph)[0] == out
 
 
 def test_written_partitions_fix_leading_underscore_names(monkeypatch):
@@ -635,15 +637,9 @@ def test_written_partitions_fix_leading_underscore_names(monkeypatch):
     graph = Graph(gd, wire=gd.SerializeToString())  # io.load refuses such a name; a caller may not
     assert graph.node_wire is not None
 
-    def written():
-        result = run(graph)
-        out = dict(result.iter_serialized())
-        assert {k: GraphDef.FromString(v) for k, v in out.items()} == result.partitions
-        return out, result
-
-    out, result = written()
+    out, result = _written(graph)
     nodes = {n.name: n for gd in result.partitions.values() for n in gd.node}
     assert "._a" in nodes and "_a" not in nodes and nodes["A2"].input[0] == "._a"
     assert list(nodes["A2"].attr["_class"].list.s) == [b"loc:@_a"]
     monkeypatch.setattr(nodewire, "_wire", None)
-    assert written()[0] == out
+    assert _written(graph)[0] == out
