@@ -468,7 +468,8 @@ def test_allow_io_write_outside_the_temp_dir_fails_read_only_in_every_task_proce
 @pytest.mark.tf
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
-def test_no_isolation_is_unconfined_and_says_so_first(models, tmp_path, capsys):
+def test_no_isolation_is_unconfined_and_says_so_first(models, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PLACEVIZ_PROGRESS", "never")  # the lines a user always sees: the warning is the first
     target = outside_path(models)
     target.unlink(missing_ok=True)
     out = tmp_path / "report.txt"
