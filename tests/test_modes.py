@@ -192,7 +192,13 @@ def test_async_every_plain_sample_passes(sample, tmp_path, capsys):
     report = json.loads(out.read_text())
     c = {c["id"]: c for c in report["checks"]}
     assert code == 0, {k: v["summary"] for k, v in c.items() if v["status"] != "pass"}
-    assert c["values"]["status"] == "pass" and c["global_step"]["status"] == "pass"
+    assert c["global_step"]["status"] == "pass"
+    # Unlocked updates (FTRL, Adagrad... default use_locking=False) that overlapped in time have no
+    # order TF pins down: a difference there is "warn" (ambiguous), and only there. Whether two
+    # updates overlap depends on timing, so a run may show either.
+    differing = [r for r in c["values"]["evidence"]["variables"] if not r["ok"]]
+    assert c["values"]["status"] == ("warn" if differing else "pass"), c["values"]["summary"]
+    assert all(r.get("ambiguous") for r in differing), c["values"]["summary"]
     assert c["global_step"]["evidence"]["final"] - c["global_step"]["evidence"]["initial"] == 6
     assert report["modes"]["mode"] == "async" and report["modes"]["global_steps"] == 6
 
