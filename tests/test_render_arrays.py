@@ -19,7 +19,7 @@ import pytest
 
 from placeviz.graph import CONTROL, Graph
 from placeviz.protos import GraphDef
-from placeviz.render.collapse import CollapseMemo, Group, _Splitter, collapse, quotient_edges
+from placeviz.render.collapse import CollapseMemo, collapse, quotient_edges
 from placeviz.render.context import ViewContext
 
 
@@ -181,53 +181,3 @@ def test_transfers_per_pair_equal_the_walk_over_the_transfers(seed):
         assert all(type(x) is int for key, row in got.items() for x in (*key, *row))
     empty = ViewContext(SimpleNamespace(graph=g, devices=list(g.devices), partitions=None))
     assert empty.transfers_per_pair([0] * len(g)) == {}
-
-
-class _LoopSplitter(_Splitter):
-    """The one-step-per-member bucketing ``_Splitter._deeper_once`` replaced."""
-
-    def _deeper_once(self, g: Group) -> list[Group]:
-        depth = len(g.path)
-        own: list[int] = []
-        positions: dict[str, list[int]] = {}
-        for k, c in enumerate(g.parts):
-            if len(c) <= depth:
-                own.append(g.members[k])
-            else:
-                positions.setdefault(c[depth], []).append(k)
-        exact = {comp: ([g.members[k] for k in ks], [g.parts[k] for k in ks]) for comp, ks in positions.items()}
-        return self._children(g, own, exact)
-
-
-def _tree(splitter: _Splitter, g: Group, depth: int = 0) -> list:
-    """Every group below ``g`` as (path, members, parts, series), children of children included."""
-    children, single = splitter.deeper(g)
-    out = [(depth, c.path, c.members, c.parts, c.series) for c in children]
-    if single is not None:
-        out.append(("single", single.path, single.members))
-    for c in children:
-        if not c.is_op:
-            out.extend(_tree(splitter, c, depth + 1))
-        if c.series is not None:
-            for member in splitter.members_of_series(c):
-                out.extend(_tree(splitter, member, depth + 1))
-    return out
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_scope_children_equal_the_member_by_member_bucketing(seed):
-    """Same groups in the same order (ties of natural order keep the order names are first met:
-    ``layer_1`` and ``layer_01``), with ops named like their scope as boxes of their own."""
-    rng = random.Random(300 + seed)
-    names = []
-    for i in range(500):
-        depth = rng.randrange(1, 5)
-        path = [rng.choice(["a", "b", "layer_1", "layer_01", f"layer_{rng.randrange(30)}", "add", f"add_{i % 7}"])
-                for _ in range(depth)]
-        names.append("/".join(path) if rng.random() < 0.1 else "/".join(path) + f"/op{i}")
-    names = list(dict.fromkeys(names))
-    ids = list(range(len(names)))
-    rng.shuffle(ids)  # members in any order, as a series' concatenated buckets are
-    root = Group("dev", (), ids, [names[i].split("/") for i in ids])
-    assert _tree(_Splitter(), root) == _tree(_LoopSplitter(), root)
-    assert _tree(_Splitter(), Group("dev", (), [], [])) == []

@@ -28,8 +28,6 @@ import heapq
 import re
 from dataclasses import dataclass, field
 
-import numpy as np
-
 _DIGITS = re.compile(r"\d+")
 _SUFFIX = re.compile(r"_\d+$")
 
@@ -162,34 +160,25 @@ class _Splitter:
 
     def _deeper_once(self, g: Group) -> list[Group]:
         depth = len(g.path)
-        parts, members = g.parts, g.members
-        # Bucket members by the next component, in the order each component is first met and, in
-        # a bucket, in member order; an op named like the scope itself (``global_step`` next to
-        # ``global_step/read``) has no next component (None) and becomes a box of its own. At
-        # 200k ops these passes are most of a collapse, so they run as C-level passes (map,
-        # dict.fromkeys, numpy's stable argsort) rather than one Python step per member.
-        comps = [c[depth] if len(c) > depth else None for c in parts]
-        code = {comp: k for k, comp in enumerate(dict.fromkeys(comps))}  # first met first
-        codes = np.fromiter(map(code.__getitem__, comps), dtype=np.int64, count=len(comps))
-        order = np.argsort(codes, kind="stable")
-        ends = np.cumsum(np.bincount(codes, minlength=len(code))).tolist()
-        member_array = np.asarray(members, dtype=np.int64)[order].tolist()
-        part_list = list(map(parts.__getitem__, order.tolist()))
         own: list[int] = []
-        exact: dict[str, tuple[list[int], list[list[str]]]] = {}
-        start = 0
-        for comp, end in zip(code, ends, strict=True):
-            if comp is None:
-                own = member_array[start:end]
+        # Bucket positions by the next component; an op named like the scope itself (``global_step``
+        # next to ``global_step/read``) has no next component and becomes a box of its own.
+        positions: dict[str, list[int]] = {}
+        get = positions.get
+        parts = g.parts
+        for k, c in enumerate(parts):
+            try:
+                comp = c[depth]
+            except IndexError:
+                own.append(g.members[k])
+                continue
+            bucket = get(comp)
+            if bucket is None:
+                positions[comp] = [k]
             else:
-                exact[comp] = (member_array[start:end], part_list[start:end])
-            start = end
-        return self._children(g, own, exact)
-
-    def _children(self, g: Group, own: list[int], exact: dict[str, tuple[list[int], list[list[str]]]]) -> list[Group]:
-        """The groups one level below ``g``: one box per op named like the scope (``own``), then
-        one group per component of ``exact`` (component -> its members and their parts), numbered
-        siblings folded into one series group, in natural order."""
+                bucket.append(k)
+        members = g.members
+        exact = {comp: ([members[k] for k in ks], [parts[k] for k in ks]) for comp, ks in positions.items()}
         by_key: dict[str, list[str]] = {}
         for comp in exact:
             by_key.setdefault(self.key(comp), []).append(comp)
@@ -347,6 +336,8 @@ def quotient_edges(graph, nodes, box_of: list[int], control: bool = True) -> dic
     the graph's CSR arrays; the pairs come in the order of their first edge, as a walk over the
     edges would meet them.
     """
+    import numpy as np
+
     n_boxes = max(box_of, default=-1) + 1
     if n_boxes == 0:
         return {}
