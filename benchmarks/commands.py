@@ -105,9 +105,12 @@ def parse_floor(path: Path, reps: int, env: dict[str, str]) -> list[float]:
     return [float(x) for x in out.stdout.strip().strip("[]").split(",")]
 
 
-def run_commands(paths: list[Path], reps: int | None, default_reps, graph_facts, unplaced_of) -> list[dict]:
+def run_commands(paths: list[Path], reps: int | None, default_reps, graph_facts, unplaced_of,
+                 only: str = "") -> list[dict]:
     """Time every command of :func:`commands_for` on each graph, alternating the commands inside
-    each repetition (so load changes hit all alike), plus the cold ``lint`` of a small graph."""
+    each repetition (so load changes hit all alike), plus the cold ``lint`` of a small graph.
+    ``only``: time just the commands whose name starts with it (the small graph's lint too only
+    when it matches)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     placeviz = [sys.executable, "-m", "placeviz"]
     # The bytecode an installed placeviz has (pip compiles it): without it, with
@@ -129,6 +132,9 @@ def run_commands(paths: list[Path], reps: int | None, default_reps, graph_facts,
             unplaced = unplaced_of(path) if path != small else small
             cmds = {"lint (cold, small graph)": ["lint", str(small)]} if path == small else \
                 commands_for(path, unplaced, tmp_dir)
+            cmds = {name: args for name, args in cmds.items() if name.startswith(only)}
+            if not cmds:
+                continue
             print(f"{path.name}: {nodes:,} nodes, {n_reps} reps of {len(cmds)} commands ...", file=sys.stderr,
                   flush=True)
             floor = parse_floor(path, max(n_reps, 5), env)
@@ -171,9 +177,17 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def ab_partition(trees: list[Path], graph: Path, reps: int) -> str:
-    """Before/after of ``partition GRAPH --ps-tasks 4 -o DIR`` in two source trees (each with its
-    C kernels built), alternating the trees inside each repetition so that load changes hit both
+AB_COMMANDS = {
+    "partition": lambda graph, out: ["partition", str(graph), "--ps-tasks", str(PS_TASKS), "-o", str(out / "parts")],
+    "render": lambda graph, out: ["render", str(graph), "--view", "devices", "-o", str(out / "x.svg")],
+}
+"""The commands :func:`ab_partition` can compare, as :func:`commands_for` runs them."""
+
+
+def ab_partition(trees: list[Path], graph: Path, reps: int, command: str = "partition") -> str:
+    """Before/after of ``command`` (:data:`AB_COMMANDS`: ``partition GRAPH --ps-tasks 4 -o DIR``,
+    ``render GRAPH --view devices -o x.svg``) in two source trees (each with its C kernels built),
+    alternating the trees inside each repetition so that load changes hit both
     alike, with the parse floor of the same file measured before and after the runs (the
     floor's median over both). Returns a table of medians (wall, CPU) and peak RSS per tree."""
     samples: dict[Path, list[dict]] = {tree: [] for tree in trees}
@@ -186,14 +200,14 @@ def ab_partition(trees: list[Path], graph: Path, reps: int) -> str:
                 shutil.rmtree(out, ignore_errors=True)
                 env = dict(os.environ, PYTHONPATH=str(tree))
                 # run from the tree: ``python -m`` puts the working directory first on sys.path
-                rec = time_process([sys.executable, "-m", "placeviz", "partition", str(graph.resolve()), "--ps-tasks",
-                                    str(PS_TASKS), "-o", str(out)], env, cwd=tree)
+                rec = time_process([sys.executable, "-m", "placeviz", *AB_COMMANDS[command](graph, Path(tmp))], env,
+                                   cwd=tree)
                 if rec["exit"] != 0:
-                    raise SystemExit(f"{tree}: partition failed (exit {rec['exit']}): {rec['stderr']}")
+                    raise SystemExit(f"{tree}: {command} failed (exit {rec['exit']}): {rec['stderr']}")
                 samples[tree].append(rec)
     floors += parse_floor(graph, 5, dict(os.environ, PYTHONPATH=str(trees[-1])))
     floor = statistics.median(floors)
-    lines = [f"{graph.name}: parse floor {floor:.3f} s CPU (median of {len(floors)}: {min(floors):.3f}-{max(floors):.3f}), "
+    lines = [f"{graph.name}, {command}: parse floor {floor:.3f} s CPU (median of {len(floors)}: {min(floors):.3f}-{max(floors):.3f}), "
              f"{reps} alternating repetitions",
              "| tree | wall s (each) | CPU s (each) | peak RSS MiB | wall / floor | CPU / floor |",
              "|---|---|---|---:|---:|---:|"]
@@ -213,9 +227,9 @@ if __name__ == "__main__":  # re-print the table of saved results: python benchm
     if sys.argv[1:2] == ["--small"]:
         small_graph(Path(sys.argv[2]), Path(sys.argv[3]))
         sys.exit(0)
-    if sys.argv[1:2] == ["--ab"]:  # python benchmarks/commands.py --ab TREE_BEFORE TREE_AFTER GRAPH [REPS]
+    if sys.argv[1:2] == ["--ab"]:  # python benchmarks/commands.py --ab TREE_BEFORE TREE_AFTER GRAPH [REPS [COMMAND]]
         print(ab_partition([Path(sys.argv[2]).resolve(), Path(sys.argv[3]).resolve()], Path(sys.argv[4]),
-                           int(sys.argv[5]) if len(sys.argv) > 5 else 3))
+                           int(sys.argv[5]) if len(sys.argv) > 5 else 3, sys.argv[6] if len(sys.argv) > 6 else "partition"))
         sys.exit(0)
     for file in sys.argv[1:]:
         print(file)

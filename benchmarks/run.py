@@ -720,6 +720,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commands", action="store_true",
                     help="time whole CLI commands as users run them (partition, lint, analyze, render; "
                          "wall, CPU, peak RSS) next to the parse floor of the same file, instead of the stages")
+    ap.add_argument("--only", default="", metavar="PREFIX",
+                    help="with --commands: time only the commands whose name starts with PREFIX (e.g. render)")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # internal: one graph, JSON out
     ap.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -845,7 +847,7 @@ def _main_commands(args, paths: list[Path], info: dict) -> int:
     sys.path.insert(0, str(HERE))
     import commands
 
-    results = commands.run_commands(paths, args.reps, default_reps, graph_facts, _unplaced_path)
+    results = commands.run_commands(paths, args.reps, default_reps, graph_facts, _unplaced_path, args.only)
     info["loadavg_end"] = os.getloadavg()
     print()
     print(commands.table(results))

@@ -2,7 +2,9 @@
 
 ``quotient_edges`` (box-to-box bundles) and ``ViewContext.cross_device_edges`` read the graph's
 CSR arrays at once; :class:`~placeviz.render.collapse.CollapseMemo` lets the fit's builds at
-several budgets share one collapse's work. Each is compared here, order included (the bundles'
+several budgets share one collapse's work; ``ViewContext.role_counts``/``top_ops`` (each box's
+roles and op types) and ``ViewContext.transfers_per_pair`` (one step's transfers per pair of
+boxes) are array passes over op codes and transfer columns. Each is compared here, order included (the bundles'
 order decides which equal-weight edges a crowded view keeps), with a straightforward loop or a
 collapse from scratch. No TensorFlow: the graphs are random GraphDefs.
 """
@@ -108,3 +110,74 @@ def test_a_collapse_memo_changes_no_result(seed):
     other_owners = ["x" if i % 2 else "y" for i in range(len(g))]
     assert _shape(collapse(g.names, range(len(g)), other_owners, 25, memo=memo)) == \
         _shape(collapse(g.names, range(len(g)), other_owners, 25))
+
+
+OP_TYPES = ("VariableV2", "Identity", "MatMul", "ApplyGradientDescent", "Const", "Assign", "NoOp", "AddN")
+
+
+def _typed_graph(seed: int, n: int = 400) -> Graph:
+    """:func:`_random_graph` with a mix of op types, so that boxes hold several roles in ties."""
+    g = _random_graph(seed, n)
+    rng = random.Random(seed)
+    gd = GraphDef()
+    for i in range(n):
+        node = gd.node.add(name=g.names[i], op=rng.choice(OP_TYPES), device=g.devices[i])
+        node.input.extend(str(x) for x in g.node(i).inputs)
+    return Graph(gd)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_per_box_counts_equal_the_counters_of_a_pass_over_the_members(seed):
+    """Keys in first-met order too: ``most_common`` breaks ties by it, and labels show the top ones."""
+    g = _typed_graph(seed)
+    ctx = ViewContext(SimpleNamespace(graph=g, devices=list(g.devices)))
+    for budget in (40, 9, 3):
+        for grp in collapse(g.names, range(len(g)), ctx.devices, budget, memo=ctx.collapse_memo("devices")).groups:
+            want = Counter(ctx.roles[g.ops[i]] for i in grp.members)
+            assert list(ctx.role_counts(grp).items()) == list(want.items())
+            assert ctx.role_counts(grp).most_common(3) == want.most_common(3)
+            ops_want = Counter(g.ops[i] for i in grp.members)
+            for n in (1, 5, 6):
+                assert ctx.top_ops(grp, n) == ops_want.most_common(n)
+    assert all(type(c) is int for grp in ctx._per_group.values() if isinstance(grp[1], Counter)
+               for c in grp[1].values())
+
+
+def _traffic_by_loop(g: Graph, transfers: list[dict], box_of: list[int]) -> dict:
+    """The per-transfer walk ``ViewContext.transfers_per_pair`` replaced."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for t in transfers:
+        s, d = g.index.get(t["src"]), g.index.get(t.get("dst") or "")
+        if s is None or d is None or box_of[s] < 0 or box_of[d] < 0:
+            continue
+        row = out.setdefault((box_of[s], box_of[d]), [0, 0, 0, 0])
+        row[0] += 1
+        row[1] += t["bytes"] or 0
+        row[2] += t["slot"] != "control" and t["bytes"] is None
+        row[3] += t["slot"] == "control"
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_transfers_per_pair_equal_the_walk_over_the_transfers(seed):
+    """Byte sums stay exact integers beyond 2**53 (no float weights), unknown ops are skipped."""
+    g = _random_graph(seed)
+    rng = random.Random(200 + seed)
+    names = [*g.names, "not/in/the/graph"]
+    transfers = []
+    for _ in range(500):
+        slot = rng.choice(["control", "0", "1"])
+        size = None if slot == "control" or rng.random() < 0.2 else rng.choice([4, 2**40, 2**53 + 1, 0])
+        t = {"src": rng.choice(names), "dst": rng.choice([*names, None]), "slot": slot, "bytes": size}
+        transfers.append(t)
+    pipe = SimpleNamespace(graph=g, devices=list(g.devices), partitions=SimpleNamespace(transfers=transfers,
+                                                                                           level="task"))
+    ctx = ViewContext(pipe)
+    for boxes in (1, 7, 40):
+        box_of = [rng.choice([-1, *range(boxes)]) for _ in range(len(g))]
+        got = ctx.transfers_per_pair(box_of)
+        want = _traffic_by_loop(g, transfers, box_of)
+        assert list(got.items()) == list(want.items())
+        assert all(type(x) is int for key, row in got.items() for x in (*key, *row))
+    empty = ViewContext(SimpleNamespace(graph=g, devices=list(g.devices), partitions=None))
+    assert empty.transfers_per_pair([0] * len(g)) == {}

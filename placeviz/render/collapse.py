@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 
 _DIGITS = re.compile(r"\d+")
@@ -328,11 +327,6 @@ def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=(),
         for i in g.members:
             box_of[i] = b
     return Collapse(groups, box_of, budget, refused)
-
-
-def role_counts(g: Group, ops: list[str], roles) -> Counter:
-    """How many ops of each role a group holds (``roles``: a :class:`~placeviz.render.roles.RoleCache`)."""
-    return Counter(roles[ops[i]] for i in g.members)
 
 
 def quotient_edges(graph, nodes, box_of: list[int], control: bool = True) -> dict[tuple[int, int], list[int]]:

@@ -11,6 +11,8 @@ import math
 from collections import Counter
 from functools import cached_property
 
+import numpy as np
+
 from placeviz.graph import CONTROL
 from placeviz.op_kinds import VARIABLE_OPS
 from placeviz.render.collapse import CollapseMemo, quotient_edges
@@ -30,6 +32,15 @@ def pen_width(value: float, top: float, low: float = 1.0, high: float = 6.0) -> 
 def shorten(text: str, width: int = 42) -> str:
     """Keep the end of a long scope path (the part that differs between boxes)."""
     return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def _ordered_counts(codes: np.ndarray, labels: list[str]) -> Counter:
+    """``Counter(labels[c] for c in codes)``, with its keys in the same order (first met first),
+    from one array pass."""
+    values, first, counts = np.unique(codes, return_index=True, return_counts=True)
+    order = np.argsort(first, kind="stable").tolist()
+    values, counts = values.tolist(), counts.tolist()
+    return Counter({labels[values[k]]: counts[k] for k in order})
 
 
 class ViewContext:
@@ -62,6 +73,42 @@ class ViewContext:
         return hit[1]
 
     @cached_property
+    def _op_codes(self) -> tuple[np.ndarray, list[str], np.ndarray, list[str]]:
+        """Each node's op type and role as small ints: (op code per node, op types by code, role
+        code per node, roles by code). The per-box counts of every build are then array passes
+        instead of one dict lookup per op and box (at 200k ops most of a build's time)."""
+        ops = self.graph.ops
+        code = {op: k for k, op in enumerate(dict.fromkeys(ops))}  # op type -> code, first met first
+        op_code = np.fromiter(map(code.__getitem__, ops), dtype=np.int32, count=len(ops))
+        op_types = list(code)
+        role_names: dict[str, int] = {}
+        role_of_op = np.array([role_names.setdefault(self.roles[op], len(role_names)) for op in op_types],
+                              dtype=np.int32)
+        return op_code, op_types, role_of_op[op_code], list(role_names)
+
+    def role_counts(self, group) -> Counter:
+        """How many ops of each role ``group`` holds, once per group (see :meth:`per_group`): the
+        Counter a pass over its members makes, in the same order (first member of each role first),
+        so that ``most_common`` breaks ties the same way."""
+        def compute() -> Counter:
+            _, _, role_code, roles = self._op_codes
+            return _ordered_counts(role_code[self._members(group)], roles)
+
+        return self.per_group(group, "roles", compute)
+
+    def top_ops(self, group, n: int) -> list[tuple[str, int]]:
+        """The ``n`` most common op types of ``group`` with their counts (ties: first met first)."""
+        def compute() -> Counter:
+            op_code, op_types, _, _ = self._op_codes
+            return _ordered_counts(op_code[self._members(group)], op_types)
+
+        return self.per_group(group, "op types", compute).most_common(n)
+
+    def _members(self, group) -> np.ndarray:
+        """``group.members`` as an array, made once per group for its role and op type counts."""
+        return self.per_group(group, "members", lambda: np.asarray(group.members, dtype=np.int64))
+
+    @cached_property
     def device_list(self) -> list[str]:
         return sorted(set(self.devices))
 
@@ -80,11 +127,12 @@ class ViewContext:
         out: dict[str, list[int]] = {}
         sizes = self.variable_bytes
         g = self.graph
-        for i, op in enumerate(g.ops):
-            if op in VARIABLE_OPS:
-                row = out.setdefault(self.devices[i], [0, 0])
-                row[0] += 1
-                row[1] += sizes.get(g.names[i], 0)
+        op_code, op_types, _, _ = self._op_codes
+        is_variable = np.array([op in VARIABLE_OPS for op in op_types], dtype=bool)
+        for i in np.flatnonzero(is_variable[op_code]).tolist():  # in id order, as a pass over the ops
+            row = out.setdefault(self.devices[i], [0, 0])
+            row[0] += 1
+            row[1] += sizes.get(g.names[i], 0)
         return {d: (r[0], r[1]) for d, r in out.items()}
 
     @cached_property
@@ -134,6 +182,41 @@ class ViewContext:
         unknown = sum(1 for t in self.transfers if t["slot"] != "control" and t["bytes"] is None)
         return (f"bytes per step: {what}" + (f" ({ops})" if ops else "")
                 + f", {transfers_text(len(self.transfers), total, unknown, control)}")
+
+    @cached_property
+    def transfer_arrays(self) -> tuple[np.ndarray, ...]:
+        """:attr:`transfers` whose two ops are in the graph, as arrays: (src id, dst id, bytes (0
+        when unknown), unknown size (0/1), control (0/1)). Every build of the devices view
+        attaches them to its bundles (:func:`transfers_per_pair`) without a pass over the dicts."""
+        index = self.graph.index
+        rows = [(s, d, t["bytes"] or 0, t["slot"] != "control" and t["bytes"] is None, t["slot"] == "control")
+                for t in self.transfers
+                if (s := index.get(t["src"])) is not None and (d := index.get(t.get("dst") or "")) is not None]
+        if not rows:
+            return tuple(np.zeros(0, dtype=np.int64) for _ in range(5))
+        return tuple(np.array(column, dtype=np.int64) for column in zip(*rows, strict=True))
+
+    def transfers_per_pair(self, box_of) -> dict[tuple[int, int], list[int]]:
+        """(src box, dst box) -> [transfers, bytes, of unknown size, control] of one step, for the
+        transfers whose two ops are drawn (``box_of[i] >= 0``); pairs in the order of their first
+        transfer."""
+        src, dst, nbytes, unknown, control = self.transfer_arrays
+        if not len(src):
+            return {}
+        box = np.asarray(box_of, dtype=np.int64)
+        a, b = box[src], box[dst]
+        keep = (a >= 0) & (b >= 0)
+        n_boxes = int(box.max()) + 1
+        pair = (a * n_boxes + b)[keep]
+        pairs, first, which = np.unique(pair, return_index=True, return_inverse=True)
+        columns = [np.bincount(which, minlength=len(pairs))]
+        for values in (nbytes, unknown, control):  # integer sums: bincount's float weights would round bytes
+            total = np.zeros(len(pairs), dtype=np.int64)
+            np.add.at(total, which, values[keep])
+            columns.append(total)
+        rows = np.stack(columns, axis=1).tolist()
+        pair_list = pairs.tolist()
+        return {divmod(pair_list[j], n_boxes): rows[j] for j in np.argsort(first, kind="stable").tolist()}
 
     def device_label(self, device: str) -> str:
         return short_device(device) if device != NO_DEVICE else NO_DEVICE

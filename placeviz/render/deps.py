@@ -10,9 +10,9 @@ ops only the chief's sync op runs (the worker's train op does not) are marked "c
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import deque
 
-from placeviz.render.collapse import collapse, quotient_edges, role_counts
+from placeviz.render.collapse import collapse, quotient_edges
 from placeviz.render.context import ViewContext, pen_width
 from placeviz.render.diagram import Box, Diagram, Edge, LegendItem
 from placeviz.render.labels import name_boxes
@@ -87,7 +87,7 @@ def build_deps(ctx: ViewContext, focus: int, depth: int | None, budget: int) -> 
         d.notes.append(f"every box is in scope {prefixes[()]}")
     for b, grp in enumerate(c.groups):
         dev = grp.owner
-        counts = role_counts(grp, g.ops, ctx.roles)
+        counts = ctx.role_counts(grp)
         if grp.is_op:
             i = grp.members[0]
             role = ctx.roles[g.ops[i]]
@@ -98,7 +98,7 @@ def build_deps(ctx: ViewContext, focus: int, depth: int | None, budget: int) -> 
             kinds = " · ".join(f"{n:,} {ROLE_SHORT[r]}" for r, n in counts.most_common(3))
             label = f"{box_names[b]}\n{len(grp.members):,} ops: {kinds}"
             shape = "box3d"
-            top = Counter(g.ops[i] for i in grp.members).most_common(5)
+            top = ctx.top_ops(grp, 5)
             tip = f"{grp.label(names)} on {dev}: " + ", ".join(f"{op} {n:,}" for op, n in top)
         box = Box(keys[b], label + f"\n{ctx.device_label(dev)}", fill=ctx.colors[dev], shape=shape, tooltip=tip)
         if chief and all(i in chief for i in grp.members):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from placeviz.render.collapse import Collapse, collapse, quotient_edges, role_counts
+from placeviz.render.collapse import Collapse, collapse, quotient_edges
 from placeviz.render.context import NO_DEVICE, ViewContext, pen_width
 from placeviz.render.diagram import Box, Cluster, Diagram, Edge, LegendItem
 from placeviz.render.labels import name_boxes
@@ -46,7 +46,7 @@ def group_box(ctx: ViewContext, group, key, cluster, counts: Counter, name: str)
     kinds = " · ".join(f"{c:,} {ROLE_SHORT[r]}" for r, c in sorted(counts.items(), key=lambda rc: (-rc[1], rc[0]))[:3])
     scopes = f" ({group.scopes:,} scopes)" if group.scopes > 1 else ""
     label = f"{name}{scopes}\n{n:,} ops: {kinds}"
-    top_ops = ctx.per_group(group, "top ops", lambda: Counter(ops[i] for i in group.members).most_common(6))
+    top_ops = ctx.top_ops(group, 6)
     tip = (f"{group.label(names)}{scopes} on {group.owner}: {n:,} ops; "
            + ", ".join(f"{c:,} {ROLE_LABEL[r]}" for r, c in sorted(counts.items()))
            + "; top op types: " + ", ".join(f"{op} {c:,}" for op, c in top_ops))
@@ -99,8 +99,7 @@ def build_devices(ctx: ViewContext, budget: int, focus: int | None = None) -> Di
     keys = [("box", ctx.devices[grp.members[0]], b) for b, grp in enumerate(c.groups)]
     box_names = name_clusters(ctx, d, c.groups, clusters)
     for b, grp in enumerate(c.groups):
-        counts = ctx.per_group(grp, "roles", lambda grp=grp: role_counts(grp, g.ops, ctx.roles))
-        box = group_box(ctx, grp, keys[b], clusters[grp.owner], counts, box_names[b])
+        box = group_box(ctx, grp, keys[b], clusters[grp.owner], ctx.role_counts(grp), box_names[b])
         if focus is not None and c.box_of[focus] == b:
             box.border, box.penwidth = FOCUS_COLOR, 3.0
         d.boxes.append(box)
@@ -127,17 +126,7 @@ def add_edges(ctx: ViewContext, d: Diagram, c: Collapse, keys: list, budget: int
     """Bundle graph edges per pair of boxes; attach each step's transfers to the bundles they use."""
     g = ctx.graph
     bundles = quotient_edges(g, range(len(g)), c.box_of)
-    traffic: dict[tuple[int, int], list[int]] = {}
-    index, box_of = g.index, c.box_of
-    for t in ctx.transfers:
-        s, t_dst = index.get(t["src"]), index.get(t.get("dst") or "")
-        if s is None or t_dst is None or box_of[s] < 0 or box_of[t_dst] < 0:
-            continue
-        row = traffic.setdefault((box_of[s], box_of[t_dst]), [0, 0, 0, 0])
-        row[0] += 1
-        row[1] += t["bytes"] or 0
-        row[2] += t["slot"] != "control" and t["bytes"] is None
-        row[3] += t["slot"] == "control"
+    traffic = ctx.transfers_per_pair(c.box_of)
     owner = [grp.owner for grp in c.groups]
     cross = [k for k in bundles if owner[k[0]] != owner[k[1]]]
     label_cross = sum(1 for k in cross if k in traffic) <= LABELLED_CROSS_EDGES

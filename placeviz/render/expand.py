@@ -18,7 +18,7 @@ import re
 from collections import deque
 from dataclasses import dataclass
 
-from placeviz.render.collapse import collapse, quotient_edges, role_counts
+from placeviz.render.collapse import collapse, quotient_edges
 from placeviz.render.context import ViewContext
 from placeviz.render.devices import group_box
 from placeviz.render.diagram import Diagram, Edge
@@ -54,7 +54,7 @@ def build_inside(ctx: ViewContext, group, name: str, title: str, budget: int = S
     if prefixes:
         d.notes.append(f"every box is in scope {prefixes[()]}")
     for b, grp in enumerate(c.groups):
-        d.boxes.append(group_box(ctx, grp, keys[b], (), role_counts(grp, g.ops, ctx.roles), names[b]))
+        d.boxes.append(group_box(ctx, grp, keys[b], (), ctx.role_counts(grp), names[b]))
     bundles = quotient_edges(g, group.members, c.box_of)
     top = sorted(bundles.items(), key=lambda kv: (-sum(kv[1]), kv[0]))[:max(20, int(EDGES_PER_BOX * len(keys)))]
     for (a, b), (data, control) in sorted(top):

@@ -20,10 +20,12 @@ its picture fits a screen, and the fallbacks above apply only when ``dot`` fails
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,8 +80,9 @@ def run_graphviz(source: str, fmt: str, engine: str = "dot", timeout: float = 30
     exe = shutil.which(engine)
     if exe is None:
         raise GraphvizMissing(install_hint(fmt))
-    proc = subprocess.Popen([exe, f"-T{fmt}", *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=set_parent_death_signal)
+    launcher, preexec = _death_signal_launcher()
+    proc = subprocess.Popen([*launcher, exe, f"-T{fmt}", *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec)
     try:
         out, err = proc.communicate(source.encode("utf-8"), timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -94,6 +97,37 @@ def run_graphviz(source: str, fmt: str, engine: str = "dot", timeout: float = 30
         message = err.decode("utf-8", "replace").strip().splitlines()
         raise _Attempt(f"{engine} failed (exit {proc.returncode}): {message[0] if message else 'no output'}")
     return out
+
+
+def _death_signal_launcher() -> tuple[list[str], Callable[[], None] | None]:
+    """How Graphviz gets its parent death signal: ``(argv prefix, preexec_fn)``.
+
+    A ``preexec_fn`` makes :mod:`subprocess` ``fork`` the whole placeviz process (``vfork`` is
+    only used without one: CPython's ``Modules/_posixsubprocess.c``): with a 200k-op graph loaded
+    that costs 40-70 ms per Graphviz run, and ``render`` runs ``dot`` up to a dozen times while
+    fitting a picture. util-linux's ``setpriv --pdeathsig KILL`` sets the same ``prctl`` in the
+    child and then execs Graphviz (the signal survives ``execve`` for a program that is not
+    set-user-ID, ``prctl(2)``), so Python can ``vfork``. Without ``setpriv`` (or with one too old
+    to know ``--pdeathsig``, before util-linux 2.33) the ``preexec_fn`` does it, as before;
+    elsewhere than Linux there is no parent death signal.
+    """
+    if not sys.platform.startswith("linux"):
+        return [], None
+    setpriv = shutil.which("setpriv")
+    if setpriv is not None and _knows_pdeathsig(setpriv):
+        return [setpriv, "--pdeathsig", "KILL", "--"], None
+    return [], set_parent_death_signal
+
+
+@functools.lru_cache(maxsize=4)
+def _knows_pdeathsig(setpriv: str) -> bool:
+    """Whether this ``setpriv`` takes ``--pdeathsig`` (asked once per process and path)."""
+    try:
+        done = subprocess.run([setpriv, "--pdeathsig", "KILL", "--", setpriv, "--version"],
+                              capture_output=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 @dataclass

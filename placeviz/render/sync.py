@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from placeviz.render.collapse import collapse, role_counts
+from placeviz.render.collapse import collapse
 from placeviz.render.context import ViewContext, shorten
 from placeviz.render.devices import device_clusters, name_clusters
 from placeviz.render.diagram import Box, Diagram, Edge, LegendItem
@@ -211,7 +211,7 @@ def _box(ctx: ViewContext, grp, key, cluster, worker, chief, bad, verdict, name:
     g = ctx.graph
     names, ops = g.names, g.ops
     members = grp.members
-    counts = role_counts(grp, ops, ctx.roles)
+    counts = ctx.role_counts(grp)
     verdicts = [verdict[i] for i in [*members, *hidden] if i in verdict]
     if grp.is_op:
         i = members[0]
