@@ -87,7 +87,7 @@ class Pipeline:
 
 def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: SyncOptions | None = None,
                  step: StepOptions | None = None, *, tag: str | None = None, place_always: bool = False,
-                 partition: bool = True, progress=None) -> Pipeline:
+                 partition: bool = True, traffic: bool = True, progress=None) -> Pipeline:
     """Run every static stage that applies; see the module docstring.
 
     ``placement_options``: :class:`placeviz.placement.PlacementOptions` (None: no placement).
@@ -163,11 +163,11 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
 
     if partition and pipe.placement is not None:
         step = step or StepOptions()
-        _partition_step(pipe, step, placement_options, say)
+        _partition_step(pipe, step, placement_options, say, traffic)
     return pipe
 
 
-def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say) -> None:
+def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say, traffic: bool = True) -> None:
     from placeviz.partition import partition
     from placeviz.traffic import traffic_summary
 
@@ -192,6 +192,8 @@ def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say) -
 
         # A new list for every later reader (analyze, render, lint); the partitions stay TF's.
         pipe.partitions.transfers = assume_batch(pipe.partitions.transfers, step.batch_size)
+    if not traffic:
+        return
     pipe.analysis.partition = {"level": step.level,
                                **traffic_summary(pipe.graph, pipe.partitions, pipe.run, step.batch_size)}
 

@@ -137,7 +137,8 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
         return result
     placement_options = task_placement_options(options.placement_options, 0)
     try:
-        pipe = run_pipeline(model, placement_options, options.sync, StepOptions(batch_size=options.batch_size))
+        pipe = run_pipeline(model, placement_options, options.sync, StepOptions(batch_size=options.batch_size),
+                            partition=_needs_partition(rules), traffic=False)
     except PlacevizError as e:
         result.errors.append(LintError(str(e), model_path))
         return result
@@ -152,6 +153,17 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
         agreement = check_agreement(pipes, sources)
     return _locate(_run_rules(_context(model_path, pipe, raw, options, agreement), rules, result, timeout),
                    model.sources)
+
+
+def _needs_partition(rules: list[LoadedRule]) -> bool:
+    """Whether any of ``rules`` may read the partition of one step: a built-in rule that declares
+    the need, or any user rule (``--rules DIR``: it may read ``ctx.partitions`` undeclared).
+
+    Partitioning is a fifth of the pipeline; ``--select``/``--ignore`` that leave out PV401 and
+    PV403 (and any such rule) skip it. Only the transfers are read, never the traffic summary
+    ``analyze`` shows, so :func:`placeviz.pipeline.run_pipeline` is asked not to make it.
+    """
+    return any(r.origin != "builtin" or "partition" in r.rule.needs for r in rules)
 
 
 def lint_pipeline(pipe, rules: list[LoadedRule], options: LintOptions, model_path: str | None = None) -> ModelResult:
