@@ -105,10 +105,8 @@ def display_path(spec: str) -> str:
 
 def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> ModelResult:
     """Run ``rules`` on one model; see the module docstring."""
-    from placeviz.agreement import check_agreement
     from placeviz.io import load
     from placeviz.pipeline import StepOptions, run_pipeline
-    from placeviz.tasks import task_pipelines
 
     model_path = display_path(spec)
     result = ModelResult()
@@ -147,6 +145,9 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
         return _broken(result, rules, _context(model_path, None, raw, options), error, timeout)
     agreement = None
     if options.worker_graphs or model.per_task:
+        from placeviz.agreement import check_agreement  # only here: one model alone does not pay its import
+        from placeviz.tasks import task_pipelines
+
         # A bad --worker-graph (not a graph, outside the cluster) raises: one line, exit 2.
         pipes, sources = task_pipelines(model, pipe, spec, options.worker_graphs, options.placement_options,
                                         options.sync, workers=options.workers, tag=options.tag)
