@@ -167,29 +167,39 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def ab_partition(trees: list[Path], graph: Path, reps: int) -> str:
-    """Before/after of ``partition GRAPH --ps-tasks 4 -o DIR`` in two source trees (each with its
-    C kernels built), alternating the trees inside each repetition so that load changes hit both
-    alike, with the parse floor of the same file measured before and after the runs (the
-    floor's median over both). Returns a table of medians (wall, CPU) and peak RSS per tree."""
+AB_COMMANDS = {
+    "partition": lambda graph, out: ["partition", str(graph), "--ps-tasks", str(PS_TASKS), "-o", str(out)],
+    "lint": lambda graph, out: ["lint", str(graph), "-o", str(out / "lint.txt")],
+}
+"""What ``--ab BEFORE AFTER GRAPH REPS COMMAND`` times (``lint`` of a small graph is the cold start)."""
+
+
+def ab_command(trees: list[Path], graph: Path, reps: int, command: str = "partition") -> str:
+    """Before/after of ``partition GRAPH --ps-tasks 4 -o DIR`` (or another of :data:`AB_COMMANDS`)
+    in two source trees (each with its C kernels built), alternating the trees inside each
+    repetition so that load changes hit both alike, with the parse floor of the same file
+    measured before and after the runs (the floor's median over both). Returns a table of
+    medians (wall, CPU) and peak RSS per tree."""
     samples: dict[Path, list[dict]] = {tree: [] for tree in trees}
     graph = graph.resolve()
+    make_argv = AB_COMMANDS[command]
     floors = parse_floor(graph, 5, dict(os.environ, PYTHONPATH=str(trees[-1])))
     with tempfile.TemporaryDirectory(prefix="placeviz-ab-") as tmp:
         for _ in range(reps):
             for tree in trees:
                 out = Path(tmp) / "parts"
                 shutil.rmtree(out, ignore_errors=True)
+                if command != "partition":
+                    out = Path(tmp)
                 env = dict(os.environ, PYTHONPATH=str(tree))
                 # run from the tree: ``python -m`` puts the working directory first on sys.path
-                rec = time_process([sys.executable, "-m", "placeviz", "partition", str(graph.resolve()), "--ps-tasks",
-                                    str(PS_TASKS), "-o", str(out)], env, cwd=tree)
-                if rec["exit"] != 0:
-                    raise SystemExit(f"{tree}: partition failed (exit {rec['exit']}): {rec['stderr']}")
+                rec = time_process([sys.executable, "-m", "placeviz", *make_argv(graph, out)], env, cwd=tree)
+                if rec["exit"] not in ((0,) if command == "partition" else (0, 1)):  # lint: 1 = findings
+                    raise SystemExit(f"{tree}: {command} failed (exit {rec['exit']}): {rec['stderr']}")
                 samples[tree].append(rec)
     floors += parse_floor(graph, 5, dict(os.environ, PYTHONPATH=str(trees[-1])))
     floor = statistics.median(floors)
-    lines = [f"{graph.name}: parse floor {floor:.3f} s CPU (median of {len(floors)}: {min(floors):.3f}-{max(floors):.3f}), "
+    lines = [f"`{command}` of {graph.name}: parse floor {floor:.3f} s CPU (median of {len(floors)}: {min(floors):.3f}-{max(floors):.3f}), "
              f"{reps} alternating repetitions",
              "| tree | wall s (each) | CPU s (each) | peak RSS MiB | wall / floor | CPU / floor |",
              "|---|---|---|---:|---:|---:|"]
@@ -209,9 +219,9 @@ if __name__ == "__main__":  # re-print the table of saved results: python benchm
     if sys.argv[1:2] == ["--small"]:
         small_graph(Path(sys.argv[2]), Path(sys.argv[3]))
         sys.exit(0)
-    if sys.argv[1:2] == ["--ab"]:  # python benchmarks/commands.py --ab TREE_BEFORE TREE_AFTER GRAPH [REPS]
-        print(ab_partition([Path(sys.argv[2]).resolve(), Path(sys.argv[3]).resolve()], Path(sys.argv[4]),
-                           int(sys.argv[5]) if len(sys.argv) > 5 else 3))
+    if sys.argv[1:2] == ["--ab"]:  # python benchmarks/commands.py --ab TREE_BEFORE TREE_AFTER GRAPH [REPS] [COMMAND]
+        print(ab_command([Path(sys.argv[2]).resolve(), Path(sys.argv[3]).resolve()], Path(sys.argv[4]),
+                           int(sys.argv[5]) if len(sys.argv) > 5 else 3, sys.argv[6] if len(sys.argv) > 6 else "partition"))
         sys.exit(0)
     for file in sys.argv[1:]:
         print(file)

@@ -136,7 +136,7 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
     placement_options = task_placement_options(options.placement_options, 0)
     try:
         pipe = run_pipeline(model, placement_options, options.sync, StepOptions(batch_size=options.batch_size),
-                            partition=_needs_partition(rules), traffic=False)
+                            partition=_needs_partition(rules), summaries=False)
     except PlacevizError as e:
         result.errors.append(LintError(str(e), model_path))
         return result
@@ -161,8 +161,8 @@ def _needs_partition(rules: list[LoadedRule]) -> bool:
     the need, or any user rule (``--rules DIR``: it may read ``ctx.partitions`` undeclared).
 
     Partitioning is a fifth of the pipeline; ``--select``/``--ignore`` that leave out PV401 and
-    PV403 (and any such rule) skip it. Only the transfers are read, never the traffic summary
-    ``analyze`` shows, so :func:`placeviz.pipeline.run_pipeline` is asked not to make it.
+    PV403 (and any such rule) skip it. The rules read the stages' results, never the summaries
+    ``analyze`` shows (placement table, traffic), so the pipeline is asked not to make those.
     """
     return any(r.origin != "builtin" or "partition" in r.rule.needs for r in rules)
 
