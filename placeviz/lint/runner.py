@@ -1,7 +1,8 @@
 """Running the rules over models: one context per model, every rule against it, nothing lost.
 
 Per model the engine loads the model once, runs the static pipeline once (sync pass, placement,
-detect/prove, partition of one train step) and hands the same :class:`LintContext` to every rule.
+detect/prove, and the partition of one train step when a selected rule needs it) and hands the
+same :class:`LintContext` to every rule.
 It never drops a rule silently:
 
 * a rule whose ``needs`` are missing (no cluster spec, no MetaGraphDef, placement failed, ...) is
