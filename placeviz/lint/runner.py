@@ -107,7 +107,6 @@ def display_path(spec: str) -> str:
 def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> ModelResult:
     """Run ``rules`` on one model; see the module docstring."""
     from placeviz.io import load
-    from placeviz.pipeline import StepOptions, run_pipeline
 
     model_path = display_path(spec)
     result = ModelResult()
@@ -134,10 +133,8 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
     if serving is not None:  # not a training graph: no rule can judge it (exit 2, as for bad input)
         result.errors.append(LintError(f"{model_path}: {serving}", model_path))  # worded as a LoadError
         return result
-    placement_options = task_placement_options(options.placement_options, 0)
     try:
-        pipe = run_pipeline(model, placement_options, options.sync, StepOptions(batch_size=options.batch_size),
-                            partition=_needs_partition(rules), summaries=False)
+        pipe = model_pipeline(model, rules, options)
     except PlacevizError as e:
         result.errors.append(LintError(str(e), model_path))
         return result
@@ -155,6 +152,16 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
         agreement = check_agreement(pipes, sources)
     return _locate(_run_rules(_context(model_path, pipe, raw, options, agreement), rules, result, timeout),
                    model.sources)
+
+
+def model_pipeline(model, rules: list[LoadedRule], options: LintOptions):
+    """The pipeline ``lint`` runs on a loaded model (task 0's placement), with only what ``rules``
+    can read (see :func:`_needs_partition`); ``benchmarks/lint_profile.py`` times this call."""
+    from placeviz.pipeline import StepOptions, run_pipeline
+
+    return run_pipeline(model, task_placement_options(options.placement_options, 0), options.sync,
+                        StepOptions(batch_size=options.batch_size), partition=_needs_partition(rules),
+                        summaries=False)
 
 
 def _needs_partition(rules: list[LoadedRule]) -> bool:
