@@ -151,8 +151,11 @@ def test_the_program_ends_without_teardown_yet_as_a_normal_exit_would(tmp_path):
 
 
 def test_a_program_with_a_thread_still_running_exits_normally(tmp_path):
-    """A thread that is not a daemon is waited for, as a normal exit waits for it."""
-    prelude = ("import threading, time\n"
-               "threading.Thread(target=lambda: (time.sleep(0.5), print('thread done', flush=True))).start()")
+    """A thread that is not a daemon is waited for, as a normal exit waits for it: this one waits
+    for the main thread to end, then prints (a normal exit ends the main thread first, then joins
+    the other threads; ``os._exit`` would end the process with the thread still waiting)."""
+    prelude = ("import threading\n"
+               "threading.Thread(target=lambda: (threading.main_thread().join(), print('thread done', flush=True)))"
+               ".start()")
     proc = _program(["rules", "--format", "json"], tmp_path, prelude=prelude)
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("thread done")
