@@ -231,7 +231,7 @@ class LintContext:
     def nodes_by_op(self, *ops: str) -> list[int]:
         """Ids of nodes whose op is one of ``ops``, in graph order (a new list: the caller may
         change it). The ids of several ops are merged once per set of ops and kept: rules ask for
-        the variables (five op types, 15k ids at 200k nodes) nine times."""
+        the variables (four op types, 15k ids at 200k nodes) nine times."""
         if len(ops) == 1:
             return list(self._by_op.get(ops[0], ()))
         merged = self._by_ops.get(ops)
