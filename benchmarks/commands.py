@@ -104,9 +104,11 @@ def parse_floor(path: Path, reps: int, env: dict[str, str]) -> list[float]:
     return [float(x) for x in out.stdout.strip().strip("[]").split(",")]
 
 
-def run_commands(paths: list[Path], reps: int | None, default_reps, graph_facts, unplaced_of) -> list[dict]:
+def run_commands(paths: list[Path], reps: int | None, default_reps, graph_facts, unplaced_of,
+                 only: set[str] | None = None) -> list[dict]:
     """Time every command of :func:`commands_for` on each graph, alternating the commands inside
-    each repetition (so load changes hit all alike), plus the cold ``lint`` of a small graph."""
+    each repetition (so load changes hit all alike), plus the cold ``lint`` of a small graph.
+    ``only``: the commands to time, by the first word of their name (None: all)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     placeviz = [sys.executable, "-m", "placeviz"]
     # The bytecode an installed placeviz has (pip compiles it): without it, with
@@ -128,6 +130,9 @@ def run_commands(paths: list[Path], reps: int | None, default_reps, graph_facts,
             unplaced = unplaced_of(path) if path != small else small
             cmds = {"lint (cold, small graph)": ["lint", str(small)]} if path == small else \
                 commands_for(path, unplaced, tmp_dir)
+            cmds = {name: args for name, args in cmds.items() if only is None or name.split()[0] in only}
+            if not cmds:
+                continue
             print(f"{path.name}: {nodes:,} nodes, {n_reps} reps of {len(cmds)} commands ...", file=sys.stderr,
                   flush=True)
             floor = parse_floor(path, max(n_reps, 5), env)
