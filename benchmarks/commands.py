@@ -27,7 +27,6 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 PS_TASKS = 4
 SMALL_NODES = 100
-MIN_FLOOR_S = 0.001  # below this, a ratio to the parse floor measures timer noise
 
 _PARSE_FLOOR = r"""
 import sys, time, json
@@ -106,11 +105,10 @@ def parse_floor(path: Path, reps: int, env: dict[str, str]) -> list[float]:
 
 
 def run_commands(paths: list[Path], reps: int | None, default_reps, graph_facts, unplaced_of,
-                 only: str = "") -> list[dict]:
+                 only: set[str] | None = None) -> list[dict]:
     """Time every command of :func:`commands_for` on each graph, alternating the commands inside
     each repetition (so load changes hit all alike), plus the cold ``lint`` of a small graph.
-    ``only``: time just the commands whose name starts with it (the small graph's lint too only
-    when it matches)."""
+    ``only``: the commands to time, by the first word of their name (None: all)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     placeviz = [sys.executable, "-m", "placeviz"]
     # The bytecode an installed placeviz has (pip compiles it): without it, with
@@ -132,7 +130,7 @@ def run_commands(paths: list[Path], reps: int | None, default_reps, graph_facts,
             unplaced = unplaced_of(path) if path != small else small
             cmds = {"lint (cold, small graph)": ["lint", str(small)]} if path == small else \
                 commands_for(path, unplaced, tmp_dir)
-            cmds = {name: args for name, args in cmds.items() if name.startswith(only)}
+            cmds = {name: args for name, args in cmds.items() if only is None or name.split()[0] in only}
             if not cmds:
                 continue
             print(f"{path.name}: {nodes:,} nodes, {n_reps} reps of {len(cmds)} commands ...", file=sys.stderr,
@@ -166,48 +164,48 @@ def table(results: list[dict]) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for res in results:
         floor = res["parse_floor_s"]
-        # A floor under a millisecond (the 100-node cold-start graph) makes the ratio noise: its
-        # target is wall seconds, so no ratio is printed for it.
-        meaningful = floor >= MIN_FLOOR_S
         for name, row in res["commands"].items():
-            cpu_ratio = f"{row['cpu_s'] / floor:.1f}x" if meaningful else "-"
-            wall_ratio = f"{row['ratio_to_floor']:.1f}x" if meaningful else "-"
+            cpu_ratio = f"{row['cpu_s'] / floor:.1f}x" if floor else "-"
+            wall_ratio = f"{row['ratio_to_floor']:.1f}x" if floor else "-"
             lines.append(f"| {res['name']} | `{name}` | {row['wall_s']:.2f} | {row['cpu_s']:.2f} | "
                          f"{row['peak_rss_mib']:,} | {floor:.3f} | {wall_ratio} | {cpu_ratio} |")
     return "\n".join(lines)
 
 
 AB_COMMANDS = {
-    "partition": lambda graph, out: ["partition", str(graph), "--ps-tasks", str(PS_TASKS), "-o", str(out / "parts")],
+    "partition": lambda graph, out: ["partition", str(graph), "--ps-tasks", str(PS_TASKS), "-o", str(out)],
+    "lint": lambda graph, out: ["lint", str(graph), "-o", str(out / "lint.txt")],
     "render": lambda graph, out: ["render", str(graph), "--view", "devices", "-o", str(out / "x.svg")],
 }
-"""The commands :func:`ab_partition` can compare, as :func:`commands_for` runs them."""
+"""What ``--ab BEFORE AFTER GRAPH REPS COMMAND`` times (``lint`` of a small graph is the cold start)."""
 
 
-def ab_partition(trees: list[Path], graph: Path, reps: int, command: str = "partition") -> str:
-    """Before/after of ``command`` (:data:`AB_COMMANDS`: ``partition GRAPH --ps-tasks 4 -o DIR``,
-    ``render GRAPH --view devices -o x.svg``) in two source trees (each with its C kernels built),
-    alternating the trees inside each repetition so that load changes hit both
-    alike, with the parse floor of the same file measured before and after the runs (the
-    floor's median over both). Returns a table of medians (wall, CPU) and peak RSS per tree."""
+def ab_command(trees: list[Path], graph: Path, reps: int, command: str = "partition") -> str:
+    """Before/after of ``partition GRAPH --ps-tasks 4 -o DIR`` (or another of :data:`AB_COMMANDS`)
+    in two source trees (each with its C kernels built), alternating the trees inside each
+    repetition so that load changes hit both alike, with the parse floor of the same file
+    measured before and after the runs (the floor's median over both). Returns a table of
+    medians (wall, CPU) and peak RSS per tree."""
     samples: dict[Path, list[dict]] = {tree: [] for tree in trees}
     graph = graph.resolve()
+    make_argv = AB_COMMANDS[command]
     floors = parse_floor(graph, 5, dict(os.environ, PYTHONPATH=str(trees[-1])))
     with tempfile.TemporaryDirectory(prefix="placeviz-ab-") as tmp:
         for _ in range(reps):
             for tree in trees:
                 out = Path(tmp) / "parts"
                 shutil.rmtree(out, ignore_errors=True)
+                if command != "partition":
+                    out = Path(tmp)
                 env = dict(os.environ, PYTHONPATH=str(tree))
                 # run from the tree: ``python -m`` puts the working directory first on sys.path
-                rec = time_process([sys.executable, "-m", "placeviz", *AB_COMMANDS[command](graph, Path(tmp))], env,
-                                   cwd=tree)
-                if rec["exit"] != 0:
+                rec = time_process([sys.executable, "-m", "placeviz", *make_argv(graph, out)], env, cwd=tree)
+                if rec["exit"] not in ((0,) if command == "partition" else (0, 1)):  # lint: 1 = findings
                     raise SystemExit(f"{tree}: {command} failed (exit {rec['exit']}): {rec['stderr']}")
                 samples[tree].append(rec)
     floors += parse_floor(graph, 5, dict(os.environ, PYTHONPATH=str(trees[-1])))
     floor = statistics.median(floors)
-    lines = [f"{graph.name}, {command}: parse floor {floor:.3f} s CPU (median of {len(floors)}: {min(floors):.3f}-{max(floors):.3f}), "
+    lines = [f"`{command}` of {graph.name}: parse floor {floor:.3f} s CPU (median of {len(floors)}: {min(floors):.3f}-{max(floors):.3f}), "
              f"{reps} alternating repetitions",
              "| tree | wall s (each) | CPU s (each) | peak RSS MiB | wall / floor | CPU / floor |",
              "|---|---|---|---:|---:|---:|"]
@@ -227,8 +225,8 @@ if __name__ == "__main__":  # re-print the table of saved results: python benchm
     if sys.argv[1:2] == ["--small"]:
         small_graph(Path(sys.argv[2]), Path(sys.argv[3]))
         sys.exit(0)
-    if sys.argv[1:2] == ["--ab"]:  # python benchmarks/commands.py --ab TREE_BEFORE TREE_AFTER GRAPH [REPS [COMMAND]]
-        print(ab_partition([Path(sys.argv[2]).resolve(), Path(sys.argv[3]).resolve()], Path(sys.argv[4]),
+    if sys.argv[1:2] == ["--ab"]:  # python benchmarks/commands.py --ab TREE_BEFORE TREE_AFTER GRAPH [REPS] [COMMAND]
+        print(ab_command([Path(sys.argv[2]).resolve(), Path(sys.argv[3]).resolve()], Path(sys.argv[4]),
                            int(sys.argv[5]) if len(sys.argv) > 5 else 3, sys.argv[6] if len(sys.argv) > 6 else "partition"))
         sys.exit(0)
     for file in sys.argv[1:]:

@@ -56,9 +56,14 @@ def profile_once(spec: str, cprofile: str | None = None, ps_tasks: int | None = 
     from placeviz.io import load
     from placeviz.lint.discovery import load_rules
     from placeviz.lint.raw import RawGraph
-    from placeviz.lint.runner import LintOptions, ModelResult, _context, _run_rule, display_path
-    from placeviz.pipeline import run_pipeline
-    from placeviz.tasks import task_placement_options
+    from placeviz.lint.runner import (
+        LintOptions,
+        ModelResult,
+        _context,
+        _run_rule,
+        display_path,
+        model_pipeline,
+    )
 
     out = {"imports": time.process_time() - t}
 
@@ -74,8 +79,7 @@ def profile_once(spec: str, cprofile: str | None = None, ps_tasks: int | None = 
     model = step("load model", lambda: load(spec))
     raw = step("raw graph", lambda: RawGraph.from_graph(model.graph, model.graph_def))
     step("topological order", lambda: model.graph.topological_order)
-    pipe = step("pipeline", lambda: run_pipeline(model, task_placement_options(options.placement_options, 0),
-                                                 options.sync))
+    pipe = step("pipeline", lambda: model_pipeline(model, rules, options))
     ctx = step("context", lambda: _context(display_path(spec), pipe, raw, options))
     result = ModelResult()
     for r in rules:

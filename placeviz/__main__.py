@@ -1,5 +1,5 @@
-"""``python -m placeviz`` runs the command-line interface."""
+"""``python -m placeviz`` runs the command-line interface (:func:`placeviz.cli.run`)."""
 
-from placeviz.cli import main
+from placeviz.cli import run
 
-main()
+run()

@@ -342,8 +342,23 @@ class Graph:
 
     def drop_bytes(self) -> None:
         """Let go of the bytes the graph was read from (:attr:`node_wire` is then None, unless it
-        was read already)."""
-        self._wire_data = self._wire_spans = None
+        was read already). Where each node lay in them is kept (8 bytes a node, for
+        :meth:`node_sizes`)."""
+        self._wire_data = None
+
+    def node_sizes(self):
+        """The serialized size of each node's NodeDef in the bytes the graph was read from (a numpy
+        array indexed by node id), or None when the C reader did not read the graph from bytes.
+
+        Anything inside a NodeDef (an attr's tensor) is at most that long, so a pass can skip the
+        nodes too small to matter without making their messages (``lint``'s PV005).
+        """
+        spans = self._wire_spans
+        if spans is None or len(spans) != 8 * len(self.names):
+            return None
+        import numpy as np
+
+        return np.frombuffer(spans, dtype=np.uint32)[1::2]
 
     @cached_property
     def node_wire(self) -> NodeWire | None:

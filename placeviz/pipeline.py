@@ -87,15 +87,19 @@ class Pipeline:
 
 def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: SyncOptions | None = None,
                  step: StepOptions | None = None, *, tag: str | None = None, place_always: bool = False,
-                 partition: bool = True, progress=None) -> Pipeline:
+                 partition: bool = True, summaries: bool = True, progress=None) -> Pipeline:
     """Run every static stage that applies; see the module docstring.
 
     ``placement_options``: :class:`placeviz.placement.PlacementOptions` (None: no placement).
     Placement runs when the options ask for the setter, give a cluster, the graph is already
-    placed, or ``place_always``. ``progress``: optional callable taking one status line.
+    placed, or ``place_always``. ``summaries=False`` leaves out what only the report shows: the
+    per-device placement table (``analysis.placement``), the variables' placed devices and the
+    partition's traffic summary (``analysis.partition``), for callers that read the stages' results
+    only (lint's rules read ``devices``, ``partitions`` and the bytes of ``analysis.variables``).
+    ``progress``: optional callable taking one status line.
     Raises :class:`PlacevizError` only for bad input (load errors, a graph the sync pass refuses).
     """
-    from placeviz.placement import is_placed, place_graph, placement_summary
+    from placeviz.placement import is_placed, place_graph
 
     say = progress or (lambda _msg: None)
     model = model_spec if isinstance(model_spec, Model) else load(model_spec, tag=tag)
@@ -134,19 +138,8 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
             pipe.placement_error = str(e)
             report.placement = {"stage": "placed", "error": str(e)}
         else:
-            from placeviz.analysis import attach_placement
-
-            sizes = {v.name: v.bytes for v in report.variables}
-            ps_job = placement_options.setter.ps_job
-            slots = {v.name for v in report.variables if v.slot_of is not None}
-            report.placement = placement_summary(pipe.placement, sizes, ps_job, slots)
-            attach_placement(report, pipe.placement)
-            added = len(pipe.placement.graph) - len(model.graph)
-            report.placement["nodes_added"] = added
-            if added:
-                report.notes.append(added_nodes_note(added, len(model.graph)))
-            if pipe.placement.setter is not None:
-                report.notes.extend(pipe.placement.setter.notes)
+            if summaries:
+                _placement_section(pipe, placement_options)
 
     from placeviz.sync import detect, prove, sync_report, sync_section
 
@@ -163,11 +156,30 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
 
     if partition and pipe.placement is not None:
         step = step or StepOptions()
-        _partition_step(pipe, step, placement_options, say)
+        _partition_step(pipe, step, placement_options, say, summaries)
     return pipe
 
 
-def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say) -> None:
+def _placement_section(pipe: Pipeline, placement_options) -> None:
+    """The report's placement section, the variables' placed devices and the setter's notes."""
+    from placeviz.analysis import attach_placement
+    from placeviz.placement import placement_summary
+
+    report, model = pipe.analysis, pipe.model
+    sizes = {v.name: v.bytes for v in report.variables}
+    ps_job = placement_options.setter.ps_job
+    slots = {v.name for v in report.variables if v.slot_of is not None}
+    report.placement = placement_summary(pipe.placement, sizes, ps_job, slots)
+    attach_placement(report, pipe.placement)
+    added = len(pipe.placement.graph) - len(model.graph)
+    report.placement["nodes_added"] = added
+    if added:
+        report.notes.append(added_nodes_note(added, len(model.graph)))
+    if pipe.placement.setter is not None:
+        report.notes.extend(pipe.placement.setter.notes)
+
+
+def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say, summaries: bool = True) -> None:
     from placeviz.partition import partition
     from placeviz.traffic import traffic_summary
 
@@ -192,6 +204,8 @@ def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say) -
 
         # A new list for every later reader (analyze, render, lint); the partitions stay TF's.
         pipe.partitions.transfers = assume_batch(pipe.partitions.transfers, step.batch_size)
+    if not summaries:
+        return
     pipe.analysis.partition = {"level": step.level,
                                **traffic_summary(pipe.graph, pipe.partitions, pipe.run, step.batch_size)}
 

@@ -4,6 +4,7 @@ small ``.pb``). The timings are in ``benchmarks/README.md``; here, what they res
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import subprocess
@@ -125,3 +126,36 @@ def test_a_corrupt_op_is_an_op_facts_error_when_read(tmp_path):
     assert table.get("Const") is not None
     with pytest.raises(ops.OpFactsError, match="corrupt: op Identity"):
         table.get("Identity")
+
+
+def _program(args: list[str], cwd: Path, prelude: str = "") -> subprocess.CompletedProcess:
+    """``placeviz ARGS`` as the console script runs it (:func:`placeviz.cli.run`), stdout a pipe."""
+    code = f"import sys\n{prelude}\nfrom placeviz.cli import run\nsys.argv = ['placeviz', *sys.argv[1:]]\nrun()\n"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, env=env)
+
+
+def test_the_program_ends_without_teardown_yet_as_a_normal_exit_would(tmp_path):
+    """``run`` skips the interpreter's teardown: the exit status, every byte of output (more than
+    a pipe holds) and the atexit handlers are still what a normal exit gives."""
+    whole = _program(["rules", "--format", "json"], tmp_path)
+    # More than Python's stdout buffer (io.DEFAULT_BUFFER_SIZE): its tail is still buffered at the end.
+    assert whole.returncode == 0 and len(whole.stdout) > 2 * io.DEFAULT_BUFFER_SIZE
+    assert json.loads(whole.stdout)["schema"] == "placeviz.rules/1"
+    bad = _program(["lint", "missing.pb"], tmp_path)
+    assert bad.returncode == 2 and "missing.pb" in bad.stderr and "Traceback" not in bad.stderr
+    handler = "import atexit\natexit.register(lambda: print('atexit ran', file=sys.stderr))"
+    usage = _program(["lint", "--no-such-option"], tmp_path, prelude=handler)
+    assert usage.returncode == 2 and usage.stderr.rstrip().endswith("atexit ran")
+
+
+def test_a_program_with_a_thread_still_running_exits_normally(tmp_path):
+    """A thread that is not a daemon is waited for, as a normal exit waits for it: this one waits
+    for the main thread to end, then prints (a normal exit ends the main thread first, then joins
+    the other threads; ``os._exit`` would end the process with the thread still waiting)."""
+    prelude = ("import threading\n"
+               "threading.Thread(target=lambda: (threading.main_thread().join(), print('thread done', flush=True)))"
+               ".start()")
+    proc = _program(["rules", "--format", "json"], tmp_path, prelude=prelude)
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("thread done")

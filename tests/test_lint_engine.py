@@ -468,3 +468,29 @@ def test_sarif_keeps_the_most_severe_results_within_githubs_limit(monkeypatch):
     run = sarif.to_sarif(LintReport(rules=rules, models=["m.pb"], findings=findings))["runs"][0]
     assert [r["level"] for r in run["results"]] == ["error", "error", "warning"]
     assert run["invocations"][0]["toolExecutionNotifications"][0]["message"]["text"].startswith("2 less severe")
+
+
+def test_the_partition_of_a_step_is_made_only_when_a_selected_rule_can_read_it(work):
+    """PV401 and PV403 read the partition of one step; without them (``--ignore PV401,PV403``) lint
+    does not partition, unless a ``--rules DIR`` rule is loaded (it may read ``ctx.partitions``
+    without declaring it). The report-only summaries are never made for lint."""
+    from placeviz.io import load
+    from placeviz.lint.runner import LintOptions, model_pipeline
+    from placeviz.placement import PlacementOptions
+    from placeviz.placement.setter import SetterConfig
+
+    g = GraphDef()
+    g.node.add(name="a", op="NoOp")
+    g.node.add(name="b", op="NoOp", input=["^a"])
+    (work / "noops.pb").write_bytes(g.SerializeToString())
+    options = LintOptions(placement_options=PlacementOptions(setter=SetterConfig(ps_tasks=1)))
+    model = load("noops.pb")
+    builtin = load_rules()
+    without = [r for r in builtin if r.id not in ("PV401", "PV403")]
+    full = model_pipeline(model, builtin, options)
+    assert full.devices is not None and full.partitions is not None
+    assert full.analysis.placement is None and full.analysis.partition is None
+    skipped = model_pipeline(model, without, options)
+    assert skipped.devices == full.devices and skipped.partitions is None
+    user = load_rules(["myrules"], builtin=False)
+    assert model_pipeline(model, [*without, *user], options).partitions is not None

@@ -36,3 +36,22 @@ def test_ids_by_value_equals_the_loop(seed):
 def test_empty_and_single():
     assert ids_by_value([]) == {} and value_codes([])[0] == []
     assert ids_by_value(["x"]) == {"x": [0]}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_nodes_by_op_of_several_ops_is_the_loop_and_a_new_list_each_call(seed):
+    """The ids of several ops are merged once and kept on the context; each call still gets the
+    loop's ids in graph order, as a list of its own (a rule may change what it got)."""
+    from types import SimpleNamespace
+
+    from placeviz.lint.api import LintContext
+
+    rng = random.Random(seed)
+    ops = [rng.choice(["VariableV2", "VarHandleOp", "Identity", "Const", "Assign"]) for _ in range(rng.randrange(0, 2000))]
+    ctx = LintContext(model_path="m", pipeline=SimpleNamespace(graph=SimpleNamespace(ops=ops)))
+    for wanted in (("VariableV2", "VarHandleOp"), ("Assign", "Const", "Missing"), ("Missing", "Other")):
+        expected = [i for i, op in enumerate(ops) if op in wanted]
+        first = ctx.nodes_by_op(*wanted)
+        assert first == expected
+        first.append(-1)
+        assert ctx.nodes_by_op(*wanted) == expected

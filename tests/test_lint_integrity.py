@@ -178,6 +178,28 @@ def test_large_const_with_a_configured_threshold(tf_graph, tmp_path, capsys):
 
 
 @pytest.mark.tf
+@pytest.mark.parametrize("name", ["good.pb", "good.meta", "good.pbtxt"])
+def test_large_const_at_the_threshold_in_every_file_kind(tf_graph, tmp_path, capsys, name):
+    """The rule reads a Const's tensor only when its serialized NodeDef is over the limit (binary
+    files; a text file has no such sizes): a tensor of exactly the limit is not reported, one
+    byte more is, whatever the file kind."""
+    content = len(node(GraphDef.FromString((tf_graph / "good.pb").read_bytes()), "big").attr["value"]
+                  .tensor.tensor_content)
+    assert content == 4096
+    from placeviz.io import load
+    from placeviz.lint.raw import RawGraph
+
+    model = load(str(tf_graph / name))
+    lengths = RawGraph.from_graph(model.graph, model.graph_def).node_lengths
+    if name != "good.pbtxt":  # the binary kinds take the shortcut: every other Const is passed over unread
+        assert lengths is not None and lengths[model.graph.index["big"]] > content
+    for limit, expected in ((content, set()), (content - 1, {("PV005", "big")})):
+        (tmp_path / "placeviz.toml").write_text(f'[lint.thresholds]\nconst-bytes = {limit}\n')
+        _, doc, _ = lint(capsys, tf_graph / name, "--select", "PV005")
+        assert found(doc) == expected, (name, limit)
+
+
+@pytest.mark.tf
 def test_text_and_meta_graphs_with_duplicates_and_dangling_inputs(tf_graph, tmp_path, capsys):
     from google.protobuf import text_format
 

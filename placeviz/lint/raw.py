@@ -70,6 +70,13 @@ class RawGraph:
     def serialized_bytes(self) -> int:
         return self.graph_def.ByteSize()
 
+    @cached_property
+    def node_lengths(self):
+        """The serialized size of each node's NodeDef in the file (indexable by node id), or None
+        when unknown (a text file, a graph that could not be built): see
+        :meth:`placeviz.graph.Graph.node_sizes`."""
+        return self.graph.node_sizes() if self.graph is not None else None
+
 
 def read_graph_def(spec: str, tag: str | None = None) -> GraphDef | None:
     """The GraphDef a model file holds, read without building a Graph; None if it cannot be read

@@ -1,7 +1,8 @@
 """Running the rules over models: one context per model, every rule against it, nothing lost.
 
 Per model the engine loads the model once, runs the static pipeline once (sync pass, placement,
-detect/prove, partition of one train step) and hands the same :class:`LintContext` to every rule.
+detect/prove, and the partition of one train step when a selected rule needs it) and hands the
+same :class:`LintContext` to every rule.
 It never drops a rule silently:
 
 * a rule whose ``needs`` are missing (no cluster spec, no MetaGraphDef, placement failed, ...) is
@@ -105,10 +106,7 @@ def display_path(spec: str) -> str:
 
 def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> ModelResult:
     """Run ``rules`` on one model; see the module docstring."""
-    from placeviz.agreement import check_agreement
     from placeviz.io import load
-    from placeviz.pipeline import StepOptions, run_pipeline
-    from placeviz.tasks import task_pipelines
 
     model_path = display_path(spec)
     result = ModelResult()
@@ -135,9 +133,8 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
     if serving is not None:  # not a training graph: no rule can judge it (exit 2, as for bad input)
         result.errors.append(LintError(f"{model_path}: {serving}", model_path))  # worded as a LoadError
         return result
-    placement_options = task_placement_options(options.placement_options, 0)
     try:
-        pipe = run_pipeline(model, placement_options, options.sync, StepOptions(batch_size=options.batch_size))
+        pipe = model_pipeline(model, rules, options)
     except PlacevizError as e:
         result.errors.append(LintError(str(e), model_path))
         return result
@@ -146,12 +143,36 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
         return _broken(result, rules, _context(model_path, None, raw, options), error, timeout)
     agreement = None
     if options.worker_graphs or model.per_task:
+        from placeviz.agreement import check_agreement  # only here: one model alone does not pay its import
+        from placeviz.tasks import task_pipelines
+
         # A bad --worker-graph (not a graph, outside the cluster) raises: one line, exit 2.
         pipes, sources = task_pipelines(model, pipe, spec, options.worker_graphs, options.placement_options,
                                         options.sync, workers=options.workers, tag=options.tag)
         agreement = check_agreement(pipes, sources)
     return _locate(_run_rules(_context(model_path, pipe, raw, options, agreement), rules, result, timeout),
                    model.sources)
+
+
+def model_pipeline(model, rules: list[LoadedRule], options: LintOptions):
+    """The pipeline ``lint`` runs on a loaded model (task 0's placement), with only what ``rules``
+    can read (see :func:`_needs_partition`); ``benchmarks/lint_profile.py`` times this call."""
+    from placeviz.pipeline import StepOptions, run_pipeline
+
+    return run_pipeline(model, task_placement_options(options.placement_options, 0), options.sync,
+                        StepOptions(batch_size=options.batch_size), partition=_needs_partition(rules),
+                        summaries=False)
+
+
+def _needs_partition(rules: list[LoadedRule]) -> bool:
+    """Whether any of ``rules`` may read the partition of one step: a built-in rule that declares
+    the need, or any user rule (``--rules DIR``: it may read ``ctx.partitions`` undeclared).
+
+    Partitioning is a fifth of the pipeline; ``--select``/``--ignore`` that leave out PV401 and
+    PV403 (and any such rule) skip it. The rules read the stages' results, never the summaries
+    ``analyze`` shows (placement table, traffic), so the pipeline is asked not to make those.
+    """
+    return any(r.origin != "builtin" or "partition" in r.rule.needs for r in rules)
 
 
 def lint_pipeline(pipe, rules: list[LoadedRule], options: LintOptions, model_path: str | None = None) -> ModelResult:

@@ -239,12 +239,15 @@ def local_variable_names(ctx) -> set[str]:
 def global_step_ids(ctx) -> list[int]:
     """Variables that are the global step: named ``global_step`` (TF's ``get_or_create_global_step``)
     or found as the value the SyncReplicas tokens carry."""
-    g = ctx.graph
-    out = [i for i in variable_ids(ctx) if g.names[i].rsplit("/", 1)[-1] == "global_step"]
-    m = ctx.machinery
-    if m is not None and m.global_step is not None and m.global_step not in out:
-        out.append(m.global_step)
-    return sorted(out)
+    cache = _cache(ctx)
+    if "global_step_ids" not in cache:
+        g = ctx.graph
+        out = [i for i in variable_ids(ctx) if g.names[i].rsplit("/", 1)[-1] == "global_step"]
+        m = ctx.machinery
+        if m is not None and m.global_step is not None and m.global_step not in out:
+            out.append(m.global_step)
+        cache["global_step_ids"] = sorted(out)
+    return list(cache["global_step_ids"])
 
 
 def partition_of(ctx) -> dict[int, tuple[str, int]]:

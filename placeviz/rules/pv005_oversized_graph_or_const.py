@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from itertools import compress
 
 from placeviz.lint import Rule
 
@@ -26,7 +27,8 @@ NumPy array passed to `tf.constant` (or as an initial value), which is copied in
 once per use, and sent to every task that runs it.
 
 ## How it is detected
-`GraphDef.ByteSize()`, and the size of each `Const` node's `value` tensor. Thresholds:
+`GraphDef.ByteSize()`, and the size of each `Const` node's `value` tensor (only for a `Const`
+whose serialized NodeDef is itself over the limit: the tensor lies inside it). Thresholds:
 
 ```toml
 [tool.placeviz.lint.thresholds]
@@ -67,8 +69,9 @@ def check(ctx):
                                       "close to protobuf's 2 GiB limit; move large constants out of the graph",
                           severity="warning")
     limit = ctx.threshold_bytes("const-bytes", "10MiB")
-    for i, op in enumerate(raw.ops):
-        if op != "Const":
+    lengths = raw.node_lengths  # a Const whose whole NodeDef is within the limit cannot embed more
+    for i in compress(range(len(raw.ops)), map("Const".__eq__, raw.ops)):
+        if lengths is not None and lengths[i] <= limit:
             continue
         attr = raw.node_def(i).attr
         if "value" not in attr:

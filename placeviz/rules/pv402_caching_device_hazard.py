@@ -10,6 +10,7 @@ from placeviz.rules._common import (
     effective_devices,
     is_restore_or_init,
     job_of,
+    nodes_by_device,
     state_writers,
     task_of,
     variable_ids,
@@ -62,6 +63,32 @@ without caching), or do not cache variables the step updates and then re-reads.
 )
 
 
+def _read_from_other_tasks(ctx, devices: list[str]) -> set[int]:
+    """The variables that some read op (``VARIABLE_READ_OPS``) on another task reads through a
+    data edge, both ends on a task: one numpy pass over the edges, from the rules' shared per-op
+    and per-device indices, so that the per-variable walk below visits only those (at 200k nodes,
+    15k variables and usually none of them)."""
+    import numpy as np
+
+    g = ctx.graph
+    n = len(g)
+    task = np.full(n, -1, dtype=np.int64)  # the task of each node as a number; -1: none
+    numbers: dict[str, int] = {}
+    for device, ids in nodes_by_device(ctx, devices).items():
+        t = task_of(device)
+        if t is not None:
+            task[ids] = numbers.setdefault(t, len(numbers))
+    is_var = np.zeros(n, dtype=bool)
+    is_var[variable_ids(ctx)] = True
+    is_read = np.zeros(n, dtype=bool)
+    is_read[ctx.nodes_by_op(*VARIABLE_READ_OPS)] = True
+    src, dst, slot = g.edge_arrays
+    keep = is_var[src] & is_read[dst] & (slot != CONTROL)
+    src, dst = src[keep], dst[keep]
+    a, b = task[src], task[dst]
+    return set(src[(a >= 0) & (b >= 0) & (a != b)].tolist())
+
+
 def _closure(g, starts, limit: int = 50000) -> set[int]:
     seen = set(starts)
     stack = list(starts)
@@ -77,7 +104,10 @@ def _closure(g, starts, limit: int = 50000) -> set[int]:
 def check(ctx):
     g = ctx.graph
     devices = effective_devices(ctx)
+    remote = _read_from_other_tasks(ctx, devices)
     for var in variable_ids(ctx):
+        if var not in remote:
+            continue
         var_task = task_of(devices[var])
         if var_task is None:
             continue
