@@ -571,7 +571,10 @@ def _outputs_of_one_run(model, out: Path, seed: str, no_kernels: bool) -> dict[s
                 ["sync", str(model), "--replicas-to-aggregate", "2", "-o", str(out / "sync.pb")],
                 ["sync", str(model), "--replicas-to-aggregate", "2", "-o", str(out / "sync.meta")],
                 ["analyze", str(model), "--ps-tasks", "2", "--format", "json", "-o", str(out / "analyze.json")],
+                ["analyze", str(model), "--ps-tasks", "2", "--format", "json", "--pretty", "-o",
+                 str(out / "analyze-pretty.json")],
                 ["lint", str(model), "--format", "json", "-o", str(out / "lint.json")],
+                ["lint", str(model), "--format", "json", "--pretty", "-o", str(out / "lint-pretty.json")],
                 ["lint", str(model), "--format", "sarif", "-o", str(out / "lint.sarif")],
                 ["render", str(model), "--ps-tasks", "2", "--view", "devices", "-o", str(out / "devices.dot")]]
     env = {k: v for k, v in os.environ.items() if k != "PLACEVIZ_NO_KERNELS"}
@@ -588,13 +591,13 @@ def test_two_runs_write_identical_bytes(model, tmp_path):
     """Two processes with different hash seeds (set and dict-of-set orders differ between them),
     each with the C kernels and with the pure-Python paths, write the same bytes for place
     (binary and text), partition (every file and index.json, compact and ``--pretty``), sync
-    (GraphDef and MetaGraphDef), analyze and lint (JSON, SARIF) and render (DOT): four runs, one
-    set of bytes."""
+    (GraphDef and MetaGraphDef), analyze and lint (JSON compact and ``--pretty``, SARIF) and render
+    (DOT): four runs, one set of bytes."""
     runs = {(seed, no_kernels): _outputs_of_one_run(model, tmp_path / f"run{seed}{'py' if no_kernels else 'c'}",
                                                     seed, no_kernels)
             for seed in ("1", "2") for no_kernels in (False, True)}
     first = runs[("1", False)]
-    assert len(first) == 2 + 3 * 4 + 2 + 4
+    assert len(first) == 2 + 3 * 4 + 2 + 6
     for key, files in runs.items():
         assert files.keys() == first.keys(), key
         differ = [name for name in first if files[name] != first[name]]
