@@ -167,11 +167,14 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def ab_partition(trees: list[Path], graph: Path, reps: int) -> str:
-    """Before/after of ``partition GRAPH --ps-tasks 4 -o DIR`` in two source trees (each with its
-    C kernels built), alternating the trees inside each repetition so that load changes hit both
-    alike, with the parse floor of the same file measured before and after the runs (the
-    floor's median over both). Returns a table of medians (wall, CPU) and peak RSS per tree."""
+def ab_partition(trees: list[Path], graph: Path, reps: int, args: list[str] | None = None) -> str:
+    """Before/after of ``partition GRAPH --ps-tasks 4 -o DIR`` (or of the placeviz arguments
+    ``args``, where ``{graph}`` stands for GRAPH and ``{out}`` for a scratch path) in two source
+    trees (each with its C kernels built), alternating the trees inside each repetition so that
+    load changes hit both alike, with the parse floor of the same file measured before and after
+    the runs (the floor's median over both). Returns a table of medians (wall, CPU) and peak RSS
+    per tree."""
+    args = args or ["partition", "{graph}", "--ps-tasks", str(PS_TASKS), "-o", "{out}"]
     samples: dict[Path, list[dict]] = {tree: [] for tree in trees}
     graph = graph.resolve()
     floors = parse_floor(graph, 5, dict(os.environ, PYTHONPATH=str(trees[-1])))
@@ -182,14 +185,14 @@ def ab_partition(trees: list[Path], graph: Path, reps: int) -> str:
                 shutil.rmtree(out, ignore_errors=True)
                 env = dict(os.environ, PYTHONPATH=str(tree))
                 # run from the tree: ``python -m`` puts the working directory first on sys.path
-                rec = time_process([sys.executable, "-m", "placeviz", "partition", str(graph.resolve()), "--ps-tasks",
-                                    str(PS_TASKS), "-o", str(out)], env, cwd=tree)
+                rec = time_process([sys.executable, "-m", "placeviz",
+                                    *(a.format(graph=graph, out=out) for a in args)], env, cwd=tree)
                 if rec["exit"] != 0:
-                    raise SystemExit(f"{tree}: partition failed (exit {rec['exit']}): {rec['stderr']}")
+                    raise SystemExit(f"{tree}: {args[0]} failed (exit {rec['exit']}): {rec['stderr']}")
                 samples[tree].append(rec)
     floors += parse_floor(graph, 5, dict(os.environ, PYTHONPATH=str(trees[-1])))
     floor = statistics.median(floors)
-    lines = [f"{graph.name}: parse floor {floor:.3f} s CPU (median of {len(floors)}: {min(floors):.3f}-{max(floors):.3f}), "
+    lines = [f"`placeviz {' '.join(args)}`", f"{graph.name}: parse floor {floor:.3f} s CPU (median of {len(floors)}: {min(floors):.3f}-{max(floors):.3f}), "
              f"{reps} alternating repetitions",
              "| tree | wall s (each) | CPU s (each) | peak RSS MiB | wall / floor | CPU / floor |",
              "|---|---|---|---:|---:|---:|"]
@@ -209,9 +212,11 @@ if __name__ == "__main__":  # re-print the table of saved results: python benchm
     if sys.argv[1:2] == ["--small"]:
         small_graph(Path(sys.argv[2]), Path(sys.argv[3]))
         sys.exit(0)
-    if sys.argv[1:2] == ["--ab"]:  # python benchmarks/commands.py --ab TREE_BEFORE TREE_AFTER GRAPH [REPS]
+    if sys.argv[1:2] == ["--ab"]:
+        # python benchmarks/commands.py --ab TREE_BEFORE TREE_AFTER GRAPH [REPS [PLACEVIZ ARGS...]]
+        # (ARGS: {graph} is GRAPH, {out} a scratch path; default: partition {graph} --ps-tasks 4 -o {out})
         print(ab_partition([Path(sys.argv[2]).resolve(), Path(sys.argv[3]).resolve()], Path(sys.argv[4]),
-                           int(sys.argv[5]) if len(sys.argv) > 5 else 3))
+                           int(sys.argv[5]) if len(sys.argv) > 5 else 3, sys.argv[6:] or None))
         sys.exit(0)
     for file in sys.argv[1:]:
         print(file)
