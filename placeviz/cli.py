@@ -71,8 +71,8 @@ def pretty_option(func):
     """``--pretty``: JSON indented for people; without it compact (``placeviz.jsontext``: the same
     content, a third smaller and written by CPython's C encoder)."""
     return click.option("--pretty", is_flag=True,
-                        help="Indent JSON output (--format json/sarif) for people; default: compact, the same "
-                             "content.")(func)
+                        help="Indent the JSON report for people (default: compact, one line of the same "
+                             "content).")(func)
 
 
 def _size_option(value: str) -> int:
