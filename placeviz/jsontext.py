@@ -22,6 +22,7 @@ be sure of) hands the whole document to ``json.dumps``, so the output never diff
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from json.encoder import encode_basestring_ascii as _string
 
 _INT = int.__repr__
@@ -118,6 +119,27 @@ def pretty_json(document) -> str:
     except (_Unsupported, RecursionError):
         return json.dumps(document, indent=2)
     return "".join(out)
+
+
+def pretty_json_parts(document: dict) -> Iterator[str]:
+    """:func:`pretty_json` of a dict with string keys in parts whose concatenation is its text:
+    each top-level value, and each item of a top-level list, encoded on its own, so that a writer
+    never holds the whole text (``partition --pretty``'s ``index.json``: a dict per transfer).
+    A part is :func:`pretty_json` of the value moved to its depth by indenting every line: a
+    newline in that text is always layout, never data (json escapes the newlines of strings)."""
+    if not document:
+        yield "{}"
+        return
+    for k, (key, value) in enumerate(document.items()):
+        head = ("," if k else "{") + "\n  " + _string(key) + ": "
+        if type(value) is list and value:
+            yield head + "["
+            for j, item in enumerate(value):
+                yield ("," if j else "") + "\n    " + pretty_json(item).replace("\n", "\n    ")
+            yield "\n  ]"
+        else:
+            yield head + pretty_json(value).replace("\n", "\n  ")
+    yield "\n}"
 
 
 def _scalar(o) -> str:

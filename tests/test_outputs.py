@@ -513,9 +513,15 @@ def test_json_in_pieces_is_the_same_text(pretty, monkeypatch):
            "transfers": [{"src": f"n\u00e9{k}", "bytes": k * 1.5, "shape": [k, None], "slot": "control"}
                          for k in range(10)],
            "moved": {"a": {"from": "x", "to": "y"}}, "ratio": float("inf"), "quote": 'a "b"\n'}
-    for value in (doc, {}, {"transfers": list(range(7))}):
+    from collections import Counter
+
+    odd = {"counter": Counter(a=2), "items": [Counter(b=1), (1, [2, ()]), {}, [], "x\ny"], "tuple": (1, 2),
+           "deep": {"a": [{"b": [{"c": None}]}]}, "empty_dict": {}, "nan": float("nan")}
+    for value in (doc, {}, {"transfers": list(range(7))}, odd, {"int_key": {1: "a"}}, {1: [2], "b": None}):
         pieces = list(output.to_json_pieces(value, pretty=pretty))
         assert b"".join(pieces) == output.to_json(value, pretty=pretty).encode("utf-8")
+        expected = json.dumps(value, indent=2) if pretty else json.dumps(value, separators=(",", ":"))
+        assert b"".join(pieces) == (expected + "\n").encode("utf-8")
     assert len(list(output.to_json_pieces(doc, pretty=pretty))) > 4
 
 
