@@ -9,14 +9,14 @@ seeds) and escape non-ASCII characters (``ensure_ascii``), so the two forms hold
 and differ only in whitespace.
 
 The indented form, :func:`pretty_json`, is byte for byte what ``json.dumps(document, indent=2)``
-writes, about 2x faster. CPython's C encoder only writes compact JSON: with ``indent`` set, ``json.dumps`` falls back to
-the pure-Python encoder, a generator per container and a call per value. The analysis report of
-a 200k-node graph (``placeviz analyze --format json``: one dict per variable, 12 MB) took about
-0.35 s to encode that way. :func:`pretty_json` writes the same text in one recursive pass that
-appends strings, encodes each string with the C ``encode_basestring_ascii`` json uses, and handles
-the common values (str, int, None) of a container inline. Anything it does not know the exact
-encoding of (a non-string key, a value json would reject, a subclass of dict or list it cannot
-be sure of) hands the whole document to ``json.dumps``, so the output never differs.
+writes, about 2x faster. CPython's C encoder only writes compact JSON: with ``indent`` set,
+``json.dumps`` falls back to the pure-Python encoder, a generator per container and a call per
+value. The analysis report of a 200k-node graph (``placeviz analyze --format json``: one dict per
+variable, 12 MB) took about 0.35 s to encode that way. :func:`pretty_json` writes the same text in
+one recursive pass that appends strings, encodes each string with the C ``encode_basestring_ascii``
+json uses, and handles the common values (str, int, None) of a container inline. Anything it does
+not know the exact encoding of (a non-string key, a value json would reject, a subclass of dict or
+list it cannot be sure of) hands the whole document to ``json.dumps``, so the output never differs.
 """
 
 from __future__ import annotations
