@@ -173,39 +173,43 @@ def table(results: list[dict]) -> str:
 
 
 AB_COMMANDS = {
-    "partition": lambda graph, out: ["partition", str(graph), "--ps-tasks", str(PS_TASKS), "-o", str(out)],
-    "lint": lambda graph, out: ["lint", str(graph), "-o", str(out / "lint.txt")],
-    "render": lambda graph, out: ["render", str(graph), "--view", "devices", "-o", str(out / "x.svg")],
+    "partition": ["partition", "{graph}", "--ps-tasks", str(PS_TASKS), "-o", "{out}/parts"],
+    "lint": ["lint", "{graph}", "-o", "{out}/lint.txt"],
+    "render": ["render", "{graph}", "--view", "devices", "-o", "{out}/x.svg"],
 }
-"""What ``--ab BEFORE AFTER GRAPH REPS COMMAND`` times (``lint`` of a small graph is the cold start)."""
+"""The commands ``--ab`` names (``lint`` of a small graph is the cold start), as placeviz arguments:
+``{graph}`` stands for GRAPH, ``{out}`` for a scratch directory made empty before every run."""
 
 
-def ab_command(trees: list[Path], graph: Path, reps: int, command: str = "partition") -> str:
-    """Before/after of ``partition GRAPH --ps-tasks 4 -o DIR`` (or another of :data:`AB_COMMANDS`)
-    in two source trees (each with its C kernels built), alternating the trees inside each
-    repetition so that load changes hit both alike, with the parse floor of the same file
-    measured before and after the runs (the floor's median over both). Returns a table of
-    medians (wall, CPU) and peak RSS per tree."""
+def ab_command(trees: list[Path], graph: Path, reps: int, args: list[str] | None = None) -> str:
+    """Before/after of one command in two source trees (each with its C kernels built): ``args``
+    is a name of :data:`AB_COMMANDS` or placeviz arguments in the same form (default:
+    ``partition``). The trees alternate inside each repetition so that load changes hit both
+    alike; the parse floor of the same file is measured before and after the runs (the floor's
+    median over both). Returns a table of medians (wall, CPU) and peak RSS per tree."""
+    args = args or ["partition"]
+    if len(args) == 1 and args[0] in AB_COMMANDS:
+        args = AB_COMMANDS[args[0]]
+    ok_exits = (0, 1) if args[0] == "lint" else (0,)  # lint exits 1 when it finds something
     samples: dict[Path, list[dict]] = {tree: [] for tree in trees}
     graph = graph.resolve()
-    make_argv = AB_COMMANDS[command]
     floors = parse_floor(graph, 5, dict(os.environ, PYTHONPATH=str(trees[-1])))
     with tempfile.TemporaryDirectory(prefix="placeviz-ab-") as tmp:
         for _ in range(reps):
             for tree in trees:
-                out = Path(tmp) / "parts"
+                out = Path(tmp) / "scratch"
                 shutil.rmtree(out, ignore_errors=True)
-                if command != "partition":
-                    out = Path(tmp)
+                out.mkdir()
                 env = dict(os.environ, PYTHONPATH=str(tree))
                 # run from the tree: ``python -m`` puts the working directory first on sys.path
-                rec = time_process([sys.executable, "-m", "placeviz", *make_argv(graph, out)], env, cwd=tree)
-                if rec["exit"] not in ((0,) if command == "partition" else (0, 1)):  # lint: 1 = findings
-                    raise SystemExit(f"{tree}: {command} failed (exit {rec['exit']}): {rec['stderr']}")
+                rec = time_process([sys.executable, "-m", "placeviz",
+                                    *(a.format(graph=graph, out=out) for a in args)], env, cwd=tree)
+                if rec["exit"] not in ok_exits:
+                    raise SystemExit(f"{tree}: {args[0]} failed (exit {rec['exit']}): {rec['stderr']}")
                 samples[tree].append(rec)
     floors += parse_floor(graph, 5, dict(os.environ, PYTHONPATH=str(trees[-1])))
     floor = statistics.median(floors)
-    lines = [f"`{command}` of {graph.name}: parse floor {floor:.3f} s CPU (median of {len(floors)}: {min(floors):.3f}-{max(floors):.3f}), "
+    lines = [f"`placeviz {' '.join(args)}` of {graph.name}: parse floor {floor:.3f} s CPU (median of {len(floors)}: {min(floors):.3f}-{max(floors):.3f}), "
              f"{reps} alternating repetitions",
              "| tree | wall s (each) | CPU s (each) | peak RSS MiB | wall / floor | CPU / floor |",
              "|---|---|---|---:|---:|---:|"]
@@ -225,9 +229,11 @@ if __name__ == "__main__":  # re-print the table of saved results: python benchm
     if sys.argv[1:2] == ["--small"]:
         small_graph(Path(sys.argv[2]), Path(sys.argv[3]))
         sys.exit(0)
-    if sys.argv[1:2] == ["--ab"]:  # python benchmarks/commands.py --ab TREE_BEFORE TREE_AFTER GRAPH [REPS] [COMMAND]
+    if sys.argv[1:2] == ["--ab"]:
+        # python benchmarks/commands.py --ab TREE_BEFORE TREE_AFTER GRAPH [REPS [COMMAND | PLACEVIZ ARGS...]]
+        # (COMMAND: partition, lint or render; ARGS: {graph} is GRAPH, {out} a scratch directory)
         print(ab_command([Path(sys.argv[2]).resolve(), Path(sys.argv[3]).resolve()], Path(sys.argv[4]),
-                           int(sys.argv[5]) if len(sys.argv) > 5 else 3, sys.argv[6] if len(sys.argv) > 6 else "partition"))
+                         int(sys.argv[5]) if len(sys.argv) > 5 else 3, sys.argv[6:] or None))
         sys.exit(0)
     for file in sys.argv[1:]:
         print(file)

@@ -67,6 +67,14 @@ def batch_size_option(func):
                              "without it their size is unknown.")(func)
 
 
+def pretty_option(func):
+    """``--pretty``: JSON indented for people; without it compact (``placeviz.jsontext``: the same
+    content, a third smaller and written by CPython's C encoder)."""
+    return click.option("--pretty", is_flag=True,
+                        help="Indent the JSON report for people (default: compact, one line of the same "
+                             "content).")(func)
+
+
 def _size_option(value: str) -> int:
     from placeviz.limits import parse_size
 
@@ -89,11 +97,12 @@ def _size_option(value: str) -> int:
 @click.option("--worker-graph", "worker_graphs", multiple=True, metavar="I=MODEL",
               help="Between-graph replication: the graph worker task I built itself (MODEL is task 0's, the "
                    "chief's); the tasks' graphs are compared (repeatable).")
+@pretty_option
 @batch_size_option
 @place_options
 @sync_options
 def analyze(model: str, fmt: str, output: str | None, tag: str | None, explain, fetches, targets, feeds,
-            worker_graphs, batch_size, place, sync) -> None:
+            worker_graphs, pretty, batch_size, place, sync) -> None:
     """Report node count, op types, devices, variables and placement of MODEL.
 
     An unplaced graph is placed when --ps-tasks or --cluster is given; a placed one is always run
@@ -105,7 +114,7 @@ def analyze(model: str, fmt: str, output: str | None, tag: str | None, explain, 
 
     command.run(model, tag=tag, fmt=fmt, output=output, placement_options=build_placement_options(place),
                 explain=explain, fetches=fetches, targets=targets, feeds=feeds, sync=sync,
-                worker_graphs=worker_graphs, batch_size=batch_size)
+                worker_graphs=worker_graphs, batch_size=batch_size, pretty=pretty)
 
 
 @cli.command(epilog=MODEL_HELP)
@@ -134,7 +143,7 @@ def place(model: str, output: str, stage: str, tag: str | None, place) -> None:
               help="Partition per device (as workers run them) or per task (what crosses the network).")
 @click.option("--no-replicate-constants", is_flag=True,
               help="Do not copy small constants per device as TF 2.13+'s ReplicateConstantsPass does.")
-@click.option("--pretty", is_flag=True, help="Indent index.json for people (default: compact, faster to write).")
+@click.option("--pretty", is_flag=True, help="Indent index.json for people (default: compact, the same content).")
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
 @place_options
 def partition(model, out_dir, fetches, targets, feeds, level, no_replicate_constants, pretty, tag, place) -> None:
@@ -208,11 +217,13 @@ def sync_command(model, output, meta_graph, replicas_to_aggregate, total_replica
               help="Skip, with a note, files that are not graphs: a SavedModel's fingerprint.pb/keras_metadata.pb "
                    "and other side files, text protos that are not a GraphDef/MetaGraphDef/SavedModel (label "
                    "maps, pipeline configs); saved_model.pb is linted as its directory (the pre-commit hook's mode).")
+@pretty_option
 @batch_size_option
 @place_options
 @sync_options
 def lint_command(models, select, extend_select, ignore, preview, fail_on, fmt, output, baseline, write_baseline,
-                 config, rules_dirs, tag, worker_graphs, rule_timeout, only_graphs, batch_size, place, sync) -> int:
+                 config, rules_dirs, tag, worker_graphs, rule_timeout, only_graphs, pretty, batch_size, place,
+                 sync) -> int:
     """Check MODELS for parameter-server mistakes; exit 0 clean, 1 findings, 2 errors.
 
     --cluster FILE (a PLACE option) is also the cluster spec the cluster rules check against.
@@ -224,7 +235,7 @@ def lint_command(models, select, extend_select, ignore, preview, fail_on, fmt, o
                        ignore=ignore, preview=preview, fail_on=fail_on, fmt=fmt, baseline=baseline,
                        write_baseline=write_baseline, config=config, rules_dirs=rules_dirs, output=output,
                        worker_graphs=worker_graphs, rule_timeout=rule_timeout, only_graphs=only_graphs,
-                       batch_size=batch_size)
+                       batch_size=batch_size, pretty=pretty)
 
 
 @cli.command("rules")
@@ -333,11 +344,12 @@ def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, ve
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
+@pretty_option
 @place_options
 @sync_options
 def verify(model, workers, steps, timeout, isolate, servers_file, reset_containers, feeds_file, seed,
            chief_queue_runner, worker_graphs, allow_io, no_isolation, mode, slow_workers, trace_file, timeline_file,
-           loss, fault, fmt, output, tag, place, sync) -> None:
+           loss, fault, fmt, output, tag, pretty, place, sync) -> None:
     """Run MODEL's synchronous training on real TF servers (127.0.0.1, private network) and check it.
 
     Checks that K global steps make global_step == K, that every update ran once per step in the
@@ -355,7 +367,8 @@ def verify(model, workers, steps, timeout, isolate, servers_file, reset_containe
                  feeds_file=feeds_file, seed=seed, chief_queue_runner=chief_queue_runner, fault=fault, fmt=fmt,
                  output=output, tag=tag, servers_file=servers_file, reset_containers=reset_containers,
                  worker_graphs=worker_graphs, allow_io=allow_io, isolation=not no_isolation, mode=mode,
-                 slow_workers=slow_workers, trace_file=trace_file, timeline_file=timeline_file, loss=loss)
+                 slow_workers=slow_workers, trace_file=trace_file, timeline_file=timeline_file, loss=loss,
+                 pretty=pretty)
 
 
 @cli.command("compare-modes", epilog=MODEL_HELP)
@@ -383,9 +396,10 @@ def verify(model, workers, steps, timeout, isolate, servers_file, reset_containe
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result here instead of stdout.")
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
+@pretty_option
 @place_options
 def compare_modes(model, workers, steps, backup, slow_workers, loss, timeout, feeds_file, seed, allow_io,
-                  no_isolation, trace_file, timeline_file, fmt, output, tag, place) -> None:
+                  no_isolation, trace_file, timeline_file, fmt, output, tag, pretty, place) -> None:
     """Run MODEL's plain training graph async, SyncReplicas (R=W, R=W-B) and barrier; compare them.
 
     The same W workers, seeded inputs and --slow-worker delays in every mode. One table: steps/s,
@@ -398,7 +412,7 @@ def compare_modes(model, workers, steps, backup, slow_workers, loss, timeout, fe
     command.main(model, place=place, workers=workers, steps=steps, backup=backup, slow_workers=slow_workers,
                  timeout=timeout, feeds_file=feeds_file, seed=seed, loss=loss, allow_io=allow_io,
                  isolation=not no_isolation, trace_file=trace_file, timeline_file=timeline_file, fmt=fmt,
-                 output=output, tag=tag)
+                 output=output, tag=tag, pretty=pretty)
 
 
 @cli.group()

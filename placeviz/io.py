@@ -1036,7 +1036,13 @@ def write_directory(path: str | os.PathLike, files: Mapping[str, _Content] | Ite
     then renamed into place: a reader sees the old directory or the complete new one, never a
     mix, and an interrupted run leaves the old one and no temporary directory (the temporary
     directory is removed on any exception; only SIGKILL or a power cut can leave a hidden
-    ``.NAME.*.tmp`` behind). A missing or empty ``path`` is simply replaced; a non-empty one is
+    ``.NAME.*.tmp`` behind). Every file is fsynced before the rename and the directories after
+    it: without the file fsyncs a power cut could leave the renamed directory holding empty or
+    short files (ext4 and XFS allocate data blocks lazily, and the rename's journal entry may
+    reach the disk first; ext4's ``auto_da_alloc`` covers only a file renamed over another, see
+    the kernel's ``Documentation/admin-guide/ext4.rst``), which is the mix this function
+    promises never to show. They cost little next to the writes themselves
+    (``benchmarks/write_profile.py``). A missing or empty ``path`` is simply replaced; a non-empty one is
     replaced only when ``replaceable(path)`` says it is an earlier output of this ``kind``
     (swapped atomically, the old one then removed), else refused. A symlink to a directory is
     followed (a note says so). Returns the directory written.

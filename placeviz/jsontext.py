@@ -1,23 +1,55 @@
-"""Indented JSON text, byte for byte what ``json.dumps(document, indent=2)`` writes, about 2x faster.
+"""The JSON text placeviz writes: compact by default, indented (``--pretty``) for people.
 
-CPython's C encoder only writes compact JSON: with ``indent`` set, ``json.dumps`` falls back to
-the pure-Python encoder, a generator per container and a call per value. The analysis report of
-a 200k-node graph (``placeviz analyze --format json``: one dict per variable, 12 MB) took about
-0.35 s to encode that way. :func:`pretty_json` writes the same text in one recursive pass that
-appends strings, encodes each string with the C ``encode_basestring_ascii`` json uses, and handles
-the common values (str, int, None) of a container inline. Anything it does not know the exact
-encoding of (a non-string key, a value json would reject, a subclass of dict or list it cannot
-be sure of) hands the whole document to ``json.dumps``, so the output never differs.
+Every JSON report (``analyze``, ``lint`` JSON and SARIF, ``verify``, ``compare-modes``,
+``partition``'s ``index.json``) is written by :func:`json_text`: compact, through CPython's C
+encoder, unless the command's ``--pretty`` asks for the indented form, which is byte for byte
+``json.dumps(document, indent=2)``. Both forms keep the document's key order (no ``sort_keys``:
+the documents are built in a fixed order, so the bytes depend only on the document, never on hash
+seeds) and escape non-ASCII characters (``ensure_ascii``), so the two forms hold the same content
+and differ only in whitespace.
+
+The indented form, :func:`pretty_json`, is byte for byte what ``json.dumps(document, indent=2)``
+writes, about 2x faster. CPython's C encoder only writes compact JSON: with ``indent`` set,
+``json.dumps`` falls back to the pure-Python encoder, a generator per container and a call per
+value. The analysis report of a 200k-node graph (``placeviz analyze --format json``: one dict per
+variable, 12 MB) took about 0.35 s to encode that way. :func:`pretty_json` writes the same text in
+one recursive pass that appends strings, encodes each string with the C ``encode_basestring_ascii``
+json uses, and handles the common values (str, int, None) of a container inline. Anything it does
+not know the exact encoding of (a non-string key, a value json would reject, a subclass of dict or
+list it cannot be sure of) hands the whole document to ``json.dumps``, so the output never differs.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from json.encoder import encode_basestring_ascii as _string
 
 _INT = int.__repr__
 _FLOAT = float.__repr__
 _INFINITY = float("inf")
+
+
+COMPACT_SEPARATORS = (",", ":")
+"""``json.dumps`` separators without spaces: the compact form."""
+
+
+def compact_json(value) -> str:
+    """``value`` as compact JSON (no newline): ``json.dumps(value, separators=(",", ":"))`` exactly.
+
+    ``check_circular=False`` spares the C encoder a dict of every container it is inside (10-15%
+    of its time on a partition's ``index.json``): the documents are trees built for the output,
+    and a cycle would still fail, as a RecursionError instead of a ValueError."""
+    return json.dumps(value, separators=COMPACT_SEPARATORS, check_circular=False)
+
+
+def json_text(document, *, pretty: bool = False) -> str:
+    """``document`` as the JSON text of an output file, ending in a newline: compact (CPython's C
+    encoder; ``json.dumps`` falls back to the pure-Python encoder whenever ``indent`` is set), or
+    with ``pretty`` indented by two spaces (:func:`pretty_json`, today's indented bytes exactly)."""
+    if pretty:
+        return pretty_json(document) + "\n"
+    return compact_json(document) + "\n"
 
 
 class _Unsupported(Exception):
@@ -87,6 +119,27 @@ def pretty_json(document) -> str:
     except (_Unsupported, RecursionError):
         return json.dumps(document, indent=2)
     return "".join(out)
+
+
+def pretty_json_parts(document: dict) -> Iterator[str]:
+    """:func:`pretty_json` of a dict with string keys in parts whose concatenation is its text:
+    each top-level value, and each item of a top-level list, encoded on its own, so that a writer
+    never holds the whole text (``partition --pretty``'s ``index.json``: a dict per transfer).
+    A part is :func:`pretty_json` of the value moved to its depth by indenting every line: a
+    newline in that text is always layout, never data (json escapes the newlines of strings)."""
+    if not document:
+        yield "{}"
+        return
+    for k, (key, value) in enumerate(document.items()):
+        head = ("," if k else "{") + "\n  " + _string(key) + ": "
+        if type(value) is list and value:
+            yield head + "["
+            for j, item in enumerate(value):
+                yield ("," if j else "") + "\n    " + pretty_json(item).replace("\n", "\n    ")
+            yield "\n  ]"
+        else:
+            yield head + pretty_json(value).replace("\n", "\n  ")
+    yield "\n}"
 
 
 def _scalar(o) -> str:

@@ -71,6 +71,8 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable, Iterator
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from placeviz import nodewire
@@ -1730,7 +1732,8 @@ class _Partitioner:
         for code, ids in enumerate(node_lists.values()):
             ids_np = np.asarray(ids, dtype=np.int64)
             part_of[ids_np[ids_np < n]] = code
-        build |= self._located_elsewhere(part_of, list(node_lists.values()))  # their _class is trimmed
+        elsewhere = self._located_elsewhere(part_of, list(node_lists.values()))
+        build |= elsewhere  # their _class is trimmed
         all_lengths = np.frombuffer(wire.lengths, dtype=np.int64)
         device_fields = [d.encode("utf-8") for d in self.devs.names]
         incarnations = [self.incarnation_of(d) for d in range(len(device_fields))]
@@ -1753,7 +1756,8 @@ class _Partitioner:
 
             def nodes_bytes(slow_ids) -> list[bytes]:
                 originals = slow_ids[slow_ids < n]
-                rebuilt = self._rebuilt_originals(wire, originals[from_bytes[originals]].tolist(), arrays, here)
+                rebuilt = self._rebuilt_originals(wire, originals[from_bytes[originals]].tolist(), arrays, here,
+                                                  elsewhere)
                 if rebuilt:
                     def fallback(i: int) -> bytes:
                         return rebuilt.pop(i, b"") or node_bytes(i)  # a NodeDef's bytes are never empty
@@ -1784,21 +1788,25 @@ class _Partitioner:
         for code, (key, ids) in enumerate(node_lists.items()):
             yield key, chunks(code, ids)
 
-    def _rebuilt_originals(self, wire, ids: list[int], arrays: tuple, here) -> dict[int, bytes]:
+    def _rebuilt_originals(self, wire, ids: list[int], arrays: tuple, here, elsewhere) -> dict[int, bytes]:
         """Node id -> serialized NodeDef, for original nodes (``ids``) that :meth:`_node_bytes`
         would build from a copy of their NodeDef: the C kernel (``nodewire.rebuild_nodes``) writes
         each from its bytes with its new device and, when rewired, its new inputs (and fixed
         name); protobuf parses them all at once and serializes each deterministically, after the
-        ``_class`` trim, so the bytes are those of :meth:`_node_bytes`. Empty without the kernel
-        (or without such nodes): then :meth:`_node_bytes` builds them."""
+        ``_class`` trim, so the bytes are those of :meth:`_node_bytes`. The trim runs only on the
+        nodes ``elsewhere`` marks (:meth:`_located_elsewhere`: a ``_class`` entry naming a node
+        outside the partition); on the others it keeps every entry, and asking costs a Python
+        loop per node (20k rewired nodes with ``_class`` at 200k). Empty without the kernel (or
+        without such nodes): then :meth:`_node_bytes` builds them."""
         if not ids:
             return {}
         blob = nodewire.rebuild_nodes(wire.data, arrays[0], arrays[1], ids, *arrays[2:])
         if blob is None:
             return {}
+        trim = elsewhere[ids].tolist()
         out = {}
-        for i, nd in zip(ids, GraphDef.FromString(blob).node, strict=True):
-            if "_class" in nd.attr:
+        for i, nd, trimmed in zip(ids, GraphDef.FromString(blob).node, trim, strict=True):
+            if trimmed and "_class" in nd.attr:
                 _keep_local_colocation(nd, here)
             out[i] = nd.SerializeToString(deterministic=True)
         return out
@@ -1829,7 +1837,8 @@ class _Partitioner:
         group_of = np.fromiter(map(code.__getitem__, located.values()), dtype=np.int64, count=len(located))
         flat_names = [x for t in groups for x in t]
         index_get = self.graph.colocated_name_ids.get  # not the whole name index: a dict of every node
-        flat = np.fromiter((index_get(x, -1) for x in flat_names), dtype=np.int64, count=len(flat_names))
+        flat = np.fromiter(map(index_get, flat_names, repeat(-1, len(flat_names))), dtype=np.int64,
+                           count=len(flat_names))
         sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
         starts = np.zeros(len(groups), dtype=np.int64)
         np.cumsum(sizes[:-1], out=starts[1:])
@@ -1840,7 +1849,7 @@ class _Partitioner:
         pair_name = np.arange(len(pair_node), dtype=np.int64) + np.repeat(starts[group_of] - first, counts)
         target = flat[pair_name]
         bad = (target < 0) | (part_of[np.maximum(target, 0)] != part_of[pair_node])
-        colliding = set(flat_names).intersection(a.name for a in self.added)
+        colliding = set(flat_names).intersection(map(_NAME, self.added))
         if colliding:  # an added node's name is named: is it in the same partition?
             here: dict[int, _NamesIn] = {}
             for k in np.flatnonzero(bad).tolist():
@@ -1957,6 +1966,7 @@ class _Partitioner:
 
 _TRANSFER_OPS = frozenset({"_Send", "_HostSend", "_Recv", "_HostRecv"})
 _CHUNK_NODES = 1 << 16
+_NAME = attrgetter("name")
 """Nodes per piece of a written partition (:meth:`_Partitioner.serialize`): tens of MB at most."""
 
 

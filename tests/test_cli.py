@@ -203,3 +203,28 @@ def test_sync_refuses_an_unknown_output_suffix(tf_models, tmp_path, capsys):
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "unknown output suffix" in err and ".meta" in err
     assert not out.exists()
+
+
+def test_json_reports_are_compact_and_pretty_indents_them(small_pb, tmp_path, capsys):
+    """Every JSON report is compact by default, stdout or -o, and ``--pretty`` gives the indented
+    text (``json.dumps(indent=2)``, the bytes before compact became the default) of the same content:
+    analyze, lint (json and sarif) and partition's index.json."""
+    cases = {"analyze.json": ["analyze", small_pb, "--ps-tasks", "1", "--format", "json"],
+             "lint.json": ["lint", small_pb, "--format", "json", "--fail-on", "never"],
+             "lint.sarif": ["lint", small_pb, "--format", "sarif", "--fail-on", "never"]}
+    for name, args in cases.items():
+        code, compact_out, err = run_cli(args, capsys)
+        assert code == 0, err
+        assert run_cli([*args, "-o", tmp_path / name], capsys)[0] == 0
+        assert run_cli([*args, "--pretty", "-o", tmp_path / f"pretty-{name}"], capsys)[0] == 0
+        compact, pretty = (tmp_path / name).read_text(), (tmp_path / f"pretty-{name}").read_text()
+        doc = json.loads(compact)
+        assert compact == compact_out == json.dumps(doc, separators=(",", ":")) + "\n", name
+        assert pretty == json.dumps(doc, indent=2) + "\n", name
+        assert json.loads(pretty) == doc and len(pretty) > len(compact), name
+    for flag in ((), ("--pretty",)):
+        out = tmp_path / f"parts{len(flag)}"
+        assert run_cli(["partition", small_pb, "--ps-tasks", "1", *flag, "-o", out], capsys)[0] == 0
+    index = json.loads((tmp_path / "parts0" / "index.json").read_text())
+    assert (tmp_path / "parts0" / "index.json").read_text() == json.dumps(index, separators=(",", ":")) + "\n"
+    assert (tmp_path / "parts1" / "index.json").read_text() == json.dumps(index, indent=2) + "\n"

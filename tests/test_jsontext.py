@@ -88,3 +88,19 @@ def test_the_analysis_report_of_a_real_graph():
     text = pretty_json(report)
     assert text == json.dumps(report, indent=2)
     assert len(text) > 1000 and json.loads(text) == json.loads(json.dumps(report))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_two_output_forms_hold_the_same_content(seed):
+    """``json_text`` (every JSON report): compact is ``json.dumps``'s C-encoder text, ``pretty`` the
+    indented text, both in the document's key order, ending in a newline, parsing to equal values."""
+    from placeviz.jsontext import json_text
+
+    rng = random.Random(seed)
+    document = {f"k{k}": _random_value(rng, 0) for k in range(8)}
+    compact, pretty = json_text(document), json_text(document, pretty=True)
+    assert compact == json.dumps(document, separators=(",", ":")) + "\n"
+    assert pretty == json.dumps(document, indent=2) + "\n"
+    assert json.loads(compact) == json.loads(pretty)
+    assert compact.isascii() and pretty.isascii()
+    assert "\n" not in compact[:-1]  # one line: strings' newlines are escaped

@@ -513,9 +513,15 @@ def test_json_in_pieces_is_the_same_text(pretty, monkeypatch):
            "transfers": [{"src": f"n\u00e9{k}", "bytes": k * 1.5, "shape": [k, None], "slot": "control"}
                          for k in range(10)],
            "moved": {"a": {"from": "x", "to": "y"}}, "ratio": float("inf"), "quote": 'a "b"\n'}
-    for value in (doc, {}, {"transfers": list(range(7))}):
+    from collections import Counter
+
+    odd = {"counter": Counter(a=2), "items": [Counter(b=1), (1, [2, ()]), {}, [], "x\ny"], "tuple": (1, 2),
+           "deep": {"a": [{"b": [{"c": None}]}]}, "empty_dict": {}, "nan": float("nan")}
+    for value in (doc, {}, {"transfers": list(range(7))}, odd, {"int_key": {1: "a"}}, {1: [2], "b": None}):
         pieces = list(output.to_json_pieces(value, pretty=pretty))
         assert b"".join(pieces) == output.to_json(value, pretty=pretty).encode("utf-8")
+        expected = json.dumps(value, indent=2) if pretty else json.dumps(value, separators=(",", ":"))
+        assert b"".join(pieces) == (expected + "\n").encode("utf-8")
     assert len(list(output.to_json_pieces(doc, pretty=pretty))) > 4
 
 
@@ -571,7 +577,10 @@ def _outputs_of_one_run(model, out: Path, seed: str, no_kernels: bool) -> dict[s
                 ["sync", str(model), "--replicas-to-aggregate", "2", "-o", str(out / "sync.pb")],
                 ["sync", str(model), "--replicas-to-aggregate", "2", "-o", str(out / "sync.meta")],
                 ["analyze", str(model), "--ps-tasks", "2", "--format", "json", "-o", str(out / "analyze.json")],
+                ["analyze", str(model), "--ps-tasks", "2", "--format", "json", "--pretty", "-o",
+                 str(out / "analyze-pretty.json")],
                 ["lint", str(model), "--format", "json", "-o", str(out / "lint.json")],
+                ["lint", str(model), "--format", "json", "--pretty", "-o", str(out / "lint-pretty.json")],
                 ["lint", str(model), "--format", "sarif", "-o", str(out / "lint.sarif")],
                 ["render", str(model), "--ps-tasks", "2", "--view", "devices", "-o", str(out / "devices.dot")]]
     env = {k: v for k, v in os.environ.items() if k != "PLACEVIZ_NO_KERNELS"}
@@ -588,13 +597,13 @@ def test_two_runs_write_identical_bytes(model, tmp_path):
     """Two processes with different hash seeds (set and dict-of-set orders differ between them),
     each with the C kernels and with the pure-Python paths, write the same bytes for place
     (binary and text), partition (every file and index.json, compact and ``--pretty``), sync
-    (GraphDef and MetaGraphDef), analyze and lint (JSON, SARIF) and render (DOT): four runs, one
-    set of bytes."""
+    (GraphDef and MetaGraphDef), analyze and lint (JSON compact and ``--pretty``, SARIF) and render
+    (DOT): four runs, one set of bytes."""
     runs = {(seed, no_kernels): _outputs_of_one_run(model, tmp_path / f"run{seed}{'py' if no_kernels else 'c'}",
                                                     seed, no_kernels)
             for seed in ("1", "2") for no_kernels in (False, True)}
     first = runs[("1", False)]
-    assert len(first) == 2 + 3 * 4 + 2 + 4
+    assert len(first) == 2 + 3 * 4 + 2 + 6
     for key, files in runs.items():
         assert files.keys() == first.keys(), key
         differ = [name for name in first if files[name] != first[name]]

@@ -26,7 +26,7 @@ VARIABLES_PER_DEVICE_MIN = 5
 
 def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, placement_options=None,
         explain: tuple[str, ...] = (), fetches=(), targets=(), feeds=(), sync=None, worker_graphs=(),
-        batch_size: int | None = None) -> Analysis:
+        batch_size: int | None = None, pretty: bool = False) -> Analysis:
     """Load MODEL, run the static pipeline (sync pass, placement, partition) and emit the report.
 
     ``worker_graphs``: ``--worker-graph I=MODEL`` values; with them (or a builder taking
@@ -60,7 +60,7 @@ def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, place
             # --explain asks about placement itself: its failure is the answer, as an error.
             raise PlacevizError(pipe.placement_error)
         report.placement["explain"] = [explain_node(pipe.placement, name) for name in explain]
-    emit(to_json(report.to_json()) if fmt == "json" else format_text(report), output)
+    emit(to_json(report.to_json(), pretty=pretty) if fmt == "json" else format_text(report), output)
     return report
 
 

@@ -184,7 +184,7 @@ def _num(x) -> str:
 
 def main(model_spec, *, place: dict, workers: int, steps: int, backup: int, slow_workers: tuple[str, ...], timeout,
          feeds_file, seed, loss, allow_io: bool, isolation: bool, trace_file, timeline_file, fmt: str, output,
-         tag) -> None:
+         tag, pretty: bool = False) -> None:
     """The CLI command: exit 0 when every run's checks pass, 1 otherwise (2: bad input)."""
     import importlib.util
 
@@ -209,5 +209,5 @@ def main(model_spec, *, place: dict, workers: int, steps: int, backup: int, slow
                    feeds_file=feeds_file, seed=seed, allow_io=allow_io, isolation=isolation, tag=tag)
     doc = document(model_spec, runs, workers=workers, steps=steps, backup=backup, slow_workers=slow)
     write_timeline([(r.label, r.report) for r in runs], trace_file, timeline_file)
-    emit(to_json(doc) if fmt == "json" else format_text(doc), output)
+    emit(to_json(doc, pretty=pretty) if fmt == "json" else format_text(doc), output)
     raise SystemExit(0 if doc["ok"] else 1)

@@ -85,19 +85,20 @@ def run(out_dir: str) -> None:
         save_proto(graph_def, parts_dir / names[device])
     text = format_text(report)
     atomic_write(out / "analysis.txt", text)
-    atomic_write(out / "analysis.json", to_json(report.to_json()))
+    # The demo's files are for people to open: JSON indented (the commands' --pretty).
+    atomic_write(out / "analysis.json", to_json(report.to_json(), pretty=True))
 
     progress("[4/6] linting: every rule, as `placeviz lint` would in CI ...")
     lint_report = _lint(model_path, placement_options)
-    atomic_write(out / "lint.json", lint_formats.format_json(lint_report))
-    atomic_write(out / "lint.sarif", format_sarif(lint_report))
+    atomic_write(out / "lint.json", lint_formats.format_json(lint_report, pretty=True))
+    atomic_write(out / "lint.sarif", format_sarif(lint_report, pretty=True))
 
     progress(f"[5/6] verifying on a local TF cluster (2 ps x 3 workers, {VERIFY_STEPS} steps, worker 2 slowed by "
              f"{SLOW_S} s, loopback only) ...")
     verify_report = verify_command.run(str(model_path), placement_options=placement_options, steps=VERIFY_STEPS,
                                        timeout=VERIFY_TIMEOUT, slow_workers={2: SLOW_S}, trace=True)
     verify_doc = verify_report.to_json()
-    atomic_write(out / "verify.json", to_json(verify_doc))
+    atomic_write(out / "verify.json", to_json(verify_doc, pretty=True))
     verify_command.write_timeline([("sync", verify_report)], str(out / "verify-trace.json"),
                                   str(out / "verify-timeline.png") if _has_matplotlib() else None)
     verify_text = format_verify(verify_report)

@@ -22,7 +22,8 @@ FORMATS = ("text", "json", "sarif", "github")
 
 def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=(), ignore=(), preview=False,
         fail_on=None, fmt="text", baseline=None, write_baseline=None, config=None, rules_dirs=(),
-        output=None, worker_graphs=(), rule_timeout=None, only_graphs=False, batch_size=None) -> int:
+        output=None, worker_graphs=(), rule_timeout=None, only_graphs=False, batch_size=None,
+        pretty=False) -> int:
     """Lint MODELS; returns the exit code (0 clean, 1 findings at or above fail-on, 2 errors).
 
     ``worker_graphs``: ``--worker-graph I=MODEL`` values (the graphs other worker tasks built, for
@@ -85,7 +86,7 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     report = run_lint(list(models), selected, options, all_rules=rules, ignores=cfg.per_node_ignores,
                       config_path=config_path, config_findings=config_findings, baseline=known,
                       fail_on=fail_on or cfg.fail_on or FAIL_ON_DEFAULT)
-    emit(format_report(report, fmt), output)
+    emit(format_report(report, fmt, pretty=pretty), output)
     for r in rules:  # what user rule modules printed, never part of the report
         if r.output:
             first = r.output.strip().splitlines()
@@ -102,15 +103,16 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     return report.exit_code
 
 
-def format_report(report, fmt: str) -> str:
+def format_report(report, fmt: str, *, pretty: bool = False) -> str:
+    """``report`` in format ``fmt``; ``pretty`` indents the JSON formats (json, sarif)."""
     from placeviz.lint import formats
 
     if fmt == "json":
-        return formats.format_json(report)
+        return formats.format_json(report, pretty=pretty)
     if fmt == "sarif":
         from placeviz.lint import sarif
 
-        return sarif.format_sarif(report)
+        return sarif.format_sarif(report, pretty=pretty)
     if fmt == "github":
         return formats.format_github(report)
     return formats.format_text(report)

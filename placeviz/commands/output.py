@@ -13,7 +13,6 @@ terminal sees that long work moves:
 from __future__ import annotations
 
 import io as _io
-import json
 import sys
 from collections.abc import Iterator
 
@@ -21,6 +20,7 @@ import click
 
 from placeviz import progress as _progress
 from placeviz.io import STDOUT, atomic_write
+from placeviz.jsontext import compact_json, json_text, pretty_json_parts
 from placeviz.progress import notice  # the one voice for notes, defined in the core (io.py uses it too)
 
 
@@ -35,20 +35,10 @@ def emit(text: str, output: str | None) -> None:
         click.echo(text, nl=not text.endswith("\n"))
 
 
-def to_json(document: dict, *, pretty: bool = True) -> str:
-    """``document`` as JSON text ending in a newline: indented for people (``pretty``), else compact.
-
-    Only the compact form runs CPython's C encoder (``json.dumps`` falls back to the pure-Python
-    one whenever ``indent`` is set): about 10x faster on big documents such as a partition's
-    ``index.json`` (a dict per transfer); the indented form is :func:`placeviz.jsontext.pretty_json`,
-    the same text as ``json.dumps(indent=2)`` at twice its speed. Keys keep their insertion order
-    in both forms, so the bytes depend only on the document (never on hash seeds).
-    """
-    if pretty:
-        from placeviz.jsontext import pretty_json
-
-        return pretty_json(document) + "\n"
-    return json.dumps(document, separators=(",", ":"), sort_keys=False) + "\n"
+def to_json(document: dict, *, pretty: bool = False) -> str:
+    """``document`` as JSON text ending in a newline: compact, or indented for people (``pretty``,
+    the commands' ``--pretty``): :func:`placeviz.jsontext.json_text`, where the choice is explained."""
+    return json_text(document, pretty=pretty)
 
 
 _LIST_SLICE = 10_000
@@ -56,18 +46,22 @@ _LIST_SLICE = 10_000
 _PIECE_CHARS = 1 << 20
 
 
-def to_json_pieces(document: dict, *, pretty: bool = True) -> Iterator[bytes]:
+def to_json_pieces(document: dict, *, pretty: bool = False) -> Iterator[bytes]:
     """:func:`to_json` as UTF-8 bytes in pieces whose concatenation is exactly its text, so that a
     writer never holds the whole document's text (a million-node partition's ``index.json`` is
     about 100 MB; as one str, plus its newline and its UTF-8 copy, three times that). Compact:
     each top-level value by CPython's C encoder, a long top-level list in slices of
     ``_LIST_SLICE`` items (the same text: the encoder's options are the same for every item).
-    Indented: the pure-Python encoder's pieces (which :func:`to_json` joins), gathered in about
-    1 MB pieces."""
+    Indented: :func:`placeviz.jsontext.pretty_json_parts` (each top-level value, and each item of
+    a top-level list, at twice the speed of json's indenting encoder), gathered in about 1 MB
+    pieces. A document with a top-level key that is not a string is one piece."""
+    if not all(type(key) is str for key in document):  # json makes such keys strings: not cut here
+        yield to_json(document, pretty=pretty).encode("utf-8")
+        return
     if pretty:
         buffer: list[str] = []
         size = 0
-        for piece in json.JSONEncoder(indent=2, sort_keys=False).iterencode(document):
+        for piece in pretty_json_parts(document):
             buffer.append(piece)
             size += len(piece)
             if size >= _PIECE_CHARS:
@@ -77,9 +71,7 @@ def to_json_pieces(document: dict, *, pretty: bool = True) -> Iterator[bytes]:
         yield "".join(buffer).encode("utf-8")
         return
 
-    def dumps(value) -> str:
-        return json.dumps(value, separators=(",", ":"), sort_keys=False)
-
+    dumps = compact_json
     yield b"{"
     for k, (key, value) in enumerate(document.items()):
         yield (("," if k else "") + dumps(key) + ":").encode("utf-8")

@@ -171,7 +171,7 @@ def main(model_spec, *, place: dict, sync, workers, steps, timeout, isolate, fee
          fault, fmt: str, output: str | None, tag: str | None, servers_file: str | None = None,
          reset_containers: bool = False, worker_graphs: tuple[str, ...] = (), allow_io: bool = False,
          isolation: bool = True, mode: str = "sync", slow_workers: tuple[str, ...] = (), trace_file: str | None = None,
-         timeline_file: str | None = None, loss: str | None = None) -> None:
+         timeline_file: str | None = None, loss: str | None = None, pretty: bool = False) -> None:
     """The CLI command: exit 0 when every check passes, 1 when one fails (2 comes from errors), 130
     on SIGINT, 143 on SIGTERM, after stopping everything it started
     (:func:`placeviz.verify.runner.signal_exits`).
@@ -186,12 +186,13 @@ def main(model_spec, *, place: dict, sync, workers, steps, timeout, isolate, fee
               feeds_file=feeds_file, seed=seed, chief_queue_runner=chief_queue_runner, fault=fault, fmt=fmt,
               output=output, tag=tag, servers_file=servers_file, reset_containers=reset_containers,
               worker_graphs=worker_graphs, allow_io=allow_io, isolation=isolation, mode=mode,
-              slow_workers=slow_workers, trace_file=trace_file, timeline_file=timeline_file, loss=loss)
+              slow_workers=slow_workers, trace_file=trace_file, timeline_file=timeline_file, loss=loss,
+              pretty=pretty)
 
 
 def _main(model_spec, *, place, sync, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner, fault,
           fmt, output, tag, servers_file, reset_containers, worker_graphs, allow_io, isolation, mode, slow_workers,
-          trace_file, timeline_file, loss) -> None:
+          trace_file, timeline_file, loss, pretty) -> None:
     from placeviz.commands.place_options import build_placement_options
     from placeviz.devices import ClusterSpec
     from placeviz.tasks import parse_worker_graphs
@@ -224,7 +225,7 @@ def _main(model_spec, *, place, sync, workers, steps, timeout, isolate, feeds_fi
                  allow_io=allow_io, isolation=isolation, mode=mode, slow_workers=slow, trace=bool(trace_file), loss=loss)
     from placeviz.verify.report import format_text
 
-    text = to_json(report.to_json()) if fmt == "json" else format_text(report)
+    text = to_json(report.to_json(), pretty=pretty) if fmt == "json" else format_text(report)
     write_timeline([(mode, report)], trace_file, timeline_file)
     emit(text, output)
     if output or fmt == "json":

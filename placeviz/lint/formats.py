@@ -14,7 +14,8 @@ Model files, node names, op types, devices and messages are untrusted text (see
 (one finding is one line, and no escape sequence reaches the terminal), and the ``github`` format
 encodes annotation messages and properties as GitHub's toolkit does and its plain lines like the
 ``text`` ones, so each finding is exactly one workflow command and nothing else in the log is one.
-JSON and SARIF are escaped by ``json.dumps`` (JSON through its byte-identical :func:`placeviz.jsontext.pretty_json`).
+JSON and SARIF are escaped by ``json.dumps`` (:func:`placeviz.jsontext.json_text`: compact, or indented
+with ``--pretty``).
 """
 
 from __future__ import annotations
@@ -131,10 +132,10 @@ def to_json_document(report) -> dict:
     }
 
 
-def format_json(report) -> str:
-    from placeviz.jsontext import pretty_json
+def format_json(report, *, pretty: bool = False) -> str:
+    from placeviz.jsontext import json_text
 
-    return pretty_json(to_json_document(report)) + "\n"
+    return json_text(to_json_document(report), pretty=pretty)
 
 
 # ---------------------------------------------------------------------------------- github

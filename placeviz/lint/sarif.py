@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 from pathlib import Path
 
@@ -114,5 +113,7 @@ def to_sarif(report) -> dict:
     }
 
 
-def format_sarif(report) -> str:
-    return json.dumps(to_sarif(report), indent=2) + "\n"
+def format_sarif(report, *, pretty: bool = False) -> str:
+    from placeviz.jsontext import json_text
+
+    return json_text(to_sarif(report), pretty=pretty)
