@@ -364,6 +364,7 @@ class _Prover:
             bad = False
             for u, qi in incs:
                 C, E = self.chief_reaches[qi], self.enqueue_reaches[qi]
+                assert C is not None and E is not None  # chief_writes holds queues with a sync op only
                 ev.append({"side": "chief", "claim": f"the sync op increments {names[gs]} with {names[u]} "
                            f"({ops[u]})", "op": names[u], "path": C.path(names, u)})
                 enq = queues[qi].sync_enqueue
@@ -436,6 +437,7 @@ class _Prover:
             fed = {u for a in accs for u in a.updates}
             for u, qi in c_hits:
                 C, E = self.chief_reaches[qi], self.enqueue_reaches[qi]
+                assert C is not None and E is not None  # chief_writes holds queues with a sync op only
                 src = ""
                 if u in fed:
                     a = next(a for a in accs if u in a.updates)
@@ -503,8 +505,7 @@ class _Prover:
 
     def result(self, gs_entries: list[dict], var_entries: list[dict], chief_updates: list[dict]) -> SyncProof:
         m = self.m
-        seen: set[str] = set()
-        unique_warnings = [w for w in self.warnings if not (w in seen or seen.add(w))]
+        unique_warnings = list(dict.fromkeys(self.warnings))
         return SyncProof(
             single_update=not self.violations,
             variables=gs_entries + var_entries,

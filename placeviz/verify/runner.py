@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ def signal_exits() -> Iterator[None]:
         raise SystemExit(EXIT_CODES[signal.SIGINT]) from None
     except Terminated as e:
         _say_exit(f"terminated by {signal.Signals(e.signum).name}")
-        raise SystemExit(EXIT_CODES[e.signum]) from None
+        raise SystemExit(EXIT_CODES[signal.Signals(e.signum)]) from None
     finally:
         for sig, previous in old.items():
             signal.signal(sig, previous)
@@ -189,7 +190,8 @@ def run_plan(plan_json: dict, graphs: list[bytes], feeds: list[dict[str, np.ndar
         for i, data in enumerate(graphs):
             (work / f"graph_w{i}.pb").write_bytes(data)
         for i, f in enumerate(feeds):
-            np.savez(work / f"feeds_w{i}.npz", **f)
+            named: dict[str, Any] = f
+            np.savez(work / f"feeds_w{i}.npz", **named)
         scratch = work / SCRATCH
         scratch.mkdir()
         cmd = [sys.executable, "-m", "placeviz.verify.coordinator", CHILD_FLAG, str(work), str(os.getpid())]
@@ -201,9 +203,11 @@ def run_plan(plan_json: dict, graphs: list[bytes], feeds: list[dict[str, np.ndar
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env=env, cwd=scratch, start_new_session=True)
         tail: list[str] = []
+        err_pipe = proc.stderr
+        assert err_pipe is not None  # stderr=PIPE
 
         def relay() -> None:
-            for raw in proc.stderr:
+            for raw in err_pipe:
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 if line.startswith("@@ "):
                     say(line[3:])
@@ -225,8 +229,8 @@ def run_plan(plan_json: dict, graphs: list[bytes], feeds: list[dict[str, np.ndar
         result = _read_result(work)
         arrays: dict[str, np.ndarray] = {}
         if result and "refused" not in result:
-            with np.load(work / "arrays.npz") as data:
-                arrays = {k.replace("|", "/"): data[k] for k in data.files}
+            with np.load(work / "arrays.npz") as npz:
+                arrays = {k.replace("|", "/"): npz[k] for k in npz.files}
     finally:
         if proc is not None and proc.returncode is None:
             sandbox.kill_group(proc)
