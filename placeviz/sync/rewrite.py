@@ -490,7 +490,7 @@ class _Builder:
         self.shapes = shapes
 
     def node(self, name: str, op: str, inputs=(), device: str = "", attrs: dict | None = None,
-             coloc: list[str] | None = None, out_shapes: list[list[int]] | None = None,
+             coloc: list[str] | None = None, out_shapes: list[list[int] | None] | None = None,
              manual_deps: bool = False) -> NodeDef:
         n = NodeDef(name=name, op=op, device=device)
         n.input.extend(inputs)

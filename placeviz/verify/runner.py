@@ -105,13 +105,15 @@ class Janitor:
     """The run's temp dir, made by a :mod:`placeviz.verify.janitor` process that removes it (and
     kills what names it) once this process closes its stdin or dies."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         env = sandbox.child_env()
         self.proc = subprocess.Popen([sys.executable, "-m", "placeviz.verify.janitor"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
-        line = self.proc.stdout.readline().decode("utf-8", "surrogateescape").rstrip("\n")
-        self.proc.stdout.close()
+        out = self.proc.stdout
+        assert out is not None  # stdout=PIPE
+        line = out.readline().decode("utf-8", "surrogateescape").rstrip("\n")
+        out.close()
         if not line or not os.path.isdir(line):
             self.finish()
             from placeviz.errors import PlacevizError
@@ -123,8 +125,10 @@ class Janitor:
         """Remove the temp dir here, let the janitor sweep and exit, and reap it."""
         if getattr(self, "work", None) is not None:
             shutil.rmtree(self.work, ignore_errors=True)
+        stdin = self.proc.stdin
+        assert stdin is not None  # stdin=PIPE
         with contextlib.suppress(OSError):
-            self.proc.stdin.close()
+            stdin.close()
         try:
             self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
