@@ -41,8 +41,9 @@ def _spec_int(value: Any, what: str, spec: str | None) -> int:
         raise DeviceSpecError(f"invalid {what} {value!r}{where}: not an integer") from None
 
 
-def _spec_string(job, replica, task, device_type, device_index) -> str:
-    out = []
+def _spec_string(job: str | None, replica: int | None, task: int | None, device_type: str | None,
+                 device_index: int | None) -> str:
+    out: list[str] = []
     if job is not None:
         out.append("/job:" + job)
     if replica is not None:
@@ -71,7 +72,7 @@ class PyDeviceSpec:
     device_index: int | None = None
     _string: str = field(init=False, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         setter = object.__setattr__
         if self.job is not None and type(self.job) is not str:
             setter(self, "job", str(self.job))
@@ -170,7 +171,7 @@ class PyDeviceSpec:
     def __str__(self) -> str:
         return self._string
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, PyDeviceSpec) and self._string == other._string
 
     def __hash__(self) -> int:

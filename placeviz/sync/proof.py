@@ -36,7 +36,9 @@ node an input (data or control) of the previous one.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from placeviz.errors import GraphError
 from placeviz.graph import Graph
@@ -169,7 +171,7 @@ def _hint(name: str, kind: str) -> str | None:
 # ----------------------------------------------------------------------------- the proof
 
 
-def prove(graph: Graph, machinery: SyncMachinery, trainable=None) -> SyncProof:
+def prove(graph: Graph, machinery: SyncMachinery, trainable: Iterable[str] | None = None) -> SyncProof:
     """Prove (or refute, naming the cause) that each variable is updated once per global step.
 
     ``trainable``: names of the trainable variables (variable op names; e.g. the
@@ -210,10 +212,10 @@ class _Prover:
                 self.accum_of.setdefault(a.variable, []).append(a)
         self.frames = loop_frames(g)
 
-    def violation(self, kind: str, message: str, **extra) -> None:
+    def violation(self, kind: str, message: str, **extra: Any) -> None:
         self.violations.append({"kind": kind, "message": message, **extra})
 
-    def find_trainable(self, trainable) -> None:
+    def find_trainable(self, trainable: Iterable[str] | None) -> None:
         """The trainable variables: given, else the accumulators' variables and what optimizer applies
         write on input 0; never the global or local steps."""
         g, idx = self.g, self.idx
