@@ -525,7 +525,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as e:
         code = e.exit_code
     except click.ClickException as e:
-        e.message = terminal_text(e.message)  # it may quote a file name: one line, no escape sequences
+        # it may quote a file name: one line, no escape sequences (click's stubs mark `message` Final,
+        # but click itself only sets it in __init__; replacing it before show() is what we want)
+        e.message = terminal_text(e.message)  # type: ignore[misc]
         e.show()
         code = 2 if isinstance(e, click.UsageError) else e.exit_code
     except click.Abort as e:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate, chain, compress, count, repeat
+from typing import cast
 
 from placeviz.errors import GraphError
 from placeviz.gcpause import gc_paused  # noqa: F401 - re-exported: the placement stages import it from here
@@ -108,6 +109,7 @@ class Graph:
 
     def _build_from_wire(self, wire: bytes | memoryview, key_attrs_for) -> bool:
         """:meth:`_build` (and the ``_class`` and attr-key reads) by the C reader; False if it declined."""
+        assert _wire is not None  # the caller checked
         scanned = _wire.scan_graph(wire)
         if scanned is None:
             return False
@@ -117,7 +119,7 @@ class Graph:
         self.in_start, self.in_src, self.in_slot = (_int_array(in_start), _int_array(in_src),
                                                     _int_array(in_slot))
         key_attrs = key_attrs_for(set(distinct_ops)) if key_attrs_for is not None else None
-        plans = [None] * len(distinct_ops)
+        plans: list[tuple[bytes, ...] | None] = [None] * len(distinct_ops)
         if key_attrs:
             plans = [tuple(a.encode() for a in key_attrs[op]) if op in key_attrs else None for op in distinct_ops]
         attrs = _wire.read_attrs(wire, spans, op_ids, plans, _attr_value_key_of_bytes, _decode_class)
@@ -178,12 +180,15 @@ class Graph:
         # node: then the loop below sees them all, to report the first bad input in order.
         texts = list(map(flat.__getitem__, pending))
         is_control = list(map(str.startswith, texts, repeat("^")))
-        control_srcs = list(map(get, map(operator.getitem, compress(texts, is_control), repeat(slice(1, None)))))
+        # (mypy picks the wrong overload of operator.getitem for a str and a slice)
+        control_srcs = list(map(get, map(operator.getitem, compress(texts, is_control),  # type: ignore[arg-type]
+                                         repeat(slice(1, None)))))
         if None not in control_srcs:
             for k, src in zip(compress(pending, is_control), control_srcs, strict=True):
                 srcs[k] = src
                 in_slot[k] = CONTROL
             pending = list(compress(pending, map(operator.not_, is_control)))
+        slot: int | None
         for k in pending:
             text = flat[k]
             if text[:1] == "^":
@@ -207,7 +212,7 @@ class Graph:
                                  f"node is named {parse_input(text).src!r}")
             srcs[k] = src
             in_slot[k] = slot
-        in_src = array("i", srcs)
+        in_src = array("i", cast("list[int]", srcs))  # every None was replaced above (or raised)
 
         self.names = names
         self.ops = ops
@@ -307,7 +312,9 @@ class Graph:
     def graph_def(self) -> GraphDef:
         """The GraphDef (for a derived graph, built on first use)."""
         if self._graph_def is None:
-            self._graph_def = self._make_graph_def()
+            make = self._make_graph_def
+            assert make is not None  # a graph has its GraphDef or the function that makes it
+            self._graph_def = make()
             self._make_graph_def = None
         return self._graph_def
 
@@ -456,6 +463,7 @@ class Graph:
         values = self._attr_keys_from_source(key_attrs)
         if values is None:
             values = self._scan_attrs(key_attrs)
+            assert values is not None  # key_attrs given: the values are read
         self.__dict__["_attr_keys"] = (dict(key_attrs), values)
         return values
 
@@ -465,7 +473,9 @@ class Graph:
 
     def _attr_keys_from_source(self, key_attrs: dict[str, tuple[str, ...]]) -> list | None:
         source = self._source
-        cached = source.__dict__.get("_attr_keys") if source is not None else None
+        if source is None:
+            return None
+        cached = source.__dict__.get("_attr_keys")
         if cached is None:
             return None
         source_key_attrs, source_values = cached

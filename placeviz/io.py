@@ -417,6 +417,7 @@ def _load_builder(spec: str, target: str, func_name: str, task_index: int | None
             raise LoadError(spec, f"builder file {target} does not exist")
         module_name = "placeviz_builder_" + re.sub(r"\W", "_", file.stem)
         mod_spec = importlib.util.spec_from_file_location(module_name, file)
+        assert mod_spec is not None and mod_spec.loader is not None  # a .py file has a source loader
         module = importlib.util.module_from_spec(mod_spec)
         sys.path.insert(0, str(file.resolve().parent))
         try:
@@ -729,9 +730,9 @@ def _note_input(spec: str) -> None:
         _inputs.trees[os.path.dirname(real)] = spec
 
 
-def _input_files() -> dict[tuple[int, int], tuple[str, str]]:
-    files = dict(_inputs.files)
-    for module_name, spec in _inputs.modules.items():
+def _input_files(inputs: _Inputs) -> dict[tuple[int, int], tuple[str, str]]:
+    files = dict(inputs.files)
+    for module_name, spec in inputs.modules.items():
         file = getattr(sys.modules.get(module_name), "__file__", None)
         if file:
             try:
@@ -759,7 +760,7 @@ def check_output(path: str | os.PathLike, *, directory: bool = False) -> None:
         return
     shown = os.fspath(path)
     real = os.path.realpath(path)
-    files = _input_files()
+    files = _input_files(_inputs)
     try:
         st = os.stat(real)
     except OSError:
@@ -995,6 +996,7 @@ def _replace_file(shown: str, target: Path, payload: bytes, st: os.stat_result |
     tmp = None
     try:
         fd, tmp = _create_temp(directory, target.name)
+        assert fd is not None  # a file (mkdir=False)
         _fill(fd, payload, st)
         os.replace(tmp, target)
         tmp = None

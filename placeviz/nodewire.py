@@ -75,11 +75,11 @@ def of_graph_def(data: bytes | memoryview, node_count: int, spans: bytes | None 
 
         pairs = np.frombuffer(spans, dtype=np.uint32).reshape(-1, 2).astype(np.int64)
         return NodeWire(data, array("q", pairs[:, 0].tobytes()), array("q", pairs[:, 1].tobytes()))
-    spans = field_spans(data, NODE_FIELD)
-    if len(spans) != node_count:
+    pair_list = field_spans(data, NODE_FIELD)
+    if len(pair_list) != node_count:
         return None
-    offsets = array("q", (s[0] for s in spans))
-    lengths = array("q", (s[1] for s in spans))
+    offsets = array("q", (s[0] for s in pair_list))
+    lengths = array("q", (s[1] for s in pair_list))
     return NodeWire(data, offsets, lengths)
 
 

@@ -45,6 +45,7 @@ an arg is ``[name, type, type_attr, number_attr, type_list_attr, is_ref]``.
 from __future__ import annotations
 
 import base64
+import enum
 import gzip
 import json
 import os
@@ -53,7 +54,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from placeviz.errors import PlacevizError
 
@@ -133,7 +134,13 @@ class OpFacts:
     attrs: Mapping[str, AttrSpec] = field(default_factory=dict)
 
 
-_MISSING = object()
+class _Missing(enum.Enum):
+    """The "absent" sentinel of lookups whose values may be None (an unknown op, an attr without default)."""
+
+    MISSING = 0
+
+
+_MISSING: Final = _Missing.MISSING
 
 # Extractor kinds for io-relevant attrs.
 _K_TYPE, _K_INT, _K_TYPE_LIST = 0, 1, 2
@@ -364,7 +371,7 @@ class OpTable:
         if rec is _MISSING:
             raw = self._raw.get(op)
             rec = self._recs[op] = _OpRec(op, raw) if raw is not None else None
-        return rec  # type: ignore[return-value]
+        return rec
 
     def io_types(self, node) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """``(input types, output types)`` of a NodeDef, or None if its op is unknown.
@@ -916,8 +923,8 @@ def _kernel_lines(ks: Iterable[Kernel], type_attrs: set[str]) -> list[str]:
             return "{" + ", ".join(_dt(v) for v in sorted(set(allowed))) + "}"
         return "{" + ", ".join(json.dumps(v) for v in allowed) + "}"
 
-    for (prio, label, host, name), allowed in groups.items():
-        out.append(f"{name} in {vals(name, allowed)}{tail(prio, label, host)}")
+    for (prio, label, host, name), merged in groups.items():
+        out.append(f"{name} in {vals(name, merged)}{tail(prio, label, host)}")
     for k in singles:
         cons = ", ".join(f"{n} in {vals(n, a)}" for n, a in k.constraints.items()) or "any attrs"
         out.append(cons + tail(k.priority, k.label, k.host_memory))

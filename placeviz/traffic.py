@@ -109,8 +109,9 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
     for t in transfers:
         if t["slot"] == "control":
             continue
-        var = behind.get(t["src"], False)
-        if var is False:
+        if t["src"] in behind:
+            var = behind[t["src"]]
+        else:
             var = behind[t["src"]] = variable_behind(graph, t["src"])
         if var is not None:
             r = reads[var]
@@ -119,8 +120,8 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
             r["unknown"] += t["bytes"] is None
             r["to_tasks"].add(task_of[t["dst_device"]])
             # A transfer inside a while loop runs once per iteration (the receiving node's frame).
-            dst = graph.index.get(t.get("dst") or "")
-            frame = frames[dst] if frames is not None and dst is not None else None
+            dst_id = graph.index.get(t.get("dst") or "")
+            frame = frames[dst_id] if frames is not None and dst_id is not None else None
             if frame:
                 r["frames"].add(frame)
     tasks = sorted(set(sent) | set(received) | {p[0] for p in pairs} | {p[1] for p in pairs})
@@ -169,5 +170,5 @@ def _overflow_notes(transfers: list[dict]) -> list[str]:
 
 
 @cache
-def _size_by_name() -> dict[str, int | None]:
+def _size_by_name() -> dict[str | None, int | None]:  # looked up by a transfer's dtype, maybe None
     return {dtype_name(code + ref): size for code, size in DTYPE_SIZE.items() for ref in (0, 100)}

@@ -300,6 +300,31 @@ def test_refuses_an_update_it_cannot_trace(resource):
     assert victim.name.split("/")[1][len("update_"):] in _one_line(e)
 
 
+def test_refuses_a_ready_list_naming_no_node():
+    """A ``report_uninitialized_variables`` list (rebuilt to also list the local step) that names a
+    variable the graph does not hold: one line, not a traceback (it used to be an AttributeError)."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        global_step = v1.train.get_or_create_global_step()
+        w = v1.get_variable("w", [2, 1])
+        v1.get_variable("counter", [], collections=[v1.GraphKeys.LOCAL_VARIABLES])
+        loss = tf.reduce_sum(tf.matmul(tf.ones([1, 2]), w))
+        v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=global_step)
+        v1.report_uninitialized_variables()  # every variable: global ones and the local one
+        meta = _meta(v1.train.export_meta_graph(graph=graph))
+    const = next(n for n in meta.graph_def.node if n.name == "report_uninitialized_variables/Const")
+    assert b"counter" in const.attr["value"].tensor.string_val
+    res = rewrite_sync(meta, 2)  # as TF built it: rebuilt to list the local step too
+    assert any(n.name == "report_uninitialized_variables/Const" for n in res.graph_def.node)
+    const.attr["value"].tensor.string_val.append(b"no_such_variable")
+    with pytest.raises(SyncRewriteError, match="no_such_variable") as e:
+        rewrite_sync(meta, 2)
+    _one_line(e)
+
+
 @pytest.mark.parametrize("resource", [False, True])
 def test_refuses_sparse_gradient_without_dense_shape(resource):
     """IndexedSlices whose dense_shape cannot be found where the gradient function made them."""

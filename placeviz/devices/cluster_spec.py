@@ -237,7 +237,7 @@ class ClusterSpec:
     def __contains__(self, job: object) -> bool:
         return job in self._jobs
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, ClusterSpec) and self._jobs == other._jobs
 
     def __hash__(self) -> int:

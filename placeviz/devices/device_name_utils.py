@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from placeviz.devices.errors import CACHE_LIMIT, DeviceSpecError
 from placeviz.errors import PlacevizError
@@ -151,7 +152,7 @@ def parse_full_name(name: str) -> ParsedName | None:
     legacy ``/cpu:N``, ``/CPU:N``, ``/gpu:N``, ``/GPU:N`` (type ``CPU``/``GPU``); ``*`` for any
     value means unset. ``""`` and ``"/"`` parse to the empty name.
     """
-    cached = _FULL_CACHE.get(name, False)
+    cached: ParsedName | None | Literal[False] = _FULL_CACHE.get(name, False)
     if cached is not False:
         return cached
     result = _parse_full_name(name)
@@ -286,6 +287,7 @@ def names_for_device_mappings(pn: ParsedName) -> list[str]:
     if not pn.is_complete:
         return []
     head = f"/job:{pn.job}/replica:{pn.replica}/task:{pn.task}"
+    assert pn.type is not None  # is_complete
     return [f"{head}/device:{pn.type}:{pn.id}", f"{head}/{pn.type.lower()}:{pn.id}"]
 
 
@@ -421,14 +423,12 @@ def is_same_address_space(a: ParsedName | str, b: ParsedName | str) -> bool:
 
     Strings are parsed with ``ParseFullName``; an unparsable string gives False (as in TF).
     """
-    if not isinstance(a, ParsedName):
-        a = parse_full_name(a)
-    if not isinstance(b, ParsedName):
-        b = parse_full_name(b)
-    if a is None or b is None:
+    pa = a if isinstance(a, ParsedName) else parse_full_name(a)
+    pb = b if isinstance(b, ParsedName) else parse_full_name(b)
+    if pa is None or pb is None:
         return False
-    return (a.job is not None and a.job == b.job and a.replica is not None and a.replica == b.replica
-            and a.task is not None and a.task == b.task)
+    return (pa.job is not None and pa.job == pb.job and pa.replica is not None and pa.replica == pb.replica
+            and pa.task is not None and pa.task == pb.task)
 
 
 def is_different_address_space(a: ParsedName, b: ParsedName) -> bool:

@@ -203,8 +203,8 @@ def sort_devices(devices: Iterable[Device | str | ParsedName],
     items = [d if isinstance(d, Device) else Device.from_name(d) for d in devices]
     master = _master_address(master_task) if master_task is not None else None
 
-    def key(d: Device):
-        t = d.parsed.type
+    def key(d: Device) -> tuple[int, int, bool, bytes]:
+        t = d.device_type  # complete: the type is set
         if kernel_priority_by_type is None:
             prio = device_type_priority(t, type_priority)
         else:

@@ -41,8 +41,9 @@ def _spec_int(value: Any, what: str, spec: str | None) -> int:
         raise DeviceSpecError(f"invalid {what} {value!r}{where}: not an integer") from None
 
 
-def _spec_string(job, replica, task, device_type, device_index) -> str:
-    out = []
+def _spec_string(job: str | None, replica: int | None, task: int | None, device_type: str | None,
+                 device_index: int | None) -> str:
+    out: list[str] = []
     if job is not None:
         out.append("/job:" + job)
     if replica is not None:
@@ -71,7 +72,7 @@ class PyDeviceSpec:
     device_index: int | None = None
     _string: str = field(init=False, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         setter = object.__setattr__
         if self.job is not None and type(self.job) is not str:
             setter(self, "job", str(self.job))
@@ -123,7 +124,11 @@ class PyDeviceSpec:
 
     @classmethod
     def _parse_uncached(cls, spec: str) -> PyDeviceSpec:
-        job = replica = task = device_type = device_index = None
+        job: str | None = None
+        replica_text: str | None = None
+        task_text: str | None = None
+        device_type: str | None = None
+        device_index: int | None = None
         for piece in spec.split("/"):
             y = piece.split(":")
             ly = len(y)
@@ -131,9 +136,9 @@ class PyDeviceSpec:
             if ly == 2 and head == "job":
                 job = y[1]
             elif ly == 2 and head == "replica":
-                replica = y[1]
+                replica_text = y[1]
             elif ly == 2 and head == "task":
-                task = y[1]
+                task_text = y[1]
             elif (ly == 1 or ly == 2) and head.upper() in VALID_DEVICE_TYPES:
                 if device_type is not None:
                     raise DeviceSpecError(f"Multiple device types are not allowed while parsing the "
@@ -152,10 +157,8 @@ class PyDeviceSpec:
                 raise DeviceSpecError(f"Unknown attribute '{head}' is encountered while parsing the "
                                       f"device spec: '{spec}'.")
         # TF converts replica and task in the constructor, after the whole string was read.
-        if replica is not None:
-            replica = _spec_int(replica, "replica", spec)
-        if task is not None:
-            task = _spec_int(task, "task", spec)
+        replica = _spec_int(replica_text, "replica", spec) if replica_text is not None else None
+        task = _spec_int(task_text, "task", spec) if task_text is not None else None
         return cls(job, replica, task, device_type, device_index)
 
     def to_string(self) -> str:
@@ -168,7 +171,7 @@ class PyDeviceSpec:
     def __str__(self) -> str:
         return self._string
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, PyDeviceSpec) and self._string == other._string
 
     def __hash__(self) -> int:
@@ -200,9 +203,9 @@ class PyDeviceSpec:
         _MERGE_CACHE[key] = result
         return result
 
-    def replace(self, **changes) -> PyDeviceSpec:
+    def replace(self, **changes: Any) -> PyDeviceSpec:
         """``DeviceSpec.replace``: a copy with the given fields set (``None`` unsets a field)."""
-        fields = {"job": self.job, "replica": self.replica, "task": self.task,
+        fields: dict[str, Any] = {"job": self.job, "replica": self.replica, "task": self.task,
                   "device_type": self.device_type, "device_index": self.device_index}
         unknown = set(changes) - set(fields)
         if unknown:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import compress
 
@@ -198,7 +199,7 @@ def _place_graph(graph: Graph, options: PlacementOptions, op_table) -> Placement
 
 
 def placement_summary(result: PlacementResult, variable_bytes: dict[str, int | None], ps_job: str = "ps",
-                      slots: set[str] = frozenset()) -> dict:
+                      slots: AbstractSet[str] = frozenset()) -> dict:
     """The ``placement`` section of ``placeviz.analysis/1``: per device, per PS task, balance.
 
     ``variable_bytes`` covers every variable, optimizer slots included (``slots`` names them): a
@@ -232,6 +233,7 @@ def placement_summary(result: PlacementResult, variable_bytes: dict[str, int | N
 
     for device, count in per_device.items():
         parsed = parse_full_name(device)
+        assert parsed is not None and parsed.job is not None  # the placer gives every node a full device name
         task = f"/job:{parsed.job}/replica:{parsed.replica}/task:{parsed.task}"
         t = tasks.setdefault(task, new_task(task, parsed.job))
         t["nodes"] += count
@@ -240,8 +242,8 @@ def placement_summary(result: PlacementResult, variable_bytes: dict[str, int | N
         t["slot_bytes"] += slot_bytes_per_device[device]
         t["unknown_size_variables"] += unknown_per_device[device]
     ps_loads = [t["variable_bytes"] for t in tasks.values() if t["job"] == ps_job]
-    for task in result.cluster.task_indices(ps_job) if ps_job in result.cluster.jobs else []:
-        name = f"/job:{ps_job}/replica:0/task:{task}"
+    for index in result.cluster.task_indices(ps_job) if ps_job in result.cluster.jobs else []:
+        name = f"/job:{ps_job}/replica:0/task:{index}"
         if name not in tasks:
             tasks[name] = new_task(name, ps_job)
             ps_loads.append(0)

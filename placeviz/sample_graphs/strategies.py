@@ -36,7 +36,7 @@ class GreedyLoadBalancingStrategy:
         """A copy of the current load of each task."""
         return self._ps_loads.copy()
 
-    def __call__(self, op: tf.Operation) -> int:
+    def __call__(self, op: tf.Operation) -> np.integer:  # numpy's int, as TF's own strategy returns
         task = np.argmin(self._ps_loads)
         self._ps_loads[task] += self._load_fn(op)
         return task

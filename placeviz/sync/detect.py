@@ -642,29 +642,29 @@ def detect(graph: Graph, collections=None, *, table=None) -> SyncMachinery | Non
         notes.append("the token queues are filled from different global steps: "
                      + ", ".join(g.names[i] for i in global_steps))
     shared: dict[str, list[int]] = {}
-    for a in accums.values():
-        if a.shared_name:
-            shared.setdefault(a.shared_name, []).append(a.node)
+    for acc in accums.values():
+        if acc.shared_name:
+            shared.setdefault(acc.shared_name, []).append(acc.node)
     for sn, nodes in shared.items():
         if len(nodes) > 1:
             notes.append(f"{len(nodes)} accumulators share shared_name {sn!r} (one resource at run time "
                          f"on the same device): " + ", ".join(g.names[i] for i in nodes))
     queue_names: dict[tuple[str, str], list[int]] = {}
-    for q in queues:
-        av = g.node_def(q.queue).attr.get("shared_name")
+    for tq in queues:
+        av = g.node_def(tq.queue).attr.get("shared_name")
         if av is not None and av.s:
-            queue_names.setdefault((av.s.decode("utf-8", "replace"), g.devices[q.queue]), []).append(q.queue)
+            queue_names.setdefault((av.s.decode("utf-8", "replace"), g.devices[tq.queue]), []).append(tq.queue)
     for (sn, _dev), nodes in queue_names.items():
         if len(nodes) > 1:
             notes.append(f"token queues {', '.join(g.names[i] for i in nodes)} share shared_name {sn!r} on "
                          "the same device: at run time they are one queue, so tokens of either sync op "
                          "release either dequeue")
-    for a in accums.values():
-        if a.variable_from == "shared_name" and a.shared_name_variable is not None:
-            notes.append(f"accumulator {g.names[a.node]}: no update of {a.shared_name_variable} "
+    for acc in accums.values():
+        if acc.variable_from == "shared_name" and acc.shared_name_variable is not None:
+            notes.append(f"accumulator {g.names[acc.node]}: no update of {acc.shared_name_variable} "
                          "consumes its aggregated gradient")
-        if a.queue is None:
-            notes.append(f"accumulator {g.names[a.node]} feeds no token queue's dequeue")
+        if acc.queue is None:
+            notes.append(f"accumulator {g.names[acc.node]} feeds no token queue's dequeue")
     if idx.unknown_ops:
         notes.append("op types unknown to the op-facts table (their variable writes are not seen): "
                      + ", ".join(sorted(idx.unknown_ops)[:10]))
@@ -912,7 +912,7 @@ _VALUE_FORWARD_OPS = frozenset({"Identity", "Cast", "Snapshot"})
 
 def _value_writes(g: Graph, idx: StateIndex, src: int) -> list[tuple[int, int]]:
     """(writer, variable) for writes whose *value* input is ``src``'s output (through Identity/Cast)."""
-    out = []
+    out: list[tuple[int, int]] = []
     for c, u, forwards in forward_through(g, src, _VALUE_FORWARD_OPS):
         writes = idx.writes.get(c) if not forwards else None
         if not writes:

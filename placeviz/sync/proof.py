@@ -36,7 +36,9 @@ node an input (data or control) of the previous one.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from placeviz.errors import GraphError
 from placeviz.graph import Graph
@@ -169,7 +171,7 @@ def _hint(name: str, kind: str) -> str | None:
 # ----------------------------------------------------------------------------- the proof
 
 
-def prove(graph: Graph, machinery: SyncMachinery, trainable=None) -> SyncProof:
+def prove(graph: Graph, machinery: SyncMachinery, trainable: Iterable[str] | None = None) -> SyncProof:
     """Prove (or refute, naming the cause) that each variable is updated once per global step.
 
     ``trainable``: names of the trainable variables (variable op names; e.g. the
@@ -210,10 +212,10 @@ class _Prover:
                 self.accum_of.setdefault(a.variable, []).append(a)
         self.frames = loop_frames(g)
 
-    def violation(self, kind: str, message: str, **extra) -> None:
+    def violation(self, kind: str, message: str, **extra: Any) -> None:
         self.violations.append({"kind": kind, "message": message, **extra})
 
-    def find_trainable(self, trainable) -> None:
+    def find_trainable(self, trainable: Iterable[str] | None) -> None:
         """The trainable variables: given, else the accumulators' variables and what optimizer applies
         write on input 0; never the global or local steps."""
         g, idx = self.g, self.idx
@@ -364,6 +366,7 @@ class _Prover:
             bad = False
             for u, qi in incs:
                 C, E = self.chief_reaches[qi], self.enqueue_reaches[qi]
+                assert C is not None and E is not None  # chief_writes holds queues with a sync op only
                 ev.append({"side": "chief", "claim": f"the sync op increments {names[gs]} with {names[u]} "
                            f"({ops[u]})", "op": names[u], "path": C.path(names, u)})
                 enq = queues[qi].sync_enqueue
@@ -436,6 +439,7 @@ class _Prover:
             fed = {u for a in accs for u in a.updates}
             for u, qi in c_hits:
                 C, E = self.chief_reaches[qi], self.enqueue_reaches[qi]
+                assert C is not None and E is not None  # chief_writes holds queues with a sync op only
                 src = ""
                 if u in fed:
                     a = next(a for a in accs if u in a.updates)
@@ -503,8 +507,7 @@ class _Prover:
 
     def result(self, gs_entries: list[dict], var_entries: list[dict], chief_updates: list[dict]) -> SyncProof:
         m = self.m
-        seen: set[str] = set()
-        unique_warnings = [w for w in self.warnings if not (w in seen or seen.add(w))]
+        unique_warnings = list(dict.fromkeys(self.warnings))
         return SyncProof(
             single_update=not self.violations,
             variables=gs_entries + var_entries,

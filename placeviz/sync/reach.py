@@ -7,7 +7,7 @@ single-update proof (what each side runs) both walk that closure with this one b
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Container, Iterable, Iterator
 
 from placeviz.graph import CONTROL, Graph
 
@@ -26,7 +26,7 @@ class Reach:
 
     __slots__ = ("parent", "order")
 
-    def __init__(self, g: Graph, targets):
+    def __init__(self, g: Graph, targets: Iterable[int]) -> None:
         parent = [_UNSEEN] * len(g.names)
         order = []
         for t in targets:
@@ -60,7 +60,7 @@ class Reach:
         return out
 
 
-def forward_through(g: Graph, start: int, through) -> Iterator[tuple[int, int, bool]]:
+def forward_through(g: Graph, start: int, through: Container[str]) -> Iterator[tuple[int, int, bool]]:
     """Data consumers of ``start``, looking through the ops in ``through`` (Identity-like forwarders).
 
     Yields ``(consumer, via, forwards)`` once per consumer, depth first: ``via`` is the node whose

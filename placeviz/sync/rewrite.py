@@ -112,8 +112,10 @@ This module never imports TensorFlow.
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass, field
+from typing import Literal, NoReturn
 
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph
@@ -173,7 +175,15 @@ class _Grad:
         return self.dense is None
 
     def tensors(self) -> list[str]:
-        return [self.dense] if self.dense is not None else [self.values, self.indices]
+        if self.dense is not None:
+            return [self.dense]
+        values, indices, _ = self.slices()
+        return [values, indices]
+
+    def slices(self) -> tuple[str, str, str]:
+        """``(values, indices, dense_shape)`` of an IndexedSlices gradient (all three are set then)."""
+        assert self.values is not None and self.indices is not None and self.dense_shape is not None
+        return self.values, self.indices, self.dense_shape
 
 
 class SyncRewriteError(PlacevizError):
@@ -244,7 +254,13 @@ def _output_shapes(*shapes: list[int] | None) -> AttrValue:
     return a
 
 
-_NO_SHAPE = object()
+class _NoShape(enum.Enum):
+    """The sentinel :func:`_out_shape` returns for "no recorded shape" (``None`` is an unknown rank)."""
+
+    NO_SHAPE = 0
+
+
+_NO_SHAPE = _NoShape.NO_SHAPE
 
 
 def _canon(tensor: str) -> str:
@@ -256,7 +272,7 @@ def _shape_of(s) -> list[int] | None:
     return None if s.unknown_rank else [d.size for d in s.dim]
 
 
-def _out_shape(node: NodeDef | None, tensor: str):
+def _out_shape(node: NodeDef | None, tensor: str) -> list[int] | None | Literal[_NoShape.NO_SHAPE]:
     """The static shape of output ``tensor`` from its node's ``_output_shapes`` (or _NO_SHAPE)."""
     if node is None or "_output_shapes" not in node.attr:
         return _NO_SHAPE
@@ -474,7 +490,7 @@ class _Builder:
         self.shapes = shapes
 
     def node(self, name: str, op: str, inputs=(), device: str = "", attrs: dict | None = None,
-             coloc: list[str] | None = None, out_shapes: list[list[int]] | None = None,
+             coloc: list[str] | None = None, out_shapes: list[list[int] | None] | None = None,
              manual_deps: bool = False) -> NodeDef:
         n = NodeDef(name=name, op=op, device=device)
         n.input.extend(inputs)
@@ -580,12 +596,16 @@ class _Rewrite:
         self._scopes: dict[str, list[NodeDef]] | None = None
 
     # -------------------------------------------------------------- analysis of the plain graph
-    def fail(self, message: str):
+    def fail(self, message: str) -> NoReturn:
         raise SyncRewriteError(message)
 
     def node(self, name: str) -> NodeDef | None:
         i = self.index.get(name)
         return None if i is None else self.nodes[i]
+
+    def known(self, name: str) -> NodeDef:
+        """The plain node ``name``, which this pass found in the graph (never absent)."""
+        return self.nodes[self.index[name]]
 
     def source_variable(self, inp: str) -> NodeDef | None:
         """The variable op a (ref/handle/value) input comes from, through reads and identities."""
@@ -635,7 +655,7 @@ class _Rewrite:
                       + ", ".join(nodes[i].name for i in inc) + " (only one wrapped optimizer is supported)")
         self.scope = nodes[inc[0]].name
         self.inc = inc[0]
-        self.gs = self.node(gs_name)
+        self.gs = self.known(gs_name)
         self.gs_resource = self.gs.op in RESOURCE_VARIABLE_OPS
         if not self.gs_resource:
             if f"{gs_name}/read" not in self.index:
@@ -692,8 +712,7 @@ class _Rewrite:
             groups.setdefault(var, []).append(i)
         self.grads: list[_Grad] = []
         for var_name, ids in groups.items():
-            var = self.node(var_name)
-            self.grads.append(self.gradient_of(var, ids))
+            self.grads.append(self.gradient_of(self.known(var_name), ids))
 
     def gradient_of(self, var: NodeDef, ids: list[int]) -> _Grad:
         nodes = self.nodes
@@ -1060,7 +1079,7 @@ class _Rewrite:
             dtype = var.attr["dtype"].type
             dims = [d.size for d in var.attr["shape"].shape.dim]
             shared = _s(f"{var.name}:0/grad_accum")
-            if not g.sparse:
+            if g.dense is not None:
                 acc = self.scoped("conditional_accumulator")
                 added.append(b.node(acc, "ResourceConditionalAccumulator", device=dev, out_shapes=[[2]],
                                     attrs={"dtype": _type(dtype), "shape": _shape_attr(dims),
@@ -1078,6 +1097,7 @@ class _Rewrite:
                 self.new_types[f"{tk}:0"] = dtype
                 self.new_shapes[f"{tk}:0"] = dims
             else:
+                values, indices, dense_shape = g.slices()
                 acc = self.scoped("sparse_conditional_accumulator")
                 cls = [f"loc:@{acc}"]
                 added.append(b.node(acc, "SparseConditionalAccumulator", device=dev, out_shapes=[[2]],
@@ -1085,10 +1105,10 @@ class _Rewrite:
                                            "shared_name": shared, "container": _s(""),
                                            "reduction_type": _s("MEAN")}))
                 step = self.read_step(added, ls, ls_ref_read, dev)
-                idx = self.cast64(added, g.indices, self.scoped, dev)
-                shp = self.cast64(added, g.dense_shape, self.scoped, dev)
+                idx = self.cast64(added, indices, self.scoped, dev)
+                shp = self.cast64(added, dense_shape, self.scoped, dev)
                 ap = self.scoped("SparseAccumulatorApplyGradient")
-                added.append(b.node(ap, "SparseAccumulatorApplyGradient", [acc, step, idx, g.values, shp],
+                added.append(b.node(ap, "SparseAccumulatorApplyGradient", [acc, step, idx, values, shp],
                                     device=dev, coloc=cls, manual_deps=True,
                                     attrs={"dtype": _type(dtype), "has_known_shape": _b(True)}))
                 tk = self.scoped("SparseAccumulatorTakeGradient")
@@ -1096,7 +1116,7 @@ class _Rewrite:
                 added.append(b.node(tk, "SparseAccumulatorTakeGradient", [acc, f"{tk}/num_required"],
                                     device=dev, coloc=cls, out_shapes=[None, None, None],
                                     attrs={"dtype": _type(dtype)}))
-                m = {_canon(g.indices): f"{tk}", _canon(g.values): f"{tk}:1"}
+                m = {_canon(indices): f"{tk}", _canon(values): f"{tk}:1"}
                 self.new_types.update({f"{tk}:0": _INT64, f"{tk}:1": dtype})
                 self.new_shapes.update({f"{tk}:0": None, f"{tk}:1": None})
             for i in g.ids:
@@ -1188,6 +1208,7 @@ class _Rewrite:
                 del moved_ema[-1].attr["_has_manual_control_dependencies"]
             self.moved_ema = self.under_device(moved_ema, self.gs.device, only={
                 n.name for n in moved_ema if n.name == _EMA_SCOPE or n.name.startswith(_EMA_SCOPE + "/")})
+            assert self.ema_group is not None  # set with ema_block (split_program)
             self.sync_op = self.names.claim(self.ema_group)
 
     def build_chief_init(self) -> None:
@@ -1234,8 +1255,8 @@ class _Rewrite:
                 last_user = k
         # a per-device NoOp of ``group`` (control_flow_ops.py): its root is made in the same call
         post_pos = {n.name: k for k, n in enumerate(post)}
-        while last_user is not None and (m := re.fullmatch(r"(.+)/NoOp(?:_\d+)?", post[last_user].name)):
-            root = post_pos.get(m[1], -1)
+        while last_user is not None and (noop := re.fullmatch(r"(.+)/NoOp(?:_\d+)?", post[last_user].name)):
+            root = post_pos.get(noop[1], -1)
             if root <= last_user or f"^{post[last_user].name}" not in post[root].input:
                 break
             last_user = root
@@ -1283,6 +1304,7 @@ class _Rewrite:
                 if n.name == f"{ls}/Assign":
                     del n.attr["_has_manual_control_dependencies"]
         if ls_init_grouped:
+            assert local_var_init is not None  # ls_init_grouped: a node of that name was met
             rest = self.regroup_local_init(rest, local_var_init, w_dev)
         devices = {n.name: n.device for n in [*self.pre, *self.new_block, *self.moved_ema, *rest]}
         devices.update({_MARK + n.name: n.device for n in [*self.added, *self.sync_nodes, *self.tail]})
@@ -1477,7 +1499,7 @@ class _Rewrite:
                 d = _merge_device(n.device, device)
                 if n.op == "NoOp":
                     members = [i[1:] for i in n.input if i.startswith("^")]
-                    devs = {new_dev.get(m, self.node(m).device if self.node(m) is not None else "")
+                    devs = {new_dev.get(m, p.device if (p := self.node(m)) is not None else "")
                             for m in members}
                     if members and len(devs) == 1 and "" not in devs:
                         d = _merge_device(d, devs.pop())
@@ -1514,7 +1536,7 @@ class _Rewrite:
         if self.meta is not None and "ready_for_local_init_op" in self.meta.collection_def:
             frontier = [_op_name(t) for t in self.meta.collection_def["ready_for_local_init_op"].node_list.value]
             for _ in range(4):
-                nxt = []
+                nxt: list[str] = []
                 for f in frontier:
                     if f.endswith("/boolean_mask/GatherV2"):
                         not_default.add(f[: -len("/boolean_mask/GatherV2")])
@@ -1610,14 +1632,14 @@ class _Rewrite:
             n = by_name.get(name)
             if n is None or n.op != "NoOp" or any(not i.lstrip(_MARK).startswith("^") for i in n.input):
                 continue
-            m = re.fullmatch(r"(.+)/NoOp(?:_\d+)?", name)
-            root = by_name.get(m[1]) if m else None
+            noop = re.fullmatch(r"(.+)/NoOp(?:_\d+)?", name)
+            root = by_name.get(noop[1]) if noop else None
             if root is not None and (kids := kids_of(root)) is not None and name in kids:
                 members = [i for k in kids for i in by_name[k].input]
                 plans[root.name] = (kids, members, root.device)
                 continue
-            plain = self.node(name)
-            pdevs = {self.node(i[1:]).device for i in plain.input if self.node(i[1:]) is not None}
+            plain = self.known(name)  # `changed` holds plain nodes (rebuild_rest)
+            pdevs = {p.device for i in plain.input if (p := self.node(i[1:])) is not None}
             if len(pdevs) != 1:
                 continue
             d = pdevs.pop()
@@ -1802,6 +1824,8 @@ class _Rewrite:
         counts: dict[str, int] = {}
         for v in gvars:
             vn = (var_nodes or {}).get(v) or self.node(v)
+            if vn is None:  # a hand-made report_uninitialized_variables list naming no node
+                self.fail(f"{sc}: lists {v!r}, which is not a node of the graph")
             # state_ops.is_variable_initialized: IsVariableInitialized (ref, colocated with the
             # variable) or the resource variable's is_initialized() (VarIsInitializedOp)
             op = "VarIsInitializedOp" if vn.op in RESOURCE_VARIABLE_OPS else "IsVariableInitialized"
@@ -1925,12 +1949,12 @@ class _Rewrite:
         region = {nodes[j].name for j in range(stop + 1, first)}
         joined = {nodes[j].name for j in range(first, g + 1) if not nodes[j].name.startswith(prefix)
                   and nodes[j].name != _EMA_SCOPE}
-        members = region | joined
+        near = region | joined
         edges: dict[str, set[str]] = {}
-        for name in members:
+        for name in near:
             for inp in nodes[self.index[name]].input:
                 src = _op_name(inp)
-                if src in members:
+                if src in near:
                     edges.setdefault(name, set()).add(src)
                     edges.setdefault(src, set()).add(name)
         todo = list(joined)
@@ -2023,20 +2047,21 @@ class _Rewrite:
                 c.node_list.value.extend(vals)
             elif c.HasField("bytes_list") and key in ("variables", "trainable_variables", "local_variables",
                                                       "model_variables", "global_step", "moving_average_variables"):
-                vals, plain_pos = [], []
+                raws: list[bytes] = []
+                plain_pos: list[int] = []
                 for raw in c.bytes_list.value:
                     v = VariableDef.FromString(raw)
                     plain_pos.append(self.index.get(_op_name(v.variable_name), -1))
                     for f in ("variable_name", "initializer_name", "snapshot_name", "initial_value_name"):
                         if getattr(v, f):
                             setattr(v, f, fix(getattr(v, f)))
-                    vals.append(v.SerializeToString())
+                    raws.append(v.SerializeToString())
                 if -1 not in plain_pos and plain_pos == sorted(plain_pos):
                     # a collection in creation order (variables are added as they are made)
                     # follows the new order (the EMA's shadow variables after the slots)
-                    vals.sort(key=lambda raw: node_pos.get(_op_name(VariableDef.FromString(raw).variable_name), 0))
+                    raws.sort(key=lambda raw: node_pos.get(_op_name(VariableDef.FromString(raw).variable_name), 0))
                 del c.bytes_list.value[:]
-                c.bytes_list.value.extend(vals)
+                c.bytes_list.value.extend(raws)
         # local variables: the local step, in creation order
         ls = _op_name(vd.variable_name)
         order = {n.name: k for k, n in enumerate(out.node)}

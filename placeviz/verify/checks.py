@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -264,21 +265,23 @@ def match_steps(plan: dict, result: dict, arrays: dict) -> dict:
         for k in range(1, len(result.get("sync_runs", [])) + 1):
             agg = arrays.get(f"s{k}/{acc['take']}")
             cands = [(w, n) for w, n, tag in tags if tag == k - 1 and f"w{w}/r{n}/{acc['grad']}" in arrays]
-            row = {"step": k, "candidates": [f"w{w}#{n}" for w, n in cands], "used": None, "max_diff": None}
+            row: dict[str, Any] = {"step": k, "candidates": [f"w{w}#{n}" for w, n in cands], "used": None,
+                                   "max_diff": None}
             if agg is None or r is None:
                 rows.append(row)
                 continue
             grads = [np.asarray(arrays[f"w{w}/r{n}/{acc['grad']}"], np.float64) for w, n in cands]
             diff, subset = _best_subset(grads, agg, r)
             ok = subset is not None and _close(np.mean([grads[i] for i in subset], axis=0), agg)[0]
-            row.update(used=[row["candidates"][i] for i in subset] if ok else None, max_diff=diff, ok=ok)
-            row["dropped"] = [c for i, c in enumerate(row["candidates"]) if ok and i not in subset]
+            chosen: tuple[int, ...] = subset if subset is not None else ()  # `subset` whenever ok
+            row.update(used=[row["candidates"][i] for i in chosen] if ok else None, max_diff=diff, ok=ok)
+            row["dropped"] = [c for i, c in enumerate(row["candidates"]) if ok and i not in chosen]
             rows.append(row)
         out[acc["name"]] = rows
     return out
 
 
-def _best_subset(grads: list, agg, r: int) -> tuple[float, tuple | None]:
+def _best_subset(grads: list, agg, r: int) -> tuple[float, tuple[int, ...] | None]:
     """The subset of at least ``r`` gradients whose mean is ``agg`` (or the closest one tried).
 
     TF's ``TakeGrad`` blocks until ``r`` gradients of the current step have arrived and then
@@ -286,7 +289,7 @@ def _best_subset(grads: list, agg, r: int) -> tuple[float, tuple | None]:
     the chief takes is averaged too (more than R); one that arrives after is dropped as stale.
     Sizes are tried from ``r`` up, so exactly R is preferred when both fit.
     """
-    best: tuple[float, tuple | None] = (float("inf"), None)
+    best: tuple[float, tuple[int, ...] | None] = (float("inf"), None)
     count = 0
     for size in range(r, len(grads) + 1):
         for subset in itertools.combinations(range(len(grads)), size):
@@ -331,10 +334,10 @@ def check_gradients(plan: dict, result: dict, arrays: dict, matched: dict) -> Ch
     twice = [row["step"] for row in first
              if len({name.split("#")[0] for name in row.get("used") or []}) < len(row.get("used") or [])]
     if twice:
-        per_step = plan.get("tokens_per_step")
+        tokens = plan.get("tokens_per_step")
         extra += (f"; in step(s) {', '.join(map(str, twice))} one worker contributed more than one gradient: it "
                   f"dequeued a second token of the same step before a slower worker took its first (the sync op "
-                  f"enqueues {per_step if per_step is not None else '?'} tokens per step, one per replica, and "
+                  f"enqueues {tokens if tokens is not None else '?'} tokens per step, one per replica, and "
                   "any worker may take any of them)")
     sparse = sum(1 for a in plan["accumulators"] if a["sparse"])
     not_matched = f"; {sparse} sparse accumulator(s) not matched" if sparse else ""
@@ -385,7 +388,7 @@ def check_values(plan: dict, result: dict, arrays: dict) -> Check:
     if missing:
         return Check("values", title, "skip", f"initial values not read for {', '.join(sorted(set(missing)))}", {})
     for k in range(1, k_total + 1):
-        beta_updates: dict[str, float] = {}
+        beta_updates: dict[str, np.ndarray] = {}
         for u in updates:
             inputs = {role: _replay_input(arrays[f"s{k}/{t}"]) for role, t in u["fetch"].items()}
             local = {role: states[v] for role, v in u["state"].items()}
@@ -396,8 +399,8 @@ def check_values(plan: dict, result: dict, arrays: dict) -> Check:
             for role, beta in (("beta1_power", "beta1"), ("beta2_power", "beta2")):
                 if role in u["state"]:
                     beta_updates[u["state"][role]] = inputs[beta]
-        for v, beta in beta_updates.items():
-            states[v] = states[v] * beta
+        for v, factor in beta_updates.items():
+            states[v] = states[v] * factor
     rows, bad = [], []
     for v, replay in sorted(states.items()):
         final = arrays.get(f"final/{v}")

@@ -51,7 +51,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from placeviz.escape import terminal_text
 from placeviz.op_kinds import QUEUE_OPS
@@ -59,7 +61,10 @@ from placeviz.verify import sandbox
 
 # numpy is imported by main() once the process is in its sandbox: its BLAS starts threads at import,
 # and unshare(CLONE_NEWUSER) refuses a process with more than one thread (EINVAL, unshare(2)).
-np = None
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = None
 
 CHILD_FLAG = "--verify-coordinator"
 SCRATCH = "run"  # WORKDIR/run: the only writable directory in the sandbox, the servers' working directory
@@ -84,6 +89,14 @@ class Failure(Exception):
 
 
 class Coordinator:
+    # set by run() once TensorFlow is imported (in the sandbox)
+    tf: Any
+    dtype_name: Callable[[int], str]
+    failure: Failure | None
+    watch: frozenset[str]
+    marks: set[str]
+    feeds: list[dict[str, Any]]
+
     def __init__(self, work: Path, plan: dict, isolated: bool):
         self.work, self.plan = work, plan
         self.scratch = work / SCRATCH  # cluster.json, the task processes' ready files and stderr
@@ -106,7 +119,7 @@ class Coordinator:
         self.sync_done = 0
         self.injected, self.injected_at = False, 0
         self.runner_queues: dict[int, set[str]] = {}
-        self.queue_probes: list = []
+        self.queue_probes: list[tuple[int, str, str, int, Any]] = []
         self.close_op = None
         self.tickets = 0
 
@@ -296,7 +309,7 @@ class Coordinator:
         """The size of every queue each worker's session can see (the chief: all; others: their own
         worker-side queues), to name the queue a hung run really waits on."""
         raw = self.tf.raw_ops
-        self.queue_probes: list[tuple[int, str, str, int, object]] = []
+        self.queue_probes = []
         for i, g in enumerate(self.graphs):
             with g.as_default(), self.tf.name_scope("placeviz_verify_queues"):
                 for op in list(g.get_operations()):
@@ -327,7 +340,7 @@ class Coordinator:
         tf = self.tf
         self.runner_coord = tf.compat.v1.train.Coordinator(clean_stop_exception_types=[])
         self.runner_threads: list[threading.Thread] = []
-        self.runner_queues: dict[int, set[str]] = {}
+        self.runner_queues = {}
         for i, mine in enumerate(self.plan["per_worker"]):
             for qr in mine["queue_runners"]:
                 proto = queue_runner_pb2.QueueRunnerDef(
@@ -345,7 +358,8 @@ class Coordinator:
     def runner_error(self) -> BaseException | None:
         """The exception an input queue runner stopped with (TF's Coordinator keeps the first)."""
         coord = getattr(self, "runner_coord", None)
-        return getattr(coord, "_exc_info_to_raise", None) and coord._exc_info_to_raise[1]
+        exc_info = getattr(coord, "_exc_info_to_raise", None)
+        return exc_info and exc_info[1]
 
     def stop_input_runners(self) -> None:
         coord = getattr(self, "runner_coord", None)
@@ -656,7 +670,7 @@ class Coordinator:
         # With a resource local step every apply reads it on its own device: feed every read.
         tags = list(dict.fromkeys(g.get_operation_by_name(a["apply_ops"][0]).inputs[1] for a in dense))
         targets = [a["apply_ops"][0] for a in dense]
-        out = {"tag_tensors": [t.name for t in tags], "accumulators": [a["name"] for a in dense]}
+        out: dict[str, Any] = {"tag_tensors": [t.name for t in tags], "accumulators": [a["name"] for a in dense]}
         for label, tag in (("stale", 0), ("current", self.sync_done)):
             before = self.read_probe()
             fed = {t: np.asarray(tag, t.dtype.as_numpy_dtype) for t in tags}
@@ -670,7 +684,7 @@ class Coordinator:
     # ------------------------------------------------------------------------------ main
     def run(self) -> dict:
         plan = self.plan
-        self.failure: Failure | None = None
+        self.failure = None
         self.watch = frozenset(plan["watch"])
         self.tickets = plan["steps"] if plan.get("mode") == "async" else 0
         self.marks = set(plan["watch"]) | {r for rs in plan.get("reads", {}).values() for r in rs} | {
@@ -734,8 +748,8 @@ class Coordinator:
                     self.sessions[0].run(self.close_op, options=self.run_options(3))
         except Exception as e:  # noqa: BLE001 - any other error is a result too
             self.stop.set()
-            f = Failure("tf_error", f"{type(e).__name__}: {_first_line(e)}")
-            self.result["failure"] = self.diagnose(f)
+            error = Failure("tf_error", f"{type(e).__name__}: {_first_line(e)}")
+            self.result["failure"] = self.diagnose(error)
             self.result["errors"].append(traceback.format_exc()[-3000:])
         with contextlib.suppress(Exception):
             self.stop_input_runners()
@@ -834,7 +848,8 @@ def main(workdir: str, parent: int | None = None) -> None:
     try:
         result = coordinator.run()
         isolation["written"] = written_by_the_graph(work / SCRATCH)
-        np.savez(arrays_out, **{k.replace("/", "|"): v for k, v in coordinator.arrays.items()})
+        named: dict[str, Any] = {k.replace("/", "|"): v for k, v in coordinator.arrays.items()}
+        np.savez(arrays_out, **named)
         arrays_out.close()
         result_out.write(json.dumps(result, default=_jsonable))
         result_out.close()

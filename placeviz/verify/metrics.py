@@ -81,8 +81,8 @@ def _gradients(report) -> dict | None:
         return None
     steps = check.evidence.get("steps") or []
     workers = report.plan["workers"]
-    averaged = collections.Counter()
-    dropped = collections.Counter()
+    averaged: collections.Counter[int] = collections.Counter()
+    dropped: collections.Counter[int] = collections.Counter()
     rows = []
     for row in steps:
         used = [_worker_of(x) for x in row.get("averaged") or []]

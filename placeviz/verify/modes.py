@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from placeviz.errors import PlacevizError
 from placeviz.op_kinds import SCATTER_UPDATE_OPS
-from placeviz.verify.plan import RunPlan, init_ops, tensor, update_plan, value_variable
+from placeviz.verify.plan import RunPlan, UpdatePlan, init_ops, tensor, update_plan, value_variable
 
 MODES = ("sync", "async", "barrier")
 _READ_OPS = frozenset({"Identity", "ReadVariableOp", "Snapshot", "Gather", "GatherV2", "ResourceGather",
@@ -96,7 +96,8 @@ def make_async_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job
     targets = train_ops(pipe)
     closure = set(Reach(g, [g.index[t] for t in targets]).order)
     idx = state_index(g)
-    updates, other_writes = [], {}
+    updates: list[UpdatePlan] = []
+    other_writes: dict[str, list[str]] = {}
     for v in _trained_variables(pipe, idx, closure):
         for w in idx.writers.get(v, ()):
             if w in closure and (v, 0) in idx.writes.get(w, ()):
@@ -110,23 +111,23 @@ def make_async_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job
         raise PlacevizError(f"--mode async: the train op {targets[0]} runs no optimizer update "
                             "(Apply*/SparseApply*/Scatter* of a variable)")
     gs = _global_step(pipe, closure)
-    variables = {}
+    variables: dict[str, str] = {}
     for u in updates:
-        for v in u.state.values():
-            variables[v] = "resource" if g.ops[g.index[v]] == "VarHandleOp" else "ref"
+        for name in u.state.values():
+            variables[name] = "resource" if g.ops[g.index[name]] == "VarHandleOp" else "ref"
     if gs is not None:
         variables[gs] = "resource" if g.ops[g.index[gs]] == "VarHandleOp" else "ref"
     update_ops = {u.op for u in updates}
     reads = {u.variable: _reads(g, u.variable, update_ops, closure) for u in updates}
     # Adam's beta powers: advanced once per run by their own Assign (adam.py _finish); the replay
     # gives each update the power its run read (plan.powers: the writers, timed like the updates)
-    powers = {}
+    powers: dict[str, list[str]] = {}
     for u in updates:
         for role in ("beta1_power", "beta2_power"):
-            v = u.state.get(role)
-            if v is not None and v not in powers:
-                powers[v] = sorted(g.names[w] for w in idx.writers.get(g.index[v], ()) if w in closure)
-                reads[v] = _reads(g, v, set(powers[v]), closure)
+            power = u.state.get(role)
+            if power is not None and power not in powers:
+                powers[power] = sorted(g.names[w] for w in idx.writers.get(g.index[power], ()) if w in closure)
+                reads[power] = _reads(g, power, set(powers[power]), closure)
     fetches = list(dict.fromkeys(t for u in updates for t in u.fetch.values()))
     loss = loss_tensor(g)
     global_init, local_init = init_ops(pipe.model)
@@ -158,7 +159,8 @@ def _trained_variables(pipe, idx, closure: set[int]) -> list[int]:
     trainable = set(pipe.model.collections.trainable_variables)
     if trainable:
         return [g.index[v] for v in sorted(trainable) if v in g.index and idx.is_state(g.index[v])]
-    primary, slots = set(), set()
+    primary: set[int] = set()
+    slots: set[int] = set()
     for w in closure:
         if not (is_optimizer_apply(g.ops[w]) or g.ops[w] in SCATTER_UPDATE_OPS):
             continue

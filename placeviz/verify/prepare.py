@@ -104,6 +104,8 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
                  given.num_tasks(ps_job) if given is not None and ps_job in given.jobs else 0)
         cluster = {job: given.num_tasks(job) for job in given.jobs} if given is not None else {}
         cluster.update({ps_job: ps, worker_job: workers})
+    # set: from --workers, the cluster's worker job (--servers has one, else the error above) or derived
+    assert workers is not None
     if workers < 1:
         raise PlacevizError("verify needs at least one worker")
     if not existing:
@@ -176,8 +178,8 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
     runs = []
     for t in range(workers):
         if t in task_pipes:
-            source, tpipe = task_pipes[t]
-            runs.append(workers_mod.from_own_graph(plan, t, source, tpipe, pipe))
+            task_source, tpipe = task_pipes[t]
+            runs.append(workers_mod.from_own_graph(plan, t, task_source, tpipe, pipe))
         else:
             runs.append(workers_mod.from_chief(plan, t, pipe.model, sync_ops, own))
     plan.per_worker = [dataclasses.asdict(r) for r in runs]

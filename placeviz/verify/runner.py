@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ def signal_exits() -> Iterator[None]:
         raise SystemExit(EXIT_CODES[signal.SIGINT]) from None
     except Terminated as e:
         _say_exit(f"terminated by {signal.Signals(e.signum).name}")
-        raise SystemExit(EXIT_CODES[e.signum]) from None
+        raise SystemExit(EXIT_CODES[signal.Signals(e.signum)]) from None
     finally:
         for sig, previous in old.items():
             signal.signal(sig, previous)
@@ -104,13 +105,15 @@ class Janitor:
     """The run's temp dir, made by a :mod:`placeviz.verify.janitor` process that removes it (and
     kills what names it) once this process closes its stdin or dies."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         env = sandbox.child_env()
         self.proc = subprocess.Popen([sys.executable, "-m", "placeviz.verify.janitor"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
-        line = self.proc.stdout.readline().decode("utf-8", "surrogateescape").rstrip("\n")
-        self.proc.stdout.close()
+        out = self.proc.stdout
+        assert out is not None  # stdout=PIPE
+        line = out.readline().decode("utf-8", "surrogateescape").rstrip("\n")
+        out.close()
         if not line or not os.path.isdir(line):
             self.finish()
             from placeviz.errors import PlacevizError
@@ -122,8 +125,10 @@ class Janitor:
         """Remove the temp dir here, let the janitor sweep and exit, and reap it."""
         if getattr(self, "work", None) is not None:
             shutil.rmtree(self.work, ignore_errors=True)
+        stdin = self.proc.stdin
+        assert stdin is not None  # stdin=PIPE
         with contextlib.suppress(OSError):
-            self.proc.stdin.close()
+            stdin.close()
         try:
             self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
@@ -189,7 +194,8 @@ def run_plan(plan_json: dict, graphs: list[bytes], feeds: list[dict[str, np.ndar
         for i, data in enumerate(graphs):
             (work / f"graph_w{i}.pb").write_bytes(data)
         for i, f in enumerate(feeds):
-            np.savez(work / f"feeds_w{i}.npz", **f)
+            named: dict[str, Any] = f
+            np.savez(work / f"feeds_w{i}.npz", **named)
         scratch = work / SCRATCH
         scratch.mkdir()
         cmd = [sys.executable, "-m", "placeviz.verify.coordinator", CHILD_FLAG, str(work), str(os.getpid())]
@@ -201,9 +207,11 @@ def run_plan(plan_json: dict, graphs: list[bytes], feeds: list[dict[str, np.ndar
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env=env, cwd=scratch, start_new_session=True)
         tail: list[str] = []
+        err_pipe = proc.stderr
+        assert err_pipe is not None  # stderr=PIPE
 
         def relay() -> None:
-            for raw in proc.stderr:
+            for raw in err_pipe:
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 if line.startswith("@@ "):
                     say(line[3:])
@@ -225,8 +233,8 @@ def run_plan(plan_json: dict, graphs: list[bytes], feeds: list[dict[str, np.ndar
         result = _read_result(work)
         arrays: dict[str, np.ndarray] = {}
         if result and "refused" not in result:
-            with np.load(work / "arrays.npz") as data:
-                arrays = {k.replace("|", "/"): data[k] for k in data.files}
+            with np.load(work / "arrays.npz") as npz:
+                arrays = {k.replace("|", "/"): npz[k] for k in npz.files}
     finally:
         if proc is not None and proc.returncode is None:
             sandbox.kill_group(proc)

@@ -646,7 +646,7 @@ def run_on_local_cluster(
 
     collector = _Collector(truth, original, dtype_name)
     feed_dict = {k: np.asarray(v) for k, v in feeds.items()}
-    runs = [("init", [], [op]) for op in init_ops]
+    runs: list[tuple[str, list[str], list[str]]] = [("init", [], [op]) for op in init_ops]
     if fetches or targets:
         runs.append(("main", fetches, targets))
     run_times = timings.setdefault("runs_s", [])
@@ -742,7 +742,8 @@ def run_in_subprocess(
             import numpy as np
 
             feed_names = list(feeds)
-            np.savez(work / "feeds.npz", **{f"f{i}": np.asarray(feeds[k]) for i, k in enumerate(feed_names)})
+            named: dict[str, Any] = {f"f{i}": np.asarray(feeds[k]) for i, k in enumerate(feed_names)}
+            np.savez(work / "feeds.npz", **named)
         args = {
             "cluster": cluster, "master": [master[0], int(master[1])], "fetches": fetches,
             "targets": targets, "init_ops": init_ops, "feed_names": feed_names,

@@ -271,7 +271,7 @@ def kill_group(proc: subprocess.Popen) -> None:
 def naming(path: str) -> list[int]:
     """Pids of the processes (not this one) one of whose arguments is ``path`` or a path under it."""
     me, under = os.getpid(), path.rstrip("/") + "/"
-    out = []
+    out: list[int] = []
     try:
         entries = list(os.scandir("/proc"))
     except OSError:

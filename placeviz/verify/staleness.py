@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +76,9 @@ def applies(plan: dict, result: dict) -> dict[str, list[Apply]]:
     out: dict[str, list[Apply]] = collections.defaultdict(list)
     for e in found:
         v = updates[e[NODE]]["variable"]
-        out[v].append(Apply(variable=v, op=e[NODE], worker=_worker(e[WHO]), run=e[RUN], start=e[START],
+        worker = _worker(e[WHO])
+        assert worker is not None  # `found` keeps the workers' events only
+        out[v].append(Apply(variable=v, op=e[NODE], worker=worker, run=e[RUN], start=e[START],
                             end=e[START] + e[DUR], device=e[DEVICE], read=reads.get((e[WHO], e[RUN], v))))
     for rows in out.values():
         rows.sort(key=lambda a: (a.start, a.end))
@@ -129,7 +132,8 @@ def check_async_run(plan: dict, result: dict, arrays: dict) -> Check:
     title = "K runs in all, each incrementing global_step once"
     runs = result.get("worker_runs", [])
     per_worker = collections.Counter(r["worker"] for r in runs)
-    ev = {"runs": len(runs), "per_worker": {str(w): per_worker.get(w, 0) for w in range(plan["workers"])}}
+    ev: dict[str, Any] = {"runs": len(runs),
+                          "per_worker": {str(w): per_worker.get(w, 0) for w in range(plan["workers"])}}
     if result.get("failure") is not None:
         return Check("global_step", title, "skip", "the run did not finish", ev)
     gs = plan.get("global_step")

@@ -20,11 +20,15 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.op_kinds import ACCUMULATOR_APPLY_OPS, ACCUMULATOR_TAKE_OPS
 from placeviz.verify.staleness import DEVICE, DUR, NODE, OP, RUN, START, WHO
+
+if TYPE_CHECKING:
+    from placeviz.verify.report import VerifyReport
 
 TRACE_FORMAT = "Chrome JSON trace-event format (traceEvents)"
 
@@ -37,7 +41,7 @@ def _task(device: str) -> str:
     return f"{parsed.job or '?'}:{parsed.task if parsed.task is not None else '?'}"
 
 
-def trace_events(label: str, report, pid_base: int) -> tuple[list[dict], int]:
+def trace_events(label: str, report: VerifyReport, pid_base: int) -> tuple[list[dict], int]:
     """The trace events of one verify run; process ids from ``pid_base``. Returns (events, next pid)."""
     p, result = report.plan, report.result or {}
     pids: dict[str, int] = {}
@@ -106,7 +110,7 @@ def _dropped_runs(report) -> set[tuple[str, int]]:
     return out
 
 
-def chrome_trace(runs: list[tuple[str, object]]) -> dict:
+def chrome_trace(runs: list[tuple[str, VerifyReport]]) -> dict:
     events: list[dict] = []
     pid = 1
     for label, report in runs:
@@ -118,7 +122,7 @@ def chrome_trace(runs: list[tuple[str, object]]) -> dict:
                           "truncated": truncated}}
 
 
-def chrome_trace_bytes(runs: list[tuple[str, object]]) -> bytes:
+def chrome_trace_bytes(runs: list[tuple[str, VerifyReport]]) -> bytes:
     return json.dumps(chrome_trace(runs), separators=(",", ":"), sort_keys=True).encode()
 
 
