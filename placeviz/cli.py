@@ -579,13 +579,13 @@ def run() -> None:
     """
     import threading
 
+    code: int | None = 0
     try:
         main()
-        code: object = 0
     except SystemExit as e:
-        code = e.code
-        if code is not None and not isinstance(code, int):
+        if e.code is not None and not isinstance(e.code, int):
             raise
+        code = e.code
     run_exit_handlers = getattr(__import__("atexit"), "_run_exitfuncs", None)
     others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     if "tensorflow" in sys.modules or others or run_exit_handlers is None:
