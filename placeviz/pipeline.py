@@ -17,12 +17,21 @@ Nothing here imports TensorFlow.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from placeviz.analysis import Analysis, analyze
+from placeviz.analysis import Analysis, PlacementStage, TrafficStage, analyze, detect_and_prove
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph
 from placeviz.io import Model, load, model_from_proto
 from placeviz.limits import LimitError
+
+if TYPE_CHECKING:  # the stages' result types, imported where each stage runs
+    from placeviz.partition import PartitionResult
+    from placeviz.placement import PlacementResult
+    from placeviz.placement.setter import SetterResult
+    from placeviz.sync.detect import SyncMachinery
+    from placeviz.sync.proof import SyncProof
+    from placeviz.sync.rewrite import RewriteResult
 
 
 @dataclass(frozen=True)
@@ -63,22 +72,22 @@ class Pipeline:
     analysis: Analysis | None
     """``analyze`` of :attr:`model`, with its placement/sync/partition sections filled; None when
     the caller asked for no report (``run_pipeline(describe=False)``: ``place``, ``partition``)."""
-    rewrite: object | None = None
+    rewrite: RewriteResult | None = None
     """:class:`placeviz.sync.rewrite.RewriteResult` when the sync pass ran."""
-    setter: object | None = None
+    setter: SetterResult | None = None
     """:class:`placeviz.placement.setter.SetterResult` of ``run_pipeline(setter_only=True)`` (the
     setter stage alone, ``place --stage setter``); with full placement it is ``placement.setter``."""
     notes: list[str] = field(default_factory=list)
     """What the placement stage says about itself (``--ps-tasks 0``, no placement asked for, nodes
     the setter added, the setter's own notes), in that order; the report's notes end with them."""
-    placement: object | None = None
+    placement: PlacementResult | None = None
     """:class:`placeviz.placement.PlacementResult`, or None (not asked for, or failed)."""
     placement_error: str | None = None
-    machinery: object | None = None
+    machinery: SyncMachinery | None = None
     """:class:`placeviz.sync.detect.SyncMachinery` found in the (placed) graph, or None."""
-    proof: object | None = None
+    proof: SyncProof | None = None
     """:class:`placeviz.sync.proof.SyncProof` for :attr:`machinery`."""
-    partitions: object | None = None
+    partitions: PartitionResult | None = None
     """:class:`placeviz.partition.PartitionResult` of one step at ``StepOptions.level``."""
     partition_error: str | None = None
     run: dict = field(default_factory=dict)
@@ -133,7 +142,7 @@ def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: 
         report.notes.extend(pipe.notes)
         _describe_sync(pipe, report)
     if partition and pipe.placement is not None:
-        _partition_step(pipe, step or StepOptions(), placement_options, say)
+        _partition_step(pipe, pipe.placement, step or StepOptions(), placement_options, say)
     return pipe
 
 
@@ -155,7 +164,7 @@ def _sync_pass(model: Model, sync_options: SyncOptions, say):
 def _place(pipe: Pipeline, placement_options, *, place_always: bool, setter_only: bool, say) -> None:
     """The setter and the placer (or the setter alone), when they apply; a placement TF's placer
     would reject is recorded in :attr:`Pipeline.placement_error`, not raised."""
-    from placeviz.placement import is_placed, place_graph, placement_summary, setter_stage
+    from placeviz.placement import is_placed, place_graph, setter_stage
 
     graph = pipe.model.graph
     if placement_options is None or not (place_always or placement_options.wants_setter
@@ -176,7 +185,7 @@ def _place(pipe: Pipeline, placement_options, *, place_always: bool, setter_only
     except PlacevizError as e:
         pipe.placement_error = str(e)
         if report is not None:
-            report.placement = {"stage": "placed", "error": str(e)}
+            report.placement_stage = PlacementStage(None, error=str(e))
         return
     added = len(pipe.placement.graph) - len(graph)
     if added:
@@ -186,33 +195,31 @@ def _place(pipe: Pipeline, placement_options, *, place_always: bool, setter_only
     if report is not None:
         from placeviz.analysis import attach_placement
 
-        sizes = {v.name: v.bytes for v in report.variables}
-        slots = {v.name for v in report.variables if v.slot_of is not None}
-        report.placement = placement_summary(pipe.placement, sizes, placement_options.setter.ps_job, slots)
         attach_placement(report, pipe.placement)
-        report.placement["nodes_added"] = added
+        report.placement_stage = PlacementStage(pipe.placement, ps_job=placement_options.setter.ps_job,
+                                                nodes_added=added)
 
 
 def _describe_sync(pipe: Pipeline, report: Analysis) -> None:
-    """Detect and prove the sync machinery of the graph later stages read (:attr:`Pipeline.graph`)."""
-    from placeviz.sync import detect, prove, sync_report, sync_section
+    """Detect and prove the sync machinery of the graph later stages read (:attr:`Pipeline.graph`),
+    once; the report's ``sync`` section is a view of it.
 
+    Except when the setter ran: its graph is another graph (``tf.group``'s per-device NoOps made
+    again, the setter's device strings), and the report describes the graph as loaded, as
+    ``analyze`` does, so that graph gets its own detection and proof. The two differ in the
+    requested devices they name, in proof paths through the split NoOps and in closure sizes; a
+    view of one cannot be made from the other without re-walking the graph.
+    """
     model = pipe.model
     collections = model.collections if model.collections.present else None
-    pipe.machinery = detect(pipe.graph, collections)
-    if pipe.machinery is not None:
-        trainable = collections.trainable_variables if collections is not None else None
-        pipe.proof = prove(pipe.graph, pipe.machinery, trainable=trainable or None)
-    if pipe.graph is model.graph:
-        report.sync = sync_section(pipe.machinery, pipe.proof) if pipe.machinery is not None else None
-    else:
-        # The setter added group NoOps: the report describes the graph as loaded, as analyze does.
-        report.sync = sync_report(model.graph, collections)
+    stage = detect_and_prove(pipe.graph, collections)
+    if stage is not None:
+        pipe.machinery, pipe.proof = stage.machinery, stage.proof
+    report.sync_stage = stage if pipe.graph is model.graph else detect_and_prove(model.graph, collections)
 
 
-def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say) -> None:
+def _partition_step(pipe: Pipeline, placed: PlacementResult, step: StepOptions, placement_options, say) -> None:
     from placeviz.partition import partition
-    from placeviz.traffic import traffic_summary
 
     fetches, targets, feeds = step.fetches, step.targets, step.feeds
     if not (fetches or targets) and step.train_op_by_default:
@@ -223,22 +230,22 @@ def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say) -
                         ("the given fetches" if fetches or targets else "the whole graph")}
     say(f"partitioning ({step.level} level) ...")
     try:
-        pipe.partitions = partition(pipe.graph, pipe.devices, fetches=fetches, targets=targets, feeds=feeds,
+        pipe.partitions = partition(placed.graph, placed.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
                                     level=step.level, replicate_constants=step.replicate_constants,
                                     client_device=placement_options.placer.client_device)
     except PlacevizError as e:
         pipe.partition_error = str(e)
         if pipe.analysis is not None:
-            pipe.analysis.partition = {"level": step.level, "error": str(e), "run": pipe.run}
+            pipe.analysis.traffic_stage = TrafficStage(step.level, pipe.run, error=str(e))
         return
+    parts = pipe.partitions
     if step.batch_size is not None:
         from placeviz.traffic import assume_batch
 
         # A new list for every later reader (analyze, render, lint); the partitions stay TF's.
-        pipe.partitions.transfers = assume_batch(pipe.partitions.transfers, step.batch_size)
+        parts.transfers = assume_batch(parts.transfers, step.batch_size)
     if pipe.analysis is not None:
-        pipe.analysis.partition = {"level": step.level,
-                                   **traffic_summary(pipe.graph, pipe.partitions, pipe.run, step.batch_size)}
+        pipe.analysis.traffic_stage = TrafficStage(step.level, pipe.run, placed.graph, parts, step.batch_size)
 
 
 NO_PLACEMENT_NOTE = ("the graph places no variable on a job and no --ps-tasks/--cluster was given: nothing goes to "

@@ -59,7 +59,7 @@ def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, place
         if pipe.placement_error is not None:
             # --explain asks about placement itself: its failure is the answer, as an error.
             raise PlacevizError(pipe.placement_error)
-        report.placement["explain"] = [explain_node(pipe.placement, name) for name in explain]
+        report.explain = [explain_node(pipe.placement, name) for name in explain]
     emit(to_json(report.to_json()) if fmt == "json" else format_text(report), output)
     return report
 

@@ -76,7 +76,7 @@ def run(out_dir: str) -> None:
         node.device = device
     save_proto(placed, out / f"{DEMO_SAMPLE}.placed.pb")
     report = pipe.analysis
-    report.placement["explain"] = [explain_node(result, name) for name in EXPLAIN if name in result.graph.index]
+    report.explain = [explain_node(result, name) for name in EXPLAIN if name in result.graph.index]
     parts = partition(result.graph, result.placement.devices, targets=tuple(pipe.run["targets"]), level="device")
     parts_dir = out / "partitions"
     parts_dir.mkdir(exist_ok=True)

@@ -50,11 +50,9 @@ def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, leve
                         progress=lambda message: begin(message.rstrip(" .")))
     for note in pipe.notes:
         notice(f"note: {note}")
-    if pipe.placement_error is not None:
-        raise PlacevizError(pipe.placement_error)
-    if pipe.partition_error is not None:
-        raise PlacevizError(pipe.partition_error)
     parts = pipe.partitions
+    if parts is None:  # TF's placer or partitioner would refuse the graph: that is the answer, as an error
+        raise PlacevizError(pipe.placement_error or pipe.partition_error or "the graph was not partitioned")
     del pipe  # the placement's per-node lists (reasons, groups, the setter's record): not needed to write
     names = partition_file_names(parts.keys)
     begin(f"writing {len(names):,} partitions")

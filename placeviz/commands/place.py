@@ -25,11 +25,14 @@ def run(model_spec: str, output: str, options, stage: str, tag: str | None = Non
         notice(f"note: {note}")
     pipe = run_pipeline(model, options, sync, place_always=True, partition=False, describe=False,
                         setter_only=stage == "setter", progress=_stages(stage))
-    if pipe.placement_error is not None:
-        raise PlacevizError(pipe.placement_error)  # place is asked for the placement: its failure is an error
-    graph = pipe.graph
-    setter = pipe.setter if stage == "setter" else pipe.placement.setter
-    devices = graph.devices if stage == "setter" else pipe.devices
+    if stage == "setter":  # the setter only writes strings: TF's placer judges them later
+        setter, graph = pipe.setter, pipe.graph
+        devices = graph.devices
+    elif pipe.placement is None:  # place is asked for the placement: its failure is an error
+        raise PlacevizError(pipe.placement_error or "the graph was not placed")
+    else:
+        setter, graph = pipe.placement.setter, pipe.placement.graph
+        devices = pipe.placement.placement.devices
     out = GraphDef()
     out.CopyFrom(graph.graph_def)
     for node, device in zip(out.node, devices, strict=True):
