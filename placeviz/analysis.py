@@ -28,6 +28,7 @@ from placeviz.op_kinds import OTHER_STATE_OPS, VARIABLE_OPS
 from placeviz.protos import dtype_name, dtype_size
 
 if TYPE_CHECKING:  # the later stages' result types (those modules import this one's users)
+    from placeviz.agreement import Agreement
     from placeviz.partition import PartitionResult
     from placeviz.placement import PlacementResult
     from placeviz.sync.detect import SyncMachinery
@@ -156,7 +157,8 @@ class Analysis:
     sync_stage: SyncStage | None = None  # sync machinery and proof of the graph as loaded (None: none found)
     traffic_stage: TrafficStage | None = None  # one partitioned step (None: not partitioned)
     notes: list[str] = field(default_factory=list)
-    agreement: dict | None = None  # between-graph replication: the tasks' own graphs compared (placeviz.agreement)
+    agreement_result: Agreement | None = None
+    """Between-graph replication: the tasks' own graphs compared (:func:`placeviz.agreement.check_agreement`)."""
     explain: list[dict] | None = None
     """``--explain NODE``: :func:`placeviz.placement.explain.explain_node` answers, shown in the
     ``placement`` section."""
@@ -183,6 +185,12 @@ class Analysis:
         """The ``sync`` section: a view of :attr:`sync_stage`."""
         stage = self.sync_stage
         return None if stage is None else self._view("sync", stage.to_json)
+
+    @property
+    def agreement(self) -> dict | None:
+        """The ``agreement`` section: a view of :attr:`agreement_result`."""
+        result = self.agreement_result
+        return None if result is None else self._view("agreement", result.to_json)
 
     @property
     def partition(self) -> dict | None:

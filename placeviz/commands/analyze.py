@@ -53,8 +53,7 @@ def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, place
     if tasks or model.per_task:
         pipes, sources = task_pipelines(model, pipe, model_spec, tasks, placement_options, sync, workers=workers,
                                         tag=tag)
-        agreement = check_agreement(pipes, sources)
-        report.agreement = agreement.to_json() if agreement is not None else None
+        report.agreement_result = check_agreement(pipes, sources)
     if explain:
         if pipe.placement_error is not None:
             # --explain asks about placement itself: its failure is the answer, as an error.
