@@ -1,10 +1,16 @@
 """The whole static pipeline in one call: load → sync pass → place → detect/prove → partition.
 
-``analyze``, ``render``, ``lint`` and ``verify`` all need the same facts about a model; they get
-them from :func:`run_pipeline` so that each stage runs once and every command sees the same
-result. Stages that do not apply are ``None``; a stage that fails on a graph that loaded fine
-(TF's placer would reject it, partitioning finds a cycle across devices) records its error
-message instead of raising, because that failure is itself something to report.
+``analyze``, ``render``, ``lint``, ``verify`` and the demo all need the same facts about a model;
+they get them from :func:`run_pipeline` so that each stage runs once and every command sees the
+same result; ``place`` and ``partition`` run it too, without the report (``describe=False``), so
+that the SYNC options mean the same everywhere. Stages that do not apply are ``None``; a stage
+that fails on a graph that loaded fine (TF's placer would reject it, partitioning finds a cycle
+across devices) records its error message instead of raising, because that failure is itself
+something to report.
+
+The results are typed (:class:`Pipeline`'s fields), and the report (:class:`~placeviz.analysis.
+Analysis`) gets typed stage results too (``PlacementStage``, ``SyncStage``, ``TrafficStage``),
+of which its JSON sections are views.
 
 Order, as ``docs/architecture.md`` draws it: the SyncReplicas pass rewrites the *plain* graph first
 (TF builds ``SyncReplicasOptimizer``'s ops under the same device setter as the model), then the
@@ -70,8 +76,8 @@ class Pipeline:
     model: Model
     """The model as loaded, or as rewritten by the sync pass."""
     analysis: Analysis | None
-    """``analyze`` of :attr:`model`, with its placement/sync/partition sections filled; None when
-    the caller asked for no report (``run_pipeline(describe=False)``: ``place``, ``partition``)."""
+    """``analyze`` of :attr:`model`, given the placement, sync and traffic stage results; None
+    when the caller asked for no report (``run_pipeline(describe=False)``: ``place``, ``partition``)."""
     rewrite: RewriteResult | None = None
     """:class:`placeviz.sync.rewrite.RewriteResult` when the sync pass ran."""
     setter: SetterResult | None = None
