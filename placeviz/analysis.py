@@ -3,7 +3,13 @@
 ``analyze`` is a pure function from a loaded :class:`~placeviz.io.Model` to an :class:`Analysis`.
 The report has one section per pipeline stage; stages that did not run (placement, sync pass,
 partitioning) are ``None`` so that later stages slot in without changing the existing fields.
-The JSON form (``Analysis.to_json``) is the documented ``placeviz.analysis/1`` schema.
+
+An :class:`Analysis` holds typed results: the graph's own facts, and what the later stages of
+:func:`placeviz.pipeline.run_pipeline` produced (:class:`PlacementStage`, :class:`SyncStage`,
+:class:`TrafficStage`, each holding the stage's result objects). The JSON form
+(``Analysis.to_json``, the documented ``placeviz.analysis/1`` schema) and the ``placement``,
+``sync`` and ``partition`` dicts the text report and the HTML report read are *views* of them,
+computed once when first asked for; no stage writes into a dict of the report.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import operator
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
+from typing import TYPE_CHECKING
 
 from placeviz.errors import GraphError, LoadError
 from placeviz.graph import CONTROL, Graph
@@ -19,6 +26,13 @@ from placeviz.io import Model
 from placeviz.limits import overflows, tensor_bytes
 from placeviz.op_kinds import OTHER_STATE_OPS, VARIABLE_OPS
 from placeviz.protos import dtype_name, dtype_size
+
+if TYPE_CHECKING:  # the later stages' result types (those modules import this one's users)
+    from placeviz.agreement import Agreement
+    from placeviz.partition import PartitionResult
+    from placeviz.placement import PlacementResult
+    from placeviz.sync.detect import SyncMachinery
+    from placeviz.sync.proof import SyncProof
 
 SCHEMA = "placeviz.analysis/1"
 
@@ -53,8 +67,76 @@ class VariableInfo:
 
 
 @dataclass
+class PlacementStage:
+    """The placement stage as the report sees it: TF's placement of the graph, or why it failed.
+
+    ``result``: :class:`placeviz.placement.PlacementResult` (None when ``error``); ``ps_job``: the
+    setter's PS job (``SetterConfig.ps_job``), whose tasks the balance compares; ``nodes_added``:
+    the per-device group NoOps the setter replay added (:func:`placeviz.pipeline.added_nodes_note`).
+    """
+
+    result: PlacementResult | None
+    error: str | None = None
+    ps_job: str = "ps"
+    nodes_added: int = 0
+
+    def to_json(self, variables: list[VariableInfo]) -> dict:
+        """The ``placement`` section (:func:`placeviz.placement.placement_summary`); variable bytes
+        include the optimizer slots, which TF colocates with their variable."""
+        if self.error is not None or self.result is None:
+            return {"stage": "placed", "error": self.error or "not placed"}
+        from placeviz.placement import placement_summary
+
+        sizes = {v.name: v.bytes for v in variables}
+        slots = {v.name for v in variables if v.slot_of is not None}
+        out = placement_summary(self.result, sizes, self.ps_job, slots)
+        out["nodes_added"] = self.nodes_added
+        return out
+
+
+@dataclass
+class SyncStage:
+    """SyncReplicas machinery found in a graph (:func:`placeviz.sync.detect`) and its proof
+    (:func:`placeviz.sync.prove`); its view is the ``sync`` section."""
+
+    machinery: SyncMachinery
+    """:class:`placeviz.sync.detect.SyncMachinery`."""
+    proof: SyncProof
+    """:class:`placeviz.sync.proof.SyncProof` of :attr:`machinery`."""
+
+    def to_json(self) -> dict:
+        from placeviz.sync import sync_section
+
+        return sync_section(self.machinery, self.proof)
+
+
+@dataclass
+class TrafficStage:
+    """One partitioned step as the report sees it: what ran, at which level, and the partitions
+    (:class:`placeviz.partition.PartitionResult` of :attr:`graph`), or why partitioning failed."""
+
+    level: str
+    run: dict
+    """``{"fetches", "targets", "feeds", "what"}``: the step partitioned."""
+    graph: Graph | None = None
+    partitions: PartitionResult | None = None
+    batch_size: int | None = None
+    """``--batch-size``: transfers with an unknown leading dimension were sized with it."""
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        """The ``partition`` section: :func:`placeviz.traffic.traffic_summary` of the step."""
+        if self.error is not None or self.graph is None or self.partitions is None:
+            return {"level": self.level, "error": self.error or "not partitioned", "run": self.run}
+        from placeviz.traffic import traffic_summary
+
+        return {"level": self.level, **traffic_summary(self.graph, self.partitions, self.run, self.batch_size)}
+
+
+@dataclass
 class Analysis:
-    """The result of ``analyze``; see the README for the JSON schema."""
+    """The result of ``analyze`` and of the pipeline's later stages; see the README for the JSON
+    schema and the module docstring for the sections (typed stage results, dict views of them)."""
 
     model: str
     kind: str
@@ -71,11 +153,50 @@ class Analysis:
     train_ops: list[str]
     producer: int
     function_count: int
-    placement: dict | None = None  # filled by the placement stage
-    sync: dict | None = None  # filled by the SyncReplicas pass
-    partition: dict | None = None  # filled by the partitioner
+    placement_stage: PlacementStage | None = None  # the placement stage (None: not run)
+    sync_stage: SyncStage | None = None  # sync machinery and proof of the graph as loaded (None: none found)
+    traffic_stage: TrafficStage | None = None  # one partitioned step (None: not partitioned)
     notes: list[str] = field(default_factory=list)
-    agreement: dict | None = None  # between-graph replication: the tasks' own graphs compared (placeviz.agreement)
+    agreement_result: Agreement | None = None
+    """Between-graph replication: the tasks' own graphs compared (:func:`placeviz.agreement.check_agreement`)."""
+    explain: list[dict] | None = None
+    """``--explain NODE``: :func:`placeviz.placement.explain.explain_node` answers, shown in the
+    ``placement`` section."""
+    _views: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _view(self, key: str, make) -> dict:
+        """A section's JSON view, made once (the stages' results do not change after the pipeline)."""
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = make()
+        return view
+
+    @property
+    def placement(self) -> dict | None:
+        """The ``placement`` section: a view of :attr:`placement_stage` (and :attr:`explain`)."""
+        stage = self.placement_stage
+        if stage is None:
+            return None
+        view = self._view("placement", lambda: stage.to_json(self.variables))
+        return view if self.explain is None else {**view, "explain": self.explain}
+
+    @property
+    def sync(self) -> dict | None:
+        """The ``sync`` section: a view of :attr:`sync_stage`."""
+        stage = self.sync_stage
+        return None if stage is None else self._view("sync", stage.to_json)
+
+    @property
+    def agreement(self) -> dict | None:
+        """The ``agreement`` section: a view of :attr:`agreement_result`."""
+        result = self.agreement_result
+        return None if result is None else self._view("agreement", result.to_json)
+
+    @property
+    def partition(self) -> dict | None:
+        """The ``partition`` section: a view of :attr:`traffic_stage`."""
+        stage = self.traffic_stage
+        return None if stage is None else self._view("partition", stage.to_json)
 
     @property
     def variable_bytes(self) -> int:
@@ -153,9 +274,7 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
     _link_slots(variables, find_slots(graph, [v.name for v in variables]))
     other_state = [{"name": graph.names[i], "op": graph.ops[i], "device": graph.devices[i]}
                    for i in compress(range(n), map(OTHER_STATE_OPS.__contains__, graph.ops))]
-    from placeviz.sync import sync_report
-
-    sync = sync_report(graph, model.collections if model.collections.present else None) if with_sync else None
+    sync = detect_and_prove(graph, model.collections if model.collections.present else None) if with_sync else None
     notes = []
     if not model.collections.present:
         notes.append("no MetaGraphDef collections: which variables are trainable is unknown")
@@ -177,9 +296,24 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
         train_ops=model.collections.train_ops,
         producer=model.graph_def.versions.producer,
         function_count=len(model.graph_def.library.function),
-        sync=sync,
+        sync_stage=sync,
         notes=notes,
     )
+
+
+def detect_and_prove(graph: Graph, collections=None) -> SyncStage | None:
+    """The sync machinery of ``graph`` and its proof, or None when it has none.
+
+    ``collections``: a :class:`placeviz.io.Collections` (optional); its trainable variables, when
+    it names any, are the variables the proof holds to one update per step.
+    """
+    from placeviz.sync import detect, prove
+
+    machinery = detect(graph, collections)
+    if machinery is None:
+        return None
+    trainable = collections.trainable_variables if collections is not None else None
+    return SyncStage(machinery, prove(graph, machinery, trainable=trainable or None))
 
 
 def find_slots(graph: Graph, variables: list[str]) -> dict[str, tuple[str, str]]:

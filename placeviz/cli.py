@@ -125,11 +125,16 @@ def analyze(model: str, fmt: str, output: str | None, tag: str | None, explain, 
               help="setter: the device strings replica_device_setter writes; placed: full runtime devices.")
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
 @place_options
-def place(model: str, output: str, stage: str, tag: str | None, place) -> None:
-    """Write MODEL with the devices TF would give its nodes."""
+@sync_options
+def place(model: str, output: str, stage: str, tag: str | None, place, sync) -> None:
+    """Write MODEL with the devices TF would give its nodes.
+
+    With --sync-replicas a plain training graph is first rewritten into SyncReplicasOptimizer's
+    form, and the result is placed.
+    """
     from placeviz.commands import place as command
 
-    command.run(model, output, build_placement_options(place), stage, tag=tag)
+    command.run(model, output, build_placement_options(place), stage, tag=tag, sync=sync)
 
 
 @cli.command(epilog=MODEL_HELP)
@@ -146,15 +151,18 @@ def place(model: str, output: str, stage: str, tag: str | None, place) -> None:
 @click.option("--pretty", is_flag=True, help="Indent index.json for people (default: compact, the same content).")
 @click.option("--tag", help="SavedModel: the MetaGraph tag (default: 'train', or the only one).")
 @place_options
-def partition(model, out_dir, fetches, targets, feeds, level, no_replicate_constants, pretty, tag, place) -> None:
+@sync_options
+def partition(model, out_dir, fetches, targets, feeds, level, no_replicate_constants, pretty, tag, place,
+              sync) -> None:
     """Split MODEL per device with _Send/_Recv pairs, as TF's runtime does for one step.
 
-    Without --fetch/--target the whole graph is partitioned.
+    Without --fetch/--target the whole graph is partitioned. With --sync-replicas a plain training
+    graph is first rewritten into SyncReplicasOptimizer's form, then placed and partitioned.
     """
     from placeviz.commands import partition as command
 
     command.run(model, out_dir, build_placement_options(place), fetches=fetches, targets=targets, feeds=feeds,
-                level=level, replicate_constants=not no_replicate_constants, tag=tag, pretty=pretty)
+                level=level, replicate_constants=not no_replicate_constants, tag=tag, pretty=pretty, sync=sync)
 
 
 @cli.command("sync", epilog=MODEL_HELP)

@@ -1,10 +1,16 @@
 """The whole static pipeline in one call: load → sync pass → place → detect/prove → partition.
 
-``analyze``, ``render``, ``lint`` and ``verify`` all need the same facts about a model; they get
-them from :func:`run_pipeline` so that each stage runs once and every command sees the same
-result. Stages that do not apply are ``None``; a stage that fails on a graph that loaded fine
-(TF's placer would reject it, partitioning finds a cycle across devices) records its error
-message instead of raising, because that failure is itself something to report.
+``analyze``, ``render``, ``lint``, ``verify`` and the demo all need the same facts about a model;
+they get them from :func:`run_pipeline` so that each stage runs once and every command sees the
+same result; ``place`` and ``partition`` run it too, without the report (``describe=False``), so
+that the SYNC options mean the same everywhere. Stages that do not apply are ``None``; a stage
+that fails on a graph that loaded fine (TF's placer would reject it, partitioning finds a cycle
+across devices) records its error message instead of raising, because that failure is itself
+something to report.
+
+The results are typed (:class:`Pipeline`'s fields), and the report (:class:`~placeviz.analysis.
+Analysis`) gets typed stage results too (``PlacementStage``, ``SyncStage``, ``TrafficStage``),
+of which its JSON sections are views.
 
 Order, as ``docs/architecture.md`` draws it: the SyncReplicas pass rewrites the *plain* graph first
 (TF builds ``SyncReplicasOptimizer``'s ops under the same device setter as the model), then the
@@ -17,12 +23,21 @@ Nothing here imports TensorFlow.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from placeviz.analysis import Analysis, analyze
+from placeviz.analysis import Analysis, PlacementStage, TrafficStage, analyze, detect_and_prove
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph
 from placeviz.io import Model, load, model_from_proto
 from placeviz.limits import LimitError
+
+if TYPE_CHECKING:  # the stages' result types, imported where each stage runs
+    from placeviz.partition import PartitionResult
+    from placeviz.placement import PlacementResult
+    from placeviz.placement.setter import SetterResult
+    from placeviz.sync.detect import SyncMachinery
+    from placeviz.sync.proof import SyncProof
+    from placeviz.sync.rewrite import RewriteResult
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,9 @@ class StepOptions:
     replicate_constants: bool = True
     batch_size: int | None = None
     """``--batch-size``: the size of an unknown leading dimension in transfers (None: unknown)."""
+    train_op_by_default: bool = True
+    """Without fetches and targets: one step of the worker's train op (``analyze``, ``render``,
+    ``lint``), or, when False, the whole graph (``partition``, as TF's partitioner given every node)."""
 
 
 @dataclass
@@ -57,18 +75,25 @@ class Pipeline:
 
     model: Model
     """The model as loaded, or as rewritten by the sync pass."""
-    analysis: Analysis
-    """``analyze`` of :attr:`model`, with its placement/sync/partition sections filled."""
-    rewrite: object | None = None
+    analysis: Analysis | None
+    """``analyze`` of :attr:`model`, given the placement, sync and traffic stage results; None
+    when the caller asked for no report (``run_pipeline(describe=False)``: ``place``, ``partition``)."""
+    rewrite: RewriteResult | None = None
     """:class:`placeviz.sync.rewrite.RewriteResult` when the sync pass ran."""
-    placement: object | None = None
+    setter: SetterResult | None = None
+    """:class:`placeviz.placement.setter.SetterResult` of ``run_pipeline(setter_only=True)`` (the
+    setter stage alone, ``place --stage setter``); with full placement it is ``placement.setter``."""
+    notes: list[str] = field(default_factory=list)
+    """What the placement stage says about itself (``--ps-tasks 0``, no placement asked for, nodes
+    the setter added, the setter's own notes), in that order; the report's notes end with them."""
+    placement: PlacementResult | None = None
     """:class:`placeviz.placement.PlacementResult`, or None (not asked for, or failed)."""
     placement_error: str | None = None
-    machinery: object | None = None
+    machinery: SyncMachinery | None = None
     """:class:`placeviz.sync.detect.SyncMachinery` found in the (placed) graph, or None."""
-    proof: object | None = None
+    proof: SyncProof | None = None
     """:class:`placeviz.sync.proof.SyncProof` for :attr:`machinery`."""
-    partitions: object | None = None
+    partitions: PartitionResult | None = None
     """:class:`placeviz.partition.PartitionResult` of one step at ``StepOptions.level``."""
     partition_error: str | None = None
     run: dict = field(default_factory=dict)
@@ -76,8 +101,11 @@ class Pipeline:
 
     @property
     def graph(self) -> Graph:
-        """The graph later stages refer to: the placed one when placement ran, else the model's."""
-        return self.placement.graph if self.placement is not None else self.model.graph
+        """The graph later stages refer to: the placed one when placement ran (the setter's when
+        only the setter ran), else the model's."""
+        if self.placement is not None:
+            return self.placement.graph
+        return self.setter.graph if self.setter is not None else self.model.graph
 
     @property
     def devices(self) -> list[str] | None:
@@ -87,127 +115,149 @@ class Pipeline:
 
 def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: SyncOptions | None = None,
                  step: StepOptions | None = None, *, tag: str | None = None, place_always: bool = False,
-                 partition: bool = True, summaries: bool = True, progress=None) -> Pipeline:
+                 partition: bool = True, describe: bool = True, setter_only: bool = False,
+                 summaries: bool = True, progress=None) -> Pipeline:
     """Run every static stage that applies; see the module docstring.
 
     ``placement_options``: :class:`placeviz.placement.PlacementOptions` (None: no placement).
     Placement runs when the options ask for the setter, give a cluster, the graph is already
-    placed, or ``place_always``. ``summaries=False`` leaves out what only the report shows: the
-    per-device placement table (``analysis.placement``), the variables' placed devices and the
-    partition's traffic summary (``analysis.partition``), for callers that read the stages' results
-    only (lint's rules read ``devices``, ``partitions`` and the bytes of ``analysis.variables``).
-    ``progress``: optional callable taking one status line.
+    placed, or ``place_always``. ``setter_only``: stop placement after the setter stage
+    (:attr:`Pipeline.setter`; nothing is partitioned). ``describe=False``: no report (no
+    ``analyze``, no sync detection or proof), for the commands that only write the placed graph
+    or its partitions. ``summaries=False``: the variables' placed devices are not attached to the
+    report (the placement table and the traffic summary are views made on first read anyway), for
+    callers that read the stages' results only (lint's rules read ``devices``, ``partitions`` and
+    the bytes of ``analysis.variables``). ``progress``: optional callable taking one status line.
     Raises :class:`PlacevizError` only for bad input (load errors, a graph the sync pass refuses).
     """
-    from placeviz.placement import is_placed, place_graph
+    from placeviz.coverage import serving_graph_problem
 
     say = progress or (lambda _msg: None)
     model = model_spec if isinstance(model_spec, Model) else load(model_spec, tag=tag)
-    from placeviz.coverage import serving_graph_problem
-
     serving = serving_graph_problem(model)  # a serving graph is neither rewritten nor placed
     rewrite = None
     if sync_options is not None and serving is None:
-        from placeviz.sync.rewrite import rewrite_sync
-
-        say("sync pass: rewriting into SyncReplicas form ...")
-        source = model.meta_graph if model.meta_graph is not None else model.graph_def
-        rewrite = rewrite_sync(source, sync_options.replicas_to_aggregate, sync_options.total_replicas,
-                               sync_options.variable_averages,
-                               collections=model.collections if model.meta_graph is not None else None,
-                               name=sync_options.name, is_chief=sync_options.is_chief)
-        model = model_from_proto(model.source, model.kind,
-                                 rewrite.meta_graph if rewrite.meta_graph is not None else rewrite.graph_def)
-    report = analyze(model, with_sync=False)  # filled below from the one detection/proof of the model's graph
+        model, rewrite = _sync_pass(model, sync_options, say)
+    # The sync section is filled below from the one detection/proof of the model's graph.
+    report = analyze(model, with_sync=False) if describe else None
     pipe = Pipeline(model=model, analysis=report, rewrite=rewrite)
 
     if serving is not None:
-        report.notes.append(serving)  # and nothing is placed or partitioned: see placeviz.coverage
+        pipe.notes.append(serving)  # and nothing is placed or partitioned: see placeviz.coverage
     else:
-        report.notes.extend(placement_notes(model.graph, placement_options))
-    wants_placement = serving is None and placement_options is not None and (
-        place_always or placement_options.wants_setter or placement_options.cluster is not None
-        or is_placed(model.graph))
-    if wants_placement:
-        say("placing ...")
-        try:
-            pipe.placement = place_graph(model.graph, placement_options)
-        except LimitError:
-            raise  # a cluster beyond placeviz's bounds: exit 2, not a placement to report
-        except PlacevizError as e:
-            pipe.placement_error = str(e)
-            report.placement = {"stage": "placed", "error": str(e)}
-        else:
-            if summaries:
-                _placement_section(pipe, placement_options)
-
-    from placeviz.sync import detect, prove, sync_report, sync_section
-
-    collections = model.collections if model.collections.present else None
-    pipe.machinery = detect(pipe.graph, collections)
-    if pipe.machinery is not None:
-        trainable = collections.trainable_variables if collections is not None else None
-        pipe.proof = prove(pipe.graph, pipe.machinery, trainable=trainable or None)
-    if pipe.graph is model.graph:
-        report.sync = sync_section(pipe.machinery, pipe.proof) if pipe.machinery is not None else None
-    else:
-        # The setter added group NoOps: the report describes the graph as loaded, as analyze does.
-        report.sync = sync_report(model.graph, collections)
-
+        pipe.notes.extend(placement_notes(model.graph, placement_options))
+        _place(pipe, placement_options, place_always=place_always, setter_only=setter_only,
+               summaries=summaries, say=say)
+    if report is not None:
+        report.notes.extend(pipe.notes)
+        _describe_sync(pipe, report)
     if partition and pipe.placement is not None:
-        step = step or StepOptions()
-        _partition_step(pipe, step, placement_options, say, summaries)
+        _partition_step(pipe, pipe.placement, step or StepOptions(), placement_options, say)
     return pipe
 
 
-def _placement_section(pipe: Pipeline, placement_options) -> None:
-    """The report's placement section, the variables' placed devices and the setter's notes."""
-    from placeviz.analysis import attach_placement
-    from placeviz.placement import placement_summary
+def _sync_pass(model: Model, sync_options: SyncOptions, say):
+    """The SyncReplicas rewrite of the plain graph (:mod:`placeviz.sync.rewrite`): the new model and the rewrite."""
+    from placeviz.sync.rewrite import rewrite_sync
 
-    report, model = pipe.analysis, pipe.model
-    sizes = {v.name: v.bytes for v in report.variables}
-    ps_job = placement_options.setter.ps_job
-    slots = {v.name for v in report.variables if v.slot_of is not None}
-    report.placement = placement_summary(pipe.placement, sizes, ps_job, slots)
-    attach_placement(report, pipe.placement)
-    added = len(pipe.placement.graph) - len(model.graph)
-    report.placement["nodes_added"] = added
+    say("sync pass: rewriting into SyncReplicas form ...")
+    source = model.meta_graph if model.meta_graph is not None else model.graph_def
+    rewrite = rewrite_sync(source, sync_options.replicas_to_aggregate, sync_options.total_replicas,
+                           sync_options.variable_averages,
+                           collections=model.collections if model.meta_graph is not None else None,
+                           name=sync_options.name, is_chief=sync_options.is_chief)
+    model = model_from_proto(model.source, model.kind,
+                             rewrite.meta_graph if rewrite.meta_graph is not None else rewrite.graph_def)
+    return model, rewrite
+
+
+def _place(pipe: Pipeline, placement_options, *, place_always: bool, setter_only: bool, summaries: bool,
+           say) -> None:
+    """The setter and the placer (or the setter alone), when they apply; a placement TF's placer
+    would reject is recorded in :attr:`Pipeline.placement_error`, not raised."""
+    from placeviz.placement import is_placed, place_graph, setter_stage
+
+    graph = pipe.model.graph
+    if placement_options is None or not (place_always or placement_options.wants_setter
+                                         or placement_options.cluster is not None or is_placed(graph)):
+        return
+    if setter_only:
+        say("placing (setter stage) ...")
+        pipe.setter = setter_stage(graph, placement_options)
+        if pipe.setter is not None:
+            pipe.notes.extend(pipe.setter.notes)
+        return
+    say("placing ...")
+    report = pipe.analysis
+    try:
+        pipe.placement = place_graph(graph, placement_options)
+    except LimitError:
+        raise  # a cluster beyond placeviz's bounds: exit 2, not a placement to report
+    except PlacevizError as e:
+        pipe.placement_error = str(e)
+        if report is not None:
+            report.placement_stage = PlacementStage(None, error=str(e))
+        return
+    added = len(pipe.placement.graph) - len(graph)
     if added:
-        report.notes.append(added_nodes_note(added, len(model.graph)))
+        pipe.notes.append(added_nodes_note(added, len(graph)))
     if pipe.placement.setter is not None:
-        report.notes.extend(pipe.placement.setter.notes)
+        pipe.notes.extend(pipe.placement.setter.notes)
+    if report is not None:
+        if summaries:
+            from placeviz.analysis import attach_placement
+
+            attach_placement(report, pipe.placement)
+        report.placement_stage = PlacementStage(pipe.placement, ps_job=placement_options.setter.ps_job,
+                                                nodes_added=added)
 
 
-def _partition_step(pipe: Pipeline, step: StepOptions, placement_options, say, summaries: bool = True) -> None:
+def _describe_sync(pipe: Pipeline, report: Analysis) -> None:
+    """Detect and prove the sync machinery of the graph later stages read (:attr:`Pipeline.graph`),
+    once; the report's ``sync`` section is a view of it.
+
+    Except when the setter ran: its graph is another graph (``tf.group``'s per-device NoOps made
+    again, the setter's device strings), and the report describes the graph as loaded, as
+    ``analyze`` does, so that graph gets its own detection and proof. The two differ in the
+    requested devices they name, in proof paths through the split NoOps and in closure sizes; a
+    view of one cannot be made from the other without re-walking the graph.
+    """
+    model = pipe.model
+    collections = model.collections if model.collections.present else None
+    stage = detect_and_prove(pipe.graph, collections)
+    if stage is not None:
+        pipe.machinery, pipe.proof = stage.machinery, stage.proof
+    report.sync_stage = stage if pipe.graph is model.graph else detect_and_prove(model.graph, collections)
+
+
+def _partition_step(pipe: Pipeline, placed: PlacementResult, step: StepOptions, placement_options, say) -> None:
     from placeviz.partition import partition
-    from placeviz.traffic import traffic_summary
 
     fetches, targets, feeds = step.fetches, step.targets, step.feeds
-    if not (fetches or targets):
-        worker_ops = (pipe.analysis.sync or {}).get("worker_train_ops") or []
+    if not (fetches or targets) and step.train_op_by_default:
+        worker_ops = pipe.proof.worker_train_ops if pipe.proof is not None else []
         targets = tuple(worker_ops or pipe.model.collections.train_ops)
     pipe.run = {"fetches": list(fetches), "targets": list(targets), "feeds": list(feeds),
                 "what": "one step of the train op" if targets and not fetches else
                         ("the given fetches" if fetches or targets else "the whole graph")}
     say(f"partitioning ({step.level} level) ...")
     try:
-        pipe.partitions = partition(pipe.graph, pipe.devices, fetches=fetches, targets=targets, feeds=feeds,
+        pipe.partitions = partition(placed.graph, placed.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
                                     level=step.level, replicate_constants=step.replicate_constants,
                                     client_device=placement_options.placer.client_device)
     except PlacevizError as e:
         pipe.partition_error = str(e)
-        pipe.analysis.partition = {"level": step.level, "error": str(e), "run": pipe.run}
+        if pipe.analysis is not None:
+            pipe.analysis.traffic_stage = TrafficStage(step.level, pipe.run, error=str(e))
         return
+    parts = pipe.partitions
     if step.batch_size is not None:
         from placeviz.traffic import assume_batch
 
         # A new list for every later reader (analyze, render, lint); the partitions stay TF's.
-        pipe.partitions.transfers = assume_batch(pipe.partitions.transfers, step.batch_size)
-    if not summaries:
-        return
-    pipe.analysis.partition = {"level": step.level,
-                               **traffic_summary(pipe.graph, pipe.partitions, pipe.run, step.batch_size)}
+        parts.transfers = assume_batch(parts.transfers, step.batch_size)
+    if pipe.analysis is not None:
+        pipe.analysis.traffic_stage = TrafficStage(step.level, pipe.run, placed.graph, parts, step.batch_size)
 
 
 NO_PLACEMENT_NOTE = ("the graph places no variable on a job and no --ps-tasks/--cluster was given: nothing goes to "

@@ -12,9 +12,23 @@ from placeviz.io import load
 pytestmark = pytest.mark.tf
 
 
-def test_demo_writes_every_artifact(tmp_path, capsys):
+def test_demo_writes_every_artifact(tmp_path, capsys, monkeypatch):
+    from placeviz import pipeline
+
+    runs = []
+
+    def counted(*args, **kwargs):
+        runs.append(kwargs)
+        return run_pipeline(*args, **kwargs)
+
+    run_pipeline = pipeline.run_pipeline
+    monkeypatch.setattr(pipeline, "run_pipeline", counted)
+    monkeypatch.setattr("placeviz.commands.demo.run_pipeline", counted)
     code, out, err = run_cli(["demo", "-o", tmp_path], capsys)
     assert code == 0, err
+    # One pipeline for the analysis, the lint and the pictures; verify places once more for its
+    # CPU-only local servers (soft placement), without partitioning.
+    assert [r.get("partition", True) for r in runs] == [True, False]
     assert "Single update per step: holds" in out and "Placement (setter replayed" in out
     assert "Network traffic for one step of the train op" in out
     report = json.loads((tmp_path / "analysis.json").read_text())

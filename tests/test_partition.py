@@ -9,9 +9,12 @@ distributed form (``_S``/``_G``) has its own tests below. Only the last test nee
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from placeviz.graph import Graph
 from placeviz.partition import PartitionError, partition
@@ -643,3 +646,56 @@ def test_written_partitions_fix_leading_underscore_names(monkeypatch):
     assert list(nodes["A2"].attr["_class"].list.s) == [b"loc:@_a"]
     monkeypatch.setattr(nodewire, "_wire", None)
     assert _written(graph)[0] == out
+
+
+# ---------------------------------------------------------------- the command, through the pipeline
+PLAIN_MLP = Path(__file__).parent / "golden" / "render" / "mlp_plain.pbtxt"
+"""``sample:mlp`` as TensorFlow built it, without a device setter or SyncReplicas (tests/golden/render)."""
+
+
+def _index_of_analyzed_run(tmp_path, capsys, extra: list[str], name: str) -> tuple[dict, dict]:
+    """``analyze --format json`` with ``extra``, then ``partition`` of the run it reports, same options."""
+    code, out, err = run_cli(["analyze", PLAIN_MLP, "--format", "json", *extra], capsys)
+    assert code == 0, err
+    traffic = json.loads(out)["partition"]
+    run = [arg for t in traffic["run"]["targets"] for arg in ("--target", t)]
+    code, _out, err = run_cli(["partition", PLAIN_MLP, "-o", tmp_path / name, "--level", "task", *run, *extra], capsys)
+    assert code == 0, err
+    return traffic, json.loads((tmp_path / name / "index.json").read_text())
+
+
+def test_partition_takes_the_sync_options_as_analyze_does(tmp_path, capsys):
+    """``--sync-replicas`` rewrites the graph before placement for ``partition`` as for ``analyze``:
+    the partitions of the run ``analyze`` reports carry the same transfers, and the option changes both
+    (the sync pass itself is checked against TF's SyncReplicasOptimizer in tests/test_sync_rewrite.py)."""
+    place = ["--ps-tasks", "2"]
+    sync = ["--sync-replicas", "--replicas-to-aggregate", "2", "--sync-name", "my_sync"]
+    seen = {}
+    for name, extra in (("plain", place), ("sync", [*place, *sync])):
+        traffic, index = _index_of_analyzed_run(tmp_path, capsys, extra, name)
+        across = [t for t in index["transfers"] if t["level"] == "task"]  # what analyze counts: the network
+        assert len(across) == traffic["transfers"] > 0
+        assert sum(t["slot"] == "control" for t in across) == traffic["control_transfers"]
+        assert sum(t["bytes"] or 0 for t in across) == traffic["bytes_per_step"]
+        nodes = set()
+        for entry in index["partitions"]:
+            graph = GraphDef.FromString((tmp_path / name / entry["file"]).read_bytes())
+            nodes |= {n.name for n in graph.node}
+        seen[name] = (traffic["run"]["targets"], traffic["bytes_per_step"], nodes)
+    assert seen["plain"][0] == [] and seen["sync"][0] == ["train_op"]  # the worker's train op, found in the rewrite
+    assert seen["plain"][1] != seen["sync"][1]
+    assert not any(n.startswith("my_sync/") for n in seen["plain"][2])
+    assert any(n.startswith("my_sync/") for n in seen["sync"][2]) and "sync_token_q" in seen["sync"][2]
+
+
+def test_place_takes_the_sync_options(tmp_path, capsys):
+    """``place --sync-replicas`` writes the rewritten graph, placed; without a plain graph's SYNC options it
+    is refused as analyze refuses them (one line, exit 2)."""
+    code, _out, err = run_cli(["place", PLAIN_MLP, "-o", tmp_path / "p.pb", "--ps-tasks", "2", "--sync-replicas",
+                               "--replicas-to-aggregate", "2"], capsys)
+    assert code == 0, err
+    placed = {n.name: n.device for n in GraphDef.FromString((tmp_path / "p.pb").read_bytes()).node}
+    assert placed["sync_token_q"].startswith("/job:ps/replica:0/task:")
+    code, _out, err = run_cli(["place", PLAIN_MLP, "-o", tmp_path / "q.pb", "--replicas-to-aggregate", "2"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "need --sync-replicas" in err
+    assert not (tmp_path / "q.pb").exists()

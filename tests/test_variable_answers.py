@@ -330,14 +330,19 @@ def test_every_device_shows_its_largest_variables():
     report = Analysis(model="m", kind="graphdef", node_count=150, data_edge_count=0, control_edge_count=0,
                       op_histogram={"VariableV2": 150}, requested_devices={"": 150}, unplaced_count=150,
                       unplaced_sample=[], variables=variables, other_state=[], collections=[], train_ops=[],
-                      producer=0, function_count=0,
-                      placement={"stage": "placed", "setter_ran": True, "tasks": [],
-                                 "ps_balance": {"max_over_mean": None}})
+                      producer=0, function_count=0, placement_stage=_Placed())
     text = format_text(report)
     assert "t2/v7 " in text and text.count("smaller on this device") == 3
     for task in range(3):
         assert f"/job:ps/replica:0/task:{task}/device:CPU:0: 50 variables" in text
         assert f"t{task}/v49 " in text  # each device's largest of the rest
+
+
+class _Placed:
+    """A placement stage whose ``placement`` section is given (the table reads only the variables)."""
+
+    def to_json(self, _variables) -> dict:
+        return {"stage": "placed", "setter_ran": True, "tasks": [], "ps_balance": {"max_over_mean": None}}
 
 
 def test_place_says_ps_tasks_zero_places_nothing(tmp_path, capsys):

@@ -53,13 +53,12 @@ def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, place
     if tasks or model.per_task:
         pipes, sources = task_pipelines(model, pipe, model_spec, tasks, placement_options, sync, workers=workers,
                                         tag=tag)
-        agreement = check_agreement(pipes, sources)
-        report.agreement = agreement.to_json() if agreement is not None else None
+        report.agreement_result = check_agreement(pipes, sources)
     if explain:
         if pipe.placement_error is not None:
             # --explain asks about placement itself: its failure is the answer, as an error.
             raise PlacevizError(pipe.placement_error)
-        report.placement["explain"] = [explain_node(pipe.placement, name) for name in explain]
+        report.explain = [explain_node(pipe.placement, name) for name in explain]
     emit(to_json(report.to_json(), pretty=pretty) if fmt == "json" else format_text(report), output)
     return report
 

@@ -76,7 +76,7 @@ def run(out_dir: str) -> None:
         node.device = device
     save_proto(placed, out / f"{DEMO_SAMPLE}.placed.pb")
     report = pipe.analysis
-    report.placement["explain"] = [explain_node(result, name) for name in EXPLAIN if name in result.graph.index]
+    report.explain = [explain_node(result, name) for name in EXPLAIN if name in result.graph.index]
     parts = partition(result.graph, result.placement.devices, targets=tuple(pipe.run["targets"]), level="device")
     parts_dir = out / "partitions"
     parts_dir.mkdir(exist_ok=True)
@@ -89,7 +89,7 @@ def run(out_dir: str) -> None:
     atomic_write(out / "analysis.json", to_json(report.to_json(), pretty=True))
 
     progress("[4/6] linting: every rule, as `placeviz lint` would in CI ...")
-    lint_report = _lint(model_path, placement_options)
+    lint_report = _lint(pipe, model_path, placement_options)
     atomic_write(out / "lint.json", lint_formats.format_json(lint_report, pretty=True))
     atomic_write(out / "lint.sarif", format_sarif(lint_report, pretty=True))
 
@@ -122,7 +122,9 @@ def run(out_dir: str) -> None:
         raise PlacevizError("the demo's verify run failed; see verify.json")
 
 
-def _lint(model_path: Path, placement_options):
+def _lint(pipe, model_path: Path, placement_options):
+    """Every rule on the demo's pipeline, reported as ``placeviz lint MODEL`` reports it (the
+    model is not loaded, placed and partitioned again)."""
     from placeviz.lint.discovery import load_rules
     from placeviz.lint.engine import run_lint
     from placeviz.lint.runner import LintOptions
@@ -131,7 +133,7 @@ def _lint(model_path: Path, placement_options):
     rules = load_rules()
     selected = select_rules(rules, ["ALL"], [], [], preview=False)
     options = LintOptions(placement_options=placement_options, cluster=placement_options.cluster)
-    return run_lint([str(model_path)], selected, options, all_rules=rules)
+    return run_lint([str(model_path)], selected, options, all_rules=rules, pipelines={str(model_path): pipe})
 
 
 def _has_matplotlib() -> bool:

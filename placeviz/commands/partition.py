@@ -19,10 +19,10 @@ from pathlib import Path
 
 from placeviz.commands.output import notice, progress, to_json_pieces
 from placeviz.coverage import refuse_serving_graph
+from placeviz.errors import PlacevizError
 from placeviz.io import check_directory_output, load, write_directory
-from placeviz.partition import SCHEMA, partition
-from placeviz.pipeline import added_nodes_note, placement_notes
-from placeviz.placement import place_graph
+from placeviz.partition import SCHEMA
+from placeviz.pipeline import StepOptions, run_pipeline
 from placeviz.progress import begin
 from placeviz.sizes import transfers_text
 
@@ -35,21 +35,25 @@ _MAX_INDEX_BYTES = 1 << 30
 
 
 def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, level: str,
-        replicate_constants: bool, tag: str | None = None, pretty: bool = False) -> None:
+        replicate_constants: bool, tag: str | None = None, pretty: bool = False, sync=None) -> None:
+    """Place MODEL and write one step's partitions (the whole graph without fetches and targets).
+
+    The static pipeline (:func:`placeviz.pipeline.run_pipeline`) does the work, without its
+    report: the SYNC options rewrite a plain graph into SyncReplicas form first, as for ``analyze``.
+    """
     model = load(model_spec, tag=tag, keep_bytes=True)  # partitions are written from the file's bytes
     refuse_serving_graph(model)
     check_directory_output(out_dir, replaceable=is_partition_output, kind=KIND)  # before the long part
-    for note in placement_notes(model.graph, options):
+    step = StepOptions(tuple(fetches), tuple(targets), tuple(feeds), level=level,
+                       replicate_constants=replicate_constants, train_op_by_default=False)
+    pipe = run_pipeline(model, options, sync, step, place_always=True, describe=False,
+                        progress=lambda message: begin(message.rstrip(" .")))
+    for note in pipe.notes:
         notice(f"note: {note}")
-    begin("placing")
-    result = place_graph(model.graph, options)
-    if len(result.graph) > len(model.graph):
-        notice(f"note: {added_nodes_note(len(result.graph) - len(model.graph), len(model.graph))}")
-    begin(f"partitioning ({level} level)")
-    parts = partition(result.graph, result.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
-                      level=level, replicate_constants=replicate_constants,
-                      client_device=options.placer.client_device)
-    del result  # the placement's per-node lists (reasons, groups, the setter's record): not needed to write
+    parts = pipe.partitions
+    if parts is None:  # TF's placer or partitioner would refuse the graph: that is the answer, as an error
+        raise PlacevizError(pipe.placement_error or pipe.partition_error or "the graph was not partitioned")
+    del pipe  # the placement's per-node lists (reasons, groups, the setter's record): not needed to write
     names = partition_file_names(parts.keys)
     begin(f"writing {len(names):,} partitions")
 

@@ -1,4 +1,8 @@
-"""``placeviz place``: write the graph with the devices our setter and placer give each node."""
+"""``placeviz place``: write the graph with the devices our setter and placer give each node.
+
+It runs the static pipeline (:func:`placeviz.pipeline.run_pipeline`) up to placement, so the SYNC
+options rewrite a plain graph into SyncReplicas form first, as for ``analyze``; no report is made.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,29 @@ from collections import Counter
 
 from placeviz.commands.output import notice, progress
 from placeviz.coverage import refuse_serving_graph
+from placeviz.errors import PlacevizError
 from placeviz.io import check_output, load, save_proto
-from placeviz.placement import place_graph, setter_stage
+from placeviz.pipeline import run_pipeline
 from placeviz.progress import begin
 from placeviz.protos import GraphDef
 
 
-def run(model_spec: str, output: str, options, stage: str, tag: str | None = None) -> None:
+def run(model_spec: str, output: str, options, stage: str, tag: str | None = None, sync=None) -> None:
     model = load(model_spec, tag=tag)
     refuse_serving_graph(model)
     check_output(output)  # before placing: -o may not be the model (placeviz.io, "writing")
     for note in options.notes:  # --ps-tasks 0
         notice(f"note: {note}")
-    begin(f"placing ({stage} stage)")
+    pipe = run_pipeline(model, options, sync, place_always=True, partition=False, describe=False,
+                        setter_only=stage == "setter", progress=_stages(stage))
     if stage == "setter":  # the setter only writes strings: TF's placer judges them later
-        setter = setter_stage(model.graph, options)
-        graph = model.graph if setter is None else setter.graph
+        setter, graph = pipe.setter, pipe.graph
         devices = graph.devices
+    elif pipe.placement is None:  # place is asked for the placement: its failure is an error
+        raise PlacevizError(pipe.placement_error or "the graph was not placed")
     else:
-        result = place_graph(model.graph, options)
-        setter, graph = result.setter, result.graph
-        devices = result.placement.devices
+        setter, graph = pipe.placement.setter, pipe.placement.graph
+        devices = pipe.placement.placement.devices
     out = GraphDef()
     out.CopyFrom(graph.graph_def)
     for node, device in zip(out.node, devices, strict=True):
@@ -41,3 +47,9 @@ def run(model_spec: str, output: str, options, stage: str, tag: str | None = Non
     counts = Counter(devices)
     progress(f"{len(devices):,} nodes on {len(counts)} devices ({stage} stage): "
              + ", ".join(f"{d or '(none)'} {n:,}" for d, n in sorted(counts.items())[:8]))
+
+
+
+def _stages(stage: str):
+    """The pipeline's status lines as progress stages: the sync pass, then ``placing (STAGE stage)``."""
+    return lambda message: begin(f"placing ({stage} stage)" if message.startswith("placing") else message.rstrip(" ."))

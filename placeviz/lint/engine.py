@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from placeviz.lint.api import SEVERITIES, Finding
 from placeviz.lint.baseline import split_baselined
 from placeviz.lint.discovery import LoadedRule
-from placeviz.lint.runner import SEVERITY_RANK, LintError, LintOptions, Skipped, display_path, lint_model
+from placeviz.lint.runner import (
+    SEVERITY_RANK,
+    LintError,
+    LintOptions,
+    Skipped,
+    display_path,
+    lint_model,
+    lint_pipeline,
+)
 from placeviz.lint.suppression import Suppressor
 from placeviz.progress import stage
 
@@ -68,11 +76,13 @@ class LintReport:
 def run_lint(specs: list[str], selected: list[LoadedRule], options: LintOptions, *,
              all_rules: list[LoadedRule] | None = None, ignores=(), config_path: str | None = None,
              config_findings: list[Finding] = (), baseline: set[str] | None = None,
-             fail_on: str = FAIL_ON_DEFAULT) -> LintReport:
+             fail_on: str = FAIL_ON_DEFAULT, pipelines: dict | None = None) -> LintReport:
     """Lint every model of ``specs`` with the ``selected`` rules and assemble the report.
 
     ``ignores``: the config's per-node-ignore entries; ``config_findings``: findings about the
-    config the caller already made (PV903); ``baseline``: fingerprints to drop.
+    config the caller already made (PV903); ``baseline``: fingerprints to drop. ``pipelines``:
+    spec -> a :class:`placeviz.pipeline.Pipeline` the caller already ran for it with
+    ``options``' placement and sync options (the demo), linted as it is instead of loaded again.
     """
     known = {r.id: r for r in (all_rules or selected)}
     suppressor = Suppressor(list(ignores), known)
@@ -80,7 +90,8 @@ def run_lint(specs: list[str], selected: list[LoadedRule], options: LintOptions,
     findings: list[Finding] = []
     with stage("linting", total=len(specs), unit="models") as progress:  # its steps: the rules (runner)
         for spec in specs:
-            result = lint_model(spec, selected, options)
+            pipe = (pipelines or {}).get(spec)
+            result = lint_model(spec, selected, options) if pipe is None else lint_pipeline(pipe, selected, options)
             model = display_path(spec)
             report.models.append(model)
             for r in result.ran:

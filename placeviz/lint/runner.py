@@ -176,8 +176,10 @@ def _needs_partition(rules: list[LoadedRule]) -> bool:
 
 
 def lint_pipeline(pipe, rules: list[LoadedRule], options: LintOptions, model_path: str | None = None) -> ModelResult:
-    """Run ``rules`` on a pipeline already computed (``render``'s HTML report and the demo use this,
-    so the model is not loaded and placed twice). The graph loaded, so no integrity pre-pass."""
+    """Run ``rules`` on a pipeline already computed (``render``'s HTML report, and the demo through
+    ``run_lint(pipelines=...)``), so the model is not loaded and placed twice. The graph loaded, so
+    no integrity pre-pass; no agreement check of other tasks' graphs either (``lint_model`` does it
+    for a per-task builder or ``--worker-graph``)."""
     model_path = model_path or display_path(pipe.model.source)
     raw = RawGraph.from_graph(pipe.model.graph, pipe.model.graph_def)
     return _locate(_run_rules(_context(model_path, pipe, raw, options), rules, ModelResult(), options.rule_timeout),
