@@ -475,7 +475,7 @@ def test_the_partition_of_a_step_is_made_only_when_a_selected_rule_can_read_it(w
     does not partition, unless a ``--rules DIR`` rule is loaded (it may read ``ctx.partitions``
     without declaring it). The report-only summaries are never made for lint."""
     from placeviz.io import load
-    from placeviz.lint.runner import LintOptions, model_pipeline
+    from placeviz.lint.runner import LintOptions, lint_pipeline, model_pipeline
     from placeviz.placement import PlacementOptions
     from placeviz.placement.setter import SetterConfig
 
@@ -489,7 +489,8 @@ def test_the_partition_of_a_step_is_made_only_when_a_selected_rule_can_read_it(w
     without = [r for r in builtin if r.id not in ("PV401", "PV403")]
     full = model_pipeline(model, builtin, options)
     assert full.devices is not None and full.partitions is not None
-    assert full.analysis.placement is None and full.analysis.partition is None
+    lint_pipeline(full, builtin, options)
+    assert full.analysis._views == {}  # no section view was made
     skipped = model_pipeline(model, without, options)
     assert skipped.devices == full.devices and skipped.partitions is None
     user = load_rules(["myrules"], builtin=False)
