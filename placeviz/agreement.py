@@ -32,6 +32,7 @@ here imports TensorFlow (a per-task builder does, through :func:`placeviz.io.loa
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from placeviz.devices import parse_full_name
@@ -347,7 +348,7 @@ def _src(by_task, t: int) -> str:
     return source or ("the chief" if t == 0 else f"worker {t}")
 
 
-def check_agreement(pipelines: dict[int, object], sources: dict[int, str] | None = None) -> Agreement | None:
+def check_agreement(pipelines: Mapping[int, object], sources: dict[int, str] | None = None) -> Agreement | None:
     """Compare the placed pipelines of the tasks (task index -> :class:`placeviz.pipeline.Pipeline`);
     None with fewer than two tasks."""
     if len(pipelines) < 2:

@@ -100,6 +100,13 @@ class Pipeline:
     """What was partitioned: ``{"fetches", "targets", "feeds", "what"}``."""
 
     @property
+    def report(self) -> Analysis:
+        """:attr:`analysis`, for the callers that asked for one (``describe=True``, the default)."""
+        if self.analysis is None:
+            raise RuntimeError("this pipeline ran with describe=False: it made no report")
+        return self.analysis
+
+    @property
     def graph(self) -> Graph:
         """The graph later stages refer to: the placed one when placement ran (the setter's when
         only the setter ran), else the model's."""

@@ -20,9 +20,13 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from placeviz.errors import PlacevizError
 from placeviz.io import Model, load
+
+if TYPE_CHECKING:
+    from placeviz.pipeline import Pipeline
 
 _OPTION_RE = re.compile(r"^(?P<task>\d+)=(?P<model>.+)$")
 
@@ -98,7 +102,7 @@ def cluster_workers(options) -> int | None:
 def task_pipelines(chief_model, chief_pipe, model_spec: str, worker_graphs: dict[int, str],
                    placement_options=None, sync_options=None, *, workers: int | None = None, tag: str | None = None,
                    progress: Callable[[str], None] | None = None,
-                   place_always: bool = False) -> tuple[dict[int, object], dict[int, str]]:
+                   place_always: bool = False) -> tuple[dict[int, Pipeline], dict[int, str]]:
     """Every task's pipeline (task 0: ``chief_pipe``, the pipeline of ``chief_model`` as loaded) and
     where each graph came from.
 

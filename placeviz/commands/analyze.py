@@ -49,7 +49,7 @@ def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, place
     step = StepOptions(tuple(fetches), tuple(targets), tuple(feeds), batch_size=batch_size)
     pipe = run_pipeline(model, task_placement_options(placement_options, 0), sync, step, tag=tag,
                         place_always=bool(explain))
-    report = pipe.analysis
+    report = pipe.report
     if tasks or model.per_task:
         pipes, sources = task_pipelines(model, pipe, model_spec, tasks, placement_options, sync, workers=workers,
                                         tag=tag)

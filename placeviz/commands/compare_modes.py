@@ -18,9 +18,13 @@ The result is one table and a ``placeviz.modes/1`` JSON document (docs/modes.md)
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from placeviz.commands.output import emit, progress, render_rich, to_json
 from placeviz.errors import PlacevizError
+
+if TYPE_CHECKING:
+    from placeviz.verify.report import VerifyReport
 
 SCHEMA = "placeviz.modes/1"
 
@@ -30,7 +34,7 @@ class ModeRun:
     label: str
     mode: str
     replicas_to_aggregate: int | None
-    report: object  # placeviz.verify.report.VerifyReport
+    report: VerifyReport
 
 
 def modes_to_run(workers: int, backup: int) -> list[tuple[str, str, int | None]]:
@@ -88,8 +92,8 @@ def relations(rows: list[dict], slow: dict[int, float]) -> list[dict]:
     by_mode = {r["mode"]: r for r in rows if r["mode"] in ("async", "barrier")}
     syncs = [r for r in rows if r["mode"] == "sync"]
     out = []
-    straggler = max(slow, key=slow.get) if slow else None
-    delay = slow.get(straggler, 0.0) if slow else 0.0
+    straggler = max(slow, key=lambda i: slow[i]) if slow else None
+    delay = slow[straggler] if straggler is not None else 0.0
     b = by_mode.get("barrier")
     if b and b.get("gradients"):
         once = all(sorted(s["averaged"]) == list(range(b["workers"])) for s in b["gradients"]["per_step"])

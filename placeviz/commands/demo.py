@@ -75,7 +75,7 @@ def run(out_dir: str) -> None:
     for node, device in zip(placed.node, result.placement.devices, strict=True):
         node.device = device
     save_proto(placed, out / f"{DEMO_SAMPLE}.placed.pb")
-    report = pipe.analysis
+    report = pipe.report
     report.explain = [explain_node(result, name) for name in EXPLAIN if name in result.graph.index]
     parts = partition(result.graph, result.placement.devices, targets=tuple(pipe.run["targets"]), level="device")
     parts_dir = out / "partitions"

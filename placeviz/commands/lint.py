@@ -44,7 +44,7 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     from placeviz.tasks import check_workers_range, cluster_workers, parse_worker_graphs
 
     rule_timeout = DEFAULT_TIMEOUT if rule_timeout is None else (rule_timeout or None)
-    skipped_files = []
+    skipped_files: list[str] = []
     if only_graphs:  # the pre-commit hook: files that are not graphs are noted, not errors
         from placeviz.lint.inputs import graph_models
 

@@ -73,7 +73,7 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
     serving = serving_graph_problem(pipe.model)  # drawn as loaded, never placed (placeviz.coverage)
     for note in [serving] if serving else placement_notes(pipe.model.graph, placement_options):
         notice(f"note: {note}")
-    added = (pipe.analysis.placement or {}).get("nodes_added")
+    added = (pipe.report.placement or {}).get("nodes_added")
     if added:  # the views draw the placed graph: say why they count more ops than the graph has
         notice(f"note: {added_nodes_note(added, len(pipe.model.graph))}")
     if fmt == "html":
@@ -95,7 +95,7 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
     started = time.perf_counter()
     diagram = None if fit else build_view(ctx, view, focus=focus, depth=depth, max_nodes=budget)
     built = time.perf_counter() - started
-    if fmt == "dot" and not fit:
+    if fmt == "dot" and diagram is not None:  # built above: not fitted, so no layout to run
         atomic_write(output, to_dot(diagram))
         progress(f"wrote {output} ({view} view: {len(diagram.boxes):,} boxes, {len(diagram.edges):,} edges)")
         return
