@@ -26,6 +26,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from placeviz.devices import ClusterSpec
+    from placeviz.lint.raw import RawGraph
 
 SEVERITIES = ("error", "warning", "info")
 """Most to least severe; ``--fail-on`` thresholds are inclusive."""
@@ -114,11 +119,14 @@ class LintContext:
     """
 
     model_path: str
-    pipeline: object  # placeviz.pipeline.Pipeline
-    cluster: object | None = None  # placeviz.devices.ClusterSpec the user gave, or None
+    pipeline: Any
+    """:class:`placeviz.pipeline.Pipeline`, or None when the graph could not be built (then only
+    integrity rules run, and they read :attr:`raw`). Typed ``Any``: the properties below read it
+    unguarded, as no rule asks them of an unbuilt graph."""
+    cluster: ClusterSpec | None = None  # the cluster spec the user gave, or None
     thresholds: dict = field(default_factory=dict)
     op_table: object | None = None
-    raw: object | None = None
+    raw: RawGraph | None = None
     """:class:`placeviz.lint.raw.RawGraph`: the GraphDef as written, indexed without validation
     (set by the engine for every model; integrity rules read it)."""
     placement_options: object | None = None
@@ -247,6 +255,7 @@ class LintContext:
     def device_of(self, i: int) -> str:
         """The placed device when known, else the requested one."""
         if self.pipeline is None:
+            assert self.raw is not None  # the engine gives every context the raw graph
             return self.raw.devices[i]
         devices = self.devices
         return devices[i] if devices is not None else self.graph.devices[i]
@@ -262,7 +271,11 @@ class LintContext:
                 suggestion: str | None = None, severity: str | None = None) -> Finding:
         """A :class:`Finding` of ``rule`` at ``node`` (id or name), with its device filled in."""
         name = device = None
-        nodes = self.graph if self.pipeline is not None else self.raw  # raw: the graph could not be built
+        if self.pipeline is not None:
+            nodes = self.graph
+        else:  # the graph could not be built
+            assert self.raw is not None  # the engine gives every context the raw graph
+            nodes = self.raw
         if node is not None:
             i = node if isinstance(node, int) else nodes.index[node]
             name = nodes.names[i]
@@ -283,6 +296,7 @@ class LintContext:
         the one written in the GraphDef.
         """
         raw = self.raw
+        assert raw is not None  # the engine gives every context the raw graph (integrity rules read it)
         name = device = None
         if i is not None:
             name = raw.names[i]

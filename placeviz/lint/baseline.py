@@ -42,7 +42,7 @@ def read_baseline(path: str) -> set[str]:
 
 def write_baseline(path: str, findings: list[Finding]) -> int:
     """Write the fingerprints of ``findings``; returns how many distinct entries were written."""
-    entries = {}
+    entries: dict[str, dict[str, str | None]] = {}
     for f in findings:
         fp = fingerprint(f)
         entries.setdefault(fp, {"fingerprint": fp, "rule": f.rule, "model": f.model, "node": f.node})

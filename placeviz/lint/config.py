@@ -29,6 +29,7 @@ Keys::
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,9 +112,10 @@ def load_config(path: str | Path | None = None, *, search: bool = True) -> LintC
 
 
 def _read_toml(path: Path) -> dict:
-    try:  # imported here: most runs find no config file (a cold start pays for every import)
+    # imported here: most runs find no config file (a cold start pays for every import)
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
+    else:  # Python 3.10: the tomli backport (a dependency there)
         import tomli as tomllib
 
     try:

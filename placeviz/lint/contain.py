@@ -238,7 +238,9 @@ def _child(func: Callable[[], object], wfd: int, out_fd: int, parent: int) -> No
     os.close(out_fd)
     stream = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
     sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115
-    sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = stream
+    sys.stdout = sys.stderr = stream
+    # typeshed marks the originals Final; the contained child replaces them on purpose (see above).
+    sys.__stdout__ = sys.__stderr__ = stream  # type: ignore[misc]
     try:
         value = func()
         payload = ("ok", value)

@@ -23,11 +23,12 @@ import importlib.util
 import pkgutil
 import re
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from placeviz.errors import PlacevizError
-from placeviz.lint.api import Rule
+from placeviz.lint.api import Finding, LintContext, Rule
 from placeviz.lint.contain import DEFAULT_TIMEOUT, run_here
 
 ID_RE = re.compile(r"^[A-Z]{2,}[0-9]{3}$")
@@ -44,7 +45,7 @@ class LoadedRule:
     """A rule's metadata, its ``check`` and where it came from."""
 
     rule: Rule
-    check: object  # Callable[[LintContext], Iterable[Finding]]
+    check: Callable[[LintContext], Iterable[Finding] | None]
     origin: str  # "builtin" or the user's directory
     path: str
     output: str = ""
@@ -115,9 +116,11 @@ def _import(module_name: str):
 def _import_file(module_name: str, path: Path, timeout: float | None = DEFAULT_TIMEOUT):
     """The user's module and what it printed at import (contained: see the module docstring)."""
     spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None  # a ``*.py`` path always has a source loader
+    loader = spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
-    outcome = run_here(lambda: spec.loader.exec_module(module), timeout)
+    outcome = run_here(lambda: loader.exec_module(module), timeout)
     if outcome.error is not None:
         del sys.modules[module_name]
         what = f"its import timed out after {timeout:g} s (--rule-timeout)" if outcome.timed_out else outcome.error

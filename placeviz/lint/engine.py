@@ -8,6 +8,7 @@ use of the suppression that covers it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from placeviz.lint.api import SEVERITIES, Finding
@@ -75,7 +76,7 @@ class LintReport:
 
 def run_lint(specs: list[str], selected: list[LoadedRule], options: LintOptions, *,
              all_rules: list[LoadedRule] | None = None, ignores=(), config_path: str | None = None,
-             config_findings: list[Finding] = (), baseline: set[str] | None = None,
+             config_findings: Sequence[Finding] = (), baseline: set[str] | None = None,
              fail_on: str = FAIL_ON_DEFAULT, pipelines: dict | None = None) -> LintReport:
     """Lint every model of ``specs`` with the ``selected`` rules and assemble the report.
 

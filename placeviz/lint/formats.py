@@ -84,9 +84,9 @@ def group_skipped(skipped) -> list[tuple[str, str, list[str]]]:
     for (model, reason), ids in per_model.items():
         groups.setdefault((reason, tuple(ids)), []).append(model)
     out = []
-    for (reason, ids), models in groups.items():
+    for (reason, rule_ids), models in groups.items():
         shown = ", ".join(models[:3]) + (f" and {len(models) - 3} more" if len(models) > 3 else "")
-        out.append((shown, reason, list(ids)))
+        out.append((shown, reason, list(rule_ids)))
     return out
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from placeviz.errors import GraphError, LoadError, PlacevizError
 from placeviz.limits import InputRefused
@@ -32,6 +33,10 @@ from placeviz.lint.discovery import LoadedRule
 from placeviz.lint.raw import RawGraph, read_graph_def
 from placeviz.progress import doing
 from placeviz.tasks import task_placement_options
+
+if TYPE_CHECKING:
+    from placeviz.devices import ClusterSpec
+    from placeviz.pipeline import SyncOptions
 
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
@@ -71,9 +76,9 @@ class LintError:
 @dataclass
 class LintOptions:
     placement_options: object | None = None  # placeviz.placement.PlacementOptions
-    sync: object | None = None  # placeviz.pipeline.SyncOptions
+    sync: SyncOptions | None = None
     tag: str | None = None
-    cluster: object | None = None  # placeviz.devices.ClusterSpec the user gave
+    cluster: ClusterSpec | None = None  # the cluster spec the user gave
     thresholds: dict = field(default_factory=dict)
     severity: dict = field(default_factory=dict)  # rule ID -> severity override
     worker_graphs: dict = field(default_factory=dict)  # task index -> MODEL that task built (--worker-graph)
@@ -282,6 +287,7 @@ def _run_user_rule(r: LoadedRule, ctx: LintContext, result: ModelResult, timeout
         result.errors.append(LintError(f"rule {r.id} ({r.name}) failed on {ctx.model_path}: {outcome.error}",
                                        ctx.model_path, r.id))
         return
+    assert isinstance(outcome.value, list)  # no error: the value is the list the lambda above made
     _accept(r, ctx, result, outcome.value)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 from placeviz.lint.baseline import fingerprint
 from placeviz.lint.formats import NodeLines, group_skipped, model_file
@@ -67,7 +68,7 @@ def to_sarif(report) -> dict:
         findings = sorted(findings, key=lambda f: rank[f.severity])[:MAX_RESULTS]
         dropped = len(report.findings) - MAX_RESULTS
     for f in findings:
-        model_location = {"physicalLocation": {"artifactLocation": {"uri": artifact_uri(model_file(f.model))},
+        model_location: dict[str, Any] = {"physicalLocation": {"artifactLocation": {"uri": artifact_uri(model_file(f.model))},
                                                "region": {"startLine": lines_of(f.model, f.node)}}}
         location = model_location
         if f.source:

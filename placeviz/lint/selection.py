@@ -15,7 +15,7 @@ does not start failing CI because someone wrote ``select = ["ALL"]``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from placeviz.lint.discovery import LoadedRule
 
@@ -52,8 +52,8 @@ def unknown_selectors(selectors: Iterable[str], rules: list[LoadedRule]) -> list
     return out
 
 
-def select_rules(rules: list[LoadedRule], select: list[str], extend_select: list[str] = (),
-                 ignore: list[str] = (), preview: bool = False) -> list[LoadedRule]:
+def select_rules(rules: list[LoadedRule], select: list[str], extend_select: Sequence[str] = (),
+                 ignore: Sequence[str] = (), preview: bool = False) -> list[LoadedRule]:
     """The rules that run, in ID order."""
     wanted = [*select, *extend_select]
     chosen = []

@@ -136,6 +136,7 @@ class _Splitter:
 
     def members_of_series(self, g: Group) -> list[Group]:
         """A series group split into one group per member scope."""
+        assert g.series is not None  # the one caller splits this way only a group with a series
         head = g.path[:-1]
         return [Group(g.owner, (*head, comp), ids, parts) for comp, (ids, parts) in g.series.items()]
 
@@ -183,8 +184,8 @@ class _Splitter:
         for comp in exact:
             by_key.setdefault(self.key(comp), []).append(comp)
         out = [Group(g.owner, g.path, [i]) for i in own]
-        for k in sorted(by_key, key=_natural):
-            comps = sorted(by_key[k], key=_natural)
+        for name_key in sorted(by_key, key=_natural):
+            comps = sorted(by_key[name_key], key=_natural)
             if len(comps) == 1:
                 ids, parts = exact[comps[0]]
                 out.append(Group(g.owner, (*g.path, comps[0]), ids, parts))
@@ -210,6 +211,7 @@ class CollapseMemo:
 
     def __init__(self):
         self.signature: tuple | None = None
+        self._nodes: list[int] = []
         self.split_names: dict[str, list[list[str]]] = {}
         self.by_owner: dict[str, list[int]] = {}
         self.splitter = _Splitter()

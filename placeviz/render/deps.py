@@ -109,10 +109,10 @@ def build_deps(ctx: ViewContext, focus: int, depth: int | None, budget: int) -> 
         d.boxes.append(box)
     d.node_box, d.group_keys, d.groups = c.box_of, keys, c.groups
     bundles = quotient_edges(g, nodes, c.box_of)
-    top = max((a + b for a, b in bundles.values()), default=0)
+    heaviest = max((a + b for a, b in bundles.values()), default=0)
     for (a, b), (data, control) in sorted(bundles.items()):
         d.edges.append(Edge(keys[a], keys[b], style="solid" if data else "dashed",
-                            color="#333333" if data else "#888888", penwidth=pen_width(data + control, top, 1.0, 4.0),
+                            color="#333333" if data else "#888888", penwidth=pen_width(data + control, heaviest, 1.0, 4.0),
                             tooltip=f"{data:,} data, {control:,} control edges"))
     limit = max(30, int(2.5 * len(c.groups)))
     if len(d.edges) > limit:

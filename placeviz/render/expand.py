@@ -74,10 +74,12 @@ def plan_expansions(ctx: ViewContext, view: Diagram, limit: int = MAX_EXPANSIONS
     queue = deque([view])
     while queue and len(out) < limit:
         d = queue.popleft()
+        groups = d.groups
+        assert groups is not None  # ``view`` was checked above and build_inside sets every inner one's
         ids = box_ids(d)
-        order = sorted(range(len(d.groups)), key=lambda k: -len(d.groups[k].members))
+        order = sorted(range(len(groups)), key=lambda k: -len(groups[k].members))
         for k in order:
-            grp = d.groups[k]
+            grp = groups[k]
             if len(out) >= limit:
                 break
             if grp.is_op or len(grp.members) < 2:

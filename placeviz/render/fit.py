@@ -97,7 +97,7 @@ def fit_view(build: Callable[[int], Diagram], run: Callable[[str], bytes], budge
     def attempt(b: int) -> tuple[Fit | None, float, int]:
         """(the fitting picture at budget ``b`` or None, its shortest long side, boxes drawn)."""
         d = build(b)
-        longest = None
+        longest: float | None = None
         for rankdir in (d.rankdir, _other(d.rankdir)):
             d = dataclasses.replace(d, rankdir=rankdir)
             svg = run(to_dot(d))
@@ -109,6 +109,7 @@ def fit_view(build: Callable[[int], Diagram], run: Callable[[str], bytes], budge
             if fit.fits:
                 return fit, max(size), len(d.boxes)
             longest = max(size) if longest is None else min(longest, max(size))
+        assert longest is not None  # the loop above drew both rankdirs, neither fitting
         return None, longest, len(d.boxes)
 
     def done(fit: Fit) -> Fit:

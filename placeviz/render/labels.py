@@ -43,7 +43,8 @@ def _fit(parts: tuple[str, ...], width: int) -> str:
     text = "/".join(parts)
     if len(text) <= width or len(parts) == 1:
         return _cut(text, width)
-    first, tail = parts[0], []
+    first = parts[0]
+    tail: list[str] = []
     room = width - len(first) - 3  # "first/…/"
     for comp in reversed(parts[1:]):
         if len(comp) + 1 > room and tail:

@@ -22,7 +22,7 @@ swallow the script element), and each SVG from Graphviz is checked inert by
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from importlib import resources
 
 from placeviz.errors import PlacevizError
@@ -58,7 +58,7 @@ def inline_svg(svg: bytes) -> str:
         raise PlacevizError(f"HTML report refused: {e}") from None
 
 
-def _table(headers: list[str], rows: list[list], numeric: set[int] = frozenset(), cls: str = "") -> str:
+def _table(headers: list[str], rows: list[list], numeric: Set[int] = frozenset(), cls: str = "") -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f'<td class="num">{esc(c)}</td>' if k in numeric else f"<td>{esc(c)}</td>"
                                     for k, c in enumerate(r)) + "</tr>" for r in rows)
@@ -149,7 +149,7 @@ def _search_index(ctx: ViewContext, diagrams: dict[str, Diagram], subs: list[Exp
     dev_idx = {d: k for k, d in enumerate(devices)}
     op_types = sorted(set(g.ops))
     op_idx = {op: k for k, op in enumerate(op_types)}
-    boxes = {}
+    boxes: dict[str, list[int] | dict[int, int]] = {}
     for name, d in diagrams.items():
         if d.node_box is None:
             continue
@@ -163,6 +163,7 @@ def _search_index(ctx: ViewContext, diagrams: dict[str, Diagram], subs: list[Exp
     clickable: set[int] = set()
     for e in subs:
         d = e.diagram
+        assert d.node_box is not None  # every expansion is a build_inside diagram, which sets it
         ids = box_ids(d)
         numbers = [int(ids[k][1:]) for k in d.group_keys]
         boxes[d.name] = {i: numbers[b] for i, b in enumerate(d.node_box) if b >= 0}

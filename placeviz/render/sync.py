@@ -150,9 +150,9 @@ def build_sync(ctx: ViewContext, budget: int) -> Diagram:
         c.box_of[i] = c.box_of[j]
     times = [0] * len(c.groups)  # how many chains each box stands for
     chain_of = {a.node: a for a in m.accumulators}
-    for acc, grp in stands_for.items():
+    for acc, folded in stands_for.items():
         for b in {c.box_of[i] for i in accumulator_chain(m, chain_of[acc]) if c.box_of[i] >= 0}:
-            times[b] += len(grp)
+            times[b] += len(folded)
     hidden_in: dict[int, list[int]] = {}
     for i in hidden:
         hidden_in.setdefault(c.box_of[i], []).append(i)

@@ -49,25 +49,29 @@ rules ask once per node)."""
 
 
 def job_of(device: str) -> str | None:
-    job = _JOBS.get(device, False)
-    if job is False:
-        p = parsed(device)
-        job = p.job if p is not None else None
-        if len(_JOBS) >= _MEMO_LIMIT:
-            _JOBS.clear()
-        _JOBS[device] = job
+    try:
+        return _JOBS[device]
+    except KeyError:
+        pass
+    p = parsed(device)
+    job = p.job if p is not None else None
+    if len(_JOBS) >= _MEMO_LIMIT:
+        _JOBS.clear()
+    _JOBS[device] = job
     return job
 
 
 def task_of(device: str) -> str | None:
     """``/job:J/task:T`` of a device (None without a job; a missing task index reads as 0)."""
-    task = _TASKS.get(device, False)
-    if task is False:
-        p = parsed(device)
-        task = None if p is None or p.job is None else f"/job:{p.job}/task:{p.task or 0}"
-        if len(_TASKS) >= _MEMO_LIMIT:
-            _TASKS.clear()
-        _TASKS[device] = task
+    try:
+        return _TASKS[device]
+    except KeyError:
+        pass
+    p = parsed(device)
+    task = None if p is None or p.job is None else f"/job:{p.job}/task:{p.task or 0}"
+    if len(_TASKS) >= _MEMO_LIMIT:
+        _TASKS.clear()
+    _TASKS[device] = task
     return task
 
 
@@ -148,7 +152,8 @@ def ps_tasks(ctx) -> list[str]:
     ``--ps-tasks N`` (an idle task counts: the user said it exists), else those the graph uses."""
     if ctx.cluster is not None and PS_JOB in ctx.cluster.jobs:
         return [f"/job:{PS_JOB}/task:{t}" for t in ctx.cluster.task_indices(PS_JOB)]
-    tasks = {task_of(d) for d in set(effective_devices(ctx)) if job_of(d) == PS_JOB}
+    # task_of is never None here (a ps device has a job); the test only tells mypy so.
+    tasks = {t for d in set(effective_devices(ctx)) if job_of(d) == PS_JOB and (t := task_of(d)) is not None}
     stated = ctx.stated_ps_tasks
     if stated:
         tasks |= {f"/job:{PS_JOB}/task:{t}" for t in range(stated)}
@@ -210,6 +215,7 @@ def worker_task(ctx) -> str | None:
         for d, ids in nodes_by_device(ctx, effective_devices(ctx)).items():
             if job_of(d) in WORKER_JOBS:
                 t = task_of(d)
+                assert t is not None  # a worker-job device has a job, so a task
                 counts[t] = counts.get(t, 0) + len(ids)
         cache["worker_task"] = max(counts, key=lambda t: (counts[t], t)) if counts else None
     return cache["worker_task"]

@@ -136,14 +136,16 @@ def _cycles(succ: list[list[int]], n: int) -> list[list[int]]:
 
 def _cycle_through(start: int, succ: list[list[int]], members: set[int]) -> list[int]:
     """One cycle start -> ... -> start inside the component (breadth-first: a shortest one)."""
-    parent = {start: None}
+    parent: dict[int, int | None] = {start: None}
     queue = [start]
     for v in queue:
         for w in succ[v]:
             if w == start:
                 path = [v]
-                while parent[path[-1]] is not None:
-                    path.append(parent[path[-1]])
+                up = parent[v]
+                while up is not None:
+                    path.append(up)
+                    up = parent[up]
                 return path[::-1]
             if w in members and w not in parent:
                 parent[w] = v

@@ -98,7 +98,7 @@ def _serialized_size(ctx, soft: int) -> int | None:
     return ctx.raw.serialized_bytes
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
