@@ -59,10 +59,9 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from itertools import chain as _chain
 from itertools import compress, repeat
 from operator import eq
 from typing import Any
@@ -271,7 +270,6 @@ def run_setter(graph: Graph, config: SetterConfig, op_table=None) -> SetterResul
 
 def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     n = len(graph)
-    ops = graph.ops
     ps_tasks = num_ps_tasks(config)
     if ps_tasks <= 0:
         # replica_device_setter returned None: `with device(None)` hides every device scope.
@@ -294,8 +292,42 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
             raise SetterError(f"--setter-scope-end: the graph has no node named {config.scope_end!r}")
         inside = graph.index[config.scope_end]
     hints = scopes.device_scope_hints(graph, _kernels)
-    resource_handles = {h for h in set(hints.values()) if ops[h] == "VarHandleOp"}
     device_none = scopes.device_none_nodes(graph, _kernels)
+    replayed = None
+    if _kernels is not None and isinstance(strategy, RoundRobin) and not hints:
+        replayed = native_replay(graph, config, op_table, ps_tasks, ps_ops, ps_spec, worker_spec, inside,
+                                 device_none)
+    if replayed is None:  # declined (or no kernels): the specification itself
+        replayed = setter_replay(graph, config, op_table, strategy, ps_ops, ps_spec, worker_spec, inside, hints,
+                                 device_none)
+    result_devices, rule, reference, strategy_calls = replayed
+
+    plain_device = _PlainDevice(worker_spec, config.merge_devices, inside if inside < n else None)
+    plain_noops = PLAIN_NOOP_NAMES | config.plain_noops
+    assumed: list[str] = []  # NoOps with no library name taken for a group and split per device
+    new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,  # type: ignore[arg-type]
+                                                          strategy_calls, plain_device, plain_noops, assumed)
+    notes = _scope_notes(graph, config)
+    if assumed:
+        shown = ", ".join(assumed[:5]) + (f" and {len(assumed) - 5} more" if len(assumed) > 5 else "")
+        notes.append(f"took the NoOp(s) {shown} for tf.group and split them per device, as group does; a NoOp "
+                     f"built with tf.no_op under control_dependencies is not split: pass --plain-noop NAME")
+    return SetterResult(new_graph, new_rules, new_refs, calls, ps_tasks, notes)
+
+
+def setter_replay(graph: Graph, config: SetterConfig, op_table, strategy: Callable[[int], int], ps_ops,
+                  ps_spec: PyDeviceSpec | None, worker_spec: PyDeviceSpec, inside: int, hints: dict[int, int],
+                  device_none: set[int]) -> tuple[list[str], list[int], dict[int, int], list[int]]:
+    """TF's device function run once per op in creation order: ``(devices, rule, reference,
+    strategy_calls)`` before the group split (device_setter.py ``_ReplicaDeviceChooser.device_function``,
+    ops.py ``_apply_device_functions``, ``colocate_with``, ``init_scope``).
+
+    The specification of the replay: :func:`native_replay` gives the same result in C or declines.
+    Nodes ``[inside, n)`` were built after the setter's block (:func:`_outside`).
+    """
+    n = len(graph)
+    ops = graph.ops
+    resource_handles = {h for h in set(hints.values()) if ops[h] == "VarHandleOp"}
     targets = _colocation_targets(graph)
     is_resource_generator = _resource_generator_test(graph, op_table)
     rule = [RULE_WORKER] * n
@@ -309,18 +341,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     own_devices, in_start, in_slot = graph.devices, graph.in_start, graph.in_slot
     merge_devices = config.merge_devices
     calls_for_own: dict[str, bool] = {}  # own device -> whether a ps op there calls the strategy
-
-    positions: Iterable[int] = range(n)
-    if _kernels is not None and isinstance(ps_ops, (set, frozenset)):
-        # The C loop settles the plain nodes and stops at the others, which this loop handles
-        # (see _kernel_stops); it reads the caches this loop fills.
-        positions = _kernel_stops(inside, own_devices, targets, hints, device_none, in_start, in_slot, ops, ps_ops,
-                                  config, ps_spec is not None, strategy, calls_for_own, ps_cache, worker_cache,
-                                  getattr(is_resource_generator, "kernel_state", None), devices, rule,
-                                  reference, colocated, strategy_calls)
-        if inside < n:
-            positions = _chain(positions, range(inside, n))  # the C loop stops at `inside`
-    for i in positions:
+    for i in range(n):
         if i >= inside:
             _outside(i, graph, targets, device_none, hints, devices, rule, reference, colocated)
             continue
@@ -395,17 +416,134 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
         devices[i] = _resolve_colocated(i, target, devices, graph, colocated_targets)
     result_devices = devices if None not in devices else [d or "" for d in devices]  # usually none is None
 
-    plain_device = _PlainDevice(worker_spec, merge_devices, inside if inside < n else None)
-    plain_noops = PLAIN_NOOP_NAMES | config.plain_noops
-    assumed: list[str] = []  # NoOps with no library name taken for a group and split per device
-    new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,  # type: ignore[arg-type]
-                                                          strategy_calls, plain_device, plain_noops, assumed)
-    notes = _scope_notes(graph, config)
-    if assumed:
-        shown = ", ".join(assumed[:5]) + (f" and {len(assumed) - 5} more" if len(assumed) > 5 else "")
-        notes.append(f"took the NoOp(s) {shown} for tf.group and split them per device, as group does; a NoOp "
-                     f"built with tf.no_op under control_dependencies is not split: pass --plain-noop NAME")
-    return SetterResult(new_graph, new_rules, new_refs, calls, ps_tasks, notes)
+    return result_devices, rule, reference, strategy_calls  # type: ignore[return-value]
+
+
+# At most this many device strings are merged up front for the native replay (distinct own devices
+# times the ps tasks plus two); a graph needing more runs the Python replay, which merges lazily.
+_MAX_DEVICE_TABLE = 50_000
+
+
+def native_replay(graph: Graph, config: SetterConfig, op_table, ps_tasks: int, ps_ops, ps_spec: PyDeviceSpec | None,
+                  worker_spec: PyDeviceSpec, inside: int, device_none: set[int]):
+    """:func:`setter_replay` with the round-robin strategy and no device-scope hints, in C
+    (``_setter_kernels.setter``), or None when it declines; then the caller runs the Python.
+
+    The C function parses no device string and asks no op table: this function gives it complete
+    tables, made here with the same helpers the Python replay uses (:class:`PyDeviceSpec`,
+    :func:`_constructs_a_resource`). Anything it cannot settle up front (a device string that does
+    not parse, a resource test that raises, a table that would be too big) makes it decline, and
+    the Python replay raises or answers as the specification does.
+    """
+    if _kernels is None:
+        return None
+    if not isinstance(ps_ops, frozenset):
+        if not isinstance(ps_ops, (set, tuple, list)) or not all(type(op) is str for op in ps_ops):
+            return None
+        ps_ops = frozenset(ps_ops)  # `in` on strings: the same answers
+    tables = _device_tables(graph.devices, ps_spec, worker_spec, ps_tasks)
+    facts = _resource_facts(graph, op_table)
+    if tables is None or facts is None:
+        return None
+    worker_of, ps_calls, ps_device_of = tables
+    generator_keys, generator_values, generator_nodes = facts
+    flags = bytearray(len(graph))
+    for i in device_none:
+        if not 0 <= i < len(flags):
+            return None
+        flags[i] = 1
+    return _kernels.setter(
+        names=graph.names, ops=graph.ops, own_devices=graph.devices, in_start=graph.in_start, in_src=graph.in_src,
+        in_slot=graph.in_slot, colocation=graph.colocation, colocated_names=graph.colocated_names,
+        located_ids=graph.colocated_name_ids, index=graph.index, device_none=bytes(flags), inside=inside,
+        ps_ops=ps_ops, ps_tasks=ps_tasks, graph_as_default=config.graph_as_default,
+        merge_devices=config.merge_devices, ps_present=ps_spec is not None, worker_of=worker_of, ps_calls=ps_calls,
+        ps_device_of=ps_device_of, generator_keys=generator_keys, generator_values=generator_values,
+        generator_nodes=generator_nodes)
+
+
+def _device_tables(own_devices: list[str], ps_spec: PyDeviceSpec | None, worker_spec: PyDeviceSpec, ps_tasks: int):
+    """Per distinct own device: ``worker_device`` merged under it, whether a ps op there calls the
+    strategy (TF's ``ps_job`` test in ``device_function``) and the ps op's device (task None, then
+    each task), as :func:`setter_replay` computes them; None if a string does not parse or the
+    table would be too big."""
+    owns = set(own_devices)
+    if len(owns) * (ps_tasks + 2) > _MAX_DEVICE_TABLE:
+        return None
+    worker_of: dict[str, str] = {}
+    ps_calls: dict[str, bool] = {}
+    ps_device_of: dict[str, tuple[str, ...]] = {}
+    try:
+        for own in owns:
+            current = PyDeviceSpec.parse(own)
+            worker_of[own] = worker_spec.merged_with(current).to_string()
+            if ps_spec is None:
+                continue
+            calls = ps_calls[own] = bool(ps_spec.job and (current.job is None or current.job == ps_spec.job))
+            pinned = ps_spec.merged_with(current).to_string()
+            ps_device_of[own] = (pinned, *(ps_spec.replace(task=task).merged_with(current).to_string()
+                                           for task in range(ps_tasks))) if calls else (pinned,)
+    except Exception:  # noqa: BLE001 - the Python replay meets the same string and words the error
+        return None
+    return worker_of, ps_calls, ps_device_of
+
+
+def _resource_facts(graph: Graph, op_table):
+    """The resource-constructor test (:func:`_is_resource_generator`) of every node the replay may
+    ask: the colocated ones with no data input. ``(by (op, attr key), attr keys, by node)``: by
+    op and attr key when the graph has its op-fact attr keys cached (as :func:`_resource_generator_test`
+    uses them), else by node. An answer that raises is left out (the C replay then declines and the
+    Python replay raises it). None if a colocation key is not a node id."""
+    import numpy as np
+
+    n = len(graph)
+    keys = np.fromiter(graph.colocation, dtype=np.int64, count=len(graph.colocation))
+    if len(keys) and (keys.min() < 0 or keys.max() >= n):
+        return None
+    starts = np.frombuffer(graph.in_start, dtype=np.int32)
+    slots = np.frombuffer(graph.in_slot, dtype=np.int32)
+    lo, hi = starts[keys], starts[keys + 1]
+    first_slot = slots[np.minimum(lo, max(len(slots) - 1, 0))] if len(slots) else np.full(len(keys), CONTROL)
+    candidates = keys[~((hi > lo) & (first_slot != CONTROL))].tolist()
+    by_key: dict[tuple[str, Any], bool] = {}
+    by_node: dict[int, bool] = {}
+    cached = graph.cached_attr_keys()
+    nodes, ops = graph.attr_nodes, graph.ops
+    if cached is None:
+        test = partial(_is_resource_generator, graph, op_table=op_table)
+        for i in candidates:
+            try:
+                by_node[i] = test(i)
+            except Exception:  # noqa: BLE001,S112 - the Python replay raises it
+                continue
+        return by_key, None, by_node
+    from placeviz.ops import key_attrs_of_facts
+
+    key_attrs, values = cached
+    if len(values) != n:
+        return None
+    candidate_ops = list(map(ops.__getitem__, candidates))
+    usable: dict[str, bool | None] = {}  # op -> keyed by attr key (True), unknown op (None), by node (False)
+    for op in set(candidate_ops):
+        facts = op_table.get(op)
+        usable[op] = None if facts is None else key_attrs.get(op) == key_attrs_of_facts(facts)
+    pairs = list(zip(candidate_ops, map(values.__getitem__, candidates), strict=True))
+    first = dict(zip(reversed(pairs), reversed(candidates), strict=True))  # each (op, key)'s first node
+    for (op, value), i in first.items():
+        if usable[op] is None:
+            by_key[op, value] = False  # an unknown op has no output types
+        elif usable[op]:
+            try:
+                by_key[op, value] = _constructs_a_resource(op_table.output_types(nodes[i]))
+            except Exception:  # noqa: BLE001,S112 - the Python replay raises it
+                continue
+    for i, op in zip(candidates, candidate_ops, strict=True):
+        if usable[op] is False:
+            try:
+                by_node[i] = _is_resource_generator(graph, i, op_table)
+            except Exception:  # noqa: BLE001,S112 - the Python replay raises it
+                continue
+    return by_key, values, by_node
 
 
 # The first nodes of the session set-up that programs often build after the setter's block: a
@@ -464,50 +602,17 @@ def _outside(i: int, graph: Graph, targets, device_none, hints, devices, rule, r
     devices[i], rule[i] = own, RULE_OUTSIDE
 
 
-def _kernel_stops(n: int, own_devices: list[str], targets: list, hints: dict[int, int], device_none: set[int],
-                  in_start: array, in_slot: array, ops: list[str], ps_ops, config: SetterConfig, ps_present: bool,
-                  strategy, calls_for_own: dict, ps_cache: dict, worker_cache: dict, generator_state,
-                  devices: list, rule: list[int], reference: dict, colocated: list, strategy_calls: list):
-    """The node ids the replay loop must handle itself: ``_kernels.replay`` settles every other node,
-    in order, as the loop would, and stops at a node it leaves to Python (a hinted op, a cache
-    miss, a strategy other than round-robin, an uncached resource-constructor test, ...).
-
-    A generator: the loop handles node ``i`` between two ``next`` calls, so when the C loop
-    resumes it sees that node's writes and the caches it filled (and the round-robin counter).
-    """
-    flags: Any = bytearray(n)  # 1: built under device(None); 2: a scope hint (Python merges it)
-    for i in device_none:
-        if 0 <= i < n:
-            flags[i] |= 1
-    for i in hints:
-        if 0 <= i < n:
-            flags[i] |= 2
-    flags = bytes(flags)
-    round_robin = isinstance(strategy, RoundRobin)
-    switches = (1 if config.graph_as_default else 0) | (2 if ps_present else 0) | (4 if config.merge_devices else 0)
-    usable, memo, values = generator_state if generator_state is not None else (None, None, None)
-    replay = _kernels.replay  # type: ignore[union-attr]
-    i = 0
-    while i < n:
-        i, next_task = replay(i, n, own_devices, targets, flags, in_start, in_slot, ops, ps_ops, switches,
-                              strategy.next_task if round_robin else 0, strategy.num_tasks if round_robin else 0,
-                              calls_for_own, ps_cache, worker_cache, usable, memo, values,
-                              devices, rule, reference, colocated, strategy_calls)
-        if round_robin:
-            strategy.next_task = next_task
-        if i >= n:
-            return
-        yield i
-        i += 1
-
-
 def _is_resource_generator(graph: Graph, i: int, op_table) -> bool:
     """No data inputs and one ref or resource output: a variable, table or queue constructor."""
     lo, hi = graph.in_start[i], graph.in_start[i + 1]
     if any(graph.in_slot[k] != CONTROL for k in range(lo, hi)):
         return False
-    out = op_table.output_types(graph.attr_nodes[i])
-    return out is not None and len(out) == 1 and (out[0] > 100 or out[0] == 20)
+    return _constructs_a_resource(op_table.output_types(graph.attr_nodes[i]))
+
+
+def _constructs_a_resource(output_types: tuple[int, ...] | None) -> bool:
+    """One output, of a ref type or ``DT_RESOURCE``: what ``init_scope`` is opened for."""
+    return output_types is not None and len(output_types) == 1 and (output_types[0] > 100 or output_types[0] == 20)
 
 
 def _resource_generator_test(graph: Graph, op_table) -> Callable[[int], bool]:
@@ -543,9 +648,8 @@ def _resource_generator_test(graph: Graph, op_table) -> Callable[[int], bool]:
                 out = memo[key] = op_table.output_types(nodes[i])
         else:
             out = op_table.output_types(nodes[i])
-        return out is not None and len(out) == 1 and (out[0] > 100 or out[0] == 20)
+        return _constructs_a_resource(out)
 
-    test.kernel_state = (usable, memo, values)  # type: ignore[attr-defined]  # what _kernels.replay reads (and never writes)
     return test
 
 
@@ -570,13 +674,7 @@ def _colocation_targets(graph: Graph) -> list[int | None]:
     # Per distinct tuple of names (shared by all the ops colocated with the same ops): each name
     # with its node id and its initializers' prefix, looked up once.
     resolved: dict[tuple[str, ...], list[tuple[str, int | None]]] = {}
-    items: Iterable[tuple[int, tuple[str, ...]]] = colocation.items()
-    if _kernels is not None:
-        # The C loop settles every node but the ones it leaves here (Switch ops, odd types).
-        left = _kernels.colocation_targets(colocation, colocated_names, names, ops, index, targets, resolved,
-                                           scopes.DEVICE_NONE)
-        items = [(i, colocation[i]) for i in left]
-    for i, groups in items:
+    for i, groups in colocation.items():
         located = colocated_names.get(i, ())
         name = names[i]
         if name in located:  # loc:@<own name>
