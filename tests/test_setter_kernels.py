@@ -500,12 +500,13 @@ def test_renumbered_is_a_renumbering(data):
 # their boundary: the whole result, field by field, or a decline.
 REPLAY_CONFIGS = {name: config for name, config in CONFIGS.items() if name not in ("greedy3", "greedy2-tf1", "no-setter")}
 REPLAY_CONFIGS["scope-end"] = SetterConfig(ps_tasks=2, scope_end="h2")
+REPLAY_CONFIGS["scope-end-hinted"] = SetterConfig(ps_tasks=3, scope_end="v/Assign")  # a hinted node outside
 REPLAY_CONFIGS["ps4"] = SetterConfig(ps_tasks=4, worker_device="/job:worker/task:0")
 
 
 def plain_setter_graph() -> GraphDef:
     """:func:`setter_graph` without its resource variable (whose initializer is built under a
-    device scope TF's library opens, which the native replay leaves to Python)."""
+    device scope TF's library opens: a device-scope hint)."""
     g = GraphDef()
     for node in setter_graph().node:
         if node.name == "v" or node.name.startswith("v/"):
@@ -526,7 +527,7 @@ def both_replays(graph: Graph, config: SetterConfig):
     worker_spec = PyDeviceSpec.parse(config.worker_device or "")
     inside = graph.index[config.scope_end] if config.scope_end else len(graph)
     hints, device_none = scopes.device_scope_hints(graph), scopes.device_none_nodes(graph)
-    native = setter.native_replay(graph, config, OP_TABLE, ps_tasks, ps_ops, ps_spec, worker_spec, inside,
+    native = setter.native_replay(graph, config, OP_TABLE, ps_tasks, ps_ops, ps_spec, worker_spec, inside, hints,
                                   device_none)
     try:
         spec = setter.setter_replay(graph, config, OP_TABLE, setter.RoundRobin(ps_tasks), ps_ops, ps_spec,
@@ -547,10 +548,13 @@ def assert_native_is_the_spec(graph: Graph, config: SetterConfig) -> None:
     assert calls == spec[3]
 
 
+@pytest.mark.parametrize("hinted", [False, True], ids=["no-hints", "hints"])
 @pytest.mark.parametrize("name", sorted(REPLAY_CONFIGS))
-def test_native_replay_is_the_python_replay(name):
-    graph = _graph(plain_setter_graph())
-    assert not scopes.device_scope_hints(graph)
+def test_native_replay_is_the_python_replay(name, hinted):
+    graph = _graph(setter_graph() if hinted else plain_setter_graph())
+    if REPLAY_CONFIGS[name].scope_end not in (None, *graph.names):
+        pytest.skip("no such node in this graph")
+    assert bool(scopes.device_scope_hints(graph)) == hinted
     assert_native_is_the_spec(graph, REPLAY_CONFIGS[name])
     read_fact_attrs(graph, OP_TABLE)  # the resource test answered by op and attr key
     assert_native_is_the_spec(graph, REPLAY_CONFIGS[name])
@@ -559,10 +563,9 @@ def test_native_replay_is_the_python_replay(name):
     assert NATIVE and all(NATIVE)  # run_setter took the native answer
 
 
-def test_the_native_replay_is_not_asked_with_hints_or_the_greedy_strategy():
+def test_the_native_replay_is_not_asked_with_the_greedy_strategy():
     NATIVE.clear()
-    assert_same(_graph(setter_graph()), {k: CONFIGS[k] for k in ("ps2", "cluster")})  # a resource variable: hints
-    assert_same(_graph(plain_setter_graph()), {k: CONFIGS[k] for k in ("greedy3", "no-setter")})
+    assert_same(_graph(setter_graph()), {k: CONFIGS[k] for k in ("greedy3", "greedy2-tf1", "no-setter")})
     assert NATIVE == []
 
 

@@ -1,17 +1,17 @@
 /*
- * placeviz.placement._setter_kernels: the setter replay's per-node loops, in C.
+ * placeviz.placement._setter_kernels: the setter replay in C.
  *
- * Why this exists: after three rounds of pure-Python work the setter (placeviz/placement/
- * setter.py) is a handful of loops that touch each node once from Python, 0.3-3 us per node,
- * which is most of its time on big graphs. Each function here is a direct transliteration of one
- * of those loops. The Python loop stays the reference and the fallback: a function here handles
- * only the plain case and hands everything else back to it (a node it did not settle, the
- * position where it stopped), and it never runs Python code of its own (no callbacks: only
- * lookups in dicts and sets keyed by str, int and tuples of those). Results are equal to the
- * Python path's, node for node (tests/test_setter_kernels.py runs both).
+ * Why this exists: the setter (placeviz/placement/setter.py) touches each node from Python at
+ * 0.3-3 us per node, most of its time on big graphs. setter() below is the replay
+ * (setter.setter_replay) as one whole function: the IR arrays and complete tables go in, the
+ * whole result or None (declined: the Python runs from its start) comes out; it runs no Python
+ * code of its own and shares no state with the Python path. The other functions are the
+ * group split's helpers, which still run inside Python loops and hand back what they do not
+ * settle (not yet behind a whole-function boundary). Results equal the Python path's, node for
+ * node (tests/test_setter_kernels.py runs both).
  *
  * Every index read from a list or array is bounds-checked; anything out of range or of an
- * unexpected type is "not the plain case", never an error.
+ * unexpected type is "not the plain case" (a decline), never an error.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -85,8 +85,7 @@ static int small_int(PyObject *obj, long *out)
  * setter.setter_replay's native twin (setter.py: _colocation_targets, _reimported_initializers,
  * the replay loop, _outside and _resolve_colocated, in that order), as ONE function: the IR arrays
  * and a few complete tables go in, the whole result comes out, or None when it declines. It never
- * hands a node back: on anything it does not handle (a device-scope hint, an answer missing from a
- * table, an id out of range, an odd type) it returns None and the Python function runs from its
+ * hands a node back: on anything it does not handle (an answer missing from a table, an id out of range, an odd type) it returns None and the Python function runs from its
  * start. It runs no Python code and keeps no state between calls.
  *
  * The device strings are never parsed here: Python gives, per distinct own device, the worker
@@ -96,6 +95,8 @@ static int small_int(PyObject *obj, long *out)
  */
 
 #define NO_TARGET (-2)  /* targets[i]: not built under colocate_with */
+#define FLAG_DEVICE_NONE 1     /* device_none[i]: built under device(None) (scopes.device_none_nodes) */
+#define FLAG_RESOURCE_ASSIGN 2 /* a ResourceVariable's <handle>/Assign under its handle's hint */
 enum { DECLINE = -1, FAIL = -2 };
 
 typedef struct {
@@ -109,6 +110,8 @@ typedef struct {
     int graph_as_default, merge_devices, ps_present;
     PyObject *worker_of, *ps_calls, *ps_device_of;
     PyObject *gen_keys, *gen_values, *gen_nodes;
+    IntArray hint_of;       /* per node: the node whose device it was built under, or -1 */
+    PyObject *scoped;       /* (scope device, own device) -> the scope merged over own */
     PyObject *initializer, *empty;  /* "/Initializer/", "" (owned) */
     int32_t *targets;
 } Setter;
@@ -357,12 +360,25 @@ static int colocated_node(Setter *s, Out *o, Py_ssize_t i, int32_t target)
     return 0;
 }
 
+/* scoped[(scope, own)]: the device of an op built under device(scope) whose own device is own. */
+static PyObject *scoped_device(Setter *s, PyObject *scope, PyObject *own)
+{
+    PyObject *key = PyTuple_Pack(2, scope, own);
+    if (key == NULL)
+        return NULL;
+    PyObject *merged = PyDict_GetItemWithError(s->scoped, key);
+    Py_DECREF(key);
+    if (merged != NULL && !PyUnicode_CheckExact(merged))
+        return NULL;
+    return merged;
+}
+
 /* One node of the replay loop (inside the setter's block). */
 static int replay_node(Setter *s, Out *o, Py_ssize_t i, long *rr_next)
 {
     PyObject *own = PyList_GET_ITEM(s->own, i);
     int32_t target = s->targets[i];
-    if (target == DEVICE_NONE || s->device_none[i]) {
+    if (target == DEVICE_NONE || (s->device_none[i] & FLAG_DEVICE_NONE)) {
         o->devices[i] = s->empty, o->rule[i] = RULE_DEVICE_NONE;
         return 0;
     }
@@ -392,6 +408,25 @@ static int replay_node(Setter *s, Out *o, Py_ssize_t i, long *rr_next)
             }
         }
         return colocated_node(s, o, i, target);
+    }
+    int32_t hint = s->hint_of.data[i];
+    if (hint >= 0) {
+        /* Built under device(<device of node hint>) (scopes.device_scope_hints): that device merged
+         * over the op's own is its own device here. */
+        if (hint >= s->n)
+            return DECLINE;
+        PyObject *scope = o->devices[hint];
+        if (scope != NULL && PyUnicode_GET_LENGTH(scope)) {
+            own = scoped_device(s, scope, own);
+            if (own == NULL)
+                return PyErr_Occurred() ? FAIL : DECLINE;
+        }
+        o->ref_node[o->refs] = (int32_t)i, o->ref_target[o->refs++] = hint;
+        if (s->device_none[i] & FLAG_RESOURCE_ASSIGN) {
+            /* colocate_with(None, ignore_existing=True), then device(handle.device) */
+            o->devices[i] = own, o->rule[i] = RULE_COLOCATED;
+            return 0;
+        }
     }
     if (!s->merge_devices && PyUnicode_GET_LENGTH(own)) {
         o->devices[i] = own, o->rule[i] = RULE_KEPT;
@@ -430,17 +465,29 @@ static int replay_node(Setter *s, Out *o, Py_ssize_t i, long *rr_next)
     return 0;
 }
 
-/* _outside: a node built after the setter's block keeps its own device (no hints here). */
+/* _outside: a node built after the setter's block keeps its own device (colocation and library
+ * scopes still apply). */
 static int outside_node(Setter *s, Out *o, Py_ssize_t i)
 {
     int32_t target = s->targets[i];
-    if (target == DEVICE_NONE || s->device_none[i]) {
+    if (target == DEVICE_NONE || (s->device_none[i] & FLAG_DEVICE_NONE)) {
         o->devices[i] = s->empty, o->rule[i] = RULE_DEVICE_NONE;
         return 0;
     }
     if (target >= 0)
         return colocated_node(s, o, i, target);
-    o->devices[i] = PyList_GET_ITEM(s->own, i), o->rule[i] = RULE_OUTSIDE;
+    PyObject *own = PyList_GET_ITEM(s->own, i);
+    int32_t hint = s->hint_of.data[i];
+    if (hint >= s->n)
+        return DECLINE;
+    PyObject *scope = hint >= 0 ? o->devices[hint] : NULL;
+    if (scope != NULL && PyUnicode_GET_LENGTH(scope)) {
+        own = scoped_device(s, scope, own);
+        if (own == NULL)
+            return PyErr_Occurred() ? FAIL : DECLINE;
+        o->ref_node[o->refs] = (int32_t)i, o->ref_target[o->refs++] = hint;
+    }
+    o->devices[i] = own, o->rule[i] = RULE_OUTSIDE;
     return 0;
 }
 
@@ -521,9 +568,9 @@ PyDoc_STRVAR(setter_doc,
 "setter(*, names, ops, own_devices, in_start, in_src, in_slot, colocation, colocated_names,\n"
 "       located_ids, index, device_none, inside, ps_ops, ps_tasks, graph_as_default, merge_devices,\n"
 "       ps_present, worker_of, ps_calls, ps_device_of, generator_keys, generator_values,\n"
-"       generator_nodes) -> (devices, rule, reference, strategy_calls) or None\n"
+"       generator_nodes, hint_of, scoped) -> (devices, rule, reference, strategy_calls) or None\n"
 "\n"
-"setter.setter_replay with the round-robin strategy and no device-scope hints, as one function\n"
+"setter.setter_replay with the round-robin strategy, as one function\n"
 "(see setter.native_replay, which builds the arguments). None: declined, run the Python.");
 
 static PyObject *setter_entry(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -532,22 +579,22 @@ static PyObject *setter_entry(PyObject *self, PyObject *args, PyObject *kwargs)
                              "colocated_names", "located_ids", "index", "device_none", "inside", "ps_ops",
                              "ps_tasks", "graph_as_default", "merge_devices", "ps_present", "worker_of",
                              "ps_calls", "ps_device_of", "generator_keys", "generator_values",
-                             "generator_nodes", NULL};
+                             "generator_nodes", "hint_of", "scoped", NULL};
     Setter s;
     memset(&s, 0, sizeof s);
-    PyObject *in_start = NULL, *in_src = NULL, *in_slot = NULL, *device_none = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOO!O!O!O!SnOlpppO!O!O!O!OO!", kwlist,
+    PyObject *in_start = NULL, *in_src = NULL, *in_slot = NULL, *device_none = NULL, *hint_of = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOO!O!O!O!SnOlpppO!O!O!O!OO!OO!", kwlist,
                                      &s.names, &s.ops, &s.own, &in_start, &in_src, &in_slot,
                                      &PyDict_Type, &s.colocation, &PyDict_Type, &s.colocated_names,
                                      &PyDict_Type, &s.located_ids, &PyDict_Type, &s.index, &device_none,
                                      &s.inside, &s.ps_ops, &s.ps_tasks, &s.graph_as_default, &s.merge_devices,
                                      &s.ps_present, &PyDict_Type, &s.worker_of, &PyDict_Type, &s.ps_calls,
                                      &PyDict_Type, &s.ps_device_of, &PyDict_Type, &s.gen_keys, &s.gen_values,
-                                     &PyDict_Type, &s.gen_nodes))
+                                     &PyDict_Type, &s.gen_nodes, &hint_of, &PyDict_Type, &s.scoped))
         return NULL;
     if (!s.names || !s.ops || !s.own || !in_start || !in_src || !in_slot || !s.colocation || !s.colocated_names ||
         !s.located_ids || !s.index || !device_none || !s.ps_ops || !s.worker_of || !s.ps_calls || !s.ps_device_of ||
-        !s.gen_keys || !s.gen_values || !s.gen_nodes) {
+        !s.gen_keys || !s.gen_values || !s.gen_nodes || !hint_of || !s.scoped) {
         PyErr_SetString(PyExc_TypeError, "setter(): every argument is required");
         return NULL;
     }
@@ -562,7 +609,8 @@ static PyObject *setter_entry(PyObject *self, PyObject *args, PyObject *kwargs)
              s.inside >= 0 && s.inside <= s.n &&
              (s.gen_values == Py_None || (PyList_CheckExact(s.gen_values) && PyList_GET_SIZE(s.gen_values) == s.n));
     ok = ok && int_array_get(in_start, &s.in_start) && int_array_get(in_src, &s.in_src) &&
-         int_array_get(in_slot, &s.in_slot) && s.in_start.len == s.n + 1;
+         int_array_get(in_slot, &s.in_slot) && s.in_start.len == s.n + 1 && int_array_get(hint_of, &s.hint_of) &&
+         s.hint_of.len == s.n;
     if (!ok)
         goto decline;
     s.device_none = (const uint8_t *)PyBytes_AS_STRING(device_none);
@@ -616,6 +664,7 @@ done:
     int_array_release(&s.in_start);
     int_array_release(&s.in_src);
     int_array_release(&s.in_slot);
+    int_array_release(&s.hint_of);
     return result;
 }
 

@@ -44,14 +44,13 @@ initializers carry their variable's device, and keep it.
 The result is a new Graph; the input is never modified. See
 ``docs/realworld.md``.
 
-The per-node loops run in C when ``placeviz.placement._setter_kernels`` is built: the replay loop
-(:func:`_kernel_stops`), the colocation targets, the ``group`` recognizer, the member split, the
-usual single-device group root and the renumbering of the result. Tables of the result that only
-explanations and later commands read (its name index, ``colocation``, the setter's ``reference``)
-are made on first use. Each kernel transliterates the Python loop next to it, which stays
-the reference: a kernel settles only the plain case and leaves the rest (errors, cache misses,
-the greedy strategy, odd types) to that loop, so the results are the same node for node
-(``tests/test_setter_kernels.py`` runs both; ``_kernels = None`` runs only the Python loops).
+The replay (:func:`setter_replay`, the specification) has one C twin behind a whole-function
+boundary: :func:`native_replay` gives ``_setter_kernels.setter`` the IR arrays and complete
+tables made here, and takes the whole result or a decline, after which :func:`setter_replay`
+runs from its start (``tests/test_setter_kernels.py`` compares the two field by field). The
+``group`` split still calls small C helpers inside its Python loops (``_kernels = None`` runs
+only the Python). Tables of the result that only explanations and later commands read (its name
+index, ``colocation``, the setter's ``reference``) are made on first use.
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import compress, repeat
@@ -294,8 +293,8 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     hints = scopes.device_scope_hints(graph, _kernels)
     device_none = scopes.device_none_nodes(graph, _kernels)
     replayed = None
-    if _kernels is not None and isinstance(strategy, RoundRobin) and not hints:
-        replayed = native_replay(graph, config, op_table, ps_tasks, ps_ops, ps_spec, worker_spec, inside,
+    if _kernels is not None and isinstance(strategy, RoundRobin):
+        replayed = native_replay(graph, config, op_table, ps_tasks, ps_ops, ps_spec, worker_spec, inside, hints,
                                  device_none)
     if replayed is None:  # declined (or no kernels): the specification itself
         replayed = setter_replay(graph, config, op_table, strategy, ps_ops, ps_spec, worker_spec, inside, hints,
@@ -425,9 +424,9 @@ _MAX_DEVICE_TABLE = 50_000
 
 
 def native_replay(graph: Graph, config: SetterConfig, op_table, ps_tasks: int, ps_ops, ps_spec: PyDeviceSpec | None,
-                  worker_spec: PyDeviceSpec, inside: int, device_none: set[int]):
-    """:func:`setter_replay` with the round-robin strategy and no device-scope hints, in C
-    (``_setter_kernels.setter``), or None when it declines; then the caller runs the Python.
+                  worker_spec: PyDeviceSpec, inside: int, hints: dict[int, int], device_none: set[int]):
+    """:func:`setter_replay` with the round-robin strategy, in C (``_setter_kernels.setter``), or
+    None when it declines; then the caller runs the Python.
 
     The C function parses no device string and asks no op table: this function gives it complete
     tables, made here with the same helpers the Python replay uses (:class:`PyDeviceSpec`,
@@ -441,51 +440,88 @@ def native_replay(graph: Graph, config: SetterConfig, op_table, ps_tasks: int, p
         if not isinstance(ps_ops, (set, tuple, list)) or not all(type(op) is str for op in ps_ops):
             return None
         ps_ops = frozenset(ps_ops)  # `in` on strings: the same answers
-    tables = _device_tables(graph.devices, ps_spec, worker_spec, ps_tasks)
+    n, names, ops = len(graph), graph.names, graph.ops
+    flags = bytearray(n)  # 1: built under device(None); 2: a ResourceVariable's initializer (see setter_replay)
+    hint_of = array("i", [-1]) * n
+    for i in device_none:
+        if not 0 <= i < n:
+            return None
+        flags[i] = 1
+    for i, hint in hints.items():
+        if not (0 <= i < n and 0 <= hint < n):
+            return None
+        hint_of[i] = hint
+        if ops[hint] == "VarHandleOp" and names[i] == names[hint] + "/Assign":
+            flags[i] |= 2
+    tables = _device_tables(graph.devices, {graph.devices[i] for i in hints}, ps_spec, worker_spec, ps_tasks)
     facts = _resource_facts(graph, op_table)
     if tables is None or facts is None:
         return None
-    worker_of, ps_calls, ps_device_of = tables
+    worker_of, ps_calls, ps_device_of, scoped = tables
     generator_keys, generator_values, generator_nodes = facts
-    flags = bytearray(len(graph))
-    for i in device_none:
-        if not 0 <= i < len(flags):
-            return None
-        flags[i] = 1
     return _kernels.setter(
-        names=graph.names, ops=graph.ops, own_devices=graph.devices, in_start=graph.in_start, in_src=graph.in_src,
+        names=names, ops=ops, own_devices=graph.devices, in_start=graph.in_start, in_src=graph.in_src,
         in_slot=graph.in_slot, colocation=graph.colocation, colocated_names=graph.colocated_names,
         located_ids=graph.colocated_name_ids, index=graph.index, device_none=bytes(flags), inside=inside,
         ps_ops=ps_ops, ps_tasks=ps_tasks, graph_as_default=config.graph_as_default,
         merge_devices=config.merge_devices, ps_present=ps_spec is not None, worker_of=worker_of, ps_calls=ps_calls,
         ps_device_of=ps_device_of, generator_keys=generator_keys, generator_values=generator_values,
-        generator_nodes=generator_nodes)
+        generator_nodes=generator_nodes, hint_of=hint_of, scoped=scoped)
 
 
-def _device_tables(own_devices: list[str], ps_spec: PyDeviceSpec | None, worker_spec: PyDeviceSpec, ps_tasks: int):
-    """Per distinct own device: ``worker_device`` merged under it, whether a ps op there calls the
-    strategy (TF's ``ps_job`` test in ``device_function``) and the ps op's device (task None, then
-    each task), as :func:`setter_replay` computes them; None if a string does not parse or the
-    table would be too big."""
-    owns = set(own_devices)
-    if len(owns) * (ps_tasks + 2) > _MAX_DEVICE_TABLE:
-        return None
+def _device_tables(own_devices: list[str], hinted_owns: set[str], ps_spec: PyDeviceSpec | None,
+                   worker_spec: PyDeviceSpec, ps_tasks: int):
+    """Every device-string answer the replay can need, as :func:`setter_replay` computes them:
+    per own device, ``worker_device`` merged under it, whether a ps op there calls the strategy
+    (TF's ps-job test in ``device_function``) and the ps op's device (task None, then each task);
+    and per (scope, own) of a hinted node (``hinted_owns``), the scope merged over own, for every
+    device the replay can give a node (those merged owns get the per-own answers too, until
+    nothing new appears). None if a string does not parse or the tables would be too big."""
     worker_of: dict[str, str] = {}
     ps_calls: dict[str, bool] = {}
     ps_device_of: dict[str, tuple[str, ...]] = {}
-    try:
+    scoped: dict[tuple[str, str], str] = {}
+    budget = _MAX_DEVICE_TABLE
+
+    def answers(owns: Iterable[str]) -> set[str]:
+        """Fill the per-own tables for ``owns``; the devices they can give a node."""
+        nonlocal budget
+        out = set()
         for own in owns:
+            budget -= ps_tasks + 2
+            if budget < 0:
+                raise OverflowError
             current = PyDeviceSpec.parse(own)
             worker_of[own] = worker_spec.merged_with(current).to_string()
+            out.update((own, worker_of[own]))
             if ps_spec is None:
                 continue
             calls = ps_calls[own] = bool(ps_spec.job and (current.job is None or current.job == ps_spec.job))
             pinned = ps_spec.merged_with(current).to_string()
             ps_device_of[own] = (pinned, *(ps_spec.replace(task=task).merged_with(current).to_string()
                                            for task in range(ps_tasks))) if calls else (pinned,)
+            out.update(ps_device_of[own])
+        return out
+
+    try:
+        seen = answers(set(own_devices)) | {""}
+        new = set(seen) if hinted_owns else set()
+        while new:  # a hinted node's device may be the scope of another (SyncReplicas' queues)
+            merged = set()
+            for scope in filter(None, new):
+                parsed = PyDeviceSpec.parse(scope)
+                for own in hinted_owns:
+                    budget -= 1
+                    if budget < 0:
+                        raise OverflowError
+                    m = scoped[scope, own] = parsed.merged_with(PyDeviceSpec.parse(own)).to_string()
+                    merged.add(m)
+            merged -= worker_of.keys()
+            new = (merged | answers(merged)) - seen
+            seen |= new
     except Exception:  # noqa: BLE001 - the Python replay meets the same string and words the error
         return None
-    return worker_of, ps_calls, ps_device_of
+    return worker_of, ps_calls, ps_device_of, scoped
 
 
 def _resource_facts(graph: Graph, op_table):
