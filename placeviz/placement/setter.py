@@ -486,7 +486,7 @@ def _device_tables(own_devices: list[str], hinted_owns: set[str], ps_spec: PyDev
     def answers(owns: Iterable[str]) -> set[str]:
         """Fill the per-own tables for ``owns``; the devices they can give a node."""
         nonlocal budget
-        out = set()
+        out: set[str] = set()
         for own in owns:
             budget -= ps_tasks + 2
             if budget < 0:
