@@ -359,8 +359,7 @@ def setter_replay(graph: Graph, config: SetterConfig, op_table, strategy: Callab
             in_init_scope = not has_data_input and is_resource_generator(i)
             advances = in_init_scope and (config.graph_as_default or ops[target] in ps_ops)
             if ops[i] in ps_ops and advances and ps_spec is not None:
-                current = PyDeviceSpec.parse(own)
-                calls = calls_for_own[own] = bool(ps_spec.job and (current.job is None or current.job == ps_spec.job))
+                calls = calls_for_own[own] = _calls_strategy(ps_spec, PyDeviceSpec.parse(own))
                 if calls:
                     strategy(i)
                     strategy_calls.append(i)
@@ -377,7 +376,7 @@ def setter_replay(graph: Graph, config: SetterConfig, op_table, strategy: Callab
             # Built under device(<device of node `hint`>): that device is the op's own device here.
             scope = devices[hint] or ""
             if scope:
-                own = PyDeviceSpec.parse(scope).merged_with(PyDeviceSpec.parse(own)).to_string()
+                own = _scoped_device(scope, own)
             reference[i] = hint
             if hint in resource_handles and graph.names[i] == graph.names[hint] + "/Assign":
                 # ResourceVariable's initializer: colocate_with(None, ignore_existing=True) empties the
@@ -392,7 +391,7 @@ def setter_replay(graph: Graph, config: SetterConfig, op_table, strategy: Callab
         if ps_spec is not None and ops[i] in ps_ops:
             current = PyDeviceSpec.parse(own)
             task = None
-            calls = calls_for_own[own] = bool(ps_spec.job and (current.job is None or current.job == ps_spec.job))
+            calls = calls_for_own[own] = _calls_strategy(ps_spec, current)
             if calls:
                 task = int(strategy(i))
                 strategy_calls.append(i)
@@ -401,13 +400,12 @@ def setter_replay(graph: Graph, config: SetterConfig, op_table, strategy: Callab
                 rule[i] = RULE_PS_PINNED
             device = ps_cache.get((task, own))
             if device is None:  # ps_device with the strategy's task (or as it is), merged under own
-                spec = ps_spec if task is None else ps_spec.replace(task=task)
-                device = ps_cache[task, own] = spec.merged_with(current).to_string()
+                device = ps_cache[task, own] = _ps_device(ps_spec, task, current)
             devices[i] = device
             continue
         cached = worker_cache.get(own)
         if cached is None:
-            cached = worker_cache[own] = worker_spec.merged_with(PyDeviceSpec.parse(own)).to_string()
+            cached = worker_cache[own] = _worker_device(worker_spec, PyDeviceSpec.parse(own))
         devices[i] = cached
 
     colocated_targets = dict(colocated)
@@ -416,6 +414,28 @@ def setter_replay(graph: Graph, config: SetterConfig, op_table, strategy: Callab
     result_devices = devices if None not in devices else [d or "" for d in devices]  # usually none is None
 
     return result_devices, rule, reference, strategy_calls  # type: ignore[return-value]
+
+
+def _calls_strategy(ps_spec: PyDeviceSpec, current: PyDeviceSpec) -> bool:
+    """Whether a ps op whose own device is ``current`` calls the strategy: ``ps_device`` names a job
+    and the op's job is unset or is that job (device_setter.py ``device_function``)."""
+    return bool(ps_spec.job and (current.job is None or current.job == ps_spec.job))
+
+
+def _worker_device(worker_spec: PyDeviceSpec, current: PyDeviceSpec) -> str:
+    """A plain op's device: ``worker_device`` merged under its own (``device_function``)."""
+    return worker_spec.merged_with(current).to_string()
+
+
+def _ps_device(ps_spec: PyDeviceSpec, task: int | None, current: PyDeviceSpec) -> str:
+    """A ps op's device: ``ps_device`` with the strategy's task (None: no call), merged under its own."""
+    spec = ps_spec if task is None else ps_spec.replace(task=task)
+    return spec.merged_with(current).to_string()
+
+
+def _scoped_device(scope: str, own: str) -> str:
+    """The device of an op built under ``device(scope)`` whose own device is ``own``."""
+    return PyDeviceSpec.parse(scope).merged_with(PyDeviceSpec.parse(own)).to_string()
 
 
 # At most this many device strings are merged up front for the native replay (distinct own devices
@@ -492,14 +512,13 @@ def _device_tables(own_devices: list[str], hinted_owns: set[str], ps_spec: PyDev
             if budget < 0:
                 raise OverflowError
             current = PyDeviceSpec.parse(own)
-            worker_of[own] = worker_spec.merged_with(current).to_string()
+            worker_of[own] = _worker_device(worker_spec, current)
             out.update((own, worker_of[own]))
             if ps_spec is None:
                 continue
-            calls = ps_calls[own] = bool(ps_spec.job and (current.job is None or current.job == ps_spec.job))
-            pinned = ps_spec.merged_with(current).to_string()
-            ps_device_of[own] = (pinned, *(ps_spec.replace(task=task).merged_with(current).to_string()
-                                           for task in range(ps_tasks))) if calls else (pinned,)
+            calls = ps_calls[own] = _calls_strategy(ps_spec, current)
+            tasks = (None, *range(ps_tasks)) if calls else (None,)
+            ps_device_of[own] = tuple(_ps_device(ps_spec, task, current) for task in tasks)
             out.update(ps_device_of[own])
         return out
 
@@ -509,12 +528,11 @@ def _device_tables(own_devices: list[str], hinted_owns: set[str], ps_spec: PyDev
         while new:  # a hinted node's device may be the scope of another (SyncReplicas' queues)
             merged = set()
             for scope in filter(None, new):
-                parsed = PyDeviceSpec.parse(scope)
                 for own in hinted_owns:
                     budget -= 1
                     if budget < 0:
                         raise OverflowError
-                    m = scoped[scope, own] = parsed.merged_with(PyDeviceSpec.parse(own)).to_string()
+                    m = scoped[scope, own] = _scoped_device(scope, own)
                     merged.add(m)
             merged -= worker_of.keys()
             new = (merged | answers(merged)) - seen
@@ -633,7 +651,7 @@ def _outside(i: int, graph: Graph, targets, device_none, hints, devices, rule, r
         return
     hint = hints.get(i)
     if hint is not None and devices[hint]:
-        own = PyDeviceSpec.parse(devices[hint]).merged_with(PyDeviceSpec.parse(own)).to_string()
+        own = _scoped_device(devices[hint], own)
         reference[i] = hint
     devices[i], rule[i] = own, RULE_OUTSIDE
 
