@@ -620,3 +620,19 @@ def test_native_replay_on_the_10k_benchmark_graph():
     NATIVE.clear()
     assert assert_same(graph, {"ps4": REPLAY_CONFIGS["ps4"]}, graph_def=False) == ["ok", "ok"]
     assert NATIVE == [True, True]
+
+
+def test_a_switch_shares_a_group_that_names_no_op():
+    """A ``_class`` entry that is no ``loc:@`` name still puts a Switch with its data input
+    (``colocation_groups`` are compared, not the names they locate)."""
+    g = GraphDef()
+    g.CopyFrom(plain_setter_graph())
+    for node in g.node:
+        if node.name in ("h2", "cond/Switch"):
+            node.attr["_class"].list.s[:] = [b"group:shared"]
+    graph = _graph(g)
+    assert graph.index["cond/Switch"] not in graph.colocated_names
+    for name in ("ps2", "scope-end"):
+        assert_native_is_the_spec(graph, REPLAY_CONFIGS[name])
+    native, _ = both_replays(graph, REPLAY_CONFIGS["ps2"])
+    assert native[2][graph.index["cond/Switch"]] == graph.index["h2"]  # colocated with its data input

@@ -112,7 +112,7 @@ typedef struct {
     PyObject *gen_keys, *gen_values, *gen_nodes;
     IntArray hint_of;       /* per node: the node whose device it was built under, or -1 */
     PyObject *scoped;       /* (scope device, own device) -> the scope merged over own */
-    PyObject *initializer, *empty;  /* "/Initializer/", "" (owned) */
+    PyObject *initializer, *empty, *no_names;  /* "/Initializer/", "", () (owned) */
     int32_t *targets;
 } Setter;
 
@@ -156,7 +156,7 @@ static int colocation_targets(Setter *s)
         if (located == NULL) {
             if (PyErr_Occurred())
                 return FAIL;
-            continue;  /* no loc:@ names: no target */
+            located = s->no_names;  /* no loc:@ names: only a Switch may get a target */
         }
         if (!PyTuple_CheckExact(located))
             return DECLINE;
@@ -616,6 +616,7 @@ static PyObject *setter_entry(PyObject *self, PyObject *args, PyObject *kwargs)
     s.device_none = (const uint8_t *)PyBytes_AS_STRING(device_none);
     s.initializer = PyUnicode_FromString("/Initializer/");
     s.empty = PyUnicode_New(0, 0);
+    s.no_names = PyTuple_New(0);
     size_t n = (size_t)(s.n ? s.n : 1);
     s.targets = PyMem_Malloc(sizeof(int32_t) * n);
     o.devices = PyMem_Calloc(n, sizeof(PyObject *));
@@ -625,7 +626,7 @@ static PyObject *setter_entry(PyObject *self, PyObject *args, PyObject *kwargs)
     o.colocated = PyMem_Malloc(sizeof(int32_t) * n);
     o.calls = PyMem_Malloc(sizeof(int32_t) * n);
     o.pending = PyMem_Malloc(sizeof(int32_t) * n);
-    if (s.initializer == NULL || s.empty == NULL || s.targets == NULL || o.devices == NULL || o.rule == NULL ||
+    if (s.initializer == NULL || s.empty == NULL || s.no_names == NULL || s.targets == NULL || o.devices == NULL || o.rule == NULL ||
         o.ref_node == NULL || o.ref_target == NULL || o.colocated == NULL || o.calls == NULL ||
         o.pending == NULL) {
         if (!PyErr_Occurred())
@@ -653,6 +654,7 @@ decline:
 done:
     Py_XDECREF(s.initializer);
     Py_XDECREF(s.empty);
+    Py_XDECREF(s.no_names);
     PyMem_Free(s.targets);
     PyMem_Free(o.devices);
     PyMem_Free(o.rule);
