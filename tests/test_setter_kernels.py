@@ -98,9 +98,22 @@ def _run(graph: Graph, config: SetterConfig, graph_def: bool):
         return ("error", type(e).__name__, str(e))
 
 
+NATIVE: list[bool] = []  # per native_replay call of assert_same: whether it answered (False: declined)
+
+
+def _spied_native_replay(*args, **kwargs):
+    out = REAL_NATIVE_REPLAY(*args, **kwargs)
+    NATIVE.append(out is not None)
+    return out
+
+
+REAL_NATIVE_REPLAY = setter.native_replay
+
+
 def assert_same(graph: Graph, configs=CONFIGS, graph_def: bool = True) -> list[str]:
     """Run every config with and without the kernels, first without the attr keys cached, then with
-    them; returns the outcomes (``ok`` or the error both raised)."""
+    them; returns the outcomes (``ok`` or the error both raised). ``NATIVE`` records, per call of
+    the native replay, whether it answered or declined."""
     outcomes = []
     for cached in (False, True):
         if cached:
@@ -109,7 +122,9 @@ def assert_same(graph: Graph, configs=CONFIGS, graph_def: bool = True) -> list[s
             except PlacevizError:
                 continue
         for name, config in configs.items():
-            with_kernels = _run(graph, config, graph_def)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(setter, "native_replay", _spied_native_replay)
+                with_kernels = _run(graph, config, graph_def)
             with pytest.MonkeyPatch.context() as mp:
                 mp.setattr(setter, "_kernels", None)
                 reference = _run(graph, config, graph_def)
@@ -392,18 +407,6 @@ def test_group_noops_declines_out_of_range_inputs():
     assert KERNELS.group_noops(names, ops, array("i", [0, 0, 2]), array("i", [0]), array("i", [-1])) is None
 
 
-def test_colocation_targets_leaves_switches_and_odd_keys():
-    targets = [None] * 3
-    resolved: dict = {}
-    left = KERNELS.colocation_targets({0: ("loc:@a",), 1: ("loc:@a",), 2: ("loc:@a",), "x": ("loc:@a",)},
-                                      {0: ("a",), 1: ("a",), 2: ("a",), "x": ("a",)}, ["a", "b", "c"],
-                                      ["Const", "Switch", "Id"], {"a": 0, "b": 1, "c": 2}, targets, resolved,
-                                      scopes.DEVICE_NONE)
-    assert left == [1, "x"]  # a Switch, a key that is no node id
-    assert targets == [None, None, 0]
-    assert resolved == {("a",): [("a/Initializer/", 0)]}
-
-
 @pytest.mark.parametrize("device", ["bad device", "/job:ps/task:x", "/job:", "/job:ps", "/job:other/task:2", "/task:3"])
 def test_odd_own_devices_give_the_same_result_or_error(device):
     # On a ps op, a plain op, a slot variable (colocated, calls the strategy) and a hinted op.
@@ -490,3 +493,146 @@ def test_renumbered_is_a_renumbering(data):
                 got = setter._renumbered(mapping, new_id, keys_only)
             assert list(got.items()) == expected
             assert all(type(k) is int and (keys_only or type(v) is int) for k, v in got.items())
+
+
+# ----------------------------------------------------------------------------- the native replay alone
+# setter.native_replay (the C entry point) against setter.setter_replay (the specification), at
+# their boundary: the whole result, field by field, or a decline.
+REPLAY_CONFIGS = {name: config for name, config in CONFIGS.items() if name not in ("greedy3", "greedy2-tf1", "no-setter")}
+REPLAY_CONFIGS["scope-end"] = SetterConfig(ps_tasks=2, scope_end="h2")
+REPLAY_CONFIGS["scope-end-hinted"] = SetterConfig(ps_tasks=3, scope_end="v/Assign")  # a hinted node outside
+REPLAY_CONFIGS["ps4"] = SetterConfig(ps_tasks=4, worker_device="/job:worker/task:0")
+
+
+def plain_setter_graph() -> GraphDef:
+    """:func:`setter_graph` without its resource variable (whose initializer is built under a
+    device scope TF's library opens: a device-scope hint)."""
+    g = GraphDef()
+    for node in setter_graph().node:
+        if node.name == "v" or node.name.startswith("v/"):
+            continue
+        out = g.node.add()
+        out.CopyFrom(node)
+        out.input[:] = [x for x in node.input if not x.lstrip("^").startswith("v/")]
+    return g
+
+
+def both_replays(graph: Graph, config: SetterConfig):
+    """``(native, spec)``: the two replays with the arguments ``_run_setter`` gives them."""
+    from placeviz.devices import PyDeviceSpec
+
+    ps_tasks = setter.num_ps_tasks(config)
+    ps_ops = config.ps_ops if config.ps_ops is not None else OP_TABLE.ps_ops()
+    ps_spec = PyDeviceSpec.parse(config.ps_device) if config.ps_device else None
+    worker_spec = PyDeviceSpec.parse(config.worker_device or "")
+    inside = graph.index[config.scope_end] if config.scope_end else len(graph)
+    hints, device_none = scopes.device_scope_hints(graph), scopes.device_none_nodes(graph)
+    native = setter.native_replay(graph, config, OP_TABLE, ps_tasks, ps_ops, ps_spec, worker_spec, inside, hints,
+                                  device_none)
+    try:
+        spec = setter.setter_replay(graph, config, OP_TABLE, setter.RoundRobin(ps_tasks), ps_ops, ps_spec,
+                                    worker_spec, inside, hints, device_none)
+    except (PlacevizError, ValueError, KeyError, IndexError, TypeError) as e:
+        spec = e
+    return native, spec
+
+
+def assert_native_is_the_spec(graph: Graph, config: SetterConfig) -> None:
+    native, spec = both_replays(graph, config)
+    assert native is not None, "the native replay declined"
+    devices, rule, reference, calls = native
+    assert devices == spec[0]
+    assert all(type(d) is str for d in devices)
+    assert rule == spec[1] and all(type(r) is int for r in rule)
+    assert list(reference.items()) == list(spec[2].items())  # the same order: explanations read it
+    assert calls == spec[3]
+
+
+@pytest.mark.parametrize("hinted", [False, True], ids=["no-hints", "hints"])
+@pytest.mark.parametrize("name", sorted(REPLAY_CONFIGS))
+def test_native_replay_is_the_python_replay(name, hinted):
+    graph = _graph(setter_graph() if hinted else plain_setter_graph())
+    if REPLAY_CONFIGS[name].scope_end not in (None, *graph.names):
+        pytest.skip("no such node in this graph")
+    assert bool(scopes.device_scope_hints(graph)) == hinted
+    assert_native_is_the_spec(graph, REPLAY_CONFIGS[name])
+    read_fact_attrs(graph, OP_TABLE)  # the resource test answered by op and attr key
+    assert_native_is_the_spec(graph, REPLAY_CONFIGS[name])
+    NATIVE.clear()
+    assert_same(graph, {name: REPLAY_CONFIGS[name]})
+    assert NATIVE and all(NATIVE)  # run_setter took the native answer
+
+
+def test_the_native_replay_is_not_asked_with_the_greedy_strategy():
+    NATIVE.clear()
+    assert_same(_graph(setter_graph()), {k: CONFIGS[k] for k in ("greedy3", "greedy2-tf1", "no-setter")})
+    assert NATIVE == []
+
+
+def _with_node(graph_def: GraphDef, name: str, change) -> Graph:
+    g = GraphDef()
+    g.CopyFrom(graph_def)
+    change(next(n for n in g.node if n.name == name))
+    return _graph(g)
+
+
+@pytest.mark.parametrize("case", ["bad-device", "ps-ops-not-strings", "table-too-big", "resource-test-raises",
+                                  "colocation-key-not-a-node"])
+def test_native_replay_declines(monkeypatch, case):
+    """What it cannot settle up front it leaves to the Python replay, which answers or raises."""
+    base = plain_setter_graph()
+    config = CONFIGS["ps2"]
+    graph = _graph(base)
+    if case == "bad-device":
+        graph = _with_node(base, "h0", lambda n: setattr(n, "device", "bad device"))
+    elif case == "ps-ops-not-strings":
+        config = SetterConfig(ps_tasks=2, ps_ops=("VariableV2", 7))  # type: ignore[arg-type]
+    elif case == "table-too-big":
+        monkeypatch.setattr(setter, "_MAX_DEVICE_TABLE", 3)
+    elif case == "resource-test-raises":  # a slot variable without its dtype: io types cannot be computed
+        graph = _with_node(base, "w1/Adam", lambda n: n.attr.pop("dtype"))
+    else:
+        graph.colocation[len(graph)] = ("loc:@w0",)
+    native, spec = both_replays(graph, config)
+    assert native is None
+    if case == "resource-test-raises":
+        assert isinstance(spec, PlacevizError)
+    if case != "colocation-key-not-a-node":
+        NATIVE.clear()
+        outcomes = assert_same(graph, {case: config})
+        assert NATIVE and not any(NATIVE)
+        assert (outcomes[0] == "ok") == (case not in ("bad-device", "resource-test-raises"))
+
+
+@pytest.mark.tf
+def test_native_replay_on_the_10k_benchmark_graph():
+    """g10k of benchmarks/gen_graphs.py, unplaced as the benchmarks run it."""
+    from benchmarks.gen_graphs import build_with_tf
+
+    _, unplaced, _ = build_with_tf(10_000, False)
+    graph_def = GraphDef()
+    graph_def.ParseFromString(unplaced)
+    graph = Graph(graph_def)
+    for name in ("ps4", "ps3", "no-merge", "global-graph"):
+        assert_native_is_the_spec(graph, REPLAY_CONFIGS[name])
+    read_fact_attrs(graph, OP_TABLE)
+    assert_native_is_the_spec(graph, REPLAY_CONFIGS["ps4"])
+    NATIVE.clear()
+    assert assert_same(graph, {"ps4": REPLAY_CONFIGS["ps4"]}, graph_def=False) == ["ok", "ok"]
+    assert NATIVE == [True, True]
+
+
+def test_a_switch_shares_a_group_that_names_no_op():
+    """A ``_class`` entry that is no ``loc:@`` name still puts a Switch with its data input
+    (``colocation_groups`` are compared, not the names they locate)."""
+    g = GraphDef()
+    g.CopyFrom(plain_setter_graph())
+    for node in g.node:
+        if node.name in ("h2", "cond/Switch"):
+            node.attr["_class"].list.s[:] = [b"group:shared"]
+    graph = _graph(g)
+    assert graph.index["cond/Switch"] not in graph.colocated_names
+    for name in ("ps2", "scope-end"):
+        assert_native_is_the_spec(graph, REPLAY_CONFIGS[name])
+    native, _ = both_replays(graph, REPLAY_CONFIGS["ps2"])
+    assert native[2][graph.index["cond/Switch"]] == graph.index["h2"]  # colocated with its data input

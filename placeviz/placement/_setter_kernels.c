@@ -1,17 +1,17 @@
 /*
- * placeviz.placement._setter_kernels: the setter replay's per-node loops, in C.
+ * placeviz.placement._setter_kernels: the setter replay in C.
  *
- * Why this exists: after three rounds of pure-Python work the setter (placeviz/placement/
- * setter.py) is a handful of loops that touch each node once from Python, 0.3-3 us per node,
- * which is most of its time on big graphs. Each function here is a direct transliteration of one
- * of those loops. The Python loop stays the reference and the fallback: a function here handles
- * only the plain case and hands everything else back to it (a node it did not settle, the
- * position where it stopped), and it never runs Python code of its own (no callbacks: only
- * lookups in dicts and sets keyed by str, int and tuples of those). Results are equal to the
- * Python path's, node for node (tests/test_setter_kernels.py runs both).
+ * Why this exists: the setter (placeviz/placement/setter.py) touches each node from Python at
+ * 0.3-3 us per node, most of its time on big graphs. setter() below is the replay
+ * (setter.setter_replay) as one whole function: the IR arrays and complete tables go in, the
+ * whole result or None (declined: the Python runs from its start) comes out; it runs no Python
+ * code of its own and shares no state with the Python path. The other functions are the
+ * group split's helpers, which still run inside Python loops and hand back what they do not
+ * settle (not yet behind a whole-function boundary). Results equal the Python path's, node for
+ * node (tests/test_setter_kernels.py runs both).
  *
  * Every index read from a list or array is bounds-checked; anything out of range or of an
- * unexpected type is "not the plain case", never an error.
+ * unexpected type is "not the plain case" (a decline), never an error.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,14 +19,12 @@
 #include <string.h>
 
 /* RULE_* of setter.py (the values are part of SetterResult.rule; the tests compare both paths). */
-enum { RULE_WORKER = 0, RULE_PS = 1, RULE_PS_PINNED = 2, RULE_COLOCATED = 3, RULE_DEVICE_NONE = 4, RULE_KEPT = 5 };
+enum { RULE_WORKER = 0, RULE_PS = 1, RULE_PS_PINNED = 2, RULE_COLOCATED = 3, RULE_DEVICE_NONE = 4, RULE_KEPT = 5,
+       RULE_OUTSIDE = 8 };
 
 #define CONTROL (-1)   /* graph.CONTROL: in_slot of a ^control input */
 #define DEVICE_NONE (-1) /* scopes.DEVICE_NONE: colocation target "built under device(None)" */
 
-/* Per-node flags of replay() (a bytes object the caller builds from two small sets). */
-#define FLAG_DEVICE_NONE 1 /* in scopes.device_none_nodes */
-#define FLAG_HINT 2        /* in scopes.device_scope_hints: handled by Python */
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -61,13 +59,14 @@ static void int_array_release(IntArray *a)
     a->held = 0;
 }
 
-/* list[i] = value (a new reference is taken). The list is exact and i is in range. */
-static void list_put(PyObject *list, Py_ssize_t i, PyObject *value)
+static int append_int(PyObject *list, Py_ssize_t i)
 {
-    PyObject *old = PyList_GET_ITEM(list, i);
-    Py_INCREF(value);
-    PyList_SET_ITEM(list, i, value);
-    Py_XDECREF(old);
+    PyObject *v = PyLong_FromSsize_t(i);
+    if (v == NULL)
+        return -1;
+    int failed = PyList_Append(list, v);
+    Py_DECREF(v);
+    return failed;
 }
 
 /* A small exact int into a C long; 0 if it is not one (or does not fit). */
@@ -80,432 +79,597 @@ static int small_int(PyObject *obj, long *out)
     return !overflow && !(*out == -1 && PyErr_Occurred());
 }
 
-/* ------------------------------------------------------------------ colocation_targets */
+/* ------------------------------------------------------------------ setter: the whole replay */
 
-PyDoc_STRVAR(colocation_targets_doc,
-"colocation_targets(colocation, colocated_names, names, ops, index, targets, resolved, device_none)\n"
-"\n"
-"The loop of setter._colocation_targets over ``colocation.items()``: writes ``targets[i]`` for\n"
-"every node it settles and fills the per-tuple cache ``resolved`` as the Python loop does.\n"
-"Returns the list of node ids it left to the Python loop (Switch/RefSwitch ops, whose test\n"
-"reads another node's colocation groups, and anything not of the plain types), in order.");
+/*
+ * setter.setter_replay's native twin (setter.py: _colocation_targets, _reimported_initializers,
+ * the replay loop, _outside and _resolve_colocated, in that order), as ONE function: the IR arrays
+ * and a few complete tables go in, the whole result comes out, or None when it declines. It never
+ * hands a node back: on anything it does not handle (an answer missing from a table, an id out of range, an odd type) it returns None and the Python function runs from its
+ * start. It runs no Python code and keeps no state between calls.
+ *
+ * The device strings are never parsed here: Python gives, per distinct own device, the worker
+ * device merged under it, whether a ps op there calls the strategy, and the ps device per task
+ * (device_setter.py _ReplicaDeviceChooser.device_function), so PyDeviceSpec stays the only
+ * implementation of TF's device merge.
+ */
 
-static PyObject *colocation_targets(PyObject *self, PyObject *args)
+#define NO_TARGET (-2)  /* targets[i]: not built under colocate_with */
+#define FLAG_DEVICE_NONE 1     /* device_none[i]: built under device(None) (scopes.device_none_nodes) */
+#define FLAG_RESOURCE_ASSIGN 2 /* a ResourceVariable's <handle>/Assign under its handle's hint */
+enum { DECLINE = -1, FAIL = -2 };
+
+typedef struct {
+    Py_ssize_t n, inside;
+    PyObject *names, *ops, *own;
+    IntArray in_start, in_src, in_slot;
+    PyObject *colocation, *colocated_names, *located_ids, *index;
+    const uint8_t *device_none;
+    PyObject *ps_ops;
+    long ps_tasks;
+    int graph_as_default, merge_devices, ps_present;
+    PyObject *worker_of, *ps_calls, *ps_device_of;
+    PyObject *gen_keys, *gen_values, *gen_nodes;
+    IntArray hint_of;       /* per node: the node whose device it was built under, or -1 */
+    PyObject *scoped;       /* (scope device, own device) -> the scope merged over own */
+    PyObject *initializer, *empty, *no_names;  /* "/Initializer/", "", () (owned) */
+    int32_t *targets;
+} Setter;
+
+/* An exact int in [0, n) into *out; 0 if it is not one. */
+static int node_id(PyObject *obj, Py_ssize_t n, Py_ssize_t *out)
 {
-    PyObject *colocation, *colocated_names, *names, *ops, *index, *targets, *resolved, *device_none;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O", &PyDict_Type, &colocation, &PyDict_Type, &colocated_names,
-                          &PyList_Type, &names, &PyList_Type, &ops, &PyDict_Type, &index, &PyList_Type, &targets,
-                          &PyDict_Type, &resolved, &device_none))
-        return NULL;
-    PyObject *left = PyList_New(0);
-    PyObject *empty = PyTuple_New(0);
-    if (left == NULL || empty == NULL)
-        goto error;
+    long v;
+    if (!small_int(obj, &v) || v < 0 || v >= n)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+/* The input range of node i, bounds-checked against in_slot and in_src. */
+static int input_range(Setter *s, Py_ssize_t i, int32_t *lo, int32_t *hi)
+{
+    *lo = s->in_start.data[i], *hi = s->in_start.data[i + 1];
+    return *lo >= 0 && *hi >= *lo && *hi <= s->in_slot.len && *hi <= s->in_src.len;
+}
+
+/* name.startswith(t + "/Initializer/") without building the prefix. -1 on error. */
+static int starts_with_initializer(Setter *s, PyObject *name, PyObject *t)
+{
+    Py_ssize_t len = PyUnicode_GET_LENGTH(t);
+    Py_ssize_t m = PyUnicode_Tailmatch(name, t, 0, len, -1);
+    if (m <= 0)
+        return (int)m;
+    return (int)PyUnicode_Tailmatch(name, s->initializer, len, PY_SSIZE_T_MAX, -1);
+}
+
+/* _colocation_targets over colocation.items(), Switch ops included. */
+static int colocation_targets(Setter *s)
+{
     Py_ssize_t pos = 0;
-    PyObject *key, *groups, *last_located = NULL, *last_entries = NULL;
-    while (PyDict_Next(colocation, &pos, &key, &groups)) {
-        long i;
-        /* Types and ranges the Python loop assumes; anything else is left to it. */
-        if (!small_int(key, &i) || i < 0 || i >= PyList_GET_SIZE(names) || i >= PyList_GET_SIZE(ops) ||
-            i >= PyList_GET_SIZE(targets))
-            goto defer;
-        PyObject *located = PyDict_GetItemWithError(colocated_names, key);  /* .get(i, ()) */
+    PyObject *key, *groups;
+    while (PyDict_Next(s->colocation, &pos, &key, &groups)) {
+        Py_ssize_t i;
+        if (!node_id(key, s->n, &i) || !PyTuple_CheckExact(groups))
+            return DECLINE;
+        PyObject *located = PyDict_GetItemWithError(s->colocated_names, key);  /* .get(i, ()) */
         if (located == NULL) {
             if (PyErr_Occurred())
-                goto error;
-            located = empty;
+                return FAIL;
+            located = s->no_names;  /* no loc:@ names: only a Switch may get a target */
         }
-        PyObject *name = PyList_GET_ITEM(names, i);
-        PyObject *op = PyList_GET_ITEM(ops, i);
-        if (!PyTuple_CheckExact(located) || !PyUnicode_CheckExact(name) || !PyUnicode_CheckExact(op))
-            goto defer;
+        if (!PyTuple_CheckExact(located))
+            return DECLINE;
+        PyObject *name = PyList_GET_ITEM(s->names, i), *op = PyList_GET_ITEM(s->ops, i);
         int own = PySequence_Contains(located, name);  /* loc:@<own name>: not colocated */
         if (own < 0)
-            goto error;
+            return FAIL;
         if (own)
             continue;
-        /* A Switch may take its data input instead: that test reads another node's groups. */
         if (PyUnicode_CompareWithASCIIString(op, "Switch") == 0 ||
-            PyUnicode_CompareWithASCIIString(op, "RefSwitch") == 0)
-            goto defer;
-        /* Nodes colocated with the same ops share one tuple (graph.colocated_names), and they
-         * often come in a row: the last tuple's entries are reused without hashing it again. */
-        PyObject *entries = located == last_located ? last_entries : PyDict_GetItemWithError(resolved, located);
-        if (entries == NULL) {
-            if (PyErr_Occurred())
-                goto error;
-            /* [(t + "/Initializer/", index.get(t)) for t in located] */
-            Py_ssize_t count = PyTuple_GET_SIZE(located);
-            for (Py_ssize_t k = 0; k < count; k++)
-                if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(located, k)))
-                    goto defer;
-            PyObject *built = PyList_New(count);
-            if (built == NULL)
-                goto error;
-            for (Py_ssize_t k = 0; k < count; k++) {
-                PyObject *t = PyTuple_GET_ITEM(located, k);
-                PyObject *target = PyDict_GetItemWithError(index, t);
-                if (target == NULL && PyErr_Occurred()) {
-                    Py_DECREF(built);
-                    goto error;
+            PyUnicode_CompareWithASCIIString(op, "RefSwitch") == 0) {
+            /* cond builds a Switch under colocate_with(data): its data input, when they share a group */
+            int32_t lo, hi;
+            if (!input_range(s, i, &lo, &hi))
+                return DECLINE;
+            if (hi > lo && s->in_slot.data[lo] != CONTROL) {
+                int32_t data = s->in_src.data[lo];
+                if (data < 0 || data >= s->n)
+                    return DECLINE;
+                PyObject *data_key = PyLong_FromLong(data);
+                if (data_key == NULL)
+                    return FAIL;
+                PyObject *data_groups = PyDict_GetItemWithError(s->colocation, data_key);
+                Py_DECREF(data_key);
+                if (data_groups == NULL && PyErr_Occurred())
+                    return FAIL;
+                PyObject *made = NULL;  /* graph.colocation_groups(data): its list, or loc:@<its name> */
+                if (data_groups == NULL || (PyTuple_CheckExact(data_groups) && PyTuple_GET_SIZE(data_groups) == 0)) {
+                    PyObject *g = PyUnicode_FromFormat("loc:@%U", PyList_GET_ITEM(s->names, data));
+                    made = g ? PyTuple_Pack(1, g) : NULL;
+                    Py_XDECREF(g);
+                    if (made == NULL)
+                        return FAIL;
+                    data_groups = made;
                 }
-                PyObject *prefix = PyUnicode_FromFormat("%U/Initializer/", t);
-                PyObject *entry = prefix ? PyTuple_Pack(2, prefix, target ? target : Py_None) : NULL;
-                Py_XDECREF(prefix);
-                if (entry == NULL) {
-                    Py_DECREF(built);
-                    goto error;
+                if (!PyTuple_CheckExact(data_groups))
+                    return DECLINE;
+                int shared = 0;
+                for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(data_groups) && !shared; k++) {
+                    shared = PySequence_Contains(groups, PyTuple_GET_ITEM(data_groups, k));
+                    if (shared < 0) {
+                        Py_XDECREF(made);
+                        return FAIL;
+                    }
                 }
-                PyList_SET_ITEM(built, k, entry);
+                Py_XDECREF(made);
+                if (shared) {
+                    s->targets[i] = data;
+                    continue;
+                }
             }
-            int failed = PyDict_SetItem(resolved, located, built);
-            Py_DECREF(built);  /* the dict holds it */
-            if (failed)
-                goto error;
-            entries = PyDict_GetItemWithError(resolved, located);
-            if (entries == NULL)
-                goto error_if_set;
         }
-        if (!PyList_CheckExact(entries))
-            goto defer;
-        last_located = located, last_entries = entries;  /* both alive: held by the dicts */
-        Py_ssize_t count = PyList_GET_SIZE(entries);
-        for (Py_ssize_t k = 0; k < count; k++) {
-            PyObject *entry = PyList_GET_ITEM(entries, k);
-            if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 ||
-                !PyUnicode_CheckExact(PyTuple_GET_ITEM(entry, 0)))
-                goto defer;  /* nothing was written for this node yet */
-        }
-        for (Py_ssize_t k = 0; k < count; k++) {
-            PyObject *entry = PyList_GET_ITEM(entries, k);
-            Py_ssize_t match = PyUnicode_Tailmatch(name, PyTuple_GET_ITEM(entry, 0), 0, PY_SSIZE_T_MAX, -1);
-            if (match < 0)
-                goto error;
-            if (match) {  /* name.startswith(<target>/Initializer/): built under device(None) */
-                list_put(targets, i, device_none);
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(located); k++) {
+            PyObject *t = PyTuple_GET_ITEM(located, k);
+            if (!PyUnicode_CheckExact(t))
+                return DECLINE;
+            int init = starts_with_initializer(s, name, t);
+            if (init < 0)
+                return FAIL;
+            if (init) {  /* <target>/Initializer/...: built under device(None) */
+                s->targets[i] = DEVICE_NONE;
                 break;
             }
-            PyObject *target = PyTuple_GET_ITEM(entry, 1);
-            if (target != Py_None) {
-                list_put(targets, i, target);
-                break;
+            PyObject *target = PyDict_GetItemWithError(s->located_ids, t);
+            if (target == NULL) {
+                if (PyErr_Occurred())
+                    return FAIL;
+                continue;
             }
+            Py_ssize_t id;
+            if (!node_id(target, s->n, &id))
+                return DECLINE;
+            s->targets[i] = (int32_t)id;
+            break;
         }
-        continue;
-    defer:
-        if (PyList_Append(left, key) < 0)
-            goto error;
     }
-    Py_DECREF(empty);
-    return left;
-error_if_set:
-    if (!PyErr_Occurred())
-        PyErr_SetString(PyExc_RuntimeError, "colocation_targets: cache entry vanished");
-error:
-    Py_XDECREF(left);
-    Py_XDECREF(empty);
-    return NULL;
-}
-
-/* ------------------------------------------------------------------ replay */
-
-/* The replay's shared state: the arguments of one replay() call. */
-typedef struct {
-    Py_ssize_t n;
-    PyObject *own_devices, *targets, *ops, *ps_ops;
-    const uint8_t *flags;
-    IntArray in_start, in_slot;
-    int graph_as_default, ps_present, merge_devices;
-    long rr_next, rr_num;
-    PyObject *calls_for_own, *ps_cache, *worker_cache;
-    PyObject *gen_usable, *gen_memo, *gen_values;
-    PyObject *devices, *rule, *reference, *colocated, *strategy_calls;
-    PyObject *empty_string;
-} Replay;
-
-enum { STOP = -1, FAIL = -2 };  /* besides 0/1: hand the node to Python / a Python error is set */
-
-/* _resource_generator_test's cached path for node i (no data input at its first slot):
- * 1/0, STOP when Python must answer (no cache, cache miss, odd types), FAIL on error. */
-static int generator_test(Replay *r, Py_ssize_t i, int32_t lo, int32_t hi)
-{
-    if (r->gen_usable == Py_None)
-        return STOP;
-    for (int32_t k = lo; k < hi; k++)  /* any data input: False (bounds checked by the caller) */
-        if (r->in_slot.data[k] != CONTROL)
-            return 0;
-    PyObject *op = PyList_GET_ITEM(r->ops, i);
-    PyObject *ok = PyDict_GetItemWithError(r->gen_usable, op);
-    if (ok == NULL)
-        return PyErr_Occurred() ? FAIL : STOP;
-    if (ok != Py_True)  /* not usable: Python asks the op table for this node */
-        return STOP;
-    PyObject *key = PyTuple_Pack(2, op, PyList_GET_ITEM(r->gen_values, i));
-    if (key == NULL)
-        return FAIL;
-    PyObject *out = PyDict_GetItemWithError(r->gen_memo, key);
-    Py_DECREF(key);
-    if (out == NULL)
-        return PyErr_Occurred() ? FAIL : STOP;
-    if (out == Py_None)
-        return 0;
-    if (!PyTuple_CheckExact(out))
-        return STOP;
-    if (PyTuple_GET_SIZE(out) != 1)
-        return 0;
-    long dtype;
-    if (!small_int(PyTuple_GET_ITEM(out, 0), &dtype))
-        return STOP;
-    return dtype > 100 || dtype == 20;  /* a ref type, or DT_RESOURCE */
-}
-
-/* ``own`` in calls_for_own: whether a ps op with this own device calls the strategy (1/0),
- * STOP if not known yet, FAIL on error. */
-static int calls_strategy(Replay *r, PyObject *own)
-{
-    PyObject *calls = PyDict_GetItemWithError(r->calls_for_own, own);
-    if (calls == NULL)
-        return PyErr_Occurred() ? FAIL : STOP;
-    if (calls == Py_True)
-        return 1;
-    return calls == Py_False ? 0 : STOP;
-}
-
-/* rule[i] = value */
-static int set_rule(Replay *r, Py_ssize_t i, long value)
-{
-    PyObject *v = PyLong_FromLong(value);
-    if (v == NULL)
-        return -1;
-    list_put(r->rule, i, v);
-    Py_DECREF(v);
     return 0;
 }
 
-static int append_int(PyObject *list, Py_ssize_t i)
+/* _reimported_initializers: after an import_graph_def round trip the initializers keep their
+ * variable's device, when every one of them that can show it does. */
+static int reimported_initializers(Setter *s)
 {
-    PyObject *v = PyLong_FromSsize_t(i);
-    if (v == NULL)
-        return -1;
-    int failed = PyList_Append(list, v);
-    Py_DECREF(v);
-    return failed;
+    Py_ssize_t count = 0;
+    int32_t *pairs = PyMem_Malloc(sizeof(int32_t) * 2 * (size_t)(s->n ? s->n : 1));
+    if (pairs == NULL) {
+        PyErr_NoMemory();
+        return FAIL;
+    }
+    int status = 0;
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        if (s->targets[i] != DEVICE_NONE)
+            continue;
+        PyObject *name = PyList_GET_ITEM(s->names, i);
+        Py_ssize_t cut = PyUnicode_Find(name, s->initializer, 0, PyUnicode_GET_LENGTH(name), 1);
+        if (cut == -2) {
+            status = FAIL;
+            break;
+        }
+        PyObject *base = cut < 0 ? (Py_INCREF(name), name) : PyUnicode_Substring(name, 0, cut);
+        if (base == NULL) {
+            status = FAIL;
+            break;
+        }
+        PyObject *var = PyDict_GetItemWithError(s->index, base);
+        Py_DECREF(base);
+        if (var == NULL) {
+            if (PyErr_Occurred()) {
+                status = FAIL;
+                break;
+            }
+            continue;
+        }
+        Py_ssize_t v;
+        if (!node_id(var, s->n, &v)) {
+            status = DECLINE;
+            break;
+        }
+        pairs[2 * count] = (int32_t)i, pairs[2 * count + 1] = (int32_t)v;
+        count++;
+    }
+    if (status == 0) {
+        int evidence = 0, all_same = 1;
+        for (Py_ssize_t k = 0; k < count && all_same; k++) {
+            PyObject *var_device = PyList_GET_ITEM(s->own, pairs[2 * k + 1]);
+            if (PyUnicode_GET_LENGTH(var_device) == 0)
+                continue;
+            evidence = 1;
+            int eq = PyUnicode_Compare(PyList_GET_ITEM(s->own, pairs[2 * k]), var_device);
+            if (eq == -1 && PyErr_Occurred())
+                status = FAIL;
+            all_same = eq == 0;
+        }
+        if (status == 0 && evidence && all_same)
+            for (Py_ssize_t k = 0; k < count; k++)
+                s->targets[pairs[2 * k]] = pairs[2 * k + 1];
+    }
+    PyMem_Free(pairs);
+    return status;
 }
 
-/* One node of _run_setter's loop: 0 done, STOP (nothing written) or FAIL. */
-static int replay_node(Replay *r, Py_ssize_t i)
+/* The resource-constructor test (_is_resource_generator) of node i, from the op facts Python
+ * gave: 1/0, DECLINE when no answer was given, FAIL on error. */
+static int generator(Setter *s, Py_ssize_t i, int32_t lo, int32_t hi)
 {
-    PyObject *own = PyList_GET_ITEM(r->own_devices, i);
-    PyObject *target_obj = PyList_GET_ITEM(r->targets, i);
-    int has_target = target_obj != Py_None;  /* built under colocate_with (or device(None)) */
-    long target = 0;
-    if (has_target && !small_int(target_obj, &target))
-        return STOP;
-    if ((has_target && target == DEVICE_NONE) || (r->flags[i] & FLAG_DEVICE_NONE)) {
-        list_put(r->devices, i, r->empty_string);
-        return set_rule(r, i, RULE_DEVICE_NONE) < 0 ? FAIL : 0;
+    for (int32_t k = lo; k < hi; k++)  /* any data input: not a constructor */
+        if (s->in_slot.data[k] != CONTROL)
+            return 0;
+    PyObject *answer = NULL;
+    if (PyDict_GET_SIZE(s->gen_nodes)) {
+        PyObject *key = PyLong_FromSsize_t(i);
+        if (key == NULL)
+            return FAIL;
+        answer = PyDict_GetItemWithError(s->gen_nodes, key);
+        Py_DECREF(key);
+        if (answer == NULL && PyErr_Occurred())
+            return FAIL;
     }
-    if (has_target) {
-        /* Built under colocate_with: the target's device; a resource constructor (in init_scope)
-         * that is a ps op may still call the strategy. */
-        if (target < 0 || target >= r->n)
-            return STOP;  /* Python indexes from the end or raises */
-        int32_t lo = r->in_start.data[i], hi = r->in_start.data[i + 1];
-        if (lo < 0 || hi < lo || hi > r->in_slot.len)
-            return STOP;
-        int has_data_input = hi > lo && r->in_slot.data[lo] != CONTROL;
-        int generator = 0;
-        if (!has_data_input) {
-            generator = generator_test(r, i, lo, hi);
-            if (generator < 0)
-                return generator;
-        }
-        int is_ps = PySet_Contains(r->ps_ops, PyList_GET_ITEM(r->ops, i));
-        if (is_ps < 0)
+    if (answer == NULL && s->gen_values != Py_None) {
+        PyObject *key = PyTuple_Pack(2, PyList_GET_ITEM(s->ops, i), PyList_GET_ITEM(s->gen_values, i));
+        if (key == NULL)
             return FAIL;
-        int advances = 0;
-        if (generator) {
-            advances = r->graph_as_default;
-            if (!advances) {
-                advances = PySet_Contains(r->ps_ops, PyList_GET_ITEM(r->ops, target));
-                if (advances < 0)
-                    return FAIL;
-            }
-        }
-        int call = 0;
-        if (is_ps && advances && r->ps_present) {
-            call = calls_strategy(r, own);
-            if (call < 0)
-                return call;
-            if (call && r->rr_num <= 0)
-                return STOP;  /* not round-robin: Python calls the strategy */
-        }
-        PyObject *target_device = PyList_GET_ITEM(r->devices, target);
-        /* Nothing written above: from here on the node is settled. */
-        if (call) {
-            if (append_int(r->strategy_calls, i) < 0)
-                return FAIL;
-            r->rr_next = (r->rr_next + 1) % r->rr_num;
-        }
-        if (target_device != Py_None) {
-            int truthy = PyObject_IsTrue(target_device);
-            if (truthy < 0)
-                return FAIL;
-            list_put(r->devices, i, truthy ? target_device : own);
-        } else {
-            PyObject *pair = PyTuple_New(2);
-            PyObject *node = PyLong_FromSsize_t(i);
-            if (pair == NULL || node == NULL) {
-                Py_XDECREF(pair);
-                Py_XDECREF(node);
-                return FAIL;
-            }
-            PyTuple_SET_ITEM(pair, 0, node);
-            Py_INCREF(target_obj);
-            PyTuple_SET_ITEM(pair, 1, target_obj);
-            int failed = PyList_Append(r->colocated, pair);
-            Py_DECREF(pair);
-            if (failed)
-                return FAIL;
-        }
-        if (set_rule(r, i, RULE_COLOCATED) < 0)
+        answer = PyDict_GetItemWithError(s->gen_keys, key);
+        Py_DECREF(key);
+        if (answer == NULL && PyErr_Occurred())
             return FAIL;
-        PyObject *node = PyLong_FromSsize_t(i);
-        if (node == NULL)
-            return FAIL;
-        int failed = PyDict_SetItem(r->reference, node, target_obj);
-        Py_DECREF(node);
-        return failed ? FAIL : 0;
     }
-    if (r->flags[i] & FLAG_HINT)
-        return STOP;  /* built under device(<another node's device>): Python merges the scope */
-    int own_set = PyObject_IsTrue(own);
-    if (own_set < 0)
-        return FAIL;
-    if (!r->merge_devices && own_set) {
-        list_put(r->devices, i, own);
-        if (set_rule(r, i, RULE_KEPT) < 0)
-            return FAIL;
+    if (answer == Py_True)
+        return 1;
+    return answer == Py_False ? 0 : DECLINE;
+}
+
+/* ps_calls[own]: whether a ps op with this own device calls the strategy. */
+static int calls_strategy(Setter *s, PyObject *own)
+{
+    PyObject *calls = PyDict_GetItemWithError(s->ps_calls, own);
+    if (calls == NULL)
+        return PyErr_Occurred() ? FAIL : DECLINE;
+    return calls == Py_True ? 1 : calls == Py_False ? 0 : DECLINE;
+}
+
+typedef struct {
+    PyObject **devices;  /* borrowed; NULL: not settled yet (None in the Python loop) */
+    uint8_t *rule;
+    int32_t *ref_node, *ref_target, *colocated, *calls;
+    Py_ssize_t refs, colocated_count, call_count;
+    int32_t *pending;  /* the target of each colocated node left for after the pass, else NO_TARGET */
+} Out;
+
+static int colocated_node(Setter *s, Out *o, Py_ssize_t i, int32_t target)
+{
+    PyObject *device = o->devices[target];
+    if (device != NULL)  /* the target was created first: its device, or the op's own if empty */
+        o->devices[i] = PyUnicode_GET_LENGTH(device) ? device : PyList_GET_ITEM(s->own, i);
+    else {
+        o->colocated[o->colocated_count++] = (int32_t)i;
+        o->pending[i] = target;
+    }
+    o->rule[i] = RULE_COLOCATED;
+    o->ref_node[o->refs] = (int32_t)i, o->ref_target[o->refs++] = target;
+    return 0;
+}
+
+/* scoped[(scope, own)]: the device of an op built under device(scope) whose own device is own. */
+static PyObject *scoped_device(Setter *s, PyObject *scope, PyObject *own)
+{
+    PyObject *key = PyTuple_Pack(2, scope, own);
+    if (key == NULL)
+        return NULL;
+    PyObject *merged = PyDict_GetItemWithError(s->scoped, key);
+    Py_DECREF(key);
+    if (merged != NULL && !PyUnicode_CheckExact(merged))
+        return NULL;
+    return merged;
+}
+
+/* One node of the replay loop (inside the setter's block). */
+static int replay_node(Setter *s, Out *o, Py_ssize_t i, long *rr_next)
+{
+    PyObject *own = PyList_GET_ITEM(s->own, i);
+    int32_t target = s->targets[i];
+    if (target == DEVICE_NONE || (s->device_none[i] & FLAG_DEVICE_NONE)) {
+        o->devices[i] = s->empty, o->rule[i] = RULE_DEVICE_NONE;
         return 0;
     }
-    if (r->ps_present) {
-        int is_ps = PySet_Contains(r->ps_ops, PyList_GET_ITEM(r->ops, i));
+    if (target >= 0) {
+        int32_t lo, hi;
+        if (!input_range(s, i, &lo, &hi))
+            return DECLINE;
+        int has_data_input = hi > lo && s->in_slot.data[lo] != CONTROL;
+        int in_init_scope = 0;
+        if (!has_data_input && (in_init_scope = generator(s, i, lo, hi)) < 0)
+            return in_init_scope;
+        int advances = in_init_scope && s->graph_as_default;
+        if (in_init_scope && !advances && (advances = PySet_Contains(s->ps_ops, PyList_GET_ITEM(s->ops, target))) < 0)
+            return FAIL;
+        if (advances && s->ps_present) {
+            int is_ps = PySet_Contains(s->ps_ops, PyList_GET_ITEM(s->ops, i));
+            if (is_ps < 0)
+                return FAIL;
+            if (is_ps) {
+                int call = calls_strategy(s, own);
+                if (call < 0)
+                    return call;
+                if (call) {
+                    o->calls[o->call_count++] = (int32_t)i;
+                    *rr_next = (*rr_next + 1) % s->ps_tasks;
+                }
+            }
+        }
+        return colocated_node(s, o, i, target);
+    }
+    int32_t hint = s->hint_of.data[i];
+    if (hint >= 0) {
+        /* Built under device(<device of node hint>) (scopes.device_scope_hints): that device merged
+         * over the op's own is its own device here. */
+        if (hint >= s->n)
+            return DECLINE;
+        PyObject *scope = o->devices[hint];
+        if (scope != NULL && PyUnicode_GET_LENGTH(scope)) {
+            own = scoped_device(s, scope, own);
+            if (own == NULL)
+                return PyErr_Occurred() ? FAIL : DECLINE;
+        }
+        o->ref_node[o->refs] = (int32_t)i, o->ref_target[o->refs++] = hint;
+        if (s->device_none[i] & FLAG_RESOURCE_ASSIGN) {
+            /* colocate_with(None, ignore_existing=True), then device(handle.device) */
+            o->devices[i] = own, o->rule[i] = RULE_COLOCATED;
+            return 0;
+        }
+    }
+    if (!s->merge_devices && PyUnicode_GET_LENGTH(own)) {
+        o->devices[i] = own, o->rule[i] = RULE_KEPT;
+        return 0;
+    }
+    if (s->ps_present) {
+        int is_ps = PySet_Contains(s->ps_ops, PyList_GET_ITEM(s->ops, i));
         if (is_ps < 0)
             return FAIL;
         if (is_ps) {
-            int call = calls_strategy(r, own);
+            int call = calls_strategy(s, own);
             if (call < 0)
                 return call;
-            if (call && r->rr_num <= 0)
-                return STOP;
-            /* ps_cache[(task, own)], task None when the op keeps its own job */
-            PyObject *task = call ? PyLong_FromLong(r->rr_next) : (Py_INCREF(Py_None), Py_None);
-            PyObject *key = task ? PyTuple_Pack(2, task, own) : NULL;
-            Py_XDECREF(task);
-            if (key == NULL)
-                return FAIL;
-            PyObject *device = PyDict_GetItemWithError(r->ps_cache, key);
-            Py_DECREF(key);
-            if (device == NULL)
-                return PyErr_Occurred() ? FAIL : STOP;
+            PyObject *by_task = PyDict_GetItemWithError(s->ps_device_of, own);
+            if (by_task == NULL)
+                return PyErr_Occurred() ? FAIL : DECLINE;
+            Py_ssize_t slot = call ? 1 + *rr_next : 0;  /* 0: no strategy call (task None) */
+            if (!PyTuple_CheckExact(by_task) || slot >= PyTuple_GET_SIZE(by_task) ||
+                !PyUnicode_CheckExact(PyTuple_GET_ITEM(by_task, slot)))
+                return DECLINE;
             if (call) {
-                if (append_int(r->strategy_calls, i) < 0)
-                    return FAIL;
-                r->rr_next = (r->rr_next + 1) % r->rr_num;
+                o->calls[o->call_count++] = (int32_t)i;
+                *rr_next = (*rr_next + 1) % s->ps_tasks;
             }
-            if (set_rule(r, i, call ? RULE_PS : RULE_PS_PINNED) < 0)
-                return FAIL;
-            list_put(r->devices, i, device);
+            o->devices[i] = PyTuple_GET_ITEM(by_task, slot);
+            o->rule[i] = call ? RULE_PS : RULE_PS_PINNED;
             return 0;
         }
     }
-    PyObject *cached = PyDict_GetItemWithError(r->worker_cache, own);
-    if (cached == NULL)
-        return PyErr_Occurred() ? FAIL : STOP;
-    list_put(r->devices, i, cached);  /* rule stays RULE_WORKER */
+    PyObject *device = PyDict_GetItemWithError(s->worker_of, own);
+    if (device == NULL)
+        return PyErr_Occurred() ? FAIL : DECLINE;
+    if (!PyUnicode_CheckExact(device))
+        return DECLINE;
+    o->devices[i] = device;  /* rule stays RULE_WORKER */
     return 0;
 }
 
-PyDoc_STRVAR(replay_doc,
-"replay(start, n, own_devices, targets, flags, in_start, in_slot, ops, ps_ops, switches, rr_next, rr_num,\n"
-"       calls_for_own, ps_cache, worker_cache, gen_usable, gen_memo, gen_values,\n"
-"       devices, rule, reference, colocated, strategy_calls) -> (stop, rr_next)\n"
-"\n"
-"The loop of setter._run_setter from node ``start``: settles nodes in order, writing what the\n"
-"Python loop writes, and returns at the first node it leaves to Python (or n) with the\n"
-"round-robin counter. ``switches``: 1 graph_as_default, 2 ps_spec is not None, 4 merge_devices.\n"
-"``rr_num`` 0: the strategy is not round-robin (every strategy call is left to Python).\n"
-"``gen_usable`` None: no cached resource-constructor test (those nodes are left to Python).");
-
-static PyObject *replay(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* _outside: a node built after the setter's block keeps its own device (colocation and library
+ * scopes still apply). */
+static int outside_node(Setter *s, Out *o, Py_ssize_t i)
 {
-    if (nargs != 23) {
-        PyErr_SetString(PyExc_TypeError, "replay() takes 23 arguments");
-        return NULL;
+    int32_t target = s->targets[i];
+    if (target == DEVICE_NONE || (s->device_none[i] & FLAG_DEVICE_NONE)) {
+        o->devices[i] = s->empty, o->rule[i] = RULE_DEVICE_NONE;
+        return 0;
     }
-    Replay r;
-    memset(&r, 0, sizeof r);
-    Py_ssize_t start = PyLong_AsSsize_t(args[0]);
-    r.n = PyLong_AsSsize_t(args[1]);
-    long switches = PyLong_AsLong(args[9]);
-    r.rr_next = PyLong_AsLong(args[10]);
-    r.rr_num = PyLong_AsLong(args[11]);
-    if (PyErr_Occurred())
-        return NULL;
-    r.own_devices = args[2], r.targets = args[3], r.ops = args[7], r.ps_ops = args[8];
-    r.graph_as_default = (switches & 1) != 0, r.ps_present = (switches & 2) != 0;
-    r.merge_devices = (switches & 4) != 0;
-    r.calls_for_own = args[12], r.ps_cache = args[13], r.worker_cache = args[14];
-    r.gen_usable = args[15], r.gen_memo = args[16], r.gen_values = args[17];
-    r.devices = args[18], r.rule = args[19], r.reference = args[20], r.colocated = args[21];
-    r.strategy_calls = args[22];
-    PyObject *flags = args[4];
-    if (!PyList_CheckExact(r.own_devices) || !PyList_CheckExact(r.targets) || !PyList_CheckExact(r.ops) ||
-        !PyAnySet_Check(r.ps_ops) || !PyBytes_CheckExact(flags) || !PyDict_CheckExact(r.calls_for_own) ||
-        !PyDict_CheckExact(r.ps_cache) || !PyDict_CheckExact(r.worker_cache) ||
-        !(r.gen_usable == Py_None || (PyDict_CheckExact(r.gen_usable) && PyDict_CheckExact(r.gen_memo) &&
-                                      PyList_CheckExact(r.gen_values))) ||
-        !PyList_CheckExact(r.devices) || !PyList_CheckExact(r.rule) || !PyDict_CheckExact(r.reference) ||
-        !PyList_CheckExact(r.colocated) || !PyList_CheckExact(r.strategy_calls)) {
-        PyErr_SetString(PyExc_TypeError, "replay(): unexpected argument types");
-        return NULL;
+    if (target >= 0)
+        return colocated_node(s, o, i, target);
+    PyObject *own = PyList_GET_ITEM(s->own, i);
+    int32_t hint = s->hint_of.data[i];
+    if (hint >= s->n)
+        return DECLINE;
+    PyObject *scope = hint >= 0 ? o->devices[hint] : NULL;
+    if (scope != NULL && PyUnicode_GET_LENGTH(scope)) {
+        own = scoped_device(s, scope, own);
+        if (own == NULL)
+            return PyErr_Occurred() ? FAIL : DECLINE;
+        o->ref_node[o->refs] = (int32_t)i, o->ref_target[o->refs++] = hint;
     }
-    if (r.rr_num > 0 && (r.rr_next < 0 || r.rr_next >= r.rr_num)) {
-        PyErr_SetString(PyExc_ValueError, "replay(): round-robin counter out of range");
-        return NULL;
+    o->devices[i] = own, o->rule[i] = RULE_OUTSIDE;
+    return 0;
+}
+
+/* _resolve_colocated for the nodes whose target came later, in the order they were met. */
+static int resolve_colocated(Setter *s, Out *o)
+{
+    int32_t *seen = PyMem_Malloc(sizeof(int32_t) * (size_t)(s->n ? s->n : 1));
+    if (seen == NULL) {
+        PyErr_NoMemory();
+        return FAIL;
     }
-    r.flags = (const uint8_t *)PyBytes_AS_STRING(flags);
-    int arrays = int_array_get(args[5], &r.in_start) && int_array_get(args[6], &r.in_slot);
-    r.empty_string = PyUnicode_New(0, 0);
-    if (r.empty_string == NULL)
-        goto fail;
-    Py_ssize_t i = start < 0 ? 0 : start;
-    /* Every per-node list must cover n nodes (in_start n + 1) and the arrays be array('i'); if
-     * not (never with a Graph's own arrays), each call leaves its first node to Python. */
-    if (!arrays || PyList_GET_SIZE(r.own_devices) < r.n || PyList_GET_SIZE(r.targets) < r.n ||
-        PyList_GET_SIZE(r.ops) < r.n || PyBytes_GET_SIZE(flags) < r.n || r.in_start.len < r.n + 1 ||
-        PyList_GET_SIZE(r.devices) < r.n || PyList_GET_SIZE(r.rule) < r.n ||
-        (r.gen_usable != Py_None && PyList_GET_SIZE(r.gen_values) < r.n))
-        i = start;
-    else {
-        for (; i < r.n; i++) {
-            int done = replay_node(&r, i);
-            if (done == FAIL)
-                goto fail;
-            if (done == STOP)
-                break;
+    for (Py_ssize_t i = 0; i < s->n; i++)
+        seen[i] = -1;
+    for (Py_ssize_t k = 0; k < o->colocated_count; k++) {
+        int32_t i = o->colocated[k], target = o->pending[i];
+        seen[i] = (int32_t)k;
+        while (o->devices[target] == NULL && o->pending[target] != NO_TARGET && seen[target] != k) {
+            seen[target] = (int32_t)k;
+            target = o->pending[target];
         }
+        PyObject *device = o->devices[target];
+        o->devices[i] = device != NULL && PyUnicode_GET_LENGTH(device) ? device : PyList_GET_ITEM(s->own, i);
     }
-    Py_DECREF(r.empty_string);
-    int_array_release(&r.in_start);
-    int_array_release(&r.in_slot);
-    return Py_BuildValue("(nl)", i, r.rr_next);
-fail:
-    Py_XDECREF(r.empty_string);
-    int_array_release(&r.in_start);
-    int_array_release(&r.in_slot);
+    PyMem_Free(seen);
+    return 0;
+}
+
+/* The result: (devices, rule, reference, strategy_calls). */
+static PyObject *setter_result(Setter *s, Out *o)
+{
+    PyObject *devices = PyList_New(s->n), *rule = PyList_New(s->n), *reference = PyDict_New();
+    PyObject *calls = PyList_New(o->call_count);
+    if (devices == NULL || rule == NULL || reference == NULL || calls == NULL)
+        goto error;
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        PyObject *d = o->devices[i] ? o->devices[i] : s->empty;  /* every node is settled by now */
+        Py_INCREF(d);
+        PyList_SET_ITEM(devices, i, d);
+        PyObject *r = PyLong_FromLong(o->rule[i]);
+        if (r == NULL)
+            goto error;
+        PyList_SET_ITEM(rule, i, r);
+    }
+    for (Py_ssize_t k = 0; k < o->refs; k++) {
+        PyObject *a = PyLong_FromLong(o->ref_node[k]), *b = PyLong_FromLong(o->ref_target[k]);
+        int failed = a == NULL || b == NULL || PyDict_SetItem(reference, a, b) < 0;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        if (failed)
+            goto error;
+    }
+    for (Py_ssize_t k = 0; k < o->call_count; k++) {
+        PyObject *c = PyLong_FromLong(o->calls[k]);
+        if (c == NULL)
+            goto error;
+        PyList_SET_ITEM(calls, k, c);
+    }
+    return Py_BuildValue("(NNNN)", devices, rule, reference, calls);
+error:
+    Py_XDECREF(devices);
+    Py_XDECREF(rule);
+    Py_XDECREF(reference);
+    Py_XDECREF(calls);
     return NULL;
 }
+
+static int exact_str_list(PyObject *list, Py_ssize_t n)
+{
+    if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) != n)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(list, i)))
+            return 0;
+    return 1;
+}
+
+PyDoc_STRVAR(setter_doc,
+"setter(*, names, ops, own_devices, in_start, in_src, in_slot, colocation, colocated_names,\n"
+"       located_ids, index, device_none, inside, ps_ops, ps_tasks, graph_as_default, merge_devices,\n"
+"       ps_present, worker_of, ps_calls, ps_device_of, generator_keys, generator_values,\n"
+"       generator_nodes, hint_of, scoped) -> (devices, rule, reference, strategy_calls) or None\n"
+"\n"
+"setter.setter_replay with the round-robin strategy, as one function\n"
+"(see setter.native_replay, which builds the arguments). None: declined, run the Python.");
+
+static PyObject *setter_entry(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"names", "ops", "own_devices", "in_start", "in_src", "in_slot", "colocation",
+                             "colocated_names", "located_ids", "index", "device_none", "inside", "ps_ops",
+                             "ps_tasks", "graph_as_default", "merge_devices", "ps_present", "worker_of",
+                             "ps_calls", "ps_device_of", "generator_keys", "generator_values",
+                             "generator_nodes", "hint_of", "scoped", NULL};
+    Setter s;
+    memset(&s, 0, sizeof s);
+    PyObject *in_start = NULL, *in_src = NULL, *in_slot = NULL, *device_none = NULL, *hint_of = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOO!O!O!O!SnOlpppO!O!O!O!OO!OO!", kwlist,
+                                     &s.names, &s.ops, &s.own, &in_start, &in_src, &in_slot,
+                                     &PyDict_Type, &s.colocation, &PyDict_Type, &s.colocated_names,
+                                     &PyDict_Type, &s.located_ids, &PyDict_Type, &s.index, &device_none,
+                                     &s.inside, &s.ps_ops, &s.ps_tasks, &s.graph_as_default, &s.merge_devices,
+                                     &s.ps_present, &PyDict_Type, &s.worker_of, &PyDict_Type, &s.ps_calls,
+                                     &PyDict_Type, &s.ps_device_of, &PyDict_Type, &s.gen_keys, &s.gen_values,
+                                     &PyDict_Type, &s.gen_nodes, &hint_of, &PyDict_Type, &s.scoped))
+        return NULL;
+    if (!s.names || !s.ops || !s.own || !in_start || !in_src || !in_slot || !s.colocation || !s.colocated_names ||
+        !s.located_ids || !s.index || !device_none || !s.ps_ops || !s.worker_of || !s.ps_calls || !s.ps_device_of ||
+        !s.gen_keys || !s.gen_values || !s.gen_nodes || !hint_of || !s.scoped) {
+        PyErr_SetString(PyExc_TypeError, "setter(): every argument is required");
+        return NULL;
+    }
+    if (!PyList_CheckExact(s.names))
+        Py_RETURN_NONE;
+    s.n = PyList_GET_SIZE(s.names);
+    PyObject *result = NULL;
+    Out o;
+    memset(&o, 0, sizeof o);
+    int ok = exact_str_list(s.names, s.n) && exact_str_list(s.ops, s.n) && exact_str_list(s.own, s.n) &&
+             PyAnySet_CheckExact(s.ps_ops) && s.ps_tasks > 0 && PyBytes_GET_SIZE(device_none) == s.n &&
+             s.inside >= 0 && s.inside <= s.n &&
+             (s.gen_values == Py_None || (PyList_CheckExact(s.gen_values) && PyList_GET_SIZE(s.gen_values) == s.n));
+    ok = ok && int_array_get(in_start, &s.in_start) && int_array_get(in_src, &s.in_src) &&
+         int_array_get(in_slot, &s.in_slot) && s.in_start.len == s.n + 1 && int_array_get(hint_of, &s.hint_of) &&
+         s.hint_of.len == s.n;
+    if (!ok)
+        goto decline;
+    s.device_none = (const uint8_t *)PyBytes_AS_STRING(device_none);
+    s.initializer = PyUnicode_FromString("/Initializer/");
+    s.empty = PyUnicode_New(0, 0);
+    s.no_names = PyTuple_New(0);
+    size_t n = (size_t)(s.n ? s.n : 1);
+    s.targets = PyMem_Malloc(sizeof(int32_t) * n);
+    o.devices = PyMem_Calloc(n, sizeof(PyObject *));
+    o.rule = PyMem_Calloc(n, 1);  /* RULE_WORKER */
+    o.ref_node = PyMem_Malloc(sizeof(int32_t) * n);
+    o.ref_target = PyMem_Malloc(sizeof(int32_t) * n);
+    o.colocated = PyMem_Malloc(sizeof(int32_t) * n);
+    o.calls = PyMem_Malloc(sizeof(int32_t) * n);
+    o.pending = PyMem_Malloc(sizeof(int32_t) * n);
+    if (s.initializer == NULL || s.empty == NULL || s.no_names == NULL || s.targets == NULL || o.devices == NULL || o.rule == NULL ||
+        o.ref_node == NULL || o.ref_target == NULL || o.colocated == NULL || o.calls == NULL ||
+        o.pending == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < s.n; i++)
+        s.targets[i] = NO_TARGET, o.pending[i] = NO_TARGET;
+    int status = colocation_targets(&s);
+    if (status == 0)
+        status = reimported_initializers(&s);
+    long rr_next = 0;
+    for (Py_ssize_t i = 0; status == 0 && i < s.n; i++)
+        status = i < s.inside ? replay_node(&s, &o, i, &rr_next) : outside_node(&s, &o, i);
+    if (status == 0)
+        status = resolve_colocated(&s, &o);
+    if (status == 0)
+        result = setter_result(&s, &o);
+    else if (status == DECLINE)
+        goto decline;
+    goto done;
+decline:
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    Py_XDECREF(s.initializer);
+    Py_XDECREF(s.empty);
+    Py_XDECREF(s.no_names);
+    PyMem_Free(s.targets);
+    PyMem_Free(o.devices);
+    PyMem_Free(o.rule);
+    PyMem_Free(o.ref_node);
+    PyMem_Free(o.ref_target);
+    PyMem_Free(o.colocated);
+    PyMem_Free(o.calls);
+    PyMem_Free(o.pending);
+    int_array_release(&s.in_start);
+    int_array_release(&s.in_src);
+    int_array_release(&s.in_slot);
+    int_array_release(&s.hint_of);
+    return result;
+}
+
 
 /* ------------------------------------------------------------------ group_noops */
 
@@ -1117,8 +1281,7 @@ static PyObject *id_range(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
-    {"colocation_targets", colocation_targets, METH_VARARGS, colocation_targets_doc},
-    {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL, replay_doc},
+    {"setter", (PyCFunction)(void (*)(void))setter_entry, METH_VARARGS | METH_KEYWORDS, setter_doc},
     {"group_noops", group_noops, METH_VARARGS, group_noops_doc},
     {"by_device", by_device, METH_VARARGS, by_device_doc},
     {"single_device_groups", single_device_groups, METH_VARARGS, single_device_groups_doc},

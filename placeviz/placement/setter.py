@@ -44,14 +44,13 @@ initializers carry their variable's device, and keep it.
 The result is a new Graph; the input is never modified. See
 ``docs/realworld.md``.
 
-The per-node loops run in C when ``placeviz.placement._setter_kernels`` is built: the replay loop
-(:func:`_kernel_stops`), the colocation targets, the ``group`` recognizer, the member split, the
-usual single-device group root and the renumbering of the result. Tables of the result that only
-explanations and later commands read (its name index, ``colocation``, the setter's ``reference``)
-are made on first use. Each kernel transliterates the Python loop next to it, which stays
-the reference: a kernel settles only the plain case and leaves the rest (errors, cache misses,
-the greedy strategy, odd types) to that loop, so the results are the same node for node
-(``tests/test_setter_kernels.py`` runs both; ``_kernels = None`` runs only the Python loops).
+The replay (:func:`setter_replay`, the specification) has one C twin behind a whole-function
+boundary: :func:`native_replay` gives ``_setter_kernels.setter`` the IR arrays and complete
+tables made here, and takes the whole result or a decline, after which :func:`setter_replay`
+runs from its start (``tests/test_setter_kernels.py`` compares the two field by field). The
+``group`` split still calls small C helpers inside its Python loops (``_kernels = None`` runs
+only the Python). Tables of the result that only explanations and later commands read (its name
+index, ``colocation``, the setter's ``reference``) are made on first use.
 """
 
 from __future__ import annotations
@@ -62,7 +61,6 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from itertools import chain as _chain
 from itertools import compress, repeat
 from operator import eq
 from typing import Any
@@ -271,7 +269,6 @@ def run_setter(graph: Graph, config: SetterConfig, op_table=None) -> SetterResul
 
 def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     n = len(graph)
-    ops = graph.ops
     ps_tasks = num_ps_tasks(config)
     if ps_tasks <= 0:
         # replica_device_setter returned None: `with device(None)` hides every device scope.
@@ -294,8 +291,42 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
             raise SetterError(f"--setter-scope-end: the graph has no node named {config.scope_end!r}")
         inside = graph.index[config.scope_end]
     hints = scopes.device_scope_hints(graph, _kernels)
-    resource_handles = {h for h in set(hints.values()) if ops[h] == "VarHandleOp"}
     device_none = scopes.device_none_nodes(graph, _kernels)
+    replayed = None
+    if _kernels is not None and isinstance(strategy, RoundRobin):
+        replayed = native_replay(graph, config, op_table, ps_tasks, ps_ops, ps_spec, worker_spec, inside, hints,
+                                 device_none)
+    if replayed is None:  # declined (or no kernels): the specification itself
+        replayed = setter_replay(graph, config, op_table, strategy, ps_ops, ps_spec, worker_spec, inside, hints,
+                                 device_none)
+    result_devices, rule, reference, strategy_calls = replayed
+
+    plain_device = _PlainDevice(worker_spec, config.merge_devices, inside if inside < n else None)
+    plain_noops = PLAIN_NOOP_NAMES | config.plain_noops
+    assumed: list[str] = []  # NoOps with no library name taken for a group and split per device
+    new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,  # type: ignore[arg-type]
+                                                          strategy_calls, plain_device, plain_noops, assumed)
+    notes = _scope_notes(graph, config)
+    if assumed:
+        shown = ", ".join(assumed[:5]) + (f" and {len(assumed) - 5} more" if len(assumed) > 5 else "")
+        notes.append(f"took the NoOp(s) {shown} for tf.group and split them per device, as group does; a NoOp "
+                     f"built with tf.no_op under control_dependencies is not split: pass --plain-noop NAME")
+    return SetterResult(new_graph, new_rules, new_refs, calls, ps_tasks, notes)
+
+
+def setter_replay(graph: Graph, config: SetterConfig, op_table, strategy: Callable[[int], int], ps_ops,
+                  ps_spec: PyDeviceSpec | None, worker_spec: PyDeviceSpec, inside: int, hints: dict[int, int],
+                  device_none: set[int]) -> tuple[list[str], list[int], dict[int, int], list[int]]:
+    """TF's device function run once per op in creation order: ``(devices, rule, reference,
+    strategy_calls)`` before the group split (device_setter.py ``_ReplicaDeviceChooser.device_function``,
+    ops.py ``_apply_device_functions``, ``colocate_with``, ``init_scope``).
+
+    The specification of the replay: :func:`native_replay` gives the same result in C or declines.
+    Nodes ``[inside, n)`` were built after the setter's block (:func:`_outside`).
+    """
+    n = len(graph)
+    ops = graph.ops
+    resource_handles = {h for h in set(hints.values()) if ops[h] == "VarHandleOp"}
     targets = _colocation_targets(graph)
     is_resource_generator = _resource_generator_test(graph, op_table)
     rule = [RULE_WORKER] * n
@@ -309,18 +340,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     own_devices, in_start, in_slot = graph.devices, graph.in_start, graph.in_slot
     merge_devices = config.merge_devices
     calls_for_own: dict[str, bool] = {}  # own device -> whether a ps op there calls the strategy
-
-    positions: Iterable[int] = range(n)
-    if _kernels is not None and isinstance(ps_ops, (set, frozenset)):
-        # The C loop settles the plain nodes and stops at the others, which this loop handles
-        # (see _kernel_stops); it reads the caches this loop fills.
-        positions = _kernel_stops(inside, own_devices, targets, hints, device_none, in_start, in_slot, ops, ps_ops,
-                                  config, ps_spec is not None, strategy, calls_for_own, ps_cache, worker_cache,
-                                  getattr(is_resource_generator, "kernel_state", None), devices, rule,
-                                  reference, colocated, strategy_calls)
-        if inside < n:
-            positions = _chain(positions, range(inside, n))  # the C loop stops at `inside`
-    for i in positions:
+    for i in range(n):
         if i >= inside:
             _outside(i, graph, targets, device_none, hints, devices, rule, reference, colocated)
             continue
@@ -339,8 +359,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
             in_init_scope = not has_data_input and is_resource_generator(i)
             advances = in_init_scope and (config.graph_as_default or ops[target] in ps_ops)
             if ops[i] in ps_ops and advances and ps_spec is not None:
-                current = PyDeviceSpec.parse(own)
-                calls = calls_for_own[own] = bool(ps_spec.job and (current.job is None or current.job == ps_spec.job))
+                calls = calls_for_own[own] = _calls_strategy(ps_spec, PyDeviceSpec.parse(own))
                 if calls:
                     strategy(i)
                     strategy_calls.append(i)
@@ -357,7 +376,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
             # Built under device(<device of node `hint`>): that device is the op's own device here.
             scope = devices[hint] or ""
             if scope:
-                own = PyDeviceSpec.parse(scope).merged_with(PyDeviceSpec.parse(own)).to_string()
+                own = _scoped_device(scope, own)
             reference[i] = hint
             if hint in resource_handles and graph.names[i] == graph.names[hint] + "/Assign":
                 # ResourceVariable's initializer: colocate_with(None, ignore_existing=True) empties the
@@ -372,7 +391,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
         if ps_spec is not None and ops[i] in ps_ops:
             current = PyDeviceSpec.parse(own)
             task = None
-            calls = calls_for_own[own] = bool(ps_spec.job and (current.job is None or current.job == ps_spec.job))
+            calls = calls_for_own[own] = _calls_strategy(ps_spec, current)
             if calls:
                 task = int(strategy(i))
                 strategy_calls.append(i)
@@ -381,13 +400,12 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
                 rule[i] = RULE_PS_PINNED
             device = ps_cache.get((task, own))
             if device is None:  # ps_device with the strategy's task (or as it is), merged under own
-                spec = ps_spec if task is None else ps_spec.replace(task=task)
-                device = ps_cache[task, own] = spec.merged_with(current).to_string()
+                device = ps_cache[task, own] = _ps_device(ps_spec, task, current)
             devices[i] = device
             continue
         cached = worker_cache.get(own)
         if cached is None:
-            cached = worker_cache[own] = worker_spec.merged_with(PyDeviceSpec.parse(own)).to_string()
+            cached = worker_cache[own] = _worker_device(worker_spec, PyDeviceSpec.parse(own))
         devices[i] = cached
 
     colocated_targets = dict(colocated)
@@ -395,17 +413,191 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
         devices[i] = _resolve_colocated(i, target, devices, graph, colocated_targets)
     result_devices = devices if None not in devices else [d or "" for d in devices]  # usually none is None
 
-    plain_device = _PlainDevice(worker_spec, merge_devices, inside if inside < n else None)
-    plain_noops = PLAIN_NOOP_NAMES | config.plain_noops
-    assumed: list[str] = []  # NoOps with no library name taken for a group and split per device
-    new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,  # type: ignore[arg-type]
-                                                          strategy_calls, plain_device, plain_noops, assumed)
-    notes = _scope_notes(graph, config)
-    if assumed:
-        shown = ", ".join(assumed[:5]) + (f" and {len(assumed) - 5} more" if len(assumed) > 5 else "")
-        notes.append(f"took the NoOp(s) {shown} for tf.group and split them per device, as group does; a NoOp "
-                     f"built with tf.no_op under control_dependencies is not split: pass --plain-noop NAME")
-    return SetterResult(new_graph, new_rules, new_refs, calls, ps_tasks, notes)
+    return result_devices, rule, reference, strategy_calls  # type: ignore[return-value]
+
+
+def _calls_strategy(ps_spec: PyDeviceSpec, current: PyDeviceSpec) -> bool:
+    """Whether a ps op whose own device is ``current`` calls the strategy: ``ps_device`` names a job
+    and the op's job is unset or is that job (device_setter.py ``device_function``)."""
+    return bool(ps_spec.job and (current.job is None or current.job == ps_spec.job))
+
+
+def _worker_device(worker_spec: PyDeviceSpec, current: PyDeviceSpec) -> str:
+    """A plain op's device: ``worker_device`` merged under its own (``device_function``)."""
+    return worker_spec.merged_with(current).to_string()
+
+
+def _ps_device(ps_spec: PyDeviceSpec, task: int | None, current: PyDeviceSpec) -> str:
+    """A ps op's device: ``ps_device`` with the strategy's task (None: no call), merged under its own."""
+    spec = ps_spec if task is None else ps_spec.replace(task=task)
+    return spec.merged_with(current).to_string()
+
+
+def _scoped_device(scope: str, own: str) -> str:
+    """The device of an op built under ``device(scope)`` whose own device is ``own``."""
+    return PyDeviceSpec.parse(scope).merged_with(PyDeviceSpec.parse(own)).to_string()
+
+
+# At most this many device strings are merged up front for the native replay (distinct own devices
+# times the ps tasks plus two); a graph needing more runs the Python replay, which merges lazily.
+_MAX_DEVICE_TABLE = 50_000
+
+
+def native_replay(graph: Graph, config: SetterConfig, op_table, ps_tasks: int, ps_ops, ps_spec: PyDeviceSpec | None,
+                  worker_spec: PyDeviceSpec, inside: int, hints: dict[int, int], device_none: set[int]):
+    """:func:`setter_replay` with the round-robin strategy, in C (``_setter_kernels.setter``), or
+    None when it declines; then the caller runs the Python.
+
+    The C function parses no device string and asks no op table: this function gives it complete
+    tables, made here with the same helpers the Python replay uses (:class:`PyDeviceSpec`,
+    :func:`_constructs_a_resource`). Anything it cannot settle up front (a device string that does
+    not parse, a resource test that raises, a table that would be too big) makes it decline, and
+    the Python replay raises or answers as the specification does.
+    """
+    if _kernels is None:
+        return None
+    if not isinstance(ps_ops, frozenset):
+        if not isinstance(ps_ops, (set, tuple, list)) or not all(type(op) is str for op in ps_ops):
+            return None
+        ps_ops = frozenset(ps_ops)  # `in` on strings: the same answers
+    n, names, ops = len(graph), graph.names, graph.ops
+    flags = bytearray(n)  # 1: built under device(None); 2: a ResourceVariable's initializer (see setter_replay)
+    hint_of = array("i", [-1]) * n
+    for i in device_none:
+        if not 0 <= i < n:
+            return None
+        flags[i] = 1
+    for i, hint in hints.items():
+        if not (0 <= i < n and 0 <= hint < n):
+            return None
+        hint_of[i] = hint
+        if ops[hint] == "VarHandleOp" and names[i] == names[hint] + "/Assign":
+            flags[i] |= 2
+    tables = _device_tables(graph.devices, {graph.devices[i] for i in hints}, ps_spec, worker_spec, ps_tasks)
+    facts = _resource_facts(graph, op_table)
+    if tables is None or facts is None:
+        return None
+    worker_of, ps_calls, ps_device_of, scoped = tables
+    generator_keys, generator_values, generator_nodes = facts
+    return _kernels.setter(
+        names=names, ops=ops, own_devices=graph.devices, in_start=graph.in_start, in_src=graph.in_src,
+        in_slot=graph.in_slot, colocation=graph.colocation, colocated_names=graph.colocated_names,
+        located_ids=graph.colocated_name_ids, index=graph.index, device_none=bytes(flags), inside=inside,
+        ps_ops=ps_ops, ps_tasks=ps_tasks, graph_as_default=config.graph_as_default,
+        merge_devices=config.merge_devices, ps_present=ps_spec is not None, worker_of=worker_of, ps_calls=ps_calls,
+        ps_device_of=ps_device_of, generator_keys=generator_keys, generator_values=generator_values,
+        generator_nodes=generator_nodes, hint_of=hint_of, scoped=scoped)
+
+
+def _device_tables(own_devices: list[str], hinted_owns: set[str], ps_spec: PyDeviceSpec | None,
+                   worker_spec: PyDeviceSpec, ps_tasks: int):
+    """Every device-string answer the replay can need, as :func:`setter_replay` computes them:
+    per own device, ``worker_device`` merged under it, whether a ps op there calls the strategy
+    (TF's ps-job test in ``device_function``) and the ps op's device (task None, then each task);
+    and per (scope, own) of a hinted node (``hinted_owns``), the scope merged over own, for every
+    device the replay can give a node (those merged owns get the per-own answers too, until
+    nothing new appears). None if a string does not parse or the tables would be too big."""
+    worker_of: dict[str, str] = {}
+    ps_calls: dict[str, bool] = {}
+    ps_device_of: dict[str, tuple[str, ...]] = {}
+    scoped: dict[tuple[str, str], str] = {}
+    budget = _MAX_DEVICE_TABLE
+
+    def answers(owns: Iterable[str]) -> set[str]:
+        """Fill the per-own tables for ``owns``; the devices they can give a node."""
+        nonlocal budget
+        out: set[str] = set()
+        for own in owns:
+            budget -= ps_tasks + 2
+            if budget < 0:
+                raise OverflowError
+            current = PyDeviceSpec.parse(own)
+            worker_of[own] = _worker_device(worker_spec, current)
+            out.update((own, worker_of[own]))
+            if ps_spec is None:
+                continue
+            calls = ps_calls[own] = _calls_strategy(ps_spec, current)
+            tasks = (None, *range(ps_tasks)) if calls else (None,)
+            ps_device_of[own] = tuple(_ps_device(ps_spec, task, current) for task in tasks)
+            out.update(ps_device_of[own])
+        return out
+
+    try:
+        seen = answers(set(own_devices)) | {""}
+        new = set(seen) if hinted_owns else set()
+        while new:  # a hinted node's device may be the scope of another (SyncReplicas' queues)
+            merged = set()
+            for scope in filter(None, new):
+                for own in hinted_owns:
+                    budget -= 1
+                    if budget < 0:
+                        raise OverflowError
+                    m = scoped[scope, own] = _scoped_device(scope, own)
+                    merged.add(m)
+            merged -= worker_of.keys()
+            new = (merged | answers(merged)) - seen
+            seen |= new
+    except Exception:  # noqa: BLE001 - the Python replay meets the same string and words the error
+        return None
+    return worker_of, ps_calls, ps_device_of, scoped
+
+
+def _resource_facts(graph: Graph, op_table):
+    """The resource-constructor test (:func:`_is_resource_generator`) of every node the replay may
+    ask: the colocated ones with no data input. ``(by (op, attr key), attr keys, by node)``: by
+    op and attr key when the graph has its op-fact attr keys cached (as :func:`_resource_generator_test`
+    uses them), else by node. An answer that raises is left out (the C replay then declines and the
+    Python replay raises it). None if a colocation key is not a node id."""
+    import numpy as np
+
+    n = len(graph)
+    keys = np.fromiter(graph.colocation, dtype=np.int64, count=len(graph.colocation))
+    if len(keys) and (keys.min() < 0 or keys.max() >= n):
+        return None
+    starts = np.frombuffer(graph.in_start, dtype=np.int32)
+    slots = np.frombuffer(graph.in_slot, dtype=np.int32)
+    lo, hi = starts[keys], starts[keys + 1]
+    first_slot = slots[np.minimum(lo, max(len(slots) - 1, 0))] if len(slots) else np.full(len(keys), CONTROL)
+    candidates = keys[~((hi > lo) & (first_slot != CONTROL))].tolist()
+    by_key: dict[tuple[str, Any], bool] = {}
+    by_node: dict[int, bool] = {}
+    cached = graph.cached_attr_keys()
+    nodes, ops = graph.attr_nodes, graph.ops
+    if cached is None:
+        test = partial(_is_resource_generator, graph, op_table=op_table)
+        for i in candidates:
+            try:
+                by_node[i] = test(i)
+            except Exception:  # noqa: BLE001,S112 - the Python replay raises it
+                continue
+        return by_key, None, by_node
+    from placeviz.ops import key_attrs_of_facts
+
+    key_attrs, values = cached
+    if len(values) != n:
+        return None
+    candidate_ops = list(map(ops.__getitem__, candidates))
+    usable: dict[str, bool | None] = {}  # op -> keyed by attr key (True), unknown op (None), by node (False)
+    for op in set(candidate_ops):
+        facts = op_table.get(op)
+        usable[op] = None if facts is None else key_attrs.get(op) == key_attrs_of_facts(facts)
+    pairs = list(zip(candidate_ops, map(values.__getitem__, candidates), strict=True))
+    first = dict(zip(reversed(pairs), reversed(candidates), strict=True))  # each (op, key)'s first node
+    for (op, value), i in first.items():
+        if usable[op] is None:
+            by_key[op, value] = False  # an unknown op has no output types
+        elif usable[op]:
+            try:
+                by_key[op, value] = _constructs_a_resource(op_table.output_types(nodes[i]))
+            except Exception:  # noqa: BLE001,S112 - the Python replay raises it
+                continue
+    for i, op in zip(candidates, candidate_ops, strict=True):
+        if usable[op] is False:
+            try:
+                by_node[i] = _is_resource_generator(graph, i, op_table)
+            except Exception:  # noqa: BLE001,S112 - the Python replay raises it
+                continue
+    return by_key, values, by_node
 
 
 # The first nodes of the session set-up that programs often build after the setter's block: a
@@ -459,46 +651,9 @@ def _outside(i: int, graph: Graph, targets, device_none, hints, devices, rule, r
         return
     hint = hints.get(i)
     if hint is not None and devices[hint]:
-        own = PyDeviceSpec.parse(devices[hint]).merged_with(PyDeviceSpec.parse(own)).to_string()
+        own = _scoped_device(devices[hint], own)
         reference[i] = hint
     devices[i], rule[i] = own, RULE_OUTSIDE
-
-
-def _kernel_stops(n: int, own_devices: list[str], targets: list, hints: dict[int, int], device_none: set[int],
-                  in_start: array, in_slot: array, ops: list[str], ps_ops, config: SetterConfig, ps_present: bool,
-                  strategy, calls_for_own: dict, ps_cache: dict, worker_cache: dict, generator_state,
-                  devices: list, rule: list[int], reference: dict, colocated: list, strategy_calls: list):
-    """The node ids the replay loop must handle itself: ``_kernels.replay`` settles every other node,
-    in order, as the loop would, and stops at a node it leaves to Python (a hinted op, a cache
-    miss, a strategy other than round-robin, an uncached resource-constructor test, ...).
-
-    A generator: the loop handles node ``i`` between two ``next`` calls, so when the C loop
-    resumes it sees that node's writes and the caches it filled (and the round-robin counter).
-    """
-    flags: Any = bytearray(n)  # 1: built under device(None); 2: a scope hint (Python merges it)
-    for i in device_none:
-        if 0 <= i < n:
-            flags[i] |= 1
-    for i in hints:
-        if 0 <= i < n:
-            flags[i] |= 2
-    flags = bytes(flags)
-    round_robin = isinstance(strategy, RoundRobin)
-    switches = (1 if config.graph_as_default else 0) | (2 if ps_present else 0) | (4 if config.merge_devices else 0)
-    usable, memo, values = generator_state if generator_state is not None else (None, None, None)
-    replay = _kernels.replay  # type: ignore[union-attr]
-    i = 0
-    while i < n:
-        i, next_task = replay(i, n, own_devices, targets, flags, in_start, in_slot, ops, ps_ops, switches,
-                              strategy.next_task if round_robin else 0, strategy.num_tasks if round_robin else 0,
-                              calls_for_own, ps_cache, worker_cache, usable, memo, values,
-                              devices, rule, reference, colocated, strategy_calls)
-        if round_robin:
-            strategy.next_task = next_task
-        if i >= n:
-            return
-        yield i
-        i += 1
 
 
 def _is_resource_generator(graph: Graph, i: int, op_table) -> bool:
@@ -506,8 +661,12 @@ def _is_resource_generator(graph: Graph, i: int, op_table) -> bool:
     lo, hi = graph.in_start[i], graph.in_start[i + 1]
     if any(graph.in_slot[k] != CONTROL for k in range(lo, hi)):
         return False
-    out = op_table.output_types(graph.attr_nodes[i])
-    return out is not None and len(out) == 1 and (out[0] > 100 or out[0] == 20)
+    return _constructs_a_resource(op_table.output_types(graph.attr_nodes[i]))
+
+
+def _constructs_a_resource(output_types: tuple[int, ...] | None) -> bool:
+    """One output, of a ref type or ``DT_RESOURCE``: what ``init_scope`` is opened for."""
+    return output_types is not None and len(output_types) == 1 and (output_types[0] > 100 or output_types[0] == 20)
 
 
 def _resource_generator_test(graph: Graph, op_table) -> Callable[[int], bool]:
@@ -543,9 +702,8 @@ def _resource_generator_test(graph: Graph, op_table) -> Callable[[int], bool]:
                 out = memo[key] = op_table.output_types(nodes[i])
         else:
             out = op_table.output_types(nodes[i])
-        return out is not None and len(out) == 1 and (out[0] > 100 or out[0] == 20)
+        return _constructs_a_resource(out)
 
-    test.kernel_state = (usable, memo, values)  # type: ignore[attr-defined]  # what _kernels.replay reads (and never writes)
     return test
 
 
@@ -570,13 +728,7 @@ def _colocation_targets(graph: Graph) -> list[int | None]:
     # Per distinct tuple of names (shared by all the ops colocated with the same ops): each name
     # with its node id and its initializers' prefix, looked up once.
     resolved: dict[tuple[str, ...], list[tuple[str, int | None]]] = {}
-    items: Iterable[tuple[int, tuple[str, ...]]] = colocation.items()
-    if _kernels is not None:
-        # The C loop settles every node but the ones it leaves here (Switch ops, odd types).
-        left = _kernels.colocation_targets(colocation, colocated_names, names, ops, index, targets, resolved,
-                                           scopes.DEVICE_NONE)
-        items = [(i, colocation[i]) for i in left]
-    for i, groups in items:
+    for i, groups in colocation.items():
         located = colocated_names.get(i, ())
         name = names[i]
         if name in located:  # loc:@<own name>
