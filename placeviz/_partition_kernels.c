@@ -572,17 +572,18 @@ static PyObject *edge_name(Py_ssize_t num, PyObject *name)
 
 /* ------------------------------------------------------------------ the loop */
 
-/* One cut edge into a CPU destination that no control loop gates (the body of _cut_dst's loop for
+/* One cut edge into a destination that no control loop gates (the body of _cut_dst's loop for
  * a cut entry): the receive already made for this tensor and partition, else a new _Send/_Recv pair
  * (with a ctrl Const and an Identity for a control edge) and its transfer record. `type_q`: the
- * edge's dtype (a ref source's base type), 0 for a control edge. `plain`: the group has no ref
- * source (else the edge counter moves for every transfer, see _cut_dst); `ref`: this source is
- * ref-typed (its receive is never shared). *out: the new reference the edge now reads (the
+ * edge's dtype (a ref source's base type), 0 for a control edge. `dst_cpu`: dst is on a CPU (its
+ * receives are then shared whatever the input's memory type). `plain`: a CPU destination and no
+ * ref source in the group (else the edge counter moves for every transfer, see _cut_dst); `ref`:
+ * this source is ref-typed (its receive is never shared). *out: the new reference the edge now reads (the
  * receive, or the Identity of a control edge); *recv: the receive's id, -1 when shared. 0 or -1. */
 static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ssize_t dst_i, PyObject *dst_dev,
                     Py_ssize_t dst_dev_i, PyObject *dpart, PyObject *dst_name, PyObject *task, PyObject *major,
                     PyObject *recv_device, Py_ssize_t same_task_dst, Py_ssize_t *seq, Py_ssize_t *counter_s,
-                    Py_ssize_t *edge_id, int plain, int ref, PyObject **out_ref, Py_ssize_t *recv_id)
+                    Py_ssize_t *edge_id, int dst_cpu, int plain, int ref, PyObject **out_ref, Py_ssize_t *recv_id)
 {
     *out_ref = NULL;
     *recv_id = -1;
@@ -598,7 +599,48 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
     PyObject *send_op, *recv_op, *slot_out;
     int rc = -1;
 
-    key = PyTuple_Pack(4, src, slot, dpart, Py_True);
+    /* the receive is shared per (source, slot, destination partition, on host): a CPU destination
+     * is host memory; elsewhere the input's memory type decides (control edges: not on host) */
+    int host_recv = 0;
+    Py_ssize_t idx = r_i - ((const int32_t *)c->in_start.buf)[dst_i];
+    if (data) {
+        dtype = Py_NewRef(type_q);
+        int truth = PyObject_IsTrue(dtype);
+        if (truth < 0)
+            goto done;
+        if (!truth) { /* dtype = self.in_type(dst, idx) or DT_FLOAT */
+            PyObject *idx_o = PyLong_FromSsize_t(idx);
+            if (idx_o == NULL)
+                goto done;
+            PyObject *t = call2(c->in_type_of, dst, idx_o);
+            Py_DECREF(idx_o);
+            if (t == NULL)
+                goto done;
+            truth = PyObject_IsTrue(t);
+            if (truth < 0) {
+                Py_DECREF(t);
+                goto done;
+            }
+            if (truth) {
+                Py_SETREF(dtype, t);
+            } else {
+                Py_DECREF(t);
+                Py_SETREF(dtype, PyLong_FromLong(1));
+                if (dtype == NULL)
+                    goto done;
+            }
+        }
+        PyObject *idx_o = PyLong_FromSsize_t(idx);
+        if (idx_o == NULL)
+            goto done;
+        host_recv = host_of(c, 0, dst, dst_i, idx_o, idx, dtype);
+        if (host_recv == -2)
+            host_recv = call_truth(call3(c->in_host_of, dst, idx_o, dtype));
+        Py_DECREF(idx_o);
+        if (host_recv < 0)
+            goto done;
+    }
+    key = PyTuple_Pack(4, src, slot, dpart, dst_cpu || (data && host_recv) ? Py_True : Py_False);
     if (key == NULL)
         goto done;
     PyObject *hit = PyDict_GetItemWithError(c->dup, key);
@@ -665,47 +707,17 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
     if (meta == NULL)
         goto done;
 
+    /* a transfer inside one partition (a memory-type change on a device): the receive waits for
+     * its send (a control input) */
+    PyObject *src_part = item(c->part, src_dev_i);
+    int same_part = src_part == NULL ? -1 : PyObject_RichCompareBool(src_part, dpart, Py_EQ);
+    if (same_part < 0)
+        goto done;
     if (data) {
-        Py_ssize_t idx = r_i - ((const int32_t *)c->in_start.buf)[dst_i];
-        dtype = Py_NewRef(type_q);
-        int truth = PyObject_IsTrue(dtype);
-        if (truth < 0)
-            goto done;
-        if (!truth) { /* dtype = self.in_type(dst, idx) or DT_FLOAT */
-            PyObject *idx_o = PyLong_FromSsize_t(idx);
-            if (idx_o == NULL)
-                goto done;
-            PyObject *t = call2(c->in_type_of, dst, idx_o);
-            Py_DECREF(idx_o);
-            if (t == NULL)
-                goto done;
-            truth = PyObject_IsTrue(t);
-            if (truth < 0) {
-                Py_DECREF(t);
-                goto done;
-            }
-            if (truth) {
-                Py_SETREF(dtype, t);
-            } else {
-                Py_DECREF(t);
-                Py_SETREF(dtype, PyLong_FromLong(1));
-                if (dtype == NULL)
-                    goto done;
-            }
-        }
         int host_send = host_of(c, 1, src, src_i, slot, sl, NULL);
         if (host_send == -2)
             host_send = call_truth(call2(c->out_host_of, src, slot));
         if (host_send < 0)
-            goto done;
-        PyObject *idx_o = PyLong_FromSsize_t(idx);
-        if (idx_o == NULL)
-            goto done;
-        int host_recv = host_of(c, 0, dst, dst_i, idx_o, idx, dtype);
-        if (host_recv == -2)
-            host_recv = call_truth(call3(c->in_host_of, dst, idx_o, dtype));
-        Py_DECREF(idx_o);
-        if (host_recv < 0)
             goto done;
         send_op = host_send ? s_hostsend_op : s_send_op;
         recv_op = host_recv ? s_hostrecv_op : s_recv_op;
@@ -714,13 +726,14 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
         if (send_name == NULL || recv_name == NULL)
             goto done;
         cnt += 2;
+        Py_ssize_t send_id = c->n + c->base + PyList_GET_SIZE(c->added);
         Py_INCREF(send_name);
         if (add_node(c, send_name, send_op, src_dev, one_input(src, slot), s_kind_send, origin, oslot, dtype,
                      major, *seq + 1, meta) < 0)
             goto done;
         Py_INCREF(recv_name);
-        if (add_node(c, recv_name, recv_op, dst_dev, PyList_New(0), s_kind_recv, origin, oslot, dtype, major,
-                     *seq + 2, meta) < 0)
+        if (add_node(c, recv_name, recv_op, dst_dev, same_part ? one_input_ids(send_id, CONTROL) : PyList_New(0),
+                     s_kind_recv, origin, oslot, dtype, major, *seq + 2, meta) < 0)
             goto done;
         *seq += 2;
         *recv_id = c->n + c->base + PyList_GET_SIZE(c->added) - 1;
@@ -766,8 +779,8 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
             goto done;
         }
         Py_INCREF(recv_name);
-        if (add_node(c, recv_name, recv_op, dst_dev, PyList_New(0), s_kind_recv, origin, oslot, dtype, major,
-                     *seq + 3, meta) < 0) {
+        if (add_node(c, recv_name, recv_op, dst_dev, same_part ? one_input_ids(base_id + 1, CONTROL) : PyList_New(0),
+                     s_kind_recv, origin, oslot, dtype, major, *seq + 3, meta) < 0) {
             Py_DECREF(ident_name);
             goto done;
         }
@@ -993,7 +1006,7 @@ static int parse_args(PyObject *kw, Ctx *c)
     return 1;
 }
 
-/* One group of cut edges [k, j) into original node dst (a CPU device, no control loop): _cut_dst.
+/* One group of cut edges [k, j) into original node dst (no control loop gating it): _cut_dst.
  * Without a ref-typed source, each edge in order; with one, every input of dst in order as TF
  * does: the receives of ref sources are not shared and wait (control inputs) for dst's other
  * inputs, which a later pass over the added nodes (recheck) splits again. 0 or -1. */
@@ -1014,6 +1027,10 @@ static int cut_group(Ctx *c, Py_ssize_t k, Py_ssize_t j, PyObject **types, long 
     Py_ssize_t same_task_dst = PyLong_AsSsize_t(task);
     if (same_task_dst == -1 && PyErr_Occurred())
         return -1;
+    PyObject *cpu = item(c->is_cpu, dst_dev_i);
+    if (cpu == NULL)
+        return -1;
+    int dst_cpu = cpu == Py_True;
     PyObject *major = PyLong_FromLongLong(rank[dst_i]);
     if (major == NULL)
         return -1;
@@ -1023,7 +1040,7 @@ static int cut_group(Ctx *c, Py_ssize_t k, Py_ssize_t j, PyObject **types, long 
             PyObject *out;
             Py_ssize_t recv;
             rc = cut_edge(c, q, types[q - k], dst, dst_i, dst_dev, dst_dev_i, dpart, dst_name, task, major,
-                          recv_device, same_task_dst, seq, counter_s, edge_id, 1, 0, &out, &recv);
+                          recv_device, same_task_dst, seq, counter_s, edge_id, dst_cpu, dst_cpu, 0, &out, &recv);
             Py_XDECREF(out);
         }
         Py_DECREF(major);
@@ -1079,7 +1096,7 @@ static int cut_group(Ctx *c, Py_ssize_t k, Py_ssize_t j, PyObject **types, long 
             rc = -1;
         else
             rc = cut_edge(c, q, dtype, dst, dst_i, dst_dev, dst_dev_i, dpart, dst_name, task, major, recv_device,
-                          same_task_dst, seq, counter_s, edge_id, 0, is_ref, &out, &recv);
+                          same_task_dst, seq, counter_s, edge_id, dst_cpu, 0, is_ref, &out, &recv);
         Py_XDECREF(dtype);
         if (rc == 0)
             rc = is_ref && recv >= 0 ? append_ssize(ref_recvs, recv) : PyList_Append(ref_ctrl, out);
@@ -1123,9 +1140,8 @@ PyDoc_STRVAR(split_originals_doc,
 "_Partitioner._split_originals_c); nothing given is changed. Returns the new nodes (`added`, to\n"
 "append), `transfers`, the rewritten edges (`w_pos`, `w_src`, `w_slot`), the shared receives\n"
 "(`dup`), the counters (`counters`, `counter_s`, `seq`, `edge_id`) and the receives to split again\n"
-"(`recheck`). None, before doing anything, when an argument is not of its kind or a destination\n"
-"is not the case handled here (a non-CPU device, a control loop gating it): then the Python\n"
-"function runs from its start.");
+"(`recheck`). None, before doing anything, when an argument is not of its kind or a control\n"
+"loop gates a destination: then the Python function runs from its start.");
 
 static PyObject *split_originals(PyObject *self, PyObject *args, PyObject *kw)
 {
@@ -1158,7 +1174,7 @@ static PyObject *split_originals(PyObject *self, PyObject *args, PyObject *kw)
         Py_RETURN_NONE;
     }
     Py_ssize_t total = PyList_GET_SIZE(c.pos_l);
-    /* decline before doing anything: every destination an original node on a CPU, no control loop */
+    /* decline before doing anything: every destination an original node, no control loop */
     for (Py_ssize_t q = 0; q < total; q++) {
         PyObject *dst = PyList_GET_ITEM(c.dst_l, q);
         Py_ssize_t dst_i = PyLong_AsSsize_t(dst);
@@ -1170,8 +1186,7 @@ static PyObject *split_originals(PyObject *self, PyObject *args, PyObject *kw)
         if (dev_i == -1 && PyErr_Occurred())
             PyErr_Clear();
         int in_cloop = PyDict_Contains(c.cloops, dst);
-        if (in_cloop != 0 || dev_i < 0 || dev_i >= PyList_GET_SIZE(c.is_cpu) ||
-            PyList_GET_ITEM(c.is_cpu, dev_i) != Py_True) {
+        if (in_cloop != 0 || dev_i < 0 || dev_i >= PyList_GET_SIZE(c.is_cpu)) {
             PyErr_Clear();
             release_ctx(&c);
             Py_RETURN_NONE;

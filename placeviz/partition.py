@@ -1232,7 +1232,7 @@ class _Partitioner:
         as :meth:`_cut_dst`, asking the same methods for io types, op specs, memory types and
         shapes (each answer kept in the call's own memo). It returns everything it made and
         changes nothing given; False when it declines (an argument of another kind, a destination
-        on a non-CPU device or gated by a control loop), before doing anything."""
+        gated by a control loop), before doing anything."""
         devs = self.devs
         res = _kernels.split_originals(  # type: ignore[union-attr]
             pos=pos_l, src=src_l, slot=slot_l, dst=dst_l, n=self.n, level=self.level, part=self.part,

@@ -310,22 +310,24 @@ def test_random_graphs_partition_identically(monkeypatch, seed):
         assert_same(monkeypatch, graph, devices, f"seed {seed}", **run, **kw)
 
 
-def test_random_graphs_use_the_kernel_whole_and_decline_some(monkeypatch):
-    """Across the random graphs the whole-level kernel did levels with ref-typed cut edges itself,
-    and declined others (GPU destinations, control loops) before changing anything."""
-    calls = declined = with_refs = 0
+def test_random_graphs_use_the_kernel_whole(monkeypatch):
+    """Across the random graphs (GPU destinations, ref edges, host memory; no while loops) the
+    whole-level kernel did every level itself, ref-typed and GPU groups included, and changed
+    nothing it was given."""
+    calls = declined = with_refs = on_gpu = 0
     real = kernels.split_originals
 
     def counting(**kw):
-        nonlocal calls, declined, with_refs
+        nonlocal calls, declined, with_refs, on_gpu
         before = (len(kw["added"]), dict(kw["counters"]), list(kw["pos"]))
         res = real(**kw)
         calls += 1
         assert (len(kw["added"]), kw["counters"], kw["pos"]) == before  # nothing given is changed
         if res is None:
             declined += 1
-        elif res["recheck"]:  # receives of ref-typed sources, made by the kernel
-            with_refs += 1
+            return res
+        with_refs += bool(res["recheck"])  # receives of ref-typed sources, made by the kernel
+        on_gpu += any(not kw["is_cpu"][kw["dev"][d]] for d in kw["dst"])
         return res
 
     class Counting:
@@ -339,7 +341,7 @@ def test_random_graphs_use_the_kernel_whole_and_decline_some(monkeypatch):
             partition(graph, devices, **run)
         except PlacevizError:
             pass
-    assert calls > 30 and declined > 5 and calls - declined > 10 and with_refs > 0
+    assert calls > 30 and declined == 0 and with_refs > 0 and on_gpu > 10
 
 
 # ------------------------------------------------------------------------------------ prune
@@ -463,11 +465,8 @@ def test_split_originals_declines_arguments_of_other_kinds(monkeypatch):
         assert kernels.split_originals(**dict(kw, **{key: odd})) is None, key
     with pytest.raises(TypeError):
         kernels.split_originals(**dict(kw, unknown=1))
-    # a destination on a GPU: declined before anything is made
-    gpu = len(kw["is_cpu"])
-    declined = dict(kw, is_cpu=kw["is_cpu"] + [False], dev=list(kw["dev"]))
-    declined["dev"][kw["dst"][-1]] = gpu
-    assert kernels.split_originals(**declined) is None
+    # a destination that a control loop gates: declined before anything is made
+    assert kernels.split_originals(**dict(kw, cloops={kw["dst"][-1]: [kw["n"], 1]})) is None
 
 
 # ------------------------------------------------------------------------------ benchmark graph
