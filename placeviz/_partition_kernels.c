@@ -1,30 +1,33 @@
 /*
- * placeviz._partition_kernels: the partitioner's per-edge and per-node loops, in C.
+ * placeviz._partition_kernels: the partitioner's cut-edge loop as one whole function, in C.
  *
  * Why this exists: at 200k nodes a train step cuts about 29k edges and adds 37k nodes and 14k
- * transfer records. The Python loop that does it (_Partitioner._split_plain_py in
- * placeviz/partition.py) was most of the time of a partition, and most of that was interpreter
- * overhead: tuples for dict keys, f-strings, attribute loads, _New.__init__, the transfer dicts,
- * and the methods it asks for memory types and shapes. split_plain is a direct transliteration of
- * that loop, and the Python loop stays the reference and the fallback:
+ * transfer records. Done in Python (_Partitioner._split_originals and _cut_dst in
+ * placeviz/partition.py, which stay the specification and the fallback) that loop was most of the
+ * time of a partition, and most of that was interpreter overhead: tuples for dict keys, f-strings,
+ * attribute loads, _New.__init__, the transfer dicts.
  *
- * - every fact that needs protobufs or the op table (output types, kernels' memory types, shapes
- *   from attrs, dtype sizes and names) still comes from the same Python methods; the C code reads
- *   their caches where the method would return the cached value itself (io types, op specs, memory
- *   types, shapes), and follows the shape of pass-through ops (Identity...) to their input as the
- *   method does. Everything else goes to the method, in the order the Python loop calls it;
- * - a group of edges into one destination that is not the plain case (a non-CPU destination, a
- *   control loop gating it, a ref-typed source) is handed back to Python (_cut_dst) before
- *   anything of it is done, exactly where the Python loop would hand it to _cut_dst;
- * - when the arguments are not of the expected kinds, the function returns None at once, and the
- *   caller runs the Python loop.
+ * split_originals is a whole-function boundary, as CPython's _json is for json: it takes the
+ * level's cut edges and the IR arrays by keyword, does the whole loop of _split_originals (every
+ * group of edges into one original node, through the same steps as _cut_dst: shared receives,
+ * host-memory sends and receives, ctrl Const/Identity for control edges, ref-typed sources whose
+ * receives wait for the destination's other inputs) and returns everything it made. It changes
+ * nothing it is given and never hands work back midway: it either returns the whole result or
+ * declines (None) before doing anything, on an argument of another kind or a destination that a
+ * while loop's control loop gates; then the Python function runs from its start.
+ *
+ * Facts that need protobufs or the op table (io types, op specs, kernels' memory types, shapes from
+ * attrs, dtype sizes and names) come from the same Python methods the specification calls, each
+ * answer kept in the call's own memo (never the partitioner's caches); the shape of pass-through
+ * ops (Identity...) is followed to their input as _Partitioner.shape does.
  *
  * Three small helpers: index_codes and attr_ints (int32 arrays of dict values / attributes, for
- * np.fromiter over 1M items) and reach (prune_mask's reverse walk, placeviz/prune.py).
+ * np.fromiter over 1M items) and reach (prune_mask's reverse walk, placeviz/prune.py, a whole
+ * function too: it returns the mask or False).
  *
- * The results are equal to the Python code's, object for object (tests/test_partition_kernels.py
- * checks that). Every index into a list or buffer is bounds-checked: a bad index raises IndexError
- * (split_plain) or declines (the helpers).
+ * The results equal the Python code's, field for field (tests/test_partition_kernels.py compares
+ * the whole partition both ways). Every index into a list or buffer is bounds-checked: a bad index
+ * raises IndexError (split_originals) or declines (the helpers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -61,9 +61,11 @@ send may then read a merged twin). Memory types on GPU come from the op table, w
 only: on other device types int32 counts as host memory (TF's rule for kernels it cannot find).
 
 Speed: everything runs on the Graph's int arrays (vectorised with numpy where it pays); per-edge
-work happens only for edges that cross partitions, in C when ``placeviz._partition_kernels`` is
-built (a transliteration of the Python loop, which stays the reference; ``_kernels = None`` runs
-the Python code). NodeDefs are built only when :attr:`PartitionResult.partitions` is read (or
+work happens only for edges that cross partitions. That loop (:meth:`_Partitioner._split_originals`
+through :meth:`_Partitioner._cut_dst`, the specification) runs as one whole C function when
+``placeviz._partition_kernels`` is built: it returns the level's whole result or declines before
+doing anything, and the Python runs from the start (``_kernels = None`` runs the Python code,
+``docs/architecture.md`` section 3). NodeDefs are built only when :attr:`PartitionResult.partitions` is read (or
 ``materialize=True``).
 """
 
@@ -84,7 +86,7 @@ from placeviz.op_kinds import PLACEHOLDER_OPS
 from placeviz.protos import GraphDef, NodeDef, dtype_name, dtype_size
 from placeviz.prune import PruneError, RunSignature, parse_run, prune_mask
 
-_kernels = kernels("_partition_kernels")  # the cut-edge loop in C (see placeviz.native)
+_kernels = kernels("_partition_kernels")  # the cut-edge loop as one C function (see placeviz.native)
 
 SCHEMA = "placeviz.partition/1"
 
