@@ -1058,20 +1058,32 @@ static int cut_group(Ctx *c, Py_ssize_t k, Py_ssize_t j, PyObject **types, long 
             PyErr_SetString(PyExc_IndexError, "_partition_kernels: input out of range");
         rc = -1;
     }
+    /* which inputs are cut: the group's edges in input order (as split gives them) are met one
+     * after the other; in any other order, searched */
+    int ascending = 1;
+    for (Py_ssize_t q = k + 1; rc == 0 && ascending && q < j; q++) {
+        Py_ssize_t a = PyLong_AsSsize_t(PyList_GET_ITEM(c->pos_l, q - 1));
+        Py_ssize_t b = PyLong_AsSsize_t(PyList_GET_ITEM(c->pos_l, q));
+        if (PyErr_Occurred())
+            rc = -1;
+        ascending = a < b;
+    }
+    Py_ssize_t next = k;
     for (Py_ssize_t r = lo; rc == 0 && r < hi; r++) {
-        Py_ssize_t q = k;
-        while (q < j) {
-            Py_ssize_t p = PyLong_AsSsize_t(PyList_GET_ITEM(c->pos_l, q));
-            if (p == -1 && PyErr_Occurred()) {
-                rc = -1;
+        Py_ssize_t q = ascending ? next : k, p = -1;
+        for (; q < j; q++) {
+            p = PyLong_AsSsize_t(PyList_GET_ITEM(c->pos_l, q));
+            if ((p == -1 && PyErr_Occurred()) || p == r || ascending)
                 break;
-            }
-            if (p == r)
-                break;
-            q++;
         }
-        if (rc < 0)
+        if (p == -1 && PyErr_Occurred()) {
+            rc = -1;
             break;
+        }
+        if (q < j && p != r)
+            q = j;
+        if (q < j && ascending)
+            next++;
         if (q == j) { /* not cut: a control input of the ref receives unless it is a ref itself */
             PyObject *s_o = PyLong_FromLong(e_src[r]), *sl_o = PyLong_FromLong(e_slot[r]), *t = NULL;
             if (s_o != NULL && sl_o != NULL)
