@@ -1,33 +1,37 @@
 /*
- * placeviz._partition_kernels: the partitioner's per-edge and per-node loops, in C.
+ * placeviz._partition_kernels: the partitioner's cut-edge loop as one whole function, in C.
  *
  * Why this exists: at 200k nodes a train step cuts about 29k edges and adds 37k nodes and 14k
- * transfer records. The Python loop that does it (_Partitioner._split_plain_py in
- * placeviz/partition.py) was most of the time of a partition, and most of that was interpreter
- * overhead: tuples for dict keys, f-strings, attribute loads, _New.__init__, the transfer dicts,
- * and the methods it asks for memory types and shapes. split_plain is a direct transliteration of
- * that loop, and the Python loop stays the reference and the fallback:
+ * transfer records. Done in Python (_Partitioner._split_originals and _cut_dst in
+ * placeviz/partition.py, which stay the specification and the fallback) that loop was most of the
+ * time of a partition, and most of that was interpreter overhead: tuples for dict keys, f-strings,
+ * attribute loads, _New.__init__, the transfer dicts.
  *
- * - every fact that needs protobufs or the op table (output types, kernels' memory types, shapes
- *   from attrs, dtype sizes and names) still comes from the same Python methods; the C code reads
- *   their caches where the method would return the cached value itself (io types, op specs, memory
- *   types, shapes), and follows the shape of pass-through ops (Identity...) to their input as the
- *   method does. Everything else goes to the method, in the order the Python loop calls it;
- * - a group of edges into one destination that is not the plain case (a non-CPU destination, a
- *   control loop gating it, a ref-typed source) is handed back to Python (_cut_dst) before
- *   anything of it is done, exactly where the Python loop would hand it to _cut_dst;
- * - when the arguments are not of the expected kinds, the function returns None at once, and the
- *   caller runs the Python loop.
+ * split_originals is a whole-function boundary, as CPython's _json is for json: it takes the
+ * level's cut edges and the IR arrays by keyword, does the whole loop of _split_originals (every
+ * group of edges into one original node, through the same steps as _cut_dst: shared receives,
+ * host-memory sends and receives, ctrl Const/Identity for control edges, ref-typed sources whose
+ * receives wait for the destination's other inputs) and returns everything it made. It changes
+ * nothing it is given and never hands work back midway: it either returns the whole result or
+ * declines (None) before doing anything, on an argument of another kind or a destination that a
+ * while loop's control loop gates; then the Python function runs from its start.
+ *
+ * Facts that need protobufs or the op table (io types, op specs, kernels' memory types, shapes from
+ * attrs, dtype sizes and names) come from the same Python methods the specification calls, each
+ * answer kept in the call's own memo (never the partitioner's caches); the shape of pass-through
+ * ops (Identity...) is followed to their input as _Partitioner.shape does.
  *
  * Three small helpers: index_codes and attr_ints (int32 arrays of dict values / attributes, for
- * np.fromiter over 1M items) and reach (prune_mask's reverse walk, placeviz/prune.py).
+ * np.fromiter over 1M items) and reach (prune_mask's reverse walk, placeviz/prune.py, a whole
+ * function too: it returns the mask or False).
  *
- * The results are equal to the Python code's, object for object (tests/test_partition_kernels.py
- * checks that). Every index into a list or buffer is bounds-checked: a bad index raises IndexError
- * (split_plain) or declines (the helpers).
+ * The results equal the Python code's, field for field (tests/test_partition_kernels.py compares
+ * the whole partition both ways). Every index into a list or buffer is bounds-checked: a bad index
+ * raises IndexError (split_originals) or declines (the helpers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -36,33 +40,39 @@
 #define NEW_FIELDS 13 /* slots of partition._New */
 
 /* Interned strings: attribute names of _New, transfer keys, op names and kinds. */
-static PyObject *s_dev, *s_name, *s_origin, *s_oslot, *s_dtype;
+static PyObject *s_dev, *s_inputs, *s_name, *s_origin, *s_oslot, *s_dtype;
 static PyObject *s_send_op, *s_hostsend_op, *s_recv_op, *s_hostrecv_op, *s_const_op, *s_identity_op;
 static PyObject *s_kind_send, *s_kind_recv, *s_ctrl_const, *s_ctrl_identity;
 static PyObject *s_apply;
-static PyObject *s_control, *s_device, *s_task, *s_host_in, *s_host_out, *s_kernel_known, *s_io_only;
+static PyObject *s_control, *s_device, *s_task, *s_host_in, *s_host_out, *s_kernel_known;
 static PyObject *k_src, *k_slot, *k_src_device, *k_dst_device, *k_dtype, *k_shape, *k_bytes, *k_level;
 static PyObject *k_send, *k_recv, *k_send_op, *k_recv_op, *k_tensor_name, *k_dst;
 /* A transfer dict with its keys in the Python loop's order; each transfer is a copy of it. */
 static PyObject *transfer_template;
 
 typedef struct {
-    PyObject *pos_l, *src_l, *slot_l, *dst_l;
+    /* split_originals' keyword arguments (parse_args), read only */
+    PyObject *pos_l, *src_l, *slot_l, *dst_l; /* the cut edges into original nodes, in order */
     Py_ssize_t n, level;
-    PyObject *part, *is_cpu, *dev_task, *dev_names, *dev_l, *names, *added;
-    PyObject *cloops, *dup, *types_cache, *shapes_cache;
-    PyObject *out_type, *in_type, *out_host, *in_host, *shape_of, *dtype_size;
-    PyObject *dtype_names, *dtype_name, *new_type;
-    PyObject *transfers, *counters, *w_pos, *w_src, *w_slot, *suffix;
-    Py_buffer rank, in_start; /* int64 client order per node; int32 CSR input starts */
-    PyObject *ops, *dev_type, *specs, *node_mem, *mem; /* for the memory types (see host_of) */
-    int hostmem_attrs;
+    PyObject *part, *is_cpu, *dev_task, *dev_names, *dev_type, *dev_l, *names, *ops, *old_added, *cloops;
+    PyObject *types_of, *in_type_of, *spec_of, *mem_types_of, *shape_fn, *out_host_of, *in_host_of;
+    PyObject *dtype_size, *dtype_name, *new_type, *suffix;
     PyObject *pass_ops, *const_ops, *shape_attr_ops; /* for the shapes (see shape_of) */
+    Py_buffer rank, in_start; /* int64 client order per node; int32 CSR input starts */
+    Py_buffer e_src, e_slot; /* int32 current inputs of every edge (a ref group reads them all) */
     Py_buffer g_in_src, g_in_slot; /* the graph's own inputs (int32), as _input_shape reads them */
     int output_shapes;
+    PyObject *counters_in, *new_args, *new_constants; /* copied or read once, never changed */
+    Py_ssize_t base; /* len(old_added): the first new node is n + base */
+    /* owned by the call: its result, and its own memos of the Python methods' answers */
+    PyObject *added, *transfers, *counters, *w_pos, *w_src, *w_slot, *dup, *recheck;
+    PyObject *types_cache, *shapes_cache, *specs, *node_mem, *dtype_names;
     int new_fast; /* see add_node and new_slots */
     PyObject *new_slots[NEW_FIELDS], *new_values;
 } Ctx;
+
+/* The added node with id n + idx: one the caller had (old_added) or one made by this call. Borrowed. */
+static PyObject *added_node(Ctx *c, Py_ssize_t idx);
 
 /* ------------------------------------------------------------------ small helpers */
 
@@ -120,29 +130,32 @@ static int call_truth(PyObject *res)
 }
 
 /* _Partitioner.out_type(i, slot) for a data edge: an added node's dtype, else output `slot` of
- * the node's cached io types; when they are not cached yet (or look unusual), the Python method,
- * which computes and caches them. New reference. */
+ * the node's io types (_Partitioner.types(i), asked once per node and kept in this call's memo),
+ * 0 when the op is unknown or has no such output. New reference. */
 static PyObject *out_type(Ctx *c, PyObject *src, Py_ssize_t i, PyObject *slot, Py_ssize_t sl)
 {
     if (i >= c->n) {
-        PyObject *a = item(c->added, i - c->n);
+        PyObject *a = added_node(c, i - c->n);
         return a == NULL ? NULL : PyObject_GetAttr(a, s_dtype);
     }
     PyObject *io = PyDict_GetItemWithError(c->types_cache, src);
-    if (io == NULL && PyErr_Occurred())
-        return NULL;
-    if (io == Py_None)
-        return PyLong_FromLong(0);
-    if (io != NULL && sl >= 0 && PyTuple_CheckExact(io) && PyTuple_GET_SIZE(io) == 2 &&
-        PyTuple_CheckExact(PyTuple_GET_ITEM(io, 1))) {
-        PyObject *outs = PyTuple_GET_ITEM(io, 1);
-        if (sl >= PyTuple_GET_SIZE(outs))
-            return PyLong_FromLong(0);
-        PyObject *t = PyTuple_GET_ITEM(outs, sl);
-        Py_INCREF(t);
-        return t;
+    if (io == NULL) {
+        if (PyErr_Occurred() || (io = PyObject_CallOneArg(c->types_of, src)) == NULL)
+            return NULL;
+        int rc = PyDict_SetItem(c->types_cache, src, io);
+        Py_DECREF(io); /* the memo holds it */
+        if (rc < 0)
+            return NULL;
     }
-    return call2(c->out_type, src, slot);
+    if (io == Py_None || sl < 0)
+        return PyLong_FromLong(0);
+    PyObject *outs = PySequence_GetItem(io, 1);
+    if (outs == NULL)
+        return NULL;
+    Py_ssize_t len = PySequence_Size(outs);
+    PyObject *t = len < 0 ? NULL : sl >= len ? PyLong_FromLong(0) : PySequence_GetItem(outs, sl);
+    Py_DECREF(outs);
+    return t;
 }
 
 /* _Partitioner.shape(i, slot, depth), transliterated for what needs no protobuf: the cached
@@ -232,7 +245,7 @@ python:;
     PyObject *depth_o = PyLong_FromSsize_t(depth);
     if (depth_o == NULL)
         return NULL;
-    PyObject *res = call3(c->shape_of, i_o, slot_o, depth_o);
+    PyObject *res = call3(c->shape_fn, i_o, slot_o, depth_o);
     Py_DECREF(depth_o);
     return res;
 }
@@ -252,37 +265,24 @@ static int always_on_host(PyObject *dtype)
     return t == 7 || t == 107 || t == 20;
 }
 
-/* The memory types _Partitioner._node_mem_types(i) returns, when it would return a cached
- * value: its own cache, or (for kernels chosen by io types only, without the XLA hostmem attrs)
- * the value cached for (op, device type, input types, output types), which it then caches for i
- * too. Borrowed reference; NULL without an exception when only the method itself can tell. */
-static PyObject *cached_mem_types(Ctx *c, PyObject *i_o, PyObject *op, PyObject *dev_type, PyObject *sp)
+/* memo[key], else f(args...) stored in memo[key]. Borrowed (the memo holds it); NULL on error. */
+static PyObject *memo_call(PyObject *memo, PyObject *key, PyObject *f, PyObject *const *args, size_t nargs)
 {
-    PyObject *res = PyDict_GetItemWithError(c->node_mem, i_o);
-    if (res != NULL || PyErr_Occurred() || c->hostmem_attrs)
-        return res;
-    PyObject *io = PyDict_GetItemWithError(c->types_cache, i_o);
-    if (io == NULL || !PyTuple_CheckExact(io) || PyTuple_GET_SIZE(io) != 2)
+    PyObject *v = PyDict_GetItemWithError(memo, key);
+    if (v != NULL || PyErr_Occurred())
+        return v;
+    if ((v = PyObject_Vectorcall(f, args, nargs, NULL)) == NULL)
         return NULL;
-    int io_only = attr_true(sp, s_io_only);
-    if (io_only <= 0)
-        return NULL;
-    PyObject *key = PyTuple_Pack(4, op, dev_type, PyTuple_GET_ITEM(io, 0), PyTuple_GET_ITEM(io, 1));
-    if (key == NULL)
-        return NULL;
-    res = PyDict_GetItemWithError(c->mem, key);
-    Py_DECREF(key);
-    if (res == NULL)
-        return NULL;
-    if (PyDict_SetItem(c->node_mem, i_o, res) < 0)
-        return NULL;
-    return res;
+    int rc = PyDict_SetItem(memo, key, v);
+    Py_DECREF(v);
+    return rc < 0 ? NULL : v;
 }
 
 /* _Partitioner.out_host(i, slot) (out = 1) or in_host(i, idx, dtype) (out = 0) of an original
- * node, when the op spec is cached: output/input `pos` on host? 1, 0, -1 on error, -2 when the
- * Python method must decide (nothing cached to decide from). `type` is the edge's dtype for an
- * input, NULL for an output (then out_type gives it). */
+ * node, from its op spec (_Partitioner.spec) and memory types (_Partitioner._node_mem_types),
+ * each asked once and kept in this call's memos: 1, 0, -1 on error, -2 when the Python method
+ * must decide (no spec: an op the table does not know). `type` is the edge's dtype for an input,
+ * NULL for an output (then out_type gives it). */
 static int host_of(Ctx *c, int out, PyObject *i_o, Py_ssize_t i, PyObject *pos_o, Py_ssize_t pos, PyObject *type)
 {
     if (i < 0 || i >= c->n || pos < 0)
@@ -297,16 +297,16 @@ static int host_of(Ctx *c, int out, PyObject *i_o, Py_ssize_t i, PyObject *pos_o
     PyObject *key = PyTuple_Pack(2, op, dev_type);
     if (key == NULL)
         return -1;
-    PyObject *sp = PyDict_GetItemWithError(c->specs, key); /* spec(op, device type) */
+    PyObject *spec_args[2] = {op, dev_type};
+    PyObject *sp = memo_call(c->specs, key, c->spec_of, spec_args, 2); /* spec(op, device type) */
     Py_DECREF(key);
     if (sp == NULL)
-        return PyErr_Occurred() ? -1 : -2;
-    if (sp == Py_None || !PyObject_HasAttr(sp, s_kernel_known))
+        return -1;
+    if (sp == Py_None)
         return -2;
     int on_host = attr_true(sp, out ? s_host_out : s_host_in), known = attr_true(sp, s_kernel_known);
     if (on_host < 0 || known < 0)
         return -1;
-    Py_INCREF(sp); /* the callbacks below may touch the caches */
     int rc;
     PyObject *t = type;
     if (!on_host && known) { /* the kernel has no HostMemory arg on this side: the dtype decides */
@@ -316,18 +316,25 @@ static int host_of(Ctx *c, int out, PyObject *i_o, Py_ssize_t i, PyObject *pos_o
             Py_INCREF(t);
         rc = t == NULL ? -1 : always_on_host(t);
         Py_XDECREF(t);
-        Py_DECREF(sp);
         return rc;
     }
-    PyObject *res = cached_mem_types(c, i_o, op, dev_type, sp);
-    Py_DECREF(sp);
+    PyObject *res = memo_call(c->node_mem, i_o, c->mem_types_of, &i_o, 1);
     if (res == NULL)
-        return PyErr_Occurred() ? -1 : -2;
-    PyObject *side = PyTuple_CheckExact(res) && PyTuple_GET_SIZE(res) == 2 ? PyTuple_GET_ITEM(res, out) : NULL;
-    if (side == NULL || !PyTuple_CheckExact(side))
-        return -2;
-    if (pos < PyTuple_GET_SIZE(side))
-        return PyObject_IsTrue(PyTuple_GET_ITEM(side, pos));
+        return -1;
+    PyObject *side = PySequence_GetItem(res, out);
+    if (side == NULL)
+        return -1;
+    Py_ssize_t len = PySequence_Size(side);
+    if (len < 0) {
+        Py_DECREF(side);
+        return -1;
+    }
+    if (pos < len) {
+        PyObject *v = PySequence_GetItem(side, pos);
+        Py_DECREF(side);
+        return call_truth(v);
+    }
+    Py_DECREF(side);
     if (out)
         t = out_type(c, i_o, i, pos_o, pos);
     else
@@ -568,12 +575,21 @@ static PyObject *edge_name(Py_ssize_t num, PyObject *name)
 
 /* ------------------------------------------------------------------ the loop */
 
-/* One cut edge of a plain group (the body of the Python loop). 0 or -1. */
+/* One cut edge into a destination that no control loop gates (the body of _cut_dst's loop for
+ * a cut entry): the receive already made for this tensor and partition, else a new _Send/_Recv pair
+ * (with a ctrl Const and an Identity for a control edge) and its transfer record. `type_q`: the
+ * edge's dtype (a ref source's base type), 0 for a control edge. `dst_cpu`: dst is on a CPU (its
+ * receives are then shared whatever the input's memory type). `plain`: a CPU destination and no
+ * ref source in the group (else the edge counter moves for every transfer, see _cut_dst); `ref`:
+ * this source is ref-typed (its receive is never shared). *out: the new reference the edge now reads (the
+ * receive, or the Identity of a control edge); *recv: the receive's id, -1 when shared. 0 or -1. */
 static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ssize_t dst_i, PyObject *dst_dev,
                     Py_ssize_t dst_dev_i, PyObject *dpart, PyObject *dst_name, PyObject *task, PyObject *major,
                     PyObject *recv_device, Py_ssize_t same_task_dst, Py_ssize_t *seq, Py_ssize_t *counter_s,
-                    Py_ssize_t *edge_id)
+                    Py_ssize_t *edge_id, int dst_cpu, int plain, int ref, PyObject **out_ref, Py_ssize_t *recv_id)
 {
+    *out_ref = NULL;
+    *recv_id = -1;
     PyObject *src = PyList_GET_ITEM(c->src_l, q), *slot = PyList_GET_ITEM(c->slot_l, q);
     PyObject *r = PyList_GET_ITEM(c->pos_l, q);
     Py_ssize_t src_i = PyLong_AsSsize_t(src), sl = PyLong_AsSsize_t(slot), r_i = PyLong_AsSsize_t(r);
@@ -586,11 +602,53 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
     PyObject *send_op, *recv_op, *slot_out;
     int rc = -1;
 
-    key = PyTuple_Pack(4, src, slot, dpart, Py_True);
+    /* the receive is shared per (source, slot, destination partition, on host): a CPU destination
+     * is host memory; elsewhere the input's memory type decides (control edges: not on host) */
+    int host_recv = 0;
+    Py_ssize_t idx = r_i - ((const int32_t *)c->in_start.buf)[dst_i];
+    if (data) {
+        dtype = Py_NewRef(type_q);
+        int truth = PyObject_IsTrue(dtype);
+        if (truth < 0)
+            goto done;
+        if (!truth) { /* dtype = self.in_type(dst, idx) or DT_FLOAT */
+            PyObject *idx_o = PyLong_FromSsize_t(idx);
+            if (idx_o == NULL)
+                goto done;
+            PyObject *t = call2(c->in_type_of, dst, idx_o);
+            Py_DECREF(idx_o);
+            if (t == NULL)
+                goto done;
+            truth = PyObject_IsTrue(t);
+            if (truth < 0) {
+                Py_DECREF(t);
+                goto done;
+            }
+            if (truth) {
+                Py_SETREF(dtype, t);
+            } else {
+                Py_DECREF(t);
+                Py_SETREF(dtype, PyLong_FromLong(1));
+                if (dtype == NULL)
+                    goto done;
+            }
+        }
+        PyObject *idx_o = PyLong_FromSsize_t(idx);
+        if (idx_o == NULL)
+            goto done;
+        host_recv = host_of(c, 0, dst, dst_i, idx_o, idx, dtype);
+        if (host_recv == -2)
+            host_recv = call_truth(call3(c->in_host_of, dst, idx_o, dtype));
+        Py_DECREF(idx_o);
+        if (host_recv < 0)
+            goto done;
+    }
+    key = PyTuple_Pack(4, src, slot, dpart, dst_cpu || (data && host_recv) ? Py_True : Py_False);
     if (key == NULL)
         goto done;
     PyObject *hit = PyDict_GetItemWithError(c->dup, key);
     if (hit != NULL) { /* the receive already made for this tensor and partition */
+        *out_ref = Py_NewRef(hit);
         if (append_ssize(c->w_pos, r_i) < 0 || PyList_Append(c->w_src, hit) < 0)
             goto done;
         rc = data ? append_ssize(c->w_slot, 0) : PyList_Append(c->w_slot, slot);
@@ -610,7 +668,7 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
         Py_INCREF(origin);
         Py_INCREF(oslot);
     } else {
-        PyObject *a = item(c->added, src_i - c->n);
+        PyObject *a = added_node(c, src_i - c->n);
         if (a == NULL || (src_dev = PyObject_GetAttr(a, s_dev)) == NULL ||
             (src_name = PyObject_GetAttr(a, s_name)) == NULL || (origin = PyObject_GetAttr(a, s_origin)) == NULL)
             goto done;
@@ -642,6 +700,8 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
         tname = edge_name(*edge_id, src_name);
     } else {
         cnt = *counter_s;
+        if (!plain)
+            *edge_id += 1;
         tname = edge_name(r_i, src_name);
     }
     if (tname == NULL)
@@ -650,47 +710,17 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
     if (meta == NULL)
         goto done;
 
+    /* a transfer inside one partition (a memory-type change on a device): the receive waits for
+     * its send (a control input) */
+    PyObject *src_part = item(c->part, src_dev_i);
+    int same_part = src_part == NULL ? -1 : PyObject_RichCompareBool(src_part, dpart, Py_EQ);
+    if (same_part < 0)
+        goto done;
     if (data) {
-        Py_ssize_t idx = r_i - ((const int32_t *)c->in_start.buf)[dst_i];
-        dtype = Py_NewRef(type_q);
-        int truth = PyObject_IsTrue(dtype);
-        if (truth < 0)
-            goto done;
-        if (!truth) { /* dtype = self.in_type(dst, idx) or DT_FLOAT */
-            PyObject *idx_o = PyLong_FromSsize_t(idx);
-            if (idx_o == NULL)
-                goto done;
-            PyObject *t = call2(c->in_type, dst, idx_o);
-            Py_DECREF(idx_o);
-            if (t == NULL)
-                goto done;
-            truth = PyObject_IsTrue(t);
-            if (truth < 0) {
-                Py_DECREF(t);
-                goto done;
-            }
-            if (truth) {
-                Py_SETREF(dtype, t);
-            } else {
-                Py_DECREF(t);
-                Py_SETREF(dtype, PyLong_FromLong(1));
-                if (dtype == NULL)
-                    goto done;
-            }
-        }
         int host_send = host_of(c, 1, src, src_i, slot, sl, NULL);
         if (host_send == -2)
-            host_send = call_truth(call2(c->out_host, src, slot));
+            host_send = call_truth(call2(c->out_host_of, src, slot));
         if (host_send < 0)
-            goto done;
-        PyObject *idx_o = PyLong_FromSsize_t(idx);
-        if (idx_o == NULL)
-            goto done;
-        int host_recv = host_of(c, 0, dst, dst_i, idx_o, idx, dtype);
-        if (host_recv == -2)
-            host_recv = call_truth(call3(c->in_host, dst, idx_o, dtype));
-        Py_DECREF(idx_o);
-        if (host_recv < 0)
             goto done;
         send_op = host_send ? s_hostsend_op : s_send_op;
         recv_op = host_recv ? s_hostrecv_op : s_recv_op;
@@ -699,16 +729,18 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
         if (send_name == NULL || recv_name == NULL)
             goto done;
         cnt += 2;
+        Py_ssize_t send_id = c->n + c->base + PyList_GET_SIZE(c->added);
         Py_INCREF(send_name);
         if (add_node(c, send_name, send_op, src_dev, one_input(src, slot), s_kind_send, origin, oslot, dtype,
                      major, *seq + 1, meta) < 0)
             goto done;
         Py_INCREF(recv_name);
-        if (add_node(c, recv_name, recv_op, dst_dev, PyList_New(0), s_kind_recv, origin, oslot, dtype, major,
-                     *seq + 2, meta) < 0)
+        if (add_node(c, recv_name, recv_op, dst_dev, same_part ? one_input_ids(send_id, CONTROL) : PyList_New(0),
+                     s_kind_recv, origin, oslot, dtype, major, *seq + 2, meta) < 0)
             goto done;
         *seq += 2;
-        if ((out = PyLong_FromSsize_t(c->n + PyList_GET_SIZE(c->added) - 1)) == NULL)
+        *recv_id = c->n + c->base + PyList_GET_SIZE(c->added) - 1;
+        if ((out = PyLong_FromSsize_t(*recv_id)) == NULL)
             goto done;
         if (append_ssize(c->w_slot, 0) < 0)
             goto done;
@@ -737,7 +769,7 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
         }
         send_op = s_send_op;
         recv_op = s_recv_op;
-        Py_ssize_t base_id = c->n + PyList_GET_SIZE(c->added);
+        Py_ssize_t base_id = c->n + c->base + PyList_GET_SIZE(c->added);
         if (add_node(c, const_name, s_const_op, src_dev, one_input(src, slot), s_ctrl_const, origin, slot, dtype,
                      major, *seq + 1, NULL) < 0) {
             Py_DECREF(ident_name);
@@ -750,8 +782,8 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
             goto done;
         }
         Py_INCREF(recv_name);
-        if (add_node(c, recv_name, recv_op, dst_dev, PyList_New(0), s_kind_recv, origin, oslot, dtype, major,
-                     *seq + 3, meta) < 0) {
+        if (add_node(c, recv_name, recv_op, dst_dev, same_part ? one_input_ids(base_id + 1, CONTROL) : PyList_New(0),
+                     s_kind_recv, origin, oslot, dtype, major, *seq + 3, meta) < 0) {
             Py_DECREF(ident_name);
             goto done;
         }
@@ -759,6 +791,7 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
                      origin, slot, dtype, major, *seq + 4, NULL) < 0)
             goto done;
         *seq += 4;
+        *recv_id = base_id + 2;
         if ((out = PyLong_FromSsize_t(base_id + 3)) == NULL)
             goto done;
         if (PyList_Append(c->w_slot, slot) < 0)
@@ -785,8 +818,10 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
     } else {
         *counter_s = cnt;
     }
-    if (append_ssize(c->w_pos, r_i) < 0 || PyList_Append(c->w_src, out) < 0 || PyDict_SetItem(c->dup, key, out) < 0)
+    if (append_ssize(c->w_pos, r_i) < 0 || PyList_Append(c->w_src, out) < 0 ||
+        (!ref && PyDict_SetItem(c->dup, key, out) < 0))
         goto done;
+    *out_ref = Py_NewRef(out);
 
     /* dname = _DTYPE_NAMES.get(dtype), computed (dtype_name) and cached when missing */
     dname = PyDict_GetItemWithError(c->dtype_names, dtype);
@@ -802,7 +837,7 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
             goto done;
         Py_INCREF(origin_name);
     } else {
-        PyObject *a = item(c->added, origin_i - c->n);
+        PyObject *a = added_node(c, origin_i - c->n);
         if (a == NULL || (origin_name = PyObject_GetAttr(a, s_name)) == NULL)
             goto done;
     }
@@ -822,6 +857,8 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
         goto done;
     rc = PyList_Append(c->transfers, tr);
 done:
+    if (rc < 0)
+        Py_CLEAR(*out_ref);
     Py_XDECREF(key);
     Py_XDECREF(src_dev);
     Py_XDECREF(src_name);
@@ -862,94 +899,329 @@ static int int_buffer(PyObject *o, Py_buffer *view, Py_ssize_t itemsize, Py_ssiz
     return ok;
 }
 
-/* Release the views parse_ctx took (a view never taken is zeroed: PyBuffer_Release skips it). */
+static PyObject *added_node(Ctx *c, Py_ssize_t idx)
+{
+    return idx < c->base ? item(c->old_added, idx) : item(c->added, idx - c->base);
+}
+
+/* Release what parse_args and split_originals took (a view never taken is zeroed: PyBuffer_Release
+ * skips it; Py_CLEAR skips NULL). */
 static void release_ctx(Ctx *c)
 {
     Py_CLEAR(c->new_values);
     PyBuffer_Release(&c->rank);
     PyBuffer_Release(&c->in_start);
+    PyBuffer_Release(&c->e_src);
+    PyBuffer_Release(&c->e_slot);
     PyBuffer_Release(&c->g_in_src);
     PyBuffer_Release(&c->g_in_slot);
+    PyObject **owned[] = {&c->added, &c->transfers, &c->counters, &c->w_pos, &c->w_src, &c->w_slot, &c->dup,
+                          &c->recheck, &c->types_cache, &c->shapes_cache, &c->specs, &c->node_mem, &c->dtype_names};
+    for (size_t k = 0; k < sizeof(owned) / sizeof(owned[0]); k++)
+        Py_CLEAR(*owned[k]);
 }
 
-static int parse_ctx(PyObject *t, Ctx *c)
+/* The keywords of split_originals and where each goes in the Ctx (one table, read in one place). */
+enum { K_LIST, K_DICT, K_SET, K_CALL, K_INT, K_BOOL, K_STR, K_TYPE, K_TUPLE, K_I32, K_I64 };
+typedef struct {
+    const char *name;
+    int kind;
+    size_t offset; /* PyObject * field, Py_ssize_t field (K_INT), int (K_BOOL) or Py_buffer (K_I32/K_I64) */
+} Arg;
+#define ARG(name, kind, field) {name, kind, offsetof(Ctx, field)}
+static const Arg ARGS[] = {
+    ARG("pos", K_LIST, pos_l), ARG("src", K_LIST, src_l), ARG("slot", K_LIST, slot_l), ARG("dst", K_LIST, dst_l),
+    ARG("n", K_INT, n), ARG("level", K_INT, level), ARG("part", K_LIST, part), ARG("is_cpu", K_LIST, is_cpu),
+    ARG("dev_task", K_LIST, dev_task), ARG("dev_names", K_LIST, dev_names), ARG("dev_type", K_LIST, dev_type),
+    ARG("dev", K_LIST, dev_l), ARG("names", K_LIST, names), ARG("ops", K_LIST, ops), ARG("added", K_LIST, old_added),
+    ARG("cloops", K_DICT, cloops), ARG("types", K_CALL, types_of), ARG("in_type", K_CALL, in_type_of),
+    ARG("spec", K_CALL, spec_of), ARG("mem_types", K_CALL, mem_types_of), ARG("shape", K_CALL, shape_fn),
+    ARG("out_host", K_CALL, out_host_of), ARG("in_host", K_CALL, in_host_of), ARG("dtype_size", K_CALL, dtype_size),
+    ARG("dtype_name", K_CALL, dtype_name), ARG("new_type", K_TYPE, new_type), ARG("suffix", K_STR, suffix),
+    ARG("pass_ops", K_SET, pass_ops), ARG("const_ops", K_SET, const_ops),
+    ARG("shape_attr_ops", K_SET, shape_attr_ops), ARG("rank", K_I64, rank), ARG("in_start", K_I32, in_start),
+    ARG("e_src", K_I32, e_src), ARG("e_slot", K_I32, e_slot), ARG("graph_in_src", K_I32, g_in_src),
+    ARG("graph_in_slot", K_I32, g_in_slot), ARG("output_shapes", K_BOOL, output_shapes),
+    ARG("counters", K_DICT, counters_in), ARG("new_args", K_TUPLE, new_args),
+    ARG("new_constants", K_TUPLE, new_constants),
+};
+#define NARGS (sizeof(ARGS) / sizeof(ARGS[0]))
+/* the three counters, read separately: seq, counter_s, edge_id */
+
+/* The keyword arguments into c (borrowed references and buffer views): 1, 0 when a value is not of
+ * its kind (decline), -1 on a missing or unknown keyword (TypeError: a caller's mistake, not an
+ * input to decline). */
+static int parse_args(PyObject *kw, Ctx *c)
 {
     memset(c, 0, sizeof(*c));
-    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 48)
-        return 0;
-    PyObject **f = &PyTuple_GET_ITEM(t, 0);
-    /* lists and dicts the loop indexes or fills */
-    int lists[] = {0, 1, 2, 3, 6, 7, 8, 9, 10, 11, 12, 26, 28, 29, 30, 34, 35};
-    int dicts[] = {13, 14, 15, 16, 23, 27, 36, 37, 38};
-    for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++)
-        if (!PyList_CheckExact(f[lists[k]]))
+    Py_ssize_t seen = 0;
+    for (size_t k = 0; k < NARGS; k++) {
+        PyObject *v = kw == NULL ? NULL : PyDict_GetItemString(kw, ARGS[k].name);
+        if (v == NULL) {
+            PyErr_Format(PyExc_TypeError, "split_originals() missing keyword argument '%s'", ARGS[k].name);
+            return -1;
+        }
+        seen++;
+        char *field = (char *)c + ARGS[k].offset;
+        int ok = 1;
+        switch (ARGS[k].kind) {
+        case K_LIST: ok = PyList_CheckExact(v); break;
+        case K_DICT: ok = PyDict_CheckExact(v); break;
+        case K_SET: ok = PyAnySet_Check(v); break;
+        case K_CALL: ok = PyCallable_Check(v); break;
+        case K_STR: ok = PyUnicode_CheckExact(v); break;
+        case K_TYPE: ok = PyType_Check(v); break;
+        case K_TUPLE: ok = PyTuple_CheckExact(v); break;
+        case K_INT:
+            if (!PyLong_CheckExact(v))
+                return 0;
+            *(Py_ssize_t *)field = PyLong_AsSsize_t(v);
+            if (PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+            continue;
+        case K_BOOL:
+            if (!PyBool_Check(v))
+                return 0;
+            *(int *)field = v == Py_True;
+            continue;
+        case K_I32:
+        case K_I64:
+            if (!int_buffer(v, (Py_buffer *)field, ARGS[k].kind == K_I32 ? 4 : 8, 0))
+                return 0;
+            continue;
+        }
+        if (!ok)
             return 0;
-    for (size_t k = 0; k < sizeof(dicts) / sizeof(dicts[0]); k++)
-        if (!PyDict_CheckExact(f[dicts[k]]))
-            return 0;
-    if (!PyLong_CheckExact(f[4]) || !PyLong_CheckExact(f[5]) || !PyUnicode_CheckExact(f[31]) ||
-        !PyType_Check(f[25]))
-        return 0;
-    c->pos_l = f[0], c->src_l = f[1], c->slot_l = f[2], c->dst_l = f[3];
-    c->n = PyLong_AsSsize_t(f[4]);
-    c->level = PyLong_AsSsize_t(f[5]);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
+        *(PyObject **)field = v; /* borrowed: the caller's keywords hold it for the call */
     }
-    c->part = f[6], c->is_cpu = f[7], c->dev_task = f[8], c->dev_names = f[9], c->dev_l = f[10];
-    c->names = f[11], c->added = f[12], c->cloops = f[13], c->dup = f[14], c->types_cache = f[15];
-    c->shapes_cache = f[16], c->out_type = f[17], c->in_type = f[18], c->out_host = f[19], c->in_host = f[20];
-    c->shape_of = f[21], c->dtype_size = f[22], c->dtype_names = f[23], c->dtype_name = f[24];
-    c->new_type = f[25], c->transfers = f[26], c->counters = f[27], c->w_pos = f[28], c->w_src = f[29];
-    c->w_slot = f[30], c->suffix = f[31];
-    c->ops = f[34], c->dev_type = f[35], c->specs = f[36], c->node_mem = f[37], c->mem = f[38];
-    if (!PyBool_Check(f[39]))
-        return 0;
-    c->hostmem_attrs = f[39] == Py_True;
-    if (!PyAnySet_Check(f[40]) || !PyAnySet_Check(f[41]) || !PyAnySet_Check(f[42]) || !PyBool_Check(f[45]))
-        return 0;
-    c->pass_ops = f[40], c->const_ops = f[41], c->shape_attr_ops = f[42];
-    c->output_shapes = f[45] == Py_True;
-    c->new_fast = new_slots(c, f[46], f[47]);
+    if (PyDict_GET_SIZE(kw) != seen + 3) {
+        PyErr_SetString(PyExc_TypeError, "split_originals() got an unexpected keyword argument");
+        return -1;
+    }
     Py_ssize_t total = PyList_GET_SIZE(c->pos_l);
     if (PyList_GET_SIZE(c->src_l) != total || PyList_GET_SIZE(c->slot_l) != total ||
-        PyList_GET_SIZE(c->dst_l) != total)
+        PyList_GET_SIZE(c->dst_l) != total || c->n < 0 || c->rank.len / 8 < c->n || c->in_start.len / 4 < c->n + 1 ||
+        c->e_slot.len != c->e_src.len)
         return 0;
-    /* rank: one int64 per original node; in_start: n + 1 int32; the graph's in_src/in_slot: int32 */
-    if (!int_buffer(f[32], &c->rank, 8, c->n) || !int_buffer(f[33], &c->in_start, 4, c->n + 1) ||
-        !int_buffer(f[43], &c->g_in_src, 4, 0) || !int_buffer(f[44], &c->g_in_slot, 4, 0)) {
-        release_ctx(c);
-        return 0;
-    }
+    c->new_fast = new_slots(c, c->new_args, c->new_constants);
     return 1;
 }
 
-PyDoc_STRVAR(split_plain_doc,
-"split_plain(ctx, k, seq, counter_s, edge_id) -> (k, j, seq, counter_s, edge_id) or None\n\n"
-"The Python loop of _Partitioner._split_plain_py from cut edge k on: handles the plain groups of\n"
-"edges into one destination and stops at the first other one, [k, j), for _cut_dst (k == j ==\n"
-"len(edges) at the end). seq, counter_s and edge_id are the partitioner's counters, returned\n"
-"updated. None when ctx is not what the loop expects (then nothing was done).");
-
-static PyObject *split_plain(PyObject *self, PyObject *args)
+/* One group of cut edges [k, j) into original node dst (no control loop gating it): _cut_dst.
+ * Without a ref-typed source, each edge in order; with one, every input of dst in order as TF
+ * does: the receives of ref sources are not shared and wait (control inputs) for dst's other
+ * inputs, which a later pass over the added nodes (recheck) splits again. 0 or -1. */
+static int cut_group(Ctx *c, Py_ssize_t k, Py_ssize_t j, PyObject **types, long max_type, Py_ssize_t *seq,
+                     Py_ssize_t *counter_s, Py_ssize_t *edge_id)
 {
-    PyObject *ctx_t;
-    Py_ssize_t k, seq, counter_s, edge_id;
-    if (!PyArg_ParseTuple(args, "Onnnn", &ctx_t, &k, &seq, &counter_s, &edge_id))
+    PyObject *dst = PyList_GET_ITEM(c->dst_l, k);
+    Py_ssize_t dst_i = PyLong_AsSsize_t(dst);
+    PyObject *dst_dev = item(c->dev_l, dst_i);
+    Py_ssize_t dst_dev_i = dst_dev == NULL ? -1 : PyLong_AsSsize_t(dst_dev);
+    if (dst_dev_i == -1 && PyErr_Occurred())
+        return -1;
+    const int64_t *rank = (const int64_t *)c->rank.buf;
+    PyObject *dpart = item(c->part, dst_dev_i), *dst_name = item(c->names, dst_i);
+    PyObject *task = item(c->dev_task, dst_dev_i), *recv_device = item(c->dev_names, dst_dev_i);
+    if (dpart == NULL || dst_name == NULL || task == NULL || recv_device == NULL)
+        return -1;
+    Py_ssize_t same_task_dst = PyLong_AsSsize_t(task);
+    if (same_task_dst == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *cpu = item(c->is_cpu, dst_dev_i);
+    if (cpu == NULL)
+        return -1;
+    int dst_cpu = cpu == Py_True;
+    PyObject *major = PyLong_FromLongLong(rank[dst_i]);
+    if (major == NULL)
+        return -1;
+    int rc = 0;
+    if (max_type <= REF_OFFSET) {
+        for (Py_ssize_t q = k; rc == 0 && q < j; q++) {
+            PyObject *out;
+            Py_ssize_t recv;
+            rc = cut_edge(c, q, types[q - k], dst, dst_i, dst_dev, dst_dev_i, dpart, dst_name, task, major,
+                          recv_device, same_task_dst, seq, counter_s, edge_id, dst_cpu, dst_cpu, 0, &out, &recv);
+            Py_XDECREF(out);
+        }
+        Py_DECREF(major);
+        return rc;
+    }
+    /* a ref edge: every input of dst, cut or not */
+    PyObject *ref_ctrl = PyList_New(0), *ref_recvs = PyList_New(0);
+    const int32_t *in_start = c->in_start.buf, *e_src = c->e_src.buf, *e_slot = c->e_slot.buf;
+    Py_ssize_t lo = in_start[dst_i], hi = in_start[dst_i + 1];
+    if (ref_ctrl == NULL || ref_recvs == NULL || lo < 0 || hi < lo || hi > c->e_src.len / 4) {
+        if (ref_ctrl != NULL && ref_recvs != NULL)
+            PyErr_SetString(PyExc_IndexError, "_partition_kernels: input out of range");
+        rc = -1;
+    }
+    /* which inputs are cut: the group's edges in input order (as split gives them) are met one
+     * after the other; in any other order, searched */
+    int ascending = 1;
+    for (Py_ssize_t q = k + 1; rc == 0 && ascending && q < j; q++) {
+        Py_ssize_t a = PyLong_AsSsize_t(PyList_GET_ITEM(c->pos_l, q - 1));
+        Py_ssize_t b = PyLong_AsSsize_t(PyList_GET_ITEM(c->pos_l, q));
+        if (PyErr_Occurred())
+            rc = -1;
+        ascending = a < b;
+    }
+    Py_ssize_t next = k;
+    for (Py_ssize_t r = lo; rc == 0 && r < hi; r++) {
+        Py_ssize_t q = ascending ? next : k, p = -1;
+        for (; q < j; q++) {
+            p = PyLong_AsSsize_t(PyList_GET_ITEM(c->pos_l, q));
+            if ((p == -1 && PyErr_Occurred()) || p == r || ascending)
+                break;
+        }
+        if (p == -1 && PyErr_Occurred()) {
+            rc = -1;
+            break;
+        }
+        if (q < j && p != r)
+            q = j;
+        if (q < j && ascending)
+            next++;
+        if (q == j) { /* not cut: a control input of the ref receives unless it is a ref itself */
+            PyObject *s_o = PyLong_FromLong(e_src[r]), *sl_o = PyLong_FromLong(e_slot[r]), *t = NULL;
+            if (s_o != NULL && sl_o != NULL)
+                t = e_slot[r] == CONTROL ? PyLong_FromLong(0) : out_type(c, s_o, e_src[r], sl_o, e_slot[r]);
+            long tv = t == NULL ? -1 : PyLong_AsLong(t);
+            if (t == NULL || (tv == -1 && PyErr_Occurred()))
+                rc = -1;
+            else if (tv <= REF_OFFSET)
+                rc = PyList_Append(ref_ctrl, s_o);
+            Py_XDECREF(s_o);
+            Py_XDECREF(sl_o);
+            Py_XDECREF(t);
+            continue;
+        }
+        long tv = PyLong_AsLong(types[q - k]);
+        if (tv == -1 && PyErr_Occurred()) {
+            rc = -1;
+            break;
+        }
+        int is_ref = tv > REF_OFFSET;
+        PyObject *dtype = is_ref ? PyLong_FromLong(tv - REF_OFFSET) : Py_NewRef(types[q - k]);
+        PyObject *out = NULL;
+        Py_ssize_t recv = -1;
+        if (dtype == NULL)
+            rc = -1;
+        else
+            rc = cut_edge(c, q, dtype, dst, dst_i, dst_dev, dst_dev_i, dpart, dst_name, task, major, recv_device,
+                          same_task_dst, seq, counter_s, edge_id, dst_cpu, 0, is_ref, &out, &recv);
+        Py_XDECREF(dtype);
+        if (rc == 0)
+            rc = is_ref && recv >= 0 ? append_ssize(ref_recvs, recv) : PyList_Append(ref_ctrl, out);
+        Py_XDECREF(out);
+    }
+    for (Py_ssize_t x = 0; rc == 0 && x < PyList_GET_SIZE(ref_recvs); x++) {
+        PyObject *recv = PyList_GET_ITEM(ref_recvs, x);
+        Py_ssize_t recv_i = PyLong_AsSsize_t(recv);
+        PyObject *node = recv_i == -1 && PyErr_Occurred() ? NULL : added_node(c, recv_i - c->n);
+        PyObject *inputs = node == NULL ? NULL : PyObject_GetAttr(node, s_inputs);
+        if (inputs == NULL || !PyList_Check(inputs)) {
+            if (inputs != NULL)
+                PyErr_SetString(PyExc_TypeError, "_partition_kernels: inputs is not a list");
+            Py_XDECREF(inputs);
+            rc = -1;
+            break;
+        }
+        for (Py_ssize_t y = 0; rc == 0 && y < PyList_GET_SIZE(ref_ctrl); y++) {
+            PyObject *ctl = PyLong_FromLong(CONTROL), *pair = ctl == NULL ? NULL : PyList_New(2);
+            if (pair != NULL) { /* [x, CONTROL] */
+                PyList_SET_ITEM(pair, 0, Py_NewRef(PyList_GET_ITEM(ref_ctrl, y)));
+                PyList_SET_ITEM(pair, 1, Py_NewRef(ctl));
+            }
+            rc = append_new_ref(inputs, pair);
+            Py_XDECREF(ctl);
+        }
+        Py_DECREF(inputs);
+        if (rc == 0)
+            rc = PyList_Append(c->recheck, recv);
+    }
+    Py_XDECREF(ref_ctrl);
+    Py_XDECREF(ref_recvs);
+    Py_DECREF(major);
+    return rc;
+}
+
+PyDoc_STRVAR(split_originals_doc,
+"split_originals(**arrays) -> dict or None\n\n"
+"The whole of _Partitioner._split_originals for one level (placeviz/partition.py): every group of\n"
+"cut edges into one original node, in order, as _cut_dst does it. Keyword arguments only (see\n"
+"_Partitioner._split_originals_c); nothing given is changed. Returns the new nodes (`added`, to\n"
+"append), `transfers`, the rewritten edges (`w_pos`, `w_src`, `w_slot`), the shared receives\n"
+"(`dup`), the counters (`counters`, `counter_s`, `seq`, `edge_id`) and the receives to split again\n"
+"(`recheck`). None, before doing anything, when an argument is not of its kind or a control\n"
+"loop gates a destination: then the Python function runs from its start.");
+
+static PyObject *split_originals(PyObject *self, PyObject *args, PyObject *kw)
+{
+    if (PyTuple_GET_SIZE(args)) {
+        PyErr_SetString(PyExc_TypeError, "split_originals() takes keyword arguments only");
         return NULL;
+    }
     Ctx c;
-    if (!parse_ctx(ctx_t, &c))
+    int parsed = parse_args(kw, &c);
+    if (parsed <= 0) {
+        release_ctx(&c);
+        if (parsed < 0)
+            return NULL;
         Py_RETURN_NONE;
-    Py_ssize_t total = PyList_GET_SIZE(c.pos_l), j = k, cap = 0;
+    }
+    Py_ssize_t seq, counter_s, edge_id;
+    PyObject *seq_o = PyDict_GetItemString(kw, "seq"), *cs_o = PyDict_GetItemString(kw, "counter_s");
+    PyObject *eid_o = PyDict_GetItemString(kw, "edge_id");
+    if (seq_o == NULL || cs_o == NULL || eid_o == NULL) {
+        release_ctx(&c);
+        PyErr_SetString(PyExc_TypeError, "split_originals() needs seq, counter_s and edge_id");
+        return NULL;
+    }
+    seq = PyLong_AsSsize_t(seq_o);
+    counter_s = PyLong_AsSsize_t(cs_o);
+    edge_id = PyLong_AsSsize_t(eid_o);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        release_ctx(&c);
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t total = PyList_GET_SIZE(c.pos_l);
+    /* decline before doing anything: every destination an original node, no control loop */
+    for (Py_ssize_t q = 0; q < total; q++) {
+        PyObject *dst = PyList_GET_ITEM(c.dst_l, q);
+        Py_ssize_t dst_i = PyLong_AsSsize_t(dst);
+        if (dst_i == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        PyObject *dev = dst_i >= 0 && dst_i < c.n && dst_i < PyList_GET_SIZE(c.dev_l) ? PyList_GET_ITEM(c.dev_l, dst_i)
+                                                                                      : NULL;
+        Py_ssize_t dev_i = dev == NULL ? -1 : PyLong_AsSsize_t(dev);
+        if (dev_i == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        int in_cloop = PyDict_Contains(c.cloops, dst);
+        if (in_cloop != 0 || dev_i < 0 || dev_i >= PyList_GET_SIZE(c.is_cpu)) {
+            PyErr_Clear();
+            release_ctx(&c);
+            Py_RETURN_NONE;
+        }
+    }
+    c.base = PyList_GET_SIZE(c.old_added);
+    c.counters = PyDict_Copy(c.counters_in);
+    c.added = PyList_New(0), c.transfers = PyList_New(0), c.w_pos = PyList_New(0), c.w_src = PyList_New(0);
+    c.w_slot = PyList_New(0), c.dup = PyDict_New(), c.recheck = PyList_New(0), c.types_cache = PyDict_New();
+    c.shapes_cache = PyDict_New(), c.specs = PyDict_New(), c.node_mem = PyDict_New(), c.dtype_names = PyDict_New();
     PyObject **types = NULL; /* out types of the current group's edges (0 for control edges) */
     PyObject *result = NULL;
-    const int64_t *rank = (const int64_t *)c.rank.buf;
-    if (k < 0)
-        k = j = total;
+    Py_ssize_t cap = 0, k = 0;
+    if (c.counters == NULL || c.added == NULL || c.transfers == NULL || c.w_pos == NULL || c.w_src == NULL ||
+        c.w_slot == NULL || c.dup == NULL || c.recheck == NULL || c.types_cache == NULL || c.shapes_cache == NULL ||
+        c.specs == NULL || c.node_mem == NULL || c.dtype_names == NULL)
+        goto error;
     while (k < total) {
         PyObject *dst = PyList_GET_ITEM(c.dst_l, k);
-        j = k + 1;
+        Py_ssize_t j = k + 1;
         while (j < total) {
             int eq = PyObject_RichCompareBool(PyList_GET_ITEM(c.dst_l, j), dst, Py_EQ);
             if (eq < 0)
@@ -958,19 +1230,6 @@ static PyObject *split_plain(PyObject *self, PyObject *args)
                 break;
             j++;
         }
-        Py_ssize_t dst_i = PyLong_AsSsize_t(dst);
-        if (dst_i == -1 && PyErr_Occurred())
-            goto error;
-        if (dst_i < 0 || dst_i >= c.n) {
-            PyErr_SetString(PyExc_IndexError, "_partition_kernels: destination out of range");
-            goto error;
-        }
-        PyObject *dst_dev = item(c.dev_l, dst_i);
-        if (dst_dev == NULL)
-            goto error;
-        Py_ssize_t dst_dev_i = PyLong_AsSsize_t(dst_dev);
-        if (dst_dev_i == -1 && PyErr_Occurred())
-            goto error;
         if (j - k > cap) {
             PyObject **grown = PyMem_Realloc(types, sizeof(PyObject *) * (size_t)(j - k));
             if (grown == NULL) {
@@ -1000,36 +1259,17 @@ static PyObject *split_plain(PyObject *self, PyObject *args)
                 max_type = t;
         }
         int ok = got == j - k && !PyErr_Occurred();
-        int plain = 0;
-        if (ok) {
-            PyObject *cpu = item(c.is_cpu, dst_dev_i);
-            int in_cloop = PyDict_Contains(c.cloops, dst);
-            int is_cpu = cpu == NULL ? -1 : PyObject_IsTrue(cpu);
-            ok = is_cpu >= 0 && in_cloop >= 0;
-            plain = ok && is_cpu && !in_cloop && max_type <= REF_OFFSET;
-        }
-        if (ok && plain) {
-            PyObject *dpart = item(c.part, dst_dev_i), *dst_name = item(c.names, dst_i);
-            PyObject *task = item(c.dev_task, dst_dev_i), *recv_device = item(c.dev_names, dst_dev_i);
-            PyObject *major = PyLong_FromLongLong(rank[dst_i]);
-            Py_ssize_t same_task_dst = task == NULL ? -1 : PyLong_AsSsize_t(task);
-            ok = dpart != NULL && dst_name != NULL && recv_device != NULL && major != NULL && !PyErr_Occurred();
-            for (Py_ssize_t q = k; ok && q < j; q++)
-                ok = cut_edge(&c, q, types[q - k], dst, dst_i, dst_dev, dst_dev_i, dpart, dst_name, task, major,
-                              recv_device, same_task_dst, &seq, &counter_s, &edge_id) == 0;
-            Py_XDECREF(major);
-        }
+        if (ok)
+            ok = cut_group(&c, k, j, types, max_type, &seq, &counter_s, &edge_id) == 0;
         for (Py_ssize_t q = 0; q < got; q++)
             Py_DECREF(types[q]);
         if (!ok)
             goto error;
-        if (!plain)
-            break; /* [k, j) goes to _cut_dst */
         k = j;
     }
-    if (k >= total)
-        k = j = total;
-    result = Py_BuildValue("nnnnn", k, j, seq, counter_s, edge_id);
+    result = Py_BuildValue("{sOsOsOsOsOsOsOsnsnsnsO}", "added", c.added, "transfers", c.transfers, "w_pos", c.w_pos,
+                           "w_src", c.w_src, "w_slot", c.w_slot, "dup", c.dup, "counters", c.counters, "seq", seq,
+                           "counter_s", counter_s, "edge_id", edge_id, "recheck", c.recheck);
 error:
     PyMem_Free(types);
     release_ctx(&c);
@@ -1236,7 +1476,8 @@ release:
 }
 
 static PyMethodDef methods[] = {
-    {"split_plain", split_plain, METH_VARARGS, split_plain_doc},
+    {"split_originals", (PyCFunction)(void (*)(void))split_originals, METH_VARARGS | METH_KEYWORDS,
+     split_originals_doc},
     {"index_codes", index_codes, METH_VARARGS, index_codes_doc},
     {"attr_ints", attr_ints, METH_VARARGS, attr_ints_doc},
     {"reach", reach, METH_VARARGS, reach_doc},
@@ -1254,6 +1495,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__partition_kernels(void)
 {
     INTERN(s_dev, "dev");
+    INTERN(s_inputs, "inputs");
     INTERN(s_name, "name");
     INTERN(s_origin, "origin");
     INTERN(s_oslot, "oslot");
@@ -1274,7 +1516,6 @@ PyMODINIT_FUNC PyInit__partition_kernels(void)
     INTERN(s_host_in, "host_in");
     INTERN(s_host_out, "host_out");
     INTERN(s_kernel_known, "kernel_known");
-    INTERN(s_io_only, "io_only");
     INTERN(s_apply, "Apply");
     INTERN(k_src, "src");
     INTERN(k_slot, "slot");

@@ -61,9 +61,11 @@ send may then read a merged twin). Memory types on GPU come from the op table, w
 only: on other device types int32 counts as host memory (TF's rule for kernels it cannot find).
 
 Speed: everything runs on the Graph's int arrays (vectorised with numpy where it pays); per-edge
-work happens only for edges that cross partitions, in C when ``placeviz._partition_kernels`` is
-built (a transliteration of the Python loop, which stays the reference; ``_kernels = None`` runs
-the Python code). NodeDefs are built only when :attr:`PartitionResult.partitions` is read (or
+work happens only for edges that cross partitions. That loop (:meth:`_Partitioner._split_originals`
+through :meth:`_Partitioner._cut_dst`, the specification) runs as one whole C function when
+``placeviz._partition_kernels`` is built: it returns the level's whole result or declines before
+doing anything, and the Python runs from the start (``_kernels = None`` runs the Python code,
+``docs/architecture.md`` section 3). NodeDefs are built only when :attr:`PartitionResult.partitions` is read (or
 ``materialize=True``).
 """
 
@@ -86,7 +88,7 @@ from placeviz.op_kinds import PLACEHOLDER_OPS
 from placeviz.protos import GraphDef, NodeDef, dtype_name, dtype_size
 from placeviz.prune import PruneError, RunSignature, parse_run, prune_mask
 
-_kernels = kernels("_partition_kernels")  # the cut-edge loop in C (see placeviz.native)
+_kernels = kernels("_partition_kernels")  # the cut-edge loop as one C function (see placeviz.native)
 
 SCHEMA = "placeviz.partition/1"
 
@@ -1200,10 +1202,9 @@ class _Partitioner:
                 self._cut_dst(dst, items, lambda ref, s, sl, _a=a: _a.inputs.__setitem__(ref, [s, sl]))
 
     def _split_originals(self, pos, writes: tuple[list, list, list]) -> None:
-        """The cut edges into original nodes, in order. The common case (a CPU destination, no
-        ref-typed source, no control loop) is handled inline, written for speed (this loop is most
-        of the time of a large partition): by the C kernel when it is built, else by
-        :meth:`_split_plain_py`, its reference; the rest goes to :meth:`_cut_dst`."""
+        """The cut edges into original nodes, grouped by destination in processing order, each
+        group through :meth:`_cut_dst` (TF's loop over one node's in-edges): the specification of
+        the C kernel, which does the whole loop or declines (:meth:`_split_originals_c`)."""
         pos_l = pos.tolist()
         src_l = self.e_src[pos].tolist()
         slot_l = self.e_slot[pos].tolist()
@@ -1215,179 +1216,51 @@ class _Partitioner:
             w_src.append(s)
             w_slot.append(sl)
 
-        if _kernels is not None and pos_l and self._split_plain_c(pos_l, src_l, slot_l, dst_l, writes, write):
+        if _kernels is not None and pos_l and self._split_originals_c(pos_l, src_l, slot_l, dst_l, writes):
             return
-        self._split_plain_py(pos_l, src_l, slot_l, dst_l, writes, write)
-
-    def _split_plain_c(self, pos_l: list[int], src_l: list[int], slot_l: list[int], dst_l: list[int],
-                       writes: tuple[list, list, list], write) -> bool:
-        """:meth:`_split_plain_py` in C (``placeviz._partition_kernels.split_plain``, a
-        transliteration that calls the same methods for types, memory types and shapes). Each group
-        of edges into one destination that is not the plain case comes back here for
-        :meth:`_cut_dst`, in order. False (nothing done) when the kernel declines the arguments."""
-        devs = self.devs
-        suffix = "/_" if self.level == 2 else ("_S" if self.level == 0 else "_G")
-        ctx = (pos_l, src_l, slot_l, dst_l, self.n, self.level, self.part, devs.is_cpu, devs.task, devs.names,
-               self.dev_l, self.names, self.added, self.cloop_ctrl, self.dup, self._types, self._shapes,
-               self.out_type, self.in_type, self.out_host, self.in_host, self.shape, dtype_size, _DTYPE_NAMES,
-               dtype_name, _New, self.transfers, self._counter_g, writes[0], writes[1], writes[2], suffix,
-               self.rank, self.in_start, self.ops, devs.type, self._specs, self._node_mem, self._mem,
-               bool(self.hostmem_attrs), _PASS_THROUGH_OPS, CONST_OPS, _SHAPE_ATTR_OPS, self.graph.in_src,
-               self.graph.in_slot, bool(self.output_shapes), _NEW_ARGS, _NEW_CONSTANTS)
-        k, total = 0, len(pos_l)
-        while k < total:
-            res = _kernels.split_plain(ctx, k, self._seq, self._counter_s, self.edge_id)  # type: ignore[union-attr]
-            if res is None:
-                if k:  # the kernel checks its arguments before doing anything, so only at k == 0
-                    raise AssertionError("placeviz._partition_kernels declined its arguments midway")
-                return False
-            k, j, self._seq, self._counter_s, self.edge_id = res
-            if k < total:
-                dst = dst_l[k]
-                base = self.in_start[dst]
-                self._cut_dst(dst, [(pos_l[q], src_l[q], slot_l[q], pos_l[q] - base) for q in range(k, j)], write)
-                k = j
-        return True
-
-    def _split_plain_py(self, pos_l: list[int], src_l: list[int], slot_l: list[int], dst_l: list[int],
-                        writes: tuple[list, list, list], write) -> None:
-        """The loop of :meth:`_split_originals`: plain groups inline, the others to
-        :meth:`_cut_dst` (the reference of the C kernel, which transliterates it)."""
-        w_pos, w_src, w_slot = writes
         in_start = self.in_start
-        n = self.n
-        level = self.level
-        part = self.part
-        devs = self.devs
-        is_cpu, dev_task, dev_names = devs.is_cpu, devs.task, devs.names
-        dev_l, names, added = self.dev_l, self.names, self.added
-        cloops = self.cloop_ctrl
-        dup = self.dup
-        out_type = self.out_type
-        in_host, out_host = self.in_host, self.out_host
-        transfers = self.transfers
-        rank = self.rank
-        shape_of = self.shape
-        append_new = added.append
-        New = _New
-        suffix = "/_" if level == 2 else ("_S" if level == 0 else "_G")
-        counters = self._counter_g
-        seq = self._seq
-        k = 0
-        total = len(pos_l)
+        k, total = 0, len(pos_l)
         while k < total:
             dst = dst_l[k]
             j = k + 1
             while j < total and dst_l[j] == dst:
                 j += 1
-            dst_dev = dev_l[dst]
-            types = [out_type(src_l[q], slot_l[q]) if slot_l[q] != CONTROL else 0 for q in range(k, j)]
-            if not is_cpu[dst_dev] or dst in cloops or max(types) > REF_OFFSET:
-                self._seq = seq
-                base = in_start[dst]
-                self._cut_dst(dst, [(pos_l[q], src_l[q], slot_l[q], pos_l[q] - base) for q in range(k, j)], write)
-                seq = self._seq
-                k = j
-                continue
-            dpart = part[dst_dev]
-            dst_name = names[dst]
-            task = dev_task[dst_dev]
-            major = int(rank[dst])
-            recv_device = dev_names[dst_dev]
-            same_task_dst = dev_task[dst_dev]
-            for q in range(k, j):
-                src, slot, r = src_l[q], slot_l[q], pos_l[q]
-                key = (src, slot, dpart, True)
-                hit = dup.get(key)
-                if hit is not None:
-                    w_pos.append(r)
-                    w_src.append(hit)
-                    w_slot.append(slot if slot == CONTROL else 0)
-                    continue
-                if src < n:
-                    src_dev = dev_l[src]
-                    src_name = names[src]
-                    origin, oslot = src, slot
-                else:
-                    a = added[src - n]
-                    src_dev, src_name = a.dev, a.name
-                    origin, oslot = (src, slot) if a.origin < 0 else (a.origin, CONTROL if slot == CONTROL
-                                                                      else a.oslot)
-                if level == 1:
-                    c = counters.get(task, 0)
-                    self.edge_id += 1
-                    tname = f"edge_{self.edge_id}_{src_name}"
-                else:
-                    c = self._counter_s
-                    tname = f"edge_{r}_{src_name}"
-                meta = (tname, src_dev, dst_dev, src_name, dst_name, False)
-                if slot != CONTROL:
-                    dtype = types[q - k]
-                    if not dtype:
-                        dtype = self.in_type(dst, r - in_start[dst]) or DT_FLOAT
-                    send_op = "_HostSend" if out_host(src, slot) else "_Send"
-                    recv_op = "_HostRecv" if in_host(dst, r - in_start[dst], dtype) else "_Recv"
-                    send_name = f"{src_name}{suffix}{c}"
-                    recv_name = f"{src_name}{suffix}{c + 1}"
-                    c += 2
-                    append_new(New(send_name, send_op, src_dev, [[src, slot]], KIND_SEND, origin, oslot, dtype,
-                                   major, seq + 1, meta))
-                    append_new(New(recv_name, recv_op, dst_dev, [], KIND_RECV, origin, oslot, dtype, major,
-                                   seq + 2, meta))
-                    seq += 2
-                    out = n + len(added) - 1
-                    w_slot.append(0)
-                    shape = shape_of(origin, oslot)
-                    size = dtype_size(dtype)
-                    nbytes = None
-                    if shape is not None and size is not None and None not in shape:
-                        nbytes = size
-                        for d in shape:
-                            nbytes *= d
-                        if nbytes > MAX_TENSOR_BYTES:  # type: ignore[operator]
-                            nbytes = None  # an overflow: counted as unknown (placeviz.limits)
-                    slot_out: int | str = oslot
-                else:
-                    dtype = DT_FLOAT
-                    send_op, recv_op = "_Send", "_Recv"
-                    const_name = f"{src_name}/ctrl{suffix}{c}"
-                    send_name = f"{src_name}{suffix}{c + 1}"
-                    recv_name = f"{src_name}{suffix}{c + 2}"
-                    ident_name = f"{src_name}{suffix}{c + 3}"
-                    c += 4
-                    base_id = n + len(added)
-                    append_new(New(const_name, "Const", src_dev, [[src, CONTROL]], "ctrl_const", origin, CONTROL,
-                                   DT_FLOAT, major, seq + 1))
-                    append_new(New(send_name, send_op, src_dev, [[base_id, 0]], KIND_SEND, origin, oslot, dtype,
-                                   major, seq + 2, meta))
-                    append_new(New(recv_name, recv_op, dst_dev, [], KIND_RECV, origin, oslot, dtype, major,
-                                   seq + 3, meta))
-                    append_new(New(ident_name, "Identity", dst_dev, [[base_id + 2, 0]], "ctrl_identity", origin,
-                                   CONTROL, DT_FLOAT, major, seq + 4))
-                    seq += 4
-                    out = base_id + 3
-                    w_slot.append(CONTROL)
-                    shape, nbytes, slot_out = [0], 0, "control"
-                if level == 1:
-                    counters[task] = c
-                else:
-                    self._counter_s = c
-                w_pos.append(r)
-                w_src.append(out)
-                dup[key] = out
-                dname = _DTYPE_NAMES.get(dtype)
-                if dname is None:
-                    dname = _DTYPE_NAMES[dtype] = dtype_name(dtype)
-                transfers.append({
-                    "src": names[origin] if origin < n else added[origin - n].name, "slot": slot_out,
-                    "src_device": dev_names[src_dev], "dst_device": recv_device,
-                    "dtype": dname, "shape": shape, "bytes": nbytes,
-                    "level": "device" if dev_task[src_dev] == same_task_dst else "task",
-                    "send": send_name, "recv": recv_name, "send_op": send_op, "recv_op": recv_op,
-                    "tensor_name": tname, "dst": dst_name,
-                })
+            base = in_start[dst]
+            self._cut_dst(dst, [(pos_l[q], src_l[q], slot_l[q], pos_l[q] - base) for q in range(k, j)], write)
             k = j
-        self._seq = seq
+
+    def _split_originals_c(self, pos_l: list[int], src_l: list[int], slot_l: list[int], dst_l: list[int],
+                           writes: tuple[list, list, list]) -> bool:
+        """The whole Python loop of :meth:`_split_originals` in C
+        (``placeviz._partition_kernels.split_originals``): the same groups through the same steps
+        as :meth:`_cut_dst`, asking the same methods for io types, op specs, memory types and
+        shapes (each answer kept in the call's own memo). It returns everything it made and
+        changes nothing given; False when it declines (an argument of another kind, a destination
+        gated by a control loop), before doing anything."""
+        devs = self.devs
+        res = _kernels.split_originals(  # type: ignore[union-attr]
+            pos=pos_l, src=src_l, slot=slot_l, dst=dst_l, n=self.n, level=self.level, part=self.part,
+            is_cpu=devs.is_cpu, dev_task=devs.task, dev_names=devs.names, dev_type=devs.type, dev=self.dev_l,
+            names=self.names, ops=self.ops, added=self.added, cloops=self.cloop_ctrl, types=self.types,
+            in_type=self.in_type, spec=self.spec, mem_types=self._node_mem_types, shape=self.shape,
+            out_host=self.out_host, in_host=self.in_host, dtype_size=dtype_size, dtype_name=dtype_name,
+            new_type=_New, new_args=_NEW_ARGS, new_constants=_NEW_CONSTANTS,
+            suffix="/_" if self.level == 2 else ("_S" if self.level == 0 else "_G"),
+            pass_ops=_PASS_THROUGH_OPS, const_ops=CONST_OPS, shape_attr_ops=_SHAPE_ATTR_OPS, rank=self.rank,
+            in_start=self.in_start, e_src=self.e_src, e_slot=self.e_slot, graph_in_src=self.graph.in_src,
+            graph_in_slot=self.graph.in_slot, output_shapes=bool(self.output_shapes), counters=self._counter_g,
+            seq=self._seq, counter_s=self._counter_s, edge_id=self.edge_id)
+        if res is None:
+            return False
+        self.added.extend(res["added"])
+        self.transfers.extend(res["transfers"])
+        for mine, theirs in zip(writes, (res["w_pos"], res["w_src"], res["w_slot"]), strict=True):
+            mine.extend(theirs)
+        self.dup.update(res["dup"])
+        self._counter_g = res["counters"]
+        self._seq, self._counter_s, self.edge_id = res["seq"], res["counter_s"], res["edge_id"]
+        self.recheck.extend(res["recheck"])
+        return True
 
     def _need_same_device(self, p: int) -> bool:
         s, d = int(self.e_src[p]), int(self.e_dst[p])
@@ -1427,6 +1300,13 @@ class _Partitioner:
         ref_recvs: list[int] = []
         ref_ctrl: list[int] = []
         cloop = self.cloop_ctrl.get(dst)
+        # placeviz's edge numbering (``tensor_name``, opaque: module docstring). A transfer into an
+        # original node outside level 1 is named by its edge's position ``r``; the counter moves for
+        # the others, and for every transfer of a group that is not plain (a non-CPU destination, a
+        # control loop gating it, a ref-typed source), as it always has: a plain group into an
+        # original node at level 0 or 2 leaves it alone (the names stay byte-identical).
+        by_position = dst < n and level != 1
+        plain = by_position and dst_is_cpu and cloop is None and max(types) <= REF_OFFSET
         task = devs.task[dst_dev]
         major = self.major(dst)
         dup = self.dup
@@ -1460,8 +1340,9 @@ class _Partitioner:
             else:
                 a = added[src - n]
                 origin, oslot = (src, slot) if a.origin < 0 else (a.origin, CONTROL if not data else a.oslot)
-            self.edge_id += 1
-            tname = f"edge_{r if dst < n and level != 1 else self.edge_id}_{src_name}"
+            if not plain:
+                self.edge_id += 1
+            tname = f"edge_{r if by_position else self.edge_id}_{src_name}"
             if data:
                 send_from = [src, slot]
                 host_send = self.out_host(src, slot)

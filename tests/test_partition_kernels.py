@@ -44,12 +44,14 @@ class _Spy:
 
     def __init__(self):
         self.done: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
 
     def __getattr__(self, name):
         func = getattr(kernels, name)
 
-        def call(*args):
-            res = func(*args)
+        def call(*args, **kw):
+            res = func(*args, **kw)
+            self.calls[name] = self.calls.get(name, 0) + 1
             if res is not None and res is not False:
                 self.done[name] = self.done.get(name, 0) + 1
             return res
@@ -90,16 +92,21 @@ def _outcome(monkeypatch, fast: bool, graph: Graph, devices: list[str], kw: dict
         if not fast:
             m.setattr(nodewire, "_wire", None)
         try:
-            return ("ok", _snapshot(partition(graph, devices, **kw))), spy.done
+            return ("ok", _snapshot(partition(graph, devices, **kw))), spy
         except PlacevizError as e:
-            return ("error", type(e).__name__, str(e)), spy.done
+            return ("error", type(e).__name__, str(e)), spy
 
 
 def assert_same(monkeypatch, graph: Graph, devices: list[str], what: str = "", **kw) -> tuple:
-    """Partition with and without the kernels; equal outcomes. Returns (outcome, kernel calls)."""
-    fast, done = _outcome(monkeypatch, True, graph, devices, kw)
-    ref, ref_done = _outcome(monkeypatch, False, graph, devices, kw)
-    assert not ref_done
+    """Partition with and without the kernels; equal outcomes. Returns (outcome, the kernel calls
+    that did the work); ``calls_made`` (a dict, when given) gets every kernel call, declined or not."""
+    calls_made = kw.pop("calls_made", None)
+    fast, spy = _outcome(monkeypatch, True, graph, devices, kw)
+    ref, ref_spy = _outcome(monkeypatch, False, graph, devices, kw)
+    assert not ref_spy.calls
+    if calls_made is not None:
+        calls_made.update(spy.calls)
+    done = spy.done
     if fast != ref:  # say where, not just that
         assert fast[0] == ref[0], (what, kw, fast[:3], ref[:3])
         if fast[0] == "error":
@@ -196,14 +203,14 @@ def test_tf_graphs_partition_identically(monkeypatch, tf_cases):
                 for k, v in done.items():
                     done_total[k] = done_total.get(k, 0) + v
     assert results == len(tf_cases) * 16
-    assert done_total.get("split_plain", 0) > len(tf_cases)  # the kernels did the work
+    assert done_total.get("split_originals", 0) > len(tf_cases)  # the kernels did the work
     assert done_total.get("reach", 0) and done_total.get("index_codes", 0) and done_total.get("attr_ints", 0)
 
 
 @pytest.mark.parametrize("share", [0.05, 0.3])
 def test_tf_graphs_with_moved_devices_partition_identically(monkeypatch, tf_cases, share):
-    """Devices shuffled: GPU destinations, ref edges and host memory in every pass (the groups the
-    kernel hands back to the Python code), control loops over more devices, and errors."""
+    """Devices shuffled: GPU destinations, ref edges and host memory in every pass (GPU destinations
+    make the kernel decline the whole level), control loops over more devices, and errors."""
     outcomes = {"ok": 0, "error": 0}
     for k, (label, case) in enumerate(sorted(tf_cases.items())):
         graph, devices = _placed(case)
@@ -310,23 +317,29 @@ def test_random_graphs_partition_identically(monkeypatch, seed):
         assert_same(monkeypatch, graph, devices, f"seed {seed}", **run, **kw)
 
 
-def test_random_graphs_use_the_kernels_and_hand_groups_back(monkeypatch):
-    """Across the random graphs the kernel ran, and handed groups back (GPU/ref destinations)."""
-    calls = 0
-    back = 0
-    real = kernels.split_plain
+def test_random_graphs_use_the_kernel_whole(monkeypatch):
+    """Across the random graphs (GPU destinations, ref edges, host memory; no while loops) the
+    whole-level kernel did every level itself, ref-typed and GPU groups included, and changed
+    nothing it was given."""
+    calls = declined = with_refs = on_gpu = 0
+    real = kernels.split_originals
 
-    def counting(ctx, k, *rest):
-        nonlocal calls, back
-        res = real(ctx, k, *rest)
+    def counting(**kw):
+        nonlocal calls, declined, with_refs, on_gpu
+        before = (len(kw["added"]), dict(kw["counters"]), list(kw["pos"]))
+        res = real(**kw)
         calls += 1
-        if res is not None and res[0] < len(ctx[0]):
-            back += 1
+        assert (len(kw["added"]), kw["counters"], kw["pos"]) == before  # nothing given is changed
+        if res is None:
+            declined += 1
+            return res
+        with_refs += bool(res["recheck"])  # receives of ref-typed sources, made by the kernel
+        on_gpu += any(not kw["is_cpu"][kw["dev"][d]] for d in kw["dst"])
         return res
 
     class Counting:
         def __getattr__(self, name):
-            return counting if name == "split_plain" else getattr(kernels, name)
+            return counting if name == "split_originals" else getattr(kernels, name)
 
     monkeypatch.setattr(partition_mod, "_kernels", Counting())
     for seed in range(60):
@@ -335,7 +348,7 @@ def test_random_graphs_use_the_kernels_and_hand_groups_back(monkeypatch):
             partition(graph, devices, **run)
         except PlacevizError:
             pass
-    assert calls > 30 and back > 5
+    assert calls > 30 and declined == 0 and with_refs > 0 and on_gpu > 10
 
 
 # ------------------------------------------------------------------------------------ prune
@@ -392,7 +405,10 @@ def test_small_kernels_decline_what_they_do_not_handle():
     assert not kernels.reach(array("q", [0, 1, 2]), srcs, [0], bytearray(2), None)  # not int32
     assert not kernels.reach(starts, srcs, [0], b"\0\0", None)  # read-only mask
     assert not kernels.reach(starts, srcs, [0], bytearray(2), bytes(1))  # edge_ok of the wrong size
-    assert kernels.split_plain((), 0, 0, 0, 0) is None
+    with pytest.raises(TypeError):  # a caller's mistake is not an input to decline
+        kernels.split_originals(pos=[])
+    with pytest.raises(TypeError):
+        kernels.split_originals([])
 
 
 def test_new_node_declaration_matches_its_init():
@@ -412,8 +428,89 @@ def test_new_node_declaration_matches_its_init():
 
 def test_kernel_builds_new_nodes_from_the_declaration(monkeypatch):
     """The fast path is the one taken (a changed constant shows in the kernel's nodes only)."""
-    graph, devices, run = random_graph(3)
+    graph, devices, run = random_graph(7)  # a graph whose levels the kernel does (no GPU destination)
     monkeypatch.setattr(partition_mod, "_NEW_CONSTANTS", (("frame", "from-the-kernel"), ("copy_of", -1)))
     result = partition(graph, devices, **run)
     frames = {a.frame for a in result._builder.added if a.kind in ("send", "recv")}
-    assert "from-the-kernel" in frames  # (the groups handed back to Python have "")
+    assert "from-the-kernel" in frames
+
+
+def _captured_arguments(monkeypatch) -> dict:
+    """The keyword arguments of one call the kernel accepted (random graph 7, by device)."""
+    seen: list[dict] = []
+    real = kernels.split_originals
+
+    class Capturing:
+        def __getattr__(self, name):
+            if name != "split_originals":
+                return getattr(kernels, name)
+
+            def call(**kw):
+                res = real(**kw)
+                if res is not None and kw["pos"]:
+                    seen.append(kw)
+                return res
+
+            return call
+
+    graph, devices, run = random_graph(7)
+    with monkeypatch.context() as m:
+        m.setattr(partition_mod, "_kernels", Capturing())
+        partition(graph, devices, **run)
+    assert seen
+    return seen[0]
+
+
+def test_split_originals_declines_arguments_of_other_kinds(monkeypatch):
+    from array import array
+
+    kw = _captured_arguments(monkeypatch)
+    assert kernels.split_originals(**kw) is not None
+    for key, odd in (("pos", tuple(kw["pos"])), ("rank", array("i", [0] * (kw["n"] + 1))), ("level", 1.0),
+                     ("output_shapes", 1), ("types", None), ("counters", list(kw["counters"].items())),
+                     ("e_src", list(kw["e_src"]))):
+        assert kernels.split_originals(**dict(kw, **{key: odd})) is None, key
+    with pytest.raises(TypeError):
+        kernels.split_originals(**dict(kw, unknown=1))
+    # a destination that a control loop gates: declined before anything is made
+    assert kernels.split_originals(**dict(kw, cloops={kw["dst"][-1]: [kw["n"], 1]})) is None
+
+
+# ------------------------------------------------------------------------------ benchmark graph
+_BENCH = r"""
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+import gen_graphs
+placed, unplaced, meta = gen_graphs.build_with_tf(10000, False)
+Path(sys.argv[1]).write_bytes(unplaced)
+"""
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_benchmark_graph_partitions_identically_and_is_never_declined(monkeypatch, tmp_path):
+    """g10k (benchmarks/gen_graphs.py, built by TF in a subprocess), placed by replica_device_setter
+    with 4 PS tasks: both implementations give the same whole result, and the kernel does every
+    level itself (declining is for rare inputs; a benchmark graph is the common case)."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed")
+    path = tmp_path / "g10k.unplaced.pb"
+    proc = subprocess.run([sys.executable, "-c", _BENCH, str(path), str(ROOT / "benchmarks")], capture_output=True,
+                          text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from placeviz.io import model_from_bytes
+    from placeviz.placement import PlacementOptions, place_graph
+    from placeviz.placement.setter import SetterConfig
+
+    model = model_from_bytes("g10k", path.read_bytes())
+    setter = SetterConfig(ps_tasks=4, worker_device="/job:worker/task:0")  # as benchmarks/run.py places it
+    placed = place_graph(model.graph, PlacementOptions(setter=setter))
+    graph, devices = placed.graph, list(placed.placement.devices)
+    for kw in (dict(level="device"), dict(level="task"), dict(level="device", replicate_constants=False)):
+        calls: dict[str, int] = {}
+        outcome, done = assert_same(monkeypatch, graph, devices, "g10k", calls_made=calls, **kw)
+        assert outcome[0] == "ok" and outcome[1]["json"]["transfers"]
+        assert done.get("split_originals", 0) == calls["split_originals"] >= 1
