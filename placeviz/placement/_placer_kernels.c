@@ -814,11 +814,13 @@ static PyObject *place(PyObject *self, PyObject *args, PyObject *kwargs)
             if ((r = assign_node(t, &a, i, generators)) != PL_OK) goto end;
         }
     }
+    /* Both passes visit every node of `order`, a permutation of the nodes (Graph.topological_order):
+     * every node has a device. */
     if (!(out_devices = PyList_New(n))) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name = assigned[i] >= 0 ? PyList_GET_ITEM(device_names, assigned[i]) : NULL;
-        if (!name && !(name = PyUnicode_FromString(""))) goto done;
-        else if (assigned[i] >= 0) Py_INCREF(name);
+        if (assigned[i] < 0) goto decline;
+        PyObject *name = PyList_GET_ITEM(device_names, assigned[i]);
+        Py_INCREF(name);
         PyList_SET_ITEM(out_devices, i, name);
     }
     if (!(out_reason = int_list(reason, n)) || !(out_roots = int_list(group_root, n))) goto done;
