@@ -262,6 +262,8 @@ def native_arguments(graph_def: GraphDef) -> dict:
     real = placer._kernels
 
     class Capture:
+        imported_colocation = real.imported_colocation
+
         def place(self, **kwargs):
             captured.update(kwargs)
             return real.place(**kwargs)
@@ -356,3 +358,85 @@ def test_a_decline_runs_the_python_placer_from_its_start(monkeypatch):
         setter=SetterConfig(ps_tasks=2), placer=PlacerConfig(python_import=False)))
     assert declined and native == python and native[0] == "error"
     assert "Cannot colocate" in native[2]
+
+
+# ---------------------------------------------------------------- the import rewrite
+def imported_both_ways(graph_def: GraphDef, monkeypatch):
+    native = placer.imported_devices(Graph(graph_def))
+    with monkeypatch.context() as m:
+        m.setattr(placer, "_kernels", None)
+        python = placer.imported_devices(Graph(graph_def))
+    return native, python
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 40))
+def test_imported_devices_on_random_graphs(monkeypatch, seed, n):
+    """``_class`` lists naming other nodes, missing ones, the node itself, colocated nodes in
+    either order; devices in forms DeviceSpec rewrites (``/cpu:0``, ``/device:CPU:1``)."""
+    rng = random.Random(seed)
+    graph_def = random_graph(rng, n)
+    for node in graph_def.node:
+        node.device = rng.choice(DEVICES + ["/device:cpu:1", "/job:ps/task:0/device:CPU:0", "/CPU:0"])
+    native, python = imported_both_ways(graph_def, monkeypatch)
+    assert native == python
+    assert all(type(d) is str for d in native)
+
+
+def test_imported_devices_natively(monkeypatch):
+    graph_def = realistic_graph()
+    for k, node in enumerate(graph_def.node):
+        node.device = ["/cpu:0", "/job:ps/task:1", ""][k % 3]
+    calls = []
+    real = placer._kernels
+
+    class Spy:
+        def imported_colocation(self, **kwargs):
+            calls.append(result := real.imported_colocation(**kwargs))
+            return result
+
+    monkeypatch.setattr(placer, "_kernels", Spy())
+    native = placer.imported_devices(Graph(graph_def))
+    monkeypatch.setattr(placer, "_kernels", None)
+    assert native == placer.imported_devices(Graph(graph_def))
+    assert calls and calls[0] is not None  # not declined
+    assert "/job:ps/task:1" in native and "/device:CPU:0" in native
+
+
+def test_imported_devices_malformed_is_python_error(monkeypatch):
+    graph_def = realistic_graph()
+    node = next(n for n in graph_def.node if "_class" not in n.attr)
+    node.device = "/job:ps/task:x"
+    with pytest.raises(placer.PlacementError) as native:
+        placer.imported_devices(Graph(graph_def))
+    monkeypatch.setattr(placer, "_kernels", None)
+    with pytest.raises(placer.PlacementError) as python:
+        placer.imported_devices(Graph(graph_def))
+    assert str(native.value) == str(python.value)
+
+
+def imported_arguments() -> dict:
+    graph = Graph(realistic_graph())
+    return dict(colocated_names=graph.colocated_names, names=list(graph.names), index=graph.colocated_name_ids,
+                devices=["/job:ps/task:0"] * len(graph), recanonical=placer._Cache(placer.canonical_device))
+
+
+def raising(device):
+    raise ValueError(device)
+
+
+@pytest.mark.parametrize("changes", [
+    dict(devices=lambda d: replaced(d, 0, StrSub(d[0]))),
+    dict(devices=lambda d: d[:-1]),
+    dict(names=lambda d: replaced(d, 0, StrSub(d[0]))),
+    dict(colocated_names=lambda c: {**c, 10**6: ("a",)}),
+    dict(colocated_names=lambda c: {k: list(v) for k, v in c.items()}),  # not tuples
+    dict(recanonical=lambda r: placer._Cache(raising)),  # a table that raises
+    dict(recanonical=lambda r: placer._Cache(lambda d: None)),  # not a str
+])
+def test_imported_colocation_declines(changes):
+    kwargs = imported_arguments()
+    assert placer._kernels.imported_colocation(**kwargs) is not None
+    for key, change in changes.items():
+        kwargs[key] = change(kwargs[key])
+    assert placer._kernels.imported_colocation(**kwargs) is None

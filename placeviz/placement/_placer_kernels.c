@@ -1,5 +1,7 @@
 /*
- * placeviz.placement._placer_kernels: the placer's native core, one whole function (`place`).
+ * placeviz.placement._placer_kernels: the placer's native core, two whole functions: `place` (the
+ * whole of _Placer.run after the members) and `imported_colocation` (the `_class` part of
+ * imported_devices, TF: python/framework/importer.py _ProcessNewOps).
  *
  * Why: the placer's cost at 200k+ nodes is its per-node loops (union-find over 100k+ colocation
  * keys and ref edges, the assignment over every node), about 1 us per node and loop in Python.
@@ -863,8 +865,189 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ the import rewrite */
+
+/* The first loop of imported_devices: per node of colocated_names (in its order), the names it
+ * is colocated with other than its own, for the nodes that have some: a list of (node, names).
+ * NULL with an error set, or Py_None (a new reference) at an entry it does not take. */
+static PyObject *colocated_others(PyObject *colocated_names, PyObject *names)
+{
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    Py_ssize_t it = 0, n = PyList_GET_SIZE(names);
+    PyObject *key, *located;
+    while (PyDict_Next(colocated_names, &it, &key, &located)) {
+        long i = PyLong_CheckExact(key) ? PyLong_AsLong(key) : -1;
+        if (i == -1 && PyErr_Occurred()) PyErr_Clear();
+        if (i < 0 || i >= n || !PyTuple_CheckExact(located)) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        PyObject *own = PyList_GET_ITEM(names, i), *others = located;
+        Py_INCREF(others);
+        int has_own = PySequence_Contains(located, own);
+        if (has_own < 0) goto fail;
+        if (has_own) { /* the same names without its own, in order */
+            Py_DECREF(others);
+            others = PyList_New(0);
+            if (!others) goto fail_nothing;
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(located); j++) {
+                PyObject *name = PyTuple_GET_ITEM(located, j);
+                int same = PyObject_RichCompareBool(name, own, Py_EQ);
+                if (same < 0 || (!same && PyList_Append(others, name) < 0)) goto fail;
+            }
+            PyObject *t = PyList_AsTuple(others);
+            Py_DECREF(others);
+            if (!(others = t)) goto fail_nothing;
+        }
+        if (PyTuple_GET_SIZE(others) > 0) {
+            PyObject *pair = PyTuple_Pack(2, key, others);
+            if (!pair || PyList_Append(out, pair) < 0) {
+                Py_XDECREF(pair);
+                goto fail;
+            }
+            Py_DECREF(pair);
+        }
+        Py_DECREF(others);
+        continue;
+    fail:
+        Py_DECREF(others);
+    fail_nothing:
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* The last loop of imported_devices over `colocated`, on `devices` (the caller's copy, whose
+ * colocated nodes already lost their device): each node takes the re-canonicalised device of the
+ * first op it names that has one, answered once per tuple of names when none of them is colocated
+ * itself (`stat`). 1 done, 0 declined, -1 error. */
+static int take_colocated_devices(PyObject *colocated, PyObject *devices, PyObject *index, PyObject *colocated_ids,
+                                  PyObject *recanonical)
+{
+    PyObject *stat = PyDict_New();
+    if (!stat) return -1;
+    int r = 1;
+    Py_ssize_t n = PyList_GET_SIZE(devices);
+    for (Py_ssize_t p = 0; p < PyList_GET_SIZE(colocated) && r == 1; p++) {
+        PyObject *pair = PyList_GET_ITEM(colocated, p);
+        PyObject *others = PyTuple_GET_ITEM(pair, 1); /* colocated_others made them */
+        long i = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+        PyObject *device = PyDict_GetItemWithError(stat, others); /* borrowed */
+        PyObject *found_device = NULL;                             /* owned, when computed here */
+        if (!device) {
+            if (PyErr_Occurred()) {
+                r = -1;
+                break;
+            }
+            int disjoint = 1;
+            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(others); k++) {
+                PyObject *id = PyDict_GetItemWithError(index, PyTuple_GET_ITEM(others, k));
+                if (!id) {
+                    if (PyErr_Occurred()) r = -1;
+                    if (r < 0) break;
+                    continue; /* no such op: skipped, and never colocated */
+                }
+                int c = PySet_Contains(colocated_ids, id);
+                if (c < 0) {
+                    r = -1;
+                    break;
+                }
+                if (c) disjoint = 0;
+                if (found_device) continue;
+                long j = PyLong_CheckExact(id) ? PyLong_AsLong(id) : -1;
+                if (j < 0 || j >= n) {
+                    PyErr_Clear();
+                    r = 0;
+                    break;
+                }
+                PyObject *dj = PyList_GET_ITEM(devices, j);
+                if (PyUnicode_GET_LENGTH(dj) == 0) continue;
+                if (!(found_device = PyObject_GetItem(recanonical, dj))) { /* DeviceSpec's rule, in Python */
+                    if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError)) {
+                        r = -1;
+                    } else {
+                        PyErr_Clear();
+                        r = 0;
+                    }
+                    break;
+                }
+                if (!PyUnicode_CheckExact(found_device)) r = 0;
+            }
+            if (r == 1 && disjoint && PyDict_SetItem(stat, others, found_device ? found_device : Py_None) < 0) r = -1;
+            device = found_device ? found_device : Py_None;
+        }
+        if (r == 1 && device != Py_None) {
+            Py_INCREF(device);
+            if (PyList_SetItem(devices, i, device) < 0) r = -1;
+        }
+        Py_XDECREF(found_device);
+    }
+    Py_DECREF(stat);
+    return r;
+}
+
+PyDoc_STRVAR(imported_colocation_doc,
+"imported_colocation(*, colocated_names, names, index, devices, recanonical) -> None | list[str]\n\n"
+"The `_class` part of imported_devices (importer._ProcessNewOps): `devices`, the canonical device\n"
+"of every node, with each op colocated with others first losing its device, then taking, in\n"
+"node order, the device of the first op it names that has one. `recanonical`: device -> its\n"
+"canonical form (a table that computes a missing entry, DeviceSpec's rule in Python). Returns\n"
+"a new list, or None (declined) at an input of another type or a table that raises: the\n"
+"Python code then does it.");
+
+static PyObject *imported_colocation(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"colocated_names", "names", "index", "devices", "recanonical", NULL};
+    PyObject *colocated_names = NULL, *names = NULL, *index = NULL, *devices = NULL, *recanonical = NULL;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O", kwlist, &PyDict_Type, &colocated_names,
+                                     &PyList_Type, &names, &PyDict_Type, &index, &PyList_Type, &devices,
+                                     &recanonical))
+        return NULL;
+    if (!colocated_names || !names || !index || !devices || !recanonical) {
+        PyErr_SetString(PyExc_TypeError, "imported_colocation() takes every argument, by keyword");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(devices);
+    if (PyList_GET_SIZE(names) != n) Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(devices, i)) || !PyUnicode_CheckExact(PyList_GET_ITEM(names, i)))
+            Py_RETURN_NONE;
+    PyObject *colocated = colocated_others(colocated_names, names), *out = NULL, *ids = NULL, *empty = NULL;
+    if (!colocated || colocated == Py_None) return colocated;
+    if (!(out = PyList_GetSlice(devices, 0, n)) || !(ids = PySet_New(NULL)) || !(empty = PyUnicode_FromString("")))
+        goto fail;
+    for (Py_ssize_t p = 0; p < PyList_GET_SIZE(colocated); p++) { /* each loses its device */
+        PyObject *node = PyTuple_GET_ITEM(PyList_GET_ITEM(colocated, p), 0);
+        if (PySet_Add(ids, node) < 0) goto fail;
+        Py_INCREF(empty);
+        PyList_SetItem(out, PyLong_AsSsize_t(node), empty);
+    }
+    int r = take_colocated_devices(colocated, out, index, ids, recanonical);
+    if (r < 0) goto fail;
+    if (r == 0) {
+        Py_DECREF(out);
+        out = Py_None;
+        Py_INCREF(out);
+    }
+    Py_DECREF(colocated);
+    Py_DECREF(ids);
+    Py_DECREF(empty);
+    return out;
+fail:
+    Py_XDECREF(colocated);
+    Py_XDECREF(out);
+    Py_XDECREF(ids);
+    Py_XDECREF(empty);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"place", (PyCFunction)(void (*)(void))place, METH_VARARGS | METH_KEYWORDS, place_doc},
+    {"imported_colocation", (PyCFunction)(void (*)(void))imported_colocation, METH_VARARGS | METH_KEYWORDS,
+     imported_colocation_doc},
     {NULL, NULL, 0, NULL},
 };
 

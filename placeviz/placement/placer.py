@@ -147,13 +147,6 @@ def imported_devices(graph: Graph) -> list[str]:
     takes the device of the first op it names that has one (names of missing ops are skipped).
     """
     names, index = graph.names, graph.colocated_name_ids  # only names some _class names are looked up
-    # (node, names of the other ops it is colocated with), node-id order; loc:@<own name> does not count
-    colocated: list[tuple[int, tuple[str, ...]]] = []
-    for i, located in graph.colocated_names.items():
-        if names[i] in located:
-            located = tuple(name for name in located if name != names[i])
-        if located:
-            colocated.append((i, located))
     # Canonicalise once per distinct device string; a malformed one is an error only on a node
     # that keeps its device (the first such node in id order is reported).
     canonical: dict[str, str | DeviceSpecError] = {"": ""}
@@ -164,6 +157,20 @@ def imported_devices(graph: Graph) -> list[str]:
             except DeviceSpecError as e:
                 canonical[device] = e
     devices = list(map(canonical.__getitem__, graph.devices))
+    if _kernels is not None and not any(isinstance(c, DeviceSpecError) for c in canonical.values()):
+        # The rest, natively, as one function (None: declined, done below); it reads DeviceSpec's
+        # rule from a table of its own.
+        done = _kernels.imported_colocation(colocated_names=graph.colocated_names, names=names, index=index,
+                                            devices=devices, recanonical=_Cache(canonical_device))
+        if done is not None:
+            return done
+    # (node, names of the other ops it is colocated with), node-id order; loc:@<own name> does not count
+    colocated: list[tuple[int, tuple[str, ...]]] = []
+    for i, located in graph.colocated_names.items():
+        if names[i] in located:
+            located = tuple(name for name in located if name != names[i])
+        if located:
+            colocated.append((i, located))
     colocated_ids: Any = list(map(operator.itemgetter(0), colocated))  # a set from below
     deque(map(devices.__setitem__, colocated_ids, repeat("")), maxlen=0)  # C-level: each loses its device
     if any(isinstance(c, DeviceSpecError) for c in canonical.values()):
@@ -805,11 +812,13 @@ class _Placer:
         if done is None:
             return None
         devices, reason, group_root, first_names = done
-        order = self._order_array(np)
-        generator_np = np.frombuffer(bytes(self.is_generator), dtype=np.bool_)
-        return Placement(g, devices, reason, group_root,
-                         partial(_candidates_table, np, np.asarray(group_root, dtype=np.int64), order, generator_np,
-                                 first_names, None))
+        order, is_generator = self._order_array(np), self.is_generator
+
+        def candidates() -> dict[int, list[str]]:  # only ``explain`` reads them: made on first use
+            return _candidates_table(np, np.asarray(group_root, dtype=np.int64), order,
+                                     np.frombuffer(bytes(is_generator), dtype=np.bool_), first_names, None)
+
+        return Placement(g, devices, reason, group_root, candidates)
 
     def run(self) -> Placement:
         import numpy as np
