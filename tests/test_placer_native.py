@@ -260,9 +260,11 @@ def native_arguments(graph_def: GraphDef) -> dict:
     """The keyword arguments ``run_native`` passes to ``_kernels.place`` for this graph."""
     captured = {}
     real = placer._kernels
+    assert real is not None
+    imported = real.imported_colocation
 
     class Capture:
-        imported_colocation = real.imported_colocation
+        imported_colocation = imported
 
         def place(self, **kwargs):
             captured.update(kwargs)
