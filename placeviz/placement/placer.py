@@ -64,7 +64,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from itertools import compress, count, repeat
+from itertools import compress, repeat
 from typing import Any
 
 from placeviz.devices import (
@@ -501,15 +501,14 @@ class _Placer:
 
         The values come from :meth:`Graph.attr_keys` (one pass over the NodeDefs, shared with the
         ``_class`` read and with the setter's source graph when :func:`placeviz.placement.
-        place_graph` asked for them there). Numbers are dense, in no particular order.
+        place_graph` asked for them there). Numbers are dense, in order of first occurrence.
         """
         graph = self.graph
-        numbers: dict[tuple[str, Any], int] = {}
-        sparse = list(map(numbers.setdefault, zip(graph.ops, graph.attr_keys(key_attrs), strict=True), count()))
-        if len(numbers) == len(sparse):
-            return np.asarray(sparse, dtype=np.int64), len(numbers)
-        _, dense = np.unique(np.asarray(sparse, dtype=np.int64), return_inverse=True)
-        return dense.reshape(-1), len(numbers)
+        # One pass through a dict that gives a new key the next number: dense, with no sort of a
+        # million numbers afterwards.
+        numbering: _Cache = _Cache(lambda _: len(numbering))
+        keys = zip(graph.ops, graph.attr_keys(key_attrs), strict=True)
+        return np.asarray(list(map(numbering.__getitem__, keys)), dtype=np.int64), len(numbering)
 
     def _facts(self, node) -> tuple[int, tuple[int, ...], int | None]:
         """(supported type set id, ref/resource data-input ports, type of the only output or None)."""
