@@ -1,664 +1,29 @@
 /*
- * placeviz.placement._placer_kernels: the placer's per-node loops, in C.
+ * placeviz.placement._placer_kernels: the placer's native core, two whole functions: `place` (the
+ * whole of _Placer.run after the members) and `imported_colocation` (the `_class` part of
+ * imported_devices, TF: python/framework/importer.py _ProcessNewOps).
  *
- * Why: after three rounds of Python-level work the placer's cost is its per-node loops (union-
- * find over 100k+ colocation keys and ref edges, the import-time device rewrite), about 1 us per
- * node and loop. Each function here is a transliteration of one loop of placer.py, which stays
- * the reference (the tests run both). A function handles only the common case and, at anything
- * else (a merge not cached yet, an error to word, a device not seen yet), stops and returns
- * where it stopped: the Python loop handles that step, with the same state, and calls back to
- * resume. So the C code never has to reproduce an error message or a rare rule.
+ * Why: the placer's cost at 200k+ nodes is its per-node loops (union-find over 100k+ colocation
+ * keys and ref edges, the assignment over every node), about 1 us per node and loop in Python.
+ * `place` runs the whole of _Placer.run after the members are made (placer.py, which stays the
+ * executable specification; tests/test_placer_native.py runs both on the same graphs and compares
+ * every field of the result): the ref/resource edge unions, the `_class` unions, the group roots,
+ * the follow/consumer tables and the assignment (TF: colocation_graph.cc ColocateAllNodes /
+ * ColocateResourceOrRefEdge, placer.cc Placer::Run). It either returns the whole result or
+ * declines (None) and the Python function runs from its start: on any error to word (a merge
+ * conflict without soft placement, incompatible ref devices, a group without candidates), on a
+ * table that raises, on any input of another type. It never resumes a Python loop.
  *
- * The union-find state is the placer's own Python lists (parent, rank, state) of ints, updated
- * in place exactly as the Python code updates them (path compression included).
- *
- * The others (follow_inputs, class_keys, request_pairs) replace the glue between those loops:
- * passes that build per-node lists, numpy masks and dicts, where the Python code's cost is in
- * converting million-element lists to numpy and back. They change nothing in place: each returns
- * its whole result, or None at anything but the plain case (an object of another type, an id out
- * of range), and the Python code then computes it (and raises whatever it raises).
+ * The TF device-name rules (merging two groups' constraints, placing a group on a device, the
+ * candidate list of a group) are not written here: they are the constraint tables of placer.py
+ * (_Constraints' caches, _Placer._compute_candidates), interned as ints, which this code reads
+ * through their mapping protocol (a missing entry is computed by the Python rule, once) and
+ * remembers in its own memo for the run. The union-find state is this function's own C arrays.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
-
-/* list[i] as a C long; the lists hold ints only (the placer builds them). */
-static inline long get_long(PyObject *list, Py_ssize_t i)
-{
-    return PyLong_AsLong(PyList_GET_ITEM(list, i));
-}
-
-static inline int set_long(PyObject *list, Py_ssize_t i, long v)
-{
-    PyObject *o = PyLong_FromLong(v);
-    if (!o) return -1;
-    return PyList_SetItem(list, i, o); /* steals o, releases the old item */
-}
-
-/* Placer.find: the root of i, with path compression. -1 on error. */
-static long find_root(PyObject *parent, long i)
-{
-    long root = i, p;
-    Py_ssize_t n = PyList_GET_SIZE(parent);
-    while ((p = get_long(parent, root)) >= 0) {
-        if (p >= n) {
-            PyErr_SetString(PyExc_IndexError, "parent out of range");
-            return -1;
-        }
-        root = p;
-    }
-    if (p == -1 && PyErr_Occurred()) return -1;
-    while (i != root) {
-        long next = get_long(parent, i);
-        if (set_long(parent, i, root) < 0) return -1;
-        i = next;
-    }
-    return root;
-}
-
-/* merged.get((a, b)): a new reference to the cached merged state, or NULL (no error) when
- * missing or cached as None. */
-static PyObject *cached_merge(PyObject *merged, long a, long b)
-{
-    PyObject *key = Py_BuildValue("(ll)", a, b);
-    if (!key) return NULL;
-    PyObject *v = PyDict_GetItemWithError(merged, key);
-    Py_DECREF(key);
-    if (!v || v == Py_None) return NULL;
-    Py_INCREF(v);
-    return v;
-}
-
-/* A memo of the Python caches' answers for small state ids, for one kernel call.
- *
- * Why: a union asks the `merged` dict with a new (a, b) tuple key, and a ref edge asks `compatible`
- * three times; building and hashing those keys is most of a union's cost, while a graph has only
- * tens of distinct states. Within one call the Python caches do not change (the kernel returns
- * before Python adds to them), so an answer read once stays right until the call returns. */
-#define MEMO_IDS 64
-enum { MEMO_UNKNOWN = 0, MEMO_FOUND = 1, MEMO_MISSING = 2 };
-typedef struct {
-    unsigned char merge_known[MEMO_IDS][MEMO_IDS];
-    long merge[MEMO_IDS][MEMO_IDS];
-    unsigned char compatible_known[MEMO_IDS][MEMO_IDS];  /* by (state, state): all three fields */
-    unsigned char compatible[MEMO_IDS][MEMO_IDS];
-} Memo;
-
-static inline int memo_slot(long a, long b)
-{
-    return a >= 0 && b >= 0 && a < MEMO_IDS && b < MEMO_IDS;
-}
-
-/* cached_merge through the memo (memo may be NULL). */
-static PyObject *memo_merge(Memo *memo, PyObject *merged, long a, long b)
-{
-    int slot = memo != NULL && memo_slot(a, b);
-    if (slot && memo->merge_known[a][b] == MEMO_FOUND) return PyLong_FromLong(memo->merge[a][b]);
-    if (slot && memo->merge_known[a][b] == MEMO_MISSING) return NULL;
-    PyObject *v = cached_merge(merged, a, b);
-    if (slot) {
-        if (v != NULL && PyLong_CheckExact(v)) {
-            int overflow;
-            long x = PyLong_AsLongAndOverflow(v, &overflow);
-            if (!overflow && !(x == -1 && PyErr_Occurred())) {
-                memo->merge[a][b] = x;
-                memo->merge_known[a][b] = MEMO_FOUND;
-            }
-            PyErr_Clear();  /* v stays valid: it is returned as it is */
-        } else if (v == NULL && !PyErr_Occurred()) {
-            memo->merge_known[a][b] = MEMO_MISSING;
-        }
-    }
-    return v;
-}
-
-/* The union of _colocate when the merged state is cached: state[new] = merged, parent[old] = new,
- * rank bump. xr, yr: the roots (x's first, as the Python code orders them). Returns 1 done,
- * 0 not cached (nothing changed), -1 error. */
-static int union_cached(PyObject *parent, PyObject *rank, PyObject *state, PyObject *merged, Memo *memo,
-                        long xr, long yr)
-{
-    long rx = get_long(rank, xr), ry = get_long(rank, yr);
-    long new_root = rx < ry ? yr : xr, old_root = rx < ry ? xr : yr;
-    PyObject *m = memo_merge(memo, merged, get_long(state, new_root), get_long(state, old_root));
-    if (!m) return PyErr_Occurred() ? -1 : 0;
-    if (PyList_SetItem(state, new_root, m) < 0) return -1;
-    if (set_long(parent, old_root, new_root) < 0) return -1;
-    if (rx == ry && set_long(rank, new_root, get_long(rank, new_root) + 1) < 0) return -1;
-    return 1;
-}
-
-PyDoc_STRVAR(union_by_keys_doc,
-"union_by_keys(visit, keys_of, roots, parent, rank, state, merged, pos, key_pos) -> None | (pos, key_pos)\n\n"
-"The loop of Placer._colocate_class_groups from visit[pos], key keys_of[visit[pos]][key_pos].\n"
-"Stops at the first union whose merged state is not cached and returns its position: the\n"
-"caller runs _colocate for it and resumes at key_pos + 1. None when the loop is done.");
-
-static PyObject *union_by_keys_loop(PyObject *visit, PyObject *keys_of, PyObject *roots, PyObject *parent,
-                                    PyObject *rank, PyObject *state, PyObject *merged, Memo *memo, Py_ssize_t n,
-                                    Py_ssize_t pos, Py_ssize_t key_pos);
-
-static PyObject *union_by_keys(PyObject *self, PyObject *args)
-{
-    PyObject *visit, *keys_of, *roots, *parent, *rank, *state, *merged;
-    Py_ssize_t pos, key_pos;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!nn", &PyList_Type, &visit, &PyList_Type, &keys_of, &PyDict_Type,
-                          &roots, &PyList_Type, &parent, &PyList_Type, &rank, &PyList_Type, &state, &PyDict_Type,
-                          &merged, &pos, &key_pos))
-        return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(parent);
-    if (PyList_GET_SIZE(rank) != n || PyList_GET_SIZE(state) != n || PyList_GET_SIZE(keys_of) != n) {
-        PyErr_SetString(PyExc_ValueError, "parent, rank, state and keys_of differ in length");
-        return NULL;
-    }
-    Memo *memo = PyMem_Calloc(1, sizeof(Memo));
-    if (memo == NULL) return PyErr_NoMemory();
-    PyObject *result = union_by_keys_loop(visit, keys_of, roots, parent, rank, state, merged, memo, n, pos,
-                                          key_pos);
-    PyMem_Free(memo);
-    return result;
-}
-
-static PyObject *union_by_keys_loop(PyObject *visit, PyObject *keys_of, PyObject *roots, PyObject *parent,
-                                    PyObject *rank, PyObject *state, PyObject *merged, Memo *memo, Py_ssize_t n,
-                                    Py_ssize_t pos, Py_ssize_t key_pos)
-{
-    for (Py_ssize_t p = pos; p < PyList_GET_SIZE(visit); p++) {
-        PyObject *node = PyList_GET_ITEM(visit, p);
-        long i = PyLong_AsLong(node);
-        if (i < 0 || i >= n) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "node id out of range");
-            return NULL;
-        }
-        PyObject *keys = PyList_GET_ITEM(keys_of, i);
-        if (!PyTuple_Check(keys)) {
-            PyErr_SetString(PyExc_TypeError, "keys_of items must be tuples");
-            return NULL;
-        }
-        for (Py_ssize_t k = p == pos ? key_pos : 0; k < PyTuple_GET_SIZE(keys); k++) {
-            PyObject *key = PyTuple_GET_ITEM(keys, k);
-            PyObject *root_obj = PyDict_GetItemWithError(roots, key);
-            if (!root_obj) {
-                if (PyErr_Occurred() || PyDict_SetItem(roots, key, node) < 0) return NULL;
-                continue;
-            }
-            long root = PyLong_AsLong(root_obj);
-            if (root < 0 || root >= n) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "root out of range");
-                return NULL;
-            }
-            long xr = find_root(parent, i);
-            if (xr < 0) return NULL;
-            long yr = find_root(parent, root);
-            if (yr < 0) return NULL;
-            if (xr == yr) continue;
-            int done = union_cached(parent, rank, state, merged, memo, xr, yr);
-            if (done < 0) return NULL;
-            if (!done) return Py_BuildValue("(nn)", p, k);
-        }
-    }
-    Py_RETURN_NONE;
-}
-
-/* compatible[(a, b)] when cached: 1 true, 0 false, -2 not cached, -1 error. */
-static int cached_compatible(PyObject *compatible, PyObject *a, PyObject *b)
-{
-    PyObject *key = PyTuple_Pack(2, a, b);
-    if (!key) return -1;
-    PyObject *v = PyDict_GetItemWithError(compatible, key);
-    Py_DECREF(key);
-    if (!v) return PyErr_Occurred() ? -1 : -2;
-    return PyObject_IsTrue(v);
-}
-
-PyDoc_STRVAR(union_ref_edges_doc,
-"union_ref_edges(ref_inputs, in_start, in_src, in_slot, parent, rank, state, states, compatible, merged,\n"
-"                pos, edge, port) -> None | (pos, edge, port)\n\n"
-"The loop of Placer._colocate_resource_edges from ref_inputs[pos], input edge `edge` (its data\n"
-"port number `port`; edge -1: the node's first edge). Stops at the first ref edge it cannot\n"
-"settle from the caches alone (a compatibility not cached or false, a request to drop, a merge\n"
-"not cached) and returns it: the caller handles that edge and resumes at edge + 1, port + 1.");
-
-static PyObject *union_ref_edges(PyObject *self, PyObject *args)
-{
-    PyObject *ref_inputs, *in_start_obj, *in_src_obj, *in_slot_obj, *parent, *rank, *state, *states;
-    PyObject *compatible, *merged, *result = NULL;
-    Memo *memo = NULL;
-    Py_ssize_t pos, edge, port;
-    if (!PyArg_ParseTuple(args, "O!OOOO!O!O!O!O!O!nnn", &PyList_Type, &ref_inputs, &in_start_obj, &in_src_obj,
-                          &in_slot_obj, &PyList_Type, &parent, &PyList_Type, &rank, &PyList_Type, &state,
-                          &PyList_Type, &states, &PyDict_Type, &compatible, &PyDict_Type, &merged, &pos, &edge,
-                          &port))
-        return NULL;
-    Py_buffer start_buf = {0}, src_buf = {0}, slot_buf = {0};
-    if (PyObject_GetBuffer(in_start_obj, &start_buf, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(in_src_obj, &src_buf, PyBUF_SIMPLE) < 0) goto done;
-    if (PyObject_GetBuffer(in_slot_obj, &slot_buf, PyBUF_SIMPLE) < 0) goto done;
-    const int *in_start = start_buf.buf, *in_src = src_buf.buf, *in_slot = slot_buf.buf;
-    Py_ssize_t n = PyList_GET_SIZE(parent), num_edges = src_buf.len / (Py_ssize_t)sizeof(int);
-    Py_ssize_t num_states = PyList_GET_SIZE(states);
-    if (start_buf.len / (Py_ssize_t)sizeof(int) != n + 1 || slot_buf.len != src_buf.len ||
-        PyList_GET_SIZE(rank) != n || PyList_GET_SIZE(state) != n) {
-        PyErr_SetString(PyExc_ValueError, "inconsistent graph arrays");
-        goto done;
-    }
-    memo = PyMem_Calloc(1, sizeof(Memo));
-    if (memo == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t p = pos; p < PyList_GET_SIZE(ref_inputs); p++) {
-        PyObject *item = PyList_GET_ITEM(ref_inputs, p), *ports;
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 || !PyTuple_Check(ports = PyTuple_GET_ITEM(item, 1))) {
-            PyErr_SetString(PyExc_TypeError, "ref_inputs items must be (node, ports)");
-            goto done;
-        }
-        long dst = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
-        if (dst < 0 || dst >= n || in_start[dst] < 0 || in_start[dst + 1] > num_edges) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "node id out of range");
-            goto done;
-        }
-        Py_ssize_t k = in_start[dst], port_k = -1;
-        if (p == pos && edge >= 0) {
-            k = edge;
-            port_k = port - 1;
-        }
-        for (; k < in_start[dst + 1]; k++) {
-            if (in_slot[k] == -1) continue;
-            port_k++;
-            int is_ref = 0;
-            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(ports); j++) {
-                long q = PyLong_AsLong(PyTuple_GET_ITEM(ports, j));
-                if (q == -1 && PyErr_Occurred()) goto done;
-                if (q == port_k) { is_ref = 1; break; }
-            }
-            if (!is_ref) continue;
-            long src = in_src[k];
-            if (src < 0 || src >= n) {
-                PyErr_SetString(PyExc_IndexError, "input out of range");
-                goto done;
-            }
-            long sr = find_root(parent, src);
-            if (sr < 0) goto done;
-            long dr = find_root(parent, dst);
-            if (dr < 0) goto done;
-            long s_id = get_long(state, sr), d_id = get_long(state, dr);
-            if (s_id < 0 || s_id >= num_states || d_id < 0 || d_id >= num_states) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "state out of range");
-                goto done;
-            }
-            PyObject *s = PyList_GET_ITEM(states, s_id), *d = PyList_GET_ITEM(states, d_id);
-            if (!PyTuple_Check(s) || !PyTuple_Check(d) || PyTuple_GET_SIZE(s) < 3 || PyTuple_GET_SIZE(d) < 3) {
-                PyErr_SetString(PyExc_TypeError, "states must be tuples");
-                goto done;
-            }
-            int stop = 0;
-            int slot = memo_slot(s_id, d_id);
-            if (slot && memo->compatible_known[s_id][d_id]) {
-                stop = !memo->compatible[s_id][d_id];
-            } else {
-                for (int f = 0; f < 3 && !stop; f++) { /* assigned, resource, requested: all compatible */
-                    int c = cached_compatible(compatible, PyTuple_GET_ITEM(s, f), PyTuple_GET_ITEM(d, f));
-                    if (c == -1) goto done;
-                    if (c != 1) stop = 1;
-                }
-                if (slot) {  /* states are immutable tuples, so their answer is fixed for this call */
-                    memo->compatible_known[s_id][d_id] = 1;
-                    memo->compatible[s_id][d_id] = !stop;
-                }
-            }
-            if (!stop && sr != dr) {
-                int u = union_cached(parent, rank, state, merged, memo, sr, dr);
-                if (u < 0) goto done;
-                stop = !u;
-            }
-            if (stop) {
-                result = Py_BuildValue("(nnn)", p, k, port_k);
-                goto done;
-            }
-        }
-    }
-    result = Py_None;
-    Py_INCREF(result);
-done:
-    PyMem_Free(memo);
-    if (start_buf.obj) PyBuffer_Release(&start_buf);
-    if (src_buf.obj) PyBuffer_Release(&src_buf);
-    if (slot_buf.obj) PyBuffer_Release(&slot_buf);
-    return result;
-}
-
-/* Whether the tuple `devices` holds the int v (`v in devices`). */
-static int tuple_has_long(PyObject *devices, long v, int *err)
-{
-    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(devices); j++) {
-        long d = PyLong_AsLong(PyTuple_GET_ITEM(devices, j));
-        if (d == -1 && PyErr_Occurred()) { *err = 1; return 0; }
-        if (d == v) return 1;
-    }
-    return 0;
-}
-
-PyDoc_STRVAR(assign_nodes_doc,
-"assign_nodes(visit, generators, group_root, state, candidates_of, first_names, candidate_names,\n"
-"             assigned, reason, follow, in_start, in_src, consumers, placed, device_name_id,\n"
-"             why_generator, pos) -> None | pos\n\n"
-"The assignment loop of Placer.run (one pass) from visit[pos]. Stops, before changing anything\n"
-"for that node, at the first node whose group's candidates, candidate names or placed state are\n"
-"not cached yet and returns its position: the caller assigns that node and resumes at pos + 1.");
-
-static PyObject *assign_nodes(PyObject *self, PyObject *args)
-{
-    PyObject *visit, *group_root, *state, *candidates_of, *first_names, *candidate_names, *assigned, *reason;
-    PyObject *follow, *in_start_obj, *in_src_obj, *consumers, *placed, *device_name_id, *why_generator;
-    PyObject *result = NULL;
-    int generators;
-    Py_ssize_t pos;
-    if (!PyArg_ParseTuple(args, "O!pO!O!O!O!O!O!O!O!OOO!O!O!On", &PyList_Type, &visit, &generators, &PyList_Type,
-                          &group_root, &PyList_Type, &state, &PyDict_Type, &candidates_of, &PyDict_Type,
-                          &first_names, &PyDict_Type, &candidate_names, &PyList_Type, &assigned, &PyList_Type,
-                          &reason, &PyList_Type, &follow, &in_start_obj, &in_src_obj, &PyDict_Type, &consumers,
-                          &PyDict_Type, &placed, &PyList_Type, &device_name_id, &why_generator, &pos))
-        return NULL;
-    Py_buffer start_buf = {0}, src_buf = {0};
-    if (PyObject_GetBuffer(in_start_obj, &start_buf, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(in_src_obj, &src_buf, PyBUF_SIMPLE) < 0) goto done;
-    const int *in_start = start_buf.buf, *in_src = src_buf.buf;
-    Py_ssize_t n = PyList_GET_SIZE(group_root), num_edges = src_buf.len / (Py_ssize_t)sizeof(int);
-    Py_ssize_t num_devices = PyList_GET_SIZE(device_name_id);
-    if (start_buf.len / (Py_ssize_t)sizeof(int) != n + 1 || PyList_GET_SIZE(assigned) != n ||
-        PyList_GET_SIZE(reason) != n || PyList_GET_SIZE(follow) != n || PyList_GET_SIZE(state) != n) {
-        PyErr_SetString(PyExc_ValueError, "inconsistent arrays");
-        goto done;
-    }
-    for (Py_ssize_t p = pos; p < PyList_GET_SIZE(visit); p++) {
-        long i = PyLong_AsLong(PyList_GET_ITEM(visit, p));
-        if (i < 0 || i >= n) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "node id out of range");
-            goto done;
-        }
-        long root = get_long(group_root, i);
-        if (root < 0 || root >= n) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "root out of range");
-            goto done;
-        }
-        PyObject *st = PyList_GET_ITEM(state, root);
-        PyObject *devices = PyDict_GetItemWithError(candidates_of, st);
-        if (!devices) {
-            if (PyErr_Occurred()) goto done;
-            goto stop;
-        }
-        if (!PyTuple_Check(devices) || PyTuple_GET_SIZE(devices) == 0) goto stop;
-        PyObject *root_obj = PyList_GET_ITEM(group_root, i);
-        PyObject *names = NULL; /* borrowed; set when the root has no first names yet */
-        int has_names = PyDict_Contains(first_names, root_obj);
-        if (has_names < 0) goto done;
-        if (!has_names) {
-            names = PyDict_GetItemWithError(candidate_names, devices);
-            if (!names) {
-                if (PyErr_Occurred()) goto done;
-                goto stop;
-            }
-        }
-        long chosen = PyLong_AsLong(PyTuple_GET_ITEM(devices, 0));
-        PyObject *why = NULL; /* borrowed: the reason to record, if not the default */
-        int err = 0;
-        if (!generators) {
-            PyObject *why_obj = PyList_GET_ITEM(follow, i);
-            long w = PyLong_AsLong(why_obj);
-            if (w >= 0 && in_start[i + 1] > in_start[i]) {
-                long lo = in_start[i];
-                if (lo >= num_edges || in_src[lo] < 0 || in_src[lo] >= n) {
-                    PyErr_SetString(PyExc_IndexError, "input out of range");
-                    goto done;
-                }
-                long src_device = get_long(assigned, in_src[lo]);
-                if (src_device >= 0 && tuple_has_long(devices, src_device, &err)) {
-                    chosen = src_device;
-                    why = why_obj;
-                }
-            }
-        } else {
-            PyObject *key = PyList_GET_ITEM(visit, p);
-            PyObject *users = PyDict_GetItemWithError(consumers, key);
-            if (!users) {
-                if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
-                goto done;
-            }
-            if (!PyList_Check(users)) {
-                PyErr_SetString(PyExc_TypeError, "consumers must be lists");
-                goto done;
-            }
-            Py_ssize_t u = PyList_GET_SIZE(users);
-            if (u > 0) {
-                long first_user = PyLong_AsLong(PyList_GET_ITEM(users, 0));
-                if (first_user < 0 || first_user >= n) {
-                    if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "consumer out of range");
-                    goto done;
-                }
-                long first = get_long(assigned, first_user);
-                if (first >= 0 && tuple_has_long(devices, first, &err)) {
-                    int same = 1;
-                    for (Py_ssize_t j = 1; j < u && same; j++) {
-                        long user = PyLong_AsLong(PyList_GET_ITEM(users, j));
-                        if (user < 0 || user >= n) {
-                            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "consumer out of range");
-                            goto done;
-                        }
-                        same = get_long(assigned, user) == first;
-                    }
-                    if (same) {
-                        chosen = first;
-                        why = why_generator;
-                    }
-                }
-            }
-        }
-        if (err || PyErr_Occurred()) goto done;
-        if (chosen < 0 || chosen >= num_devices) {
-            PyErr_SetString(PyExc_IndexError, "device out of range");
-            goto done;
-        }
-        PyObject *key = PyTuple_Pack(2, st, PyList_GET_ITEM(device_name_id, chosen));
-        if (!key) goto done;
-        PyObject *new_state = PyDict_GetItemWithError(placed, key);
-        Py_DECREF(key);
-        if (!new_state) {
-            if (PyErr_Occurred()) goto done;
-            goto stop;
-        }
-        /* Everything is known: record it, as the Python loop does. */
-        if (names && PyDict_SetItem(first_names, root_obj, names) < 0) goto done;
-        if (why) {
-            Py_INCREF(why);
-            if (PyList_SetItem(reason, i, why) < 0) goto done;
-        }
-        if (set_long(assigned, i, chosen) < 0) goto done;
-        Py_INCREF(new_state);
-        if (PyList_SetItem(state, root, new_state) < 0) goto done;
-        continue;
-    stop:
-        result = PyLong_FromSsize_t(p);
-        goto done;
-    }
-    result = Py_None;
-    Py_INCREF(result);
-done:
-    if (start_buf.obj) PyBuffer_Release(&start_buf);
-    if (src_buf.obj) PyBuffer_Release(&src_buf);
-    return result;
-}
-
-PyDoc_STRVAR(colocated_others_doc,
-"colocated_others(colocated_names, names) -> list[(node, names)]\n\n"
-"The first loop of imported_devices: per node of colocated_names (in its order), the names it\n"
-"is colocated with other than its own, for the nodes that have some.");
-
-static PyObject *colocated_others(PyObject *self, PyObject *args)
-{
-    PyObject *colocated_names, *names;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &colocated_names, &PyList_Type, &names)) return NULL;
-    PyObject *out = PyList_New(0);
-    if (!out) return NULL;
-    Py_ssize_t it = 0, n = PyList_GET_SIZE(names);
-    PyObject *key, *located;
-    while (PyDict_Next(colocated_names, &it, &key, &located)) {
-        long i = PyLong_AsLong(key);
-        if (i < 0 || i >= n || !PyTuple_Check(located)) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad colocated_names entry");
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyObject *own = PyList_GET_ITEM(names, i), *others = located;
-        Py_INCREF(others);
-        int has_own = PySequence_Contains(located, own);
-        if (has_own < 0) goto fail;
-        if (has_own) { /* the same names without its own, in order */
-            Py_DECREF(others);
-            others = PyList_New(0);
-            if (!others) goto fail_nothing;
-            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(located); j++) {
-                PyObject *name = PyTuple_GET_ITEM(located, j);
-                int same = PyObject_RichCompareBool(name, own, Py_EQ);
-                if (same < 0 || (!same && PyList_Append(others, name) < 0)) goto fail;
-            }
-            PyObject *t = PyList_AsTuple(others);
-            Py_DECREF(others);
-            if (!(others = t)) goto fail_nothing;
-        }
-        if (PyTuple_GET_SIZE(others) > 0) {
-            PyObject *pair = PyTuple_Pack(2, key, others);
-            if (!pair || PyList_Append(out, pair) < 0) {
-                Py_XDECREF(pair);
-                goto fail;
-            }
-            Py_DECREF(pair);
-        }
-        Py_DECREF(others);
-        continue;
-    fail:
-        Py_DECREF(others);
-    fail_nothing:
-        Py_DECREF(out);
-        return NULL;
-    }
-    return out;
-}
-
-PyDoc_STRVAR(apply_colocated_devices_doc,
-"apply_colocated_devices(colocated, static, devices, index, colocated_ids, recanonical, pos) -> None | pos\n\n"
-"The last loop of imported_devices from colocated[pos]: each node takes the (re-canonicalised)\n"
-"device of the first op it names that has one, answered once per tuple of names when none of\n"
-"them is colocated itself (`static`). Stops at the first node that needs a device not in\n"
-"`recanonical` yet and returns its position: the caller does that node and resumes at pos + 1.");
-
-static PyObject *apply_colocated_devices(PyObject *self, PyObject *args)
-{
-    PyObject *colocated, *stat, *devices, *index, *colocated_ids, *recanonical;
-    Py_ssize_t pos;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!n", &PyList_Type, &colocated, &PyDict_Type, &stat, &PyList_Type,
-                          &devices, &PyDict_Type, &index, &PySet_Type, &colocated_ids, &PyDict_Type, &recanonical,
-                          &pos))
-        return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(devices);
-    for (Py_ssize_t p = pos; p < PyList_GET_SIZE(colocated); p++) {
-        PyObject *pair = PyList_GET_ITEM(colocated, p), *others;
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyTuple_Check(others = PyTuple_GET_ITEM(pair, 1))) {
-            PyErr_SetString(PyExc_TypeError, "colocated items must be (node, names)");
-            return NULL;
-        }
-        long i = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
-        if (i < 0 || i >= n) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "node id out of range");
-            return NULL;
-        }
-        PyObject *device = PyDict_GetItemWithError(stat, others);
-        if (!device) {
-            if (PyErr_Occurred()) return NULL;
-            /* first_device(ids), and whether the answer holds for every node naming these ops */
-            int found = 0, disjoint = 1;
-            device = Py_None;
-            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(others); k++) {
-                PyObject *id = PyDict_GetItemWithError(index, PyTuple_GET_ITEM(others, k));
-                if (!id) {
-                    if (PyErr_Occurred()) return NULL;
-                    continue; /* no such op: skipped, and never colocated */
-                }
-                int c = PySet_Contains(colocated_ids, id);
-                if (c < 0) return NULL;
-                if (c) disjoint = 0;
-                if (found) continue;
-                long j = PyLong_AsLong(id);
-                if (j < 0 || j >= n) {
-                    if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "node id out of range");
-                    return NULL;
-                }
-                PyObject *dj = PyList_GET_ITEM(devices, j);
-                if (!PyUnicode_Check(dj)) return PyLong_FromSsize_t(p);
-                if (PyUnicode_GET_LENGTH(dj) == 0) continue;
-                PyObject *canon = PyDict_GetItemWithError(recanonical, dj);
-                if (!canon) {
-                    if (PyErr_Occurred()) return NULL;
-                    return PyLong_FromSsize_t(p);
-                }
-                device = canon;
-                found = 1;
-            }
-            if (disjoint && PyDict_SetItem(stat, others, device) < 0) return NULL;
-        }
-        if (device == Py_None) continue;
-        Py_INCREF(device);
-        if (PyList_SetItem(devices, i, device) < 0) return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
-PyDoc_STRVAR(number_keys_doc,
-"number_keys(ops, values) -> (numbers, count)\n\n"
-"Number each distinct (ops[i], values[i]) pair in order of first occurrence: what\n"
-"Placer._fact_keys computes (a dict per op, so no pair tuple is made per node). `numbers`:\n"
-"bytes of native int64, one per node (the caller's numpy array, with no list to convert).");
-
-static PyObject *number_keys(PyObject *self, PyObject *args)
-{
-    PyObject *ops, *values;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &ops, &PyList_Type, &values)) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(ops);
-    if (PyList_GET_SIZE(values) != n) {
-        PyErr_SetString(PyExc_ValueError, "ops and values differ in length");
-        return NULL;
-    }
-    PyObject *by_op = PyDict_New(), *numbers = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
-    PyObject *out = NULL;
-    Py_ssize_t count = 0;
-    if (!by_op || !numbers) goto done;
-    int64_t *number = (int64_t *)PyBytes_AS_STRING(numbers);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *op = PyList_GET_ITEM(ops, i), *value = PyList_GET_ITEM(values, i);
-        PyObject *ids = PyDict_GetItemWithError(by_op, op);
-        if (!ids) {
-            if (PyErr_Occurred() || !(ids = PyDict_New())) goto done;
-            int rc = PyDict_SetItem(by_op, op, ids);
-            Py_DECREF(ids); /* by_op holds it */
-            if (rc < 0) goto done;
-        }
-        PyObject *id = PyDict_GetItemWithError(ids, value);
-        if (id) {
-            number[i] = PyLong_AsLongLong(id); /* one of ours: an int */
-        } else {
-            if (PyErr_Occurred() || !(id = PyLong_FromSsize_t(count))) goto done;
-            int rc = PyDict_SetItem(ids, value, id);
-            Py_DECREF(id);
-            if (rc < 0) goto done;
-            number[i] = count++;
-        }
-    }
-    out = Py_BuildValue("(On)", numbers, count);
-done:
-    Py_XDECREF(by_op);
-    Py_XDECREF(numbers);
-    return out;
-}
+#include <string.h>
 
 /* obj's buffer as `view` when it is C-contiguous, of items of `size` bytes and of a native integer
  * type whose format code is in `codes` (e.g. "i"): 1 done, 0 anything else (nothing held: the
@@ -689,7 +54,6 @@ static int valid_inputs(const int *in_start, const int *in_src, Py_ssize_t n, Py
 /* What the op type of a node says about it (follow_inputs). */
 #define OP_METADATA 1  /* in metadata_ops: follows its input */
 #define OP_IDENTITY 2  /* the pass-through op (Identity) */
-#define OP_BACK_EDGE 4 /* in back_edge_ops: NextIteration */
 #define OP_CACHE_SIZE 256
 
 /* The op strings of a graph are shared objects (a few dozen for a million nodes), so the set
@@ -701,8 +65,7 @@ typedef struct {
 } op_slot;
 
 /* The OP_* bits of `op` (an exact str), or -1 on error. */
-static int op_bits(op_slot *cache, PyObject *op, PyObject *metadata_ops, PyObject *back_edge_ops,
-                   PyObject *identity_op)
+static int op_bits(op_slot *cache, PyObject *op, PyObject *metadata_ops, PyObject *identity_op)
 {
     size_t h = ((size_t)op >> 4) % OP_CACHE_SIZE;
     op_slot *free_slot = NULL;
@@ -714,10 +77,10 @@ static int op_bits(op_slot *cache, PyObject *op, PyObject *metadata_ops, PyObjec
             break;
         }
     }
-    int metadata = PySet_Contains(metadata_ops, op), back_edge = PySet_Contains(back_edge_ops, op);
+    int metadata = PySet_Contains(metadata_ops, op);
     int identity = PyObject_RichCompareBool(op, identity_op, Py_EQ);
-    if (metadata < 0 || back_edge < 0 || identity < 0) return -1;
-    int bits = (metadata ? OP_METADATA : 0) | (identity ? OP_IDENTITY : 0) | (back_edge ? OP_BACK_EDGE : 0);
+    if (metadata < 0 || identity < 0) return -1;
+    int bits = (metadata ? OP_METADATA : 0) | (identity ? OP_IDENTITY : 0);
     if (free_slot) { /* a full neighbourhood only costs the lookups again */
         free_slot->op = op;
         free_slot->bits = bits;
@@ -725,30 +88,20 @@ static int op_bits(op_slot *cache, PyObject *op, PyObject *metadata_ops, PyObjec
     return bits;
 }
 
-PyDoc_STRVAR(follow_inputs_doc,
-"follow_inputs(ops, requested, in_start, in_src, is_generator, metadata_ops, back_edge_ops, identity_op,\n"
-"              why_metadata, why_identity) -> None | (follow, consumers, plain)\n\n"
-"What Placer._follow_and_consumers computes before the assignment loop, in one pass over the\n"
-"nodes and one over the edges: `follow` (per node, the reason code if it follows its input,\n"
-"else -1), `consumers` (generators then candidate Identity nodes -> their consumers, one per\n"
-"edge, in edge order) and `plain` (bytes, 1 per node that is no generator, follower or\n"
-"back-edge source). None, having changed nothing, at anything but str ops and requests, bool\n"
-"generator flags and consistent int32 input arrays: the Python code does it all.");
-
-static PyObject *follow_inputs(PyObject *self, PyObject *args)
+/* Placer._follow_and_consumers, in one pass over the nodes and one over the edges: (follow,
+ * consumers), `follow` per node the reason code if it follows its input, else -1; `consumers`
+ * generators then candidate Identity nodes -> their consumers, one per edge, in edge order.
+ * None, having changed nothing, at anything but str ops and requests, bool generator flags and
+ * consistent int32 input arrays (the caller declines). */
+static PyObject *follow_inputs(PyObject *ops, PyObject *requested, PyObject *in_start_obj, PyObject *in_src_obj,
+                               PyObject *is_generator, PyObject *metadata_ops, PyObject *identity_op,
+                               PyObject *why_metadata, PyObject *why_identity)
 {
-    PyObject *ops, *requested, *in_start_obj, *in_src_obj, *is_generator, *metadata_ops, *back_edge_ops;
-    PyObject *identity_op, *why_metadata, *why_identity;
-    PyObject *result = NULL, *follow = NULL, *consumers = NULL, *plain = NULL, *not_following = NULL;
+    PyObject *result = NULL, *follow = NULL, *consumers = NULL, *not_following = NULL;
     PyObject **lists = NULL;    /* per wanted node: its consumers list */
     unsigned char *kind = NULL; /* per node: KIND_* bits */
     int *count = NULL;          /* per wanted node: its consumers (counted, then filled) */
     Py_ssize_t n = 0;
-    if (!PyArg_ParseTuple(args, "O!O!OOO!O!O!UO!O!", &PyList_Type, &ops, &PyList_Type, &requested, &in_start_obj,
-                          &in_src_obj, &PyList_Type, &is_generator, &PyFrozenSet_Type, &metadata_ops,
-                          &PyFrozenSet_Type, &back_edge_ops, &identity_op, &PyLong_Type, &why_metadata,
-                          &PyLong_Type, &why_identity))
-        return NULL;
     Py_buffer start_buf = {0}, src_buf = {0};
     int ok = int_buffer(in_start_obj, &start_buf, sizeof(int), "i");
     if (ok > 0) ok = int_buffer(in_src_obj, &src_buf, sizeof(int), "i");
@@ -760,7 +113,7 @@ static PyObject *follow_inputs(PyObject *self, PyObject *args)
     const int *in_start = start_buf.buf, *in_src = src_buf.buf;
     Py_ssize_t num_edges = src_buf.len / (Py_ssize_t)sizeof(int);
     if (!valid_inputs(in_start, in_src, n, num_edges)) goto decline;
-    enum { KIND_GENERATOR = 1, KIND_IDENTITY = 2, KIND_METADATA = 4, KIND_BACK_EDGE = 8 };
+    enum { KIND_GENERATOR = 1, KIND_IDENTITY = 2, KIND_METADATA = 4 };
     kind = PyMem_Calloc(n + 1, 1);
     count = PyMem_Calloc(n + 1, sizeof(int));
     lists = PyMem_Calloc(n + 1, sizeof(PyObject *));
@@ -769,17 +122,16 @@ static PyObject *follow_inputs(PyObject *self, PyObject *args)
         goto done;
     }
     /* Per node: generator (is_generator), candidate Identity (_identity_candidates: no
-     * requested device and exactly one input, data or control), metadata op, back-edge source. */
+     * requested device and exactly one input, data or control), metadata op. */
     op_slot cache[OP_CACHE_SIZE] = {{0}};
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *op = PyList_GET_ITEM(ops, i), *request = PyList_GET_ITEM(requested, i);
         PyObject *gen = PyList_GET_ITEM(is_generator, i);
         if (!PyUnicode_CheckExact(op) || !PyUnicode_CheckExact(request) || (gen != Py_True && gen != Py_False))
             goto decline;
-        int bits = op_bits(cache, op, metadata_ops, back_edge_ops, identity_op);
+        int bits = op_bits(cache, op, metadata_ops, identity_op);
         if (bits < 0) goto done;
-        kind[i] = (gen == Py_True ? KIND_GENERATOR : 0) | (bits & OP_METADATA ? KIND_METADATA : 0) |
-                  (bits & OP_BACK_EDGE ? KIND_BACK_EDGE : 0);
+        kind[i] = (gen == Py_True ? KIND_GENERATOR : 0) | (bits & OP_METADATA ? KIND_METADATA : 0);
         if (bits & OP_IDENTITY && PyUnicode_GET_LENGTH(request) == 0 && in_start[i + 1] - in_start[i] == 1)
             kind[i] |= KIND_IDENTITY;
     }
@@ -811,12 +163,8 @@ static PyObject *follow_inputs(PyObject *self, PyObject *args)
     }
     /* _follow_input: metadata ops always; a candidate Identity when it has at most one consumer
      * edge and its input requests what that consumer does ("" without consumers: the sink). */
-    if (!(follow = PyList_New(n)) || !(plain = PyBytes_FromStringAndSize(NULL, n)) ||
-        !(not_following = PyLong_FromLong(-1)))
+    if (!(follow = PyList_New(n)) || !(not_following = PyLong_FromLong(-1)))
         goto done;
-    char *plain_bytes = PyBytes_AS_STRING(plain);
-    long metadata_code = PyLong_AsLong(why_metadata), identity_code = PyLong_AsLong(why_identity);
-    if (PyErr_Occurred()) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *why = kind[i] & KIND_METADATA ? why_metadata : not_following;
         if (kind[i] & KIND_IDENTITY && count[i] <= 1) {
@@ -831,11 +179,8 @@ static PyObject *follow_inputs(PyObject *self, PyObject *args)
         }
         Py_INCREF(why);
         PyList_SET_ITEM(follow, i, why);
-        /* plain: no generator, no follower (a negative code), no back-edge source */
-        long code = why == why_metadata ? metadata_code : why == why_identity ? identity_code : -1;
-        plain_bytes[i] = !(kind[i] & (KIND_GENERATOR | KIND_BACK_EDGE)) && code < 0;
     }
-    result = PyTuple_Pack(3, follow, consumers, plain);
+    result = PyTuple_Pack(2, follow, consumers);
     goto done;
 decline:
     result = Py_None;
@@ -849,27 +194,18 @@ done:
     PyMem_Free(count);
     Py_XDECREF(follow);
     Py_XDECREF(consumers);
-    Py_XDECREF(plain);
     Py_XDECREF(not_following);
     if (start_buf.obj) PyBuffer_Release(&start_buf);
     if (src_buf.obj) PyBuffer_Release(&src_buf);
     return result;
 }
 
-PyDoc_STRVAR(class_keys_doc,
-"class_keys(colocated_names, colocated_name_ids, order, n) -> None | (keys_of, visit)\n\n"
-"What Placer._class_keys computes for the union loop of _colocate_class_groups: per node of n,\n"
-"its loc:@ names (colocated_names, a tuple) followed by its own name when colocated_name_ids\n"
-"has it, and the nodes with some, in `order`. None, having changed nothing, at anything but\n"
-"tuples of names and node ids in range: the Python code does it.");
-
-static PyObject *class_keys(PyObject *self, PyObject *args)
+/* Placer._class_keys: (keys_of, visit), per node of n its loc:@ names (colocated_names, a tuple)
+ * followed by its own name when colocated_name_ids has it, and the nodes with some, in `order`.
+ * None, having changed nothing, at anything but tuples of names and node ids in range. */
+static PyObject *class_keys(PyObject *colocated_names, PyObject *name_ids, PyObject *order, Py_ssize_t n)
 {
-    PyObject *colocated_names, *name_ids, *order, *keys_of = NULL, *visit = NULL, *result = NULL;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "O!O!O!n", &PyDict_Type, &colocated_names, &PyDict_Type, &name_ids, &PyList_Type,
-                          &order, &n))
-        return NULL;
+    PyObject *keys_of = NULL, *visit = NULL, *result = NULL;
     if (n < 0 || !(keys_of = PyList_New(n))) return NULL;
     PyObject *empty = PyTuple_New(0);
     if (!empty) goto done;
@@ -923,150 +259,802 @@ done:
     return result;
 }
 
-/* An open-addressing table from a 64-bit key to its number (first come, first numbered). */
-typedef struct {
-    uint64_t *keys;
-    Py_ssize_t *numbers; /* -1: empty slot */
-    size_t mask;
-    Py_ssize_t count;
-} pair_table;
 
-static int pair_table_init(pair_table *t, size_t capacity)
+/* ------------------------------------------------------------------ the native core: place */
+
+enum { PL_ERROR = -1, PL_DECLINE = 0, PL_OK = 1, PL_CONFLICT = 2 };
+
+/* A memo of the tables' answers for small state ids, for one run: a union asks `merged` for a new
+ * (a, b) tuple key and a ref edge asks `compatible` three times, and building and hashing those
+ * keys is most of a union's cost, while a graph has only tens of distinct states. The tables are
+ * pure functions of their keys (a missing entry is computed, never changed), so an answer read
+ * once stays right. */
+#define MEMO_IDS 64
+enum { MEMO_UNKNOWN = 0, MEMO_FOUND = 1, MEMO_NONE = 2 };
+
+typedef struct {
+    PyObject *merged, *placed, *compatible, *unset; /* (int, int) -> value, filled on a miss */
+    PyObject *states;       /* state id -> (assigned, resource, requested, type set) */
+    PyObject *intern_state; /* _Constraints.state(assigned, resource, requested, types) -> id */
+    PyObject *merge_error;  /* DeviceMergeError: a merge conflict, not a failure */
+    int soft;
+    unsigned char merge_known[MEMO_IDS][MEMO_IDS];
+    long merge[MEMO_IDS][MEMO_IDS];
+    unsigned char compat_known[MEMO_IDS][MEMO_IDS];
+    unsigned char compat_bits[MEMO_IDS][MEMO_IDS]; /* 1 assigned, 2 resource, 4 requested */
+} Tables;
+
+static inline int memo_slot(long a, long b)
 {
-    t->keys = PyMem_Malloc(capacity * sizeof(uint64_t));
-    t->numbers = PyMem_Malloc(capacity * sizeof(Py_ssize_t));
-    if (!t->keys || !t->numbers) {
-        PyMem_Free(t->keys);
-        PyMem_Free(t->numbers);
-        t->keys = NULL;
-        t->numbers = NULL;
-        PyErr_NoMemory();
-        return -1;
+    return a >= 0 && b >= 0 && a < MEMO_IDS && b < MEMO_IDS;
+}
+
+/* After a table raised: decline on an ordinary exception (the Python spec meets it again and
+ * words it); anything else (KeyboardInterrupt, MemoryError) propagates. */
+static int table_failed(void)
+{
+    if (PyErr_ExceptionMatches(PyExc_MemoryError) || !PyErr_ExceptionMatches(PyExc_Exception)) return PL_ERROR;
+    PyErr_Clear();
+    return PL_DECLINE;
+}
+
+/* table[(a, b)] as a long: PL_OK, PL_CONFLICT (None), PL_DECLINE or PL_ERROR. */
+static int table_long(PyObject *table, PyObject *a, PyObject *b, long *out)
+{
+    PyObject *key = PyTuple_Pack(2, a, b);
+    if (!key) return PL_ERROR;
+    PyObject *v = PyObject_GetItem(table, key);
+    Py_DECREF(key);
+    if (!v) return table_failed();
+    if (v == Py_None) {
+        Py_DECREF(v);
+        return PL_CONFLICT;
     }
-    for (size_t j = 0; j < capacity; j++) t->numbers[j] = -1;
-    t->mask = capacity - 1;
+    long x = PyLong_Check(v) ? PyLong_AsLong(v) : -1;
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred()) return table_failed();
+    if (x < 0) return PL_DECLINE;
+    *out = x;
+    return PL_OK;
+}
+
+/* The state tuple of id `s` (borrowed), or NULL (no error set: the caller declines). */
+static PyObject *state_fields(Tables *t, long s)
+{
+    if (s < 0 || s >= PyList_GET_SIZE(t->states)) return NULL;
+    PyObject *fields = PyList_GET_ITEM(t->states, s);
+    return PyTuple_CheckExact(fields) && PyTuple_GET_SIZE(fields) == 4 ? fields : NULL;
+}
+
+/* _Constraints.merged[a, b]: PL_OK (*out), PL_CONFLICT (no device type supports both, or the
+ * devices cannot merge), PL_DECLINE, PL_ERROR. */
+static int merge_states(Tables *t, long a, long b, long *out)
+{
+    int slot = memo_slot(a, b);
+    if (slot && t->merge_known[a][b] == MEMO_FOUND) {
+        *out = t->merge[a][b];
+        return PL_OK;
+    }
+    if (slot && t->merge_known[a][b] == MEMO_NONE) return PL_CONFLICT;
+    PyObject *pa = PyLong_FromLong(a), *pb = PyLong_FromLong(b), *key = NULL, *v = NULL;
+    int r = PL_ERROR;
+    if (!pa || !pb || !(key = PyTuple_Pack(2, pa, pb))) goto done;
+    v = PyObject_GetItem(t->merged, key);
+    if (!v) {
+        if (PyErr_ExceptionMatches(t->merge_error)) {
+            PyErr_Clear();
+            r = PL_CONFLICT;
+        } else {
+            r = table_failed();
+        }
+        goto done;
+    }
+    if (v == Py_None) {
+        if (slot) t->merge_known[a][b] = MEMO_NONE;
+        r = PL_CONFLICT;
+        goto done;
+    }
+    long x = PyLong_Check(v) ? PyLong_AsLong(v) : -1;
+    if (x < 0) {
+        r = PyErr_Occurred() ? table_failed() : PL_DECLINE;
+        goto done;
+    }
+    if (slot) {
+        t->merge[a][b] = x;
+        t->merge_known[a][b] = MEMO_FOUND;
+    }
+    *out = x;
+    r = PL_OK;
+done:
+    Py_XDECREF(pa);
+    Py_XDECREF(pb);
+    Py_XDECREF(key);
+    Py_XDECREF(v);
+    return r;
+}
+
+/* _Placer.find: the root of i, with path compression. */
+static long find_root(long *parent, long i)
+{
+    long root = i;
+    while (parent[root] >= 0) root = parent[root];
+    while (i != root) {
+        long next = parent[i];
+        parent[i] = root;
+        i = next;
+    }
+    return root;
+}
+
+/* The union of _Placer._colocate for the roots xr (x's) and yr: TF's rank rule, then the merged
+ * constraints at the surviving root. PL_CONFLICT changes nothing. */
+static int unite(Tables *t, long *parent, long *rank, long *state, long xr, long yr)
+{
+    long new_root = rank[xr] < rank[yr] ? yr : xr, old_root = rank[xr] < rank[yr] ? xr : yr, merged;
+    int r = merge_states(t, state[new_root], state[old_root], &merged);
+    if (r != PL_OK) return r;
+    state[new_root] = merged;
+    parent[old_root] = new_root;
+    if (rank[xr] == rank[yr]) rank[new_root]++;
+    return PL_OK;
+}
+
+/* Which of the (assigned, resource, requested) names of states s and d are compatible
+ * (_Constraints.compatible): *bits 1, 2, 4. */
+static int compatible_fields(Tables *t, long s, long d, int *bits)
+{
+    if (memo_slot(s, d) && t->compat_known[s][d]) {
+        *bits = t->compat_bits[s][d];
+        return PL_OK;
+    }
+    PyObject *sf = state_fields(t, s), *df = state_fields(t, d);
+    if (!sf || !df) return PL_DECLINE;
+    int b = 0;
+    for (int f = 0; f < 3; f++) {
+        PyObject *key = PyTuple_Pack(2, PyTuple_GET_ITEM(sf, f), PyTuple_GET_ITEM(df, f));
+        if (!key) return PL_ERROR;
+        PyObject *v = PyObject_GetItem(t->compatible, key);
+        Py_DECREF(key);
+        if (!v) return table_failed();
+        int truth = PyObject_IsTrue(v);
+        Py_DECREF(v);
+        if (truth < 0) return table_failed();
+        if (truth) b |= 1 << f;
+    }
+    if (memo_slot(s, d)) {
+        t->compat_known[s][d] = 1;
+        t->compat_bits[s][d] = (unsigned char)b;
+    }
+    *bits = b;
+    return PL_OK;
+}
+
+/* _Placer._colocate_resource_edges and _colocate_ref_edge: join each node of ref_inputs (node-id
+ * order) with the producers of its ref/resource data inputs. Incompatible assigned or resource
+ * devices, and a merge that fails, are errors: declined. */
+static int union_ref_edges(Tables *t, PyObject *ref_inputs, const int *in_start, const int *in_src,
+                           const int *in_slot, Py_ssize_t n, long *parent, long *rank, long *state)
+{
+    for (Py_ssize_t p = 0; p < PyList_GET_SIZE(ref_inputs); p++) {
+        PyObject *item = PyList_GET_ITEM(ref_inputs, p), *ports;
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 ||
+            !PyTuple_CheckExact(ports = PyTuple_GET_ITEM(item, 1)))
+            return PL_DECLINE;
+        long dst = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
+        if (dst == -1 && PyErr_Occurred()) return table_failed();
+        if (dst < 0 || dst >= n) return PL_DECLINE;
+        long port = -1;
+        for (Py_ssize_t k = in_start[dst]; k < in_start[dst + 1]; k++) {
+            if (in_slot[k] == -1) continue; /* CONTROL */
+            port++;
+            int is_ref = 0;
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(ports) && !is_ref; j++) {
+                long q = PyLong_AsLong(PyTuple_GET_ITEM(ports, j));
+                if (q == -1 && PyErr_Occurred()) return table_failed();
+                is_ref = q == port;
+            }
+            if (!is_ref) continue;
+            long sr = find_root(parent, in_src[k]), dr = find_root(parent, dst);
+            int bits, r = compatible_fields(t, state[sr], state[dr], &bits);
+            if (r != PL_OK) return r;
+            if ((bits & 3) != 3) return PL_DECLINE; /* incompatible assigned or resource devices */
+            if (!(bits & 4)) {
+                /* TF silently drops the consumer's request in favour of the producer's. */
+                PyObject *s = state_fields(t, state[sr]), *d = state_fields(t, state[dr]);
+                if (!s || !d) return PL_DECLINE;
+                long unset1, requested;
+                r = table_long(t->unset, PyTuple_GET_ITEM(d, 0), PyTuple_GET_ITEM(s, 2), &unset1);
+                if (r == PL_OK) {
+                    PyObject *u = PyLong_FromLong(unset1);
+                    if (!u) return PL_ERROR;
+                    r = table_long(t->unset, PyTuple_GET_ITEM(d, 1), u, &requested);
+                    Py_DECREF(u);
+                }
+                if (r != PL_OK) return r == PL_CONFLICT ? PL_DECLINE : r;
+                PyObject *req = PyLong_FromLong(requested);
+                if (!req) return PL_ERROR;
+                PyObject *v = PyObject_CallFunctionObjArgs(t->intern_state, PyTuple_GET_ITEM(d, 0),
+                                                           PyTuple_GET_ITEM(d, 1), req, PyTuple_GET_ITEM(d, 3),
+                                                           NULL);
+                Py_DECREF(req);
+                if (!v) return table_failed();
+                long id = PyLong_Check(v) ? PyLong_AsLong(v) : -1;
+                Py_DECREF(v);
+                if (id < 0) return PyErr_Occurred() ? table_failed() : PL_DECLINE;
+                state[dr] = id;
+            }
+            if (sr == dr) continue;
+            r = unite(t, parent, rank, state, sr, dr);
+            if (r != PL_OK) return r == PL_CONFLICT ? PL_DECLINE : r;
+        }
+    }
+    return PL_OK;
+}
+
+/* _Placer._colocate_class_groups: join loc:@X groups over `visit` (the nodes with keys, in visit
+ * order); the first node with a key is the group's root. A conflict is an error (declined), or
+ * with soft placement the node stays out of that group. */
+static int union_by_keys(Tables *t, PyObject *visit, PyObject *keys_of, long *parent, long *rank, long *state)
+{
+    PyObject *roots = PyDict_New();
+    if (!roots) return PL_ERROR;
+    int r = PL_OK;
+    for (Py_ssize_t p = 0; p < PyList_GET_SIZE(visit) && r == PL_OK; p++) {
+        PyObject *node = PyList_GET_ITEM(visit, p);
+        long i = PyLong_AsLong(node); /* class_keys checked the ids */
+        PyObject *keys = PyList_GET_ITEM(keys_of, i);
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys); k++) {
+            PyObject *key = PyTuple_GET_ITEM(keys, k);
+            PyObject *root_obj = PyDict_GetItemWithError(roots, key);
+            if (!root_obj) {
+                if (PyErr_Occurred() || PyDict_SetItem(roots, key, node) < 0) {
+                    r = PL_ERROR;
+                    break;
+                }
+                continue;
+            }
+            long xr = find_root(parent, i), yr = find_root(parent, PyLong_AsLong(root_obj));
+            if (xr == yr) continue;
+            r = unite(t, parent, rank, state, xr, yr);
+            if (r == PL_CONFLICT) r = t->soft ? PL_OK : PL_DECLINE;
+            if (r != PL_OK) break;
+        }
+    }
+    Py_DECREF(roots);
+    return r;
+}
+
+/* Whether the tuple `devices` of ints holds v. */
+static int tuple_has_long(PyObject *devices, long v)
+{
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(devices); j++)
+        if (PyLong_AsLong(PyTuple_GET_ITEM(devices, j)) == v) return 1;
     return 0;
 }
 
-static void pair_table_free(pair_table *t)
-{
-    PyMem_Free(t->keys);
-    PyMem_Free(t->numbers);
-}
+/* What the assignment reads besides the union-find arrays (one run's values). */
+typedef struct {
+    const int *in_start, *in_src;
+    Py_ssize_t n, num_devices;
+    PyObject *follow, *consumers;           /* follow_inputs */
+    PyObject *candidates;                   /* _Placer._compute_candidates(state) -> tuple */
+    PyObject *candidates_of;                /* state -> candidate tuple (this run's) */
+    PyObject *candidate_names;              /* candidate tuple -> first 8 names (this run's) */
+    PyObject *first_names;                  /* group root -> names when first visited (the result) */
+    PyObject *device_names, *device_name_id;
+    long why_generator;
+    const long *group_root;
+    long *state, *assigned, *reason;
+    unsigned char *visited_root;
+} Assign;
 
-/* The slot of `key`: where it is, or the empty slot where it goes. */
-static size_t pair_table_slot(const pair_table *t, uint64_t key)
+/* One step of the assignment loop of _Placer.run (assign) for node i. */
+static int assign_node(Tables *t, Assign *a, long i, int generators)
 {
-    size_t j = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & t->mask;
-    while (t->numbers[j] >= 0 && t->keys[j] != key) j = (j + 1) & t->mask;
-    return j;
-}
-
-/* The number of `key`, giving it the next one if new; -1 on error (no memory). */
-static Py_ssize_t pair_table_number(pair_table *t, uint64_t key)
-{
-    size_t j = pair_table_slot(t, key);
-    if (t->numbers[j] >= 0) return t->numbers[j];
-    if ((size_t)(t->count + 1) * 2 > t->mask + 1) { /* keep it half empty: grow, then find the slot again */
-        pair_table bigger = {0};
-        if (pair_table_init(&bigger, (t->mask + 1) * 2) < 0) return -1;
-        for (size_t k = 0; k <= t->mask; k++) {
-            if (t->numbers[k] < 0) continue;
-            size_t m = pair_table_slot(&bigger, t->keys[k]);
-            bigger.keys[m] = t->keys[k];
-            bigger.numbers[m] = t->numbers[k];
+    long root = a->group_root[i], st = a->state[root];
+    PyObject *st_obj = PyLong_FromLong(st);
+    if (!st_obj) return PL_ERROR;
+    PyObject *devices = PyDict_GetItemWithError(a->candidates_of, st_obj); /* borrowed */
+    if (!devices) {
+        if (PyErr_Occurred()) goto error;
+        PyObject *computed = PyObject_CallOneArg(a->candidates, st_obj);
+        if (!computed) {
+            Py_DECREF(st_obj);
+            return table_failed();
         }
-        bigger.count = t->count;
-        pair_table_free(t);
-        *t = bigger;
-        j = pair_table_slot(t, key);
+        int rc = PyTuple_CheckExact(computed) ? PyDict_SetItem(a->candidates_of, st_obj, computed) : 1;
+        Py_DECREF(computed); /* candidates_of holds it */
+        if (rc) {
+            Py_DECREF(st_obj);
+            return rc < 0 ? PL_ERROR : PL_DECLINE;
+        }
+        devices = computed;
     }
-    t->keys[j] = key;
-    t->numbers[j] = t->count;
-    return t->count++;
+    Py_ssize_t num = PyTuple_GET_SIZE(devices);
+    for (Py_ssize_t j = 0; j < num; j++) {
+        PyObject *d = PyTuple_GET_ITEM(devices, j);
+        long k = PyLong_CheckExact(d) ? PyLong_AsLong(d) : -1;
+        if (k < 0 || k >= a->num_devices) { /* checked once per candidate tuple would do; tuples are short */
+            PyErr_Clear();
+            Py_DECREF(st_obj);
+            return PL_DECLINE;
+        }
+    }
+    if (num == 0) { /* no device for the group: an error to word */
+        Py_DECREF(st_obj);
+        return PL_DECLINE;
+    }
+    if (!a->visited_root[root]) {
+        PyObject *names = PyDict_GetItemWithError(a->candidate_names, devices);
+        if (!names) {
+            if (PyErr_Occurred()) goto error;
+            Py_ssize_t m = num < 8 ? num : 8;
+            PyObject *made = PyTuple_New(m);
+            if (!made) goto error;
+            for (Py_ssize_t j = 0; j < m; j++) {
+                PyObject *name = PyList_GET_ITEM(a->device_names, PyLong_AsLong(PyTuple_GET_ITEM(devices, j)));
+                Py_INCREF(name);
+                PyTuple_SET_ITEM(made, j, name);
+            }
+            int rc = PyDict_SetItem(a->candidate_names, devices, made);
+            Py_DECREF(made);
+            if (rc < 0) goto error;
+            names = made;
+        }
+        PyObject *root_obj = PyLong_FromLong(root);
+        if (!root_obj) goto error;
+        int rc = PyDict_SetItem(a->first_names, root_obj, names);
+        Py_DECREF(root_obj);
+        if (rc < 0) goto error;
+        a->visited_root[root] = 1;
+    }
+    long chosen = PyLong_AsLong(PyTuple_GET_ITEM(devices, 0));
+    if (!generators) {
+        long why = PyLong_AsLong(PyList_GET_ITEM(a->follow, i));
+        int lo = a->in_start[i];
+        if (why >= 0 && a->in_start[i + 1] > lo) { /* Shape/Size/Rank, pass-through Identity */
+            long src_device = a->assigned[a->in_src[lo]];
+            if (src_device >= 0 && tuple_has_long(devices, src_device)) {
+                chosen = src_device;
+                a->reason[i] = why;
+            }
+        }
+    } else { /* a generator: the device of all its consumers, if they share one */
+        PyObject *key = PyLong_FromLong(i);
+        if (!key) goto error;
+        PyObject *users = PyDict_GetItemWithError(a->consumers, key);
+        Py_DECREF(key);
+        if (!users || !PyList_CheckExact(users)) {
+            if (PyErr_Occurred()) goto error;
+            Py_DECREF(st_obj);
+            return PL_DECLINE;
+        }
+        Py_ssize_t u = PyList_GET_SIZE(users);
+        if (u > 0) {
+            long first = a->assigned[PyLong_AsLong(PyList_GET_ITEM(users, 0))]; /* follow_inputs made them */
+            if (first >= 0 && tuple_has_long(devices, first)) {
+                int same = 1;
+                for (Py_ssize_t j = 1; j < u && same; j++)
+                    same = a->assigned[PyLong_AsLong(PyList_GET_ITEM(users, j))] == first;
+                if (same) {
+                    chosen = first;
+                    a->reason[i] = a->why_generator;
+                }
+            }
+        }
+    }
+    long placed;
+    int r = table_long(t->placed, st_obj, PyList_GET_ITEM(a->device_name_id, chosen), &placed);
+    Py_DECREF(st_obj);
+    if (r != PL_OK) return r == PL_CONFLICT ? PL_DECLINE : r;
+    a->assigned[i] = chosen;
+    a->state[root] = placed;
+    return PL_OK;
+error:
+    Py_DECREF(st_obj);
+    return PL_ERROR;
 }
 
-PyDoc_STRVAR(request_pairs_doc,
-"request_pairs(requested, requested_ids, node_types) -> None | (numbers, firsts)\n\n"
-"What _request_pairs computes for Placer._init_members: number each node's distinct\n"
-"(requested_ids[requested[i]], node_types[i]) pair in order of first occurrence; `numbers`:\n"
-"bytes of native int64, one per node; `firsts`: the first node of each number. node_types: a\n"
-"buffer of native int64. None, having changed nothing, at anything but str requests whose ids\n"
-"are ints in [0, 2**31): the Python code does it.");
-
-static PyObject *request_pairs(PyObject *self, PyObject *args)
+/* A list of n ints from a C array, or NULL. */
+static PyObject *int_list(const long *values, Py_ssize_t n)
 {
-    PyObject *requested, *requested_ids, *types_obj, *numbers = NULL, *firsts = NULL, *result = NULL;
-    if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &requested, &PyDict_Type, &requested_ids, &types_obj))
-        return NULL;
-    Py_buffer types_buf = {0};
-    pair_table table = {0};
-    int ok = int_buffer(types_obj, &types_buf, sizeof(int64_t), "lq");
-    if (ok < 0) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(requested);
-    if (!ok || types_buf.len != n * (Py_ssize_t)sizeof(int64_t)) goto decline;
-    const int64_t *types = types_buf.buf;
-    if (pair_table_init(&table, 64) < 0) goto done;
-    if (!(numbers = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t))) || !(firsts = PyList_New(0)))
-        goto done;
-    int64_t *number = (int64_t *)PyBytes_AS_STRING(numbers);
-    PyObject *last = NULL; /* requests repeat in runs: the last one looked up, and its id */
-    long last_id = -1;
+    PyObject *list = PyList_New(n);
+    if (!list) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *request = PyList_GET_ITEM(requested, i);
-        if (request != last) {
-            if (!PyUnicode_CheckExact(request)) goto decline;
-            PyObject *id = PyDict_GetItemWithError(requested_ids, request);
-            if (!id) {
-                if (PyErr_Occurred()) goto done;
+        PyObject *v = PyLong_FromLong(values[i]);
+        if (!v) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, v);
+    }
+    return list;
+}
+
+/* Copy a list of n ints into `out`: 1 done, 0 anything else (declined). */
+static int copy_ints(PyObject *list, Py_ssize_t n, long *out)
+{
+    if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) != n) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyList_GET_ITEM(list, i);
+        out[i] = PyLong_CheckExact(v) ? PyLong_AsLong(v) : -1;
+        if (out[i] == -1 && PyErr_Occurred()) PyErr_Clear();
+        if (out[i] < 0) return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(place_doc,
+"place(*, in_start, in_src, in_slot, ops, requested, order, is_generator, state, ref_inputs,\n"
+"      colocated_names, colocated_name_ids, constraints, candidates, device_names, device_name_id,\n"
+"      metadata_ops, identity_op, why_metadata, why_identity, why_generator, why_default)\n"
+"    -> None | (devices, reason, group_root, first_names)\n\n"
+"_Placer.run after _init_members: the ref/resource and _class unions, the group roots and the\n"
+"assignment (placer.py is the specification). `state`: each node's initial state id;\n"
+"`constraints`: the run's _Constraints (its caches are read, and filled on a miss);\n"
+"`candidates`: state id -> tuple of device indices. Returns the device name per node, the\n"
+"reason code per node, the group root per node and {group root: names of its first 8\n"
+"candidates when first visited}; None (declined) at an error to word or an input it does not\n"
+"handle: the caller then runs the Python placer from its start.");
+
+static PyObject *place(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"in_start", "in_src", "in_slot", "ops", "requested", "order", "is_generator",
+                             "state", "ref_inputs", "colocated_names", "colocated_name_ids", "constraints",
+                             "candidates", "device_names", "device_name_id", "metadata_ops", "identity_op",
+                             "why_metadata", "why_identity", "why_generator", "why_default", NULL};
+    PyObject *in_start_obj = NULL, *in_src_obj = NULL, *in_slot_obj = NULL, *ops = NULL, *requested = NULL;
+    PyObject *order = NULL, *is_generator = NULL, *state_obj = NULL, *ref_inputs = NULL, *colocated_names = NULL;
+    PyObject *colocated_name_ids = NULL, *constraints = NULL, *candidates = NULL, *device_names = NULL;
+    PyObject *device_name_id = NULL, *metadata_ops = NULL, *identity_op = NULL, *why_metadata = NULL;
+    PyObject *why_identity = NULL;
+    long why_generator = -1, why_default = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOO!O!O!O!O!O!O!O!OOO!O!O!UO!O!ll", kwlist, &in_start_obj,
+                                     &in_src_obj, &in_slot_obj, &PyList_Type, &ops, &PyList_Type, &requested,
+                                     &PyList_Type, &order, &PyList_Type, &is_generator, &PyList_Type, &state_obj,
+                                     &PyList_Type, &ref_inputs, &PyDict_Type, &colocated_names, &PyDict_Type,
+                                     &colocated_name_ids, &constraints, &candidates, &PyList_Type, &device_names,
+                                     &PyList_Type, &device_name_id, &PyFrozenSet_Type, &metadata_ops, &identity_op,
+                                     &PyLong_Type, &why_metadata, &PyLong_Type, &why_identity, &why_generator,
+                                     &why_default))
+        return NULL;
+    if (!in_start_obj || !in_src_obj || !in_slot_obj || !ops || !requested || !order || !is_generator ||
+        !state_obj || !ref_inputs || !colocated_names || !colocated_name_ids || !constraints || !candidates ||
+        !device_names || !device_name_id || !metadata_ops || !identity_op || !why_metadata || !why_identity ||
+        why_generator < 0 || why_default < 0) {
+        PyErr_SetString(PyExc_TypeError, "place() takes every argument, by keyword");
+        return NULL;
+    }
+    PyObject *result = NULL, *follow_consumers = NULL, *keys = NULL, *first_names = NULL;
+    PyObject *candidates_of = NULL, *candidate_names = NULL, *out_devices = NULL, *out_reason = NULL;
+    PyObject *out_roots = NULL;
+    long *parent = NULL, *rank = NULL, *state = NULL, *group_root = NULL, *assigned = NULL, *reason = NULL;
+    unsigned char *visited_root = NULL;
+    Tables *t = NULL;
+    int r = PL_DECLINE;
+    Py_buffer start_buf = {0}, src_buf = {0}, slot_buf = {0};
+    int ok = int_buffer(in_start_obj, &start_buf, sizeof(int), "i");
+    if (ok > 0) ok = int_buffer(in_src_obj, &src_buf, sizeof(int), "i");
+    if (ok > 0) ok = int_buffer(in_slot_obj, &slot_buf, sizeof(int), "i");
+    if (ok < 0) goto done;
+    Py_ssize_t n = PyList_GET_SIZE(ops), num_devices = PyList_GET_SIZE(device_names);
+    if (!ok || start_buf.len / (Py_ssize_t)sizeof(int) != n + 1 || slot_buf.len != src_buf.len ||
+        PyList_GET_SIZE(order) != n || PyList_GET_SIZE(device_name_id) != num_devices || num_devices == 0)
+        goto decline;
+    const int *in_start = start_buf.buf, *in_src = src_buf.buf, *in_slot = slot_buf.buf;
+    if (!valid_inputs(in_start, in_src, n, src_buf.len / (Py_ssize_t)sizeof(int))) goto decline;
+
+    /* The constraint tables. */
+    if (!(t = PyMem_Calloc(1, sizeof(Tables)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject *soft = NULL;
+    if (!(t->merged = PyObject_GetAttrString(constraints, "merged")) ||
+        !(t->placed = PyObject_GetAttrString(constraints, "placed")) ||
+        !(t->compatible = PyObject_GetAttrString(constraints, "compatible")) ||
+        !(t->unset = PyObject_GetAttrString(constraints, "unset")) ||
+        !(t->states = PyObject_GetAttrString(constraints, "states")) ||
+        !(t->intern_state = PyObject_GetAttrString(constraints, "state")) ||
+        !(t->merge_error = PyObject_GetAttrString(constraints, "merge_error")) ||
+        !(soft = PyObject_GetAttrString(constraints, "soft")))
+        goto done;
+    t->soft = PyObject_IsTrue(soft);
+    Py_DECREF(soft);
+    if (t->soft < 0) goto done;
+    if (!PyList_CheckExact(t->states) || !PyExceptionClass_Check(t->merge_error)) goto decline;
+
+    /* Union-find over node ids: parent (-1 at a root), rank, the state id of each group root. */
+    parent = PyMem_Malloc((n + 1) * sizeof(long));
+    rank = PyMem_Calloc(n + 1, sizeof(long));
+    state = PyMem_Malloc((n + 1) * sizeof(long));
+    group_root = PyMem_Malloc((n + 1) * sizeof(long));
+    assigned = PyMem_Malloc((n + 1) * sizeof(long));
+    reason = PyMem_Malloc((n + 1) * sizeof(long));
+    visited_root = PyMem_Calloc(n + 1, 1);
+    if (!parent || !rank || !state || !group_root || !assigned || !reason || !visited_root) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!copy_ints(state_obj, n, state)) goto decline;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        parent[i] = -1;
+        assigned[i] = -1;
+        reason[i] = why_default;
+    }
+    if ((r = union_ref_edges(t, ref_inputs, in_start, in_src, in_slot, n, parent, rank, state)) != PL_OK) goto end;
+    if (!(keys = class_keys(colocated_names, colocated_name_ids, order, n))) goto done;
+    if (keys == Py_None) goto decline;
+    if ((r = union_by_keys(t, PyTuple_GET_ITEM(keys, 1), PyTuple_GET_ITEM(keys, 0), parent, rank, state)) != PL_OK)
+        goto end;
+    for (Py_ssize_t i = 0; i < n; i++) group_root[i] = find_root(parent, i); /* groups are final now */
+
+    if (!(follow_consumers = follow_inputs(ops, requested, in_start_obj, in_src_obj, is_generator, metadata_ops,
+                                           identity_op, why_metadata, why_identity)))
+        goto done;
+    if (follow_consumers == Py_None) goto decline;
+    if (!(first_names = PyDict_New()) || !(candidates_of = PyDict_New()) || !(candidate_names = PyDict_New()))
+        goto done;
+    Assign a = {in_start, in_src, n, num_devices, PyTuple_GET_ITEM(follow_consumers, 0),
+                PyTuple_GET_ITEM(follow_consumers, 1), candidates, candidates_of, candidate_names, first_names,
+                device_names, device_name_id, why_generator, group_root, state, assigned, reason, visited_root};
+    for (Py_ssize_t j = 0; j < num_devices; j++)
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(device_names, j)) ||
+            !PyLong_CheckExact(PyList_GET_ITEM(device_name_id, j)))
+            goto decline;
+    /* Pass 1 visits non-generators in node order; pass 2 the generators, after their consumers.
+     * follow_inputs checked that is_generator holds bools. */
+    for (int generators = 0; generators < 2; generators++) {
+        for (Py_ssize_t p = 0; p < n; p++) {
+            PyObject *node = PyList_GET_ITEM(order, p);
+            long i = PyLong_CheckExact(node) ? PyLong_AsLong(node) : -1;
+            if (i < 0 || i >= n) {
+                PyErr_Clear();
                 goto decline;
             }
-            last_id = PyLong_CheckExact(id) ? PyLong_AsLong(id) : -1;
-            if (last_id == -1 && PyErr_Occurred()) PyErr_Clear(); /* too large: declined below */
-            if (last_id < 0 || last_id > INT32_MAX) goto decline;
-            last = request;
+            if ((PyList_GET_ITEM(is_generator, i) == Py_True) != generators) continue;
+            if ((r = assign_node(t, &a, i, generators)) != PL_OK) goto end;
         }
-        if (types[i] < 0 || types[i] > INT32_MAX) goto decline;
-        Py_ssize_t k = pair_table_number(&table, ((uint64_t)last_id << 32) | (uint64_t)types[i]);
-        if (k < 0) goto done;
-        if (k == PyList_GET_SIZE(firsts)) { /* a new pair: i is its first node */
-            PyObject *node = PyLong_FromSsize_t(i);
-            if (!node) goto done;
-            int rc = PyList_Append(firsts, node);
-            Py_DECREF(node);
-            if (rc < 0) goto done;
-        }
-        number[i] = k;
     }
-    result = PyTuple_Pack(2, numbers, firsts);
+    /* Both passes visit every node of `order`, a permutation of the nodes (Graph.topological_order):
+     * every node has a device. */
+    if (!(out_devices = PyList_New(n))) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (assigned[i] < 0) goto decline;
+        PyObject *name = PyList_GET_ITEM(device_names, assigned[i]);
+        Py_INCREF(name);
+        PyList_SET_ITEM(out_devices, i, name);
+    }
+    if (!(out_reason = int_list(reason, n)) || !(out_roots = int_list(group_root, n))) goto done;
+    result = PyTuple_Pack(4, out_devices, out_reason, out_roots, first_names);
     goto done;
+end:
+    if (r == PL_ERROR) goto done;
 decline:
     result = Py_None;
     Py_INCREF(result);
 done:
-    pair_table_free(&table);
-    Py_XDECREF(numbers);
-    Py_XDECREF(firsts);
-    if (types_buf.obj) PyBuffer_Release(&types_buf);
+    if (t) {
+        Py_XDECREF(t->merged);
+        Py_XDECREF(t->placed);
+        Py_XDECREF(t->compatible);
+        Py_XDECREF(t->unset);
+        Py_XDECREF(t->states);
+        Py_XDECREF(t->intern_state);
+        Py_XDECREF(t->merge_error);
+        PyMem_Free(t);
+    }
+    PyMem_Free(parent);
+    PyMem_Free(rank);
+    PyMem_Free(state);
+    PyMem_Free(group_root);
+    PyMem_Free(assigned);
+    PyMem_Free(reason);
+    PyMem_Free(visited_root);
+    Py_XDECREF(follow_consumers);
+    Py_XDECREF(keys);
+    Py_XDECREF(first_names);
+    Py_XDECREF(candidates_of);
+    Py_XDECREF(candidate_names);
+    Py_XDECREF(out_devices);
+    Py_XDECREF(out_reason);
+    Py_XDECREF(out_roots);
+    if (start_buf.obj) PyBuffer_Release(&start_buf);
+    if (src_buf.obj) PyBuffer_Release(&src_buf);
+    if (slot_buf.obj) PyBuffer_Release(&slot_buf);
     return result;
 }
 
+/* ------------------------------------------------------------------ the import rewrite */
+
+/* The first loop of imported_devices: per node of colocated_names (in its order), the names it
+ * is colocated with other than its own, for the nodes that have some: a list of (node, names).
+ * NULL with an error set, or Py_None (a new reference) at an entry it does not take. */
+static PyObject *colocated_others(PyObject *colocated_names, PyObject *names)
+{
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    Py_ssize_t it = 0, n = PyList_GET_SIZE(names);
+    PyObject *key, *located;
+    while (PyDict_Next(colocated_names, &it, &key, &located)) {
+        long i = PyLong_CheckExact(key) ? PyLong_AsLong(key) : -1;
+        if (i == -1 && PyErr_Occurred()) PyErr_Clear();
+        if (i < 0 || i >= n || !PyTuple_CheckExact(located)) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        PyObject *own = PyList_GET_ITEM(names, i), *others = located;
+        Py_INCREF(others);
+        int has_own = PySequence_Contains(located, own);
+        if (has_own < 0) goto fail;
+        if (has_own) { /* the same names without its own, in order */
+            Py_DECREF(others);
+            others = PyList_New(0);
+            if (!others) goto fail_nothing;
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(located); j++) {
+                PyObject *name = PyTuple_GET_ITEM(located, j);
+                int same = PyObject_RichCompareBool(name, own, Py_EQ);
+                if (same < 0 || (!same && PyList_Append(others, name) < 0)) goto fail;
+            }
+            PyObject *t = PyList_AsTuple(others);
+            Py_DECREF(others);
+            if (!(others = t)) goto fail_nothing;
+        }
+        if (PyTuple_GET_SIZE(others) > 0) {
+            PyObject *pair = PyTuple_Pack(2, key, others);
+            if (!pair || PyList_Append(out, pair) < 0) {
+                Py_XDECREF(pair);
+                goto fail;
+            }
+            Py_DECREF(pair);
+        }
+        Py_DECREF(others);
+        continue;
+    fail:
+        Py_DECREF(others);
+    fail_nothing:
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* The last loop of imported_devices over `colocated`, on `devices` (the caller's copy, whose
+ * colocated nodes already lost their device): each node takes the re-canonicalised device of the
+ * first op it names that has one, answered once per tuple of names when none of them is colocated
+ * itself (`stat`). 1 done, 0 declined, -1 error. */
+static int take_colocated_devices(PyObject *colocated, PyObject *devices, PyObject *index, PyObject *colocated_ids,
+                                  PyObject *recanonical)
+{
+    PyObject *stat = PyDict_New();
+    if (!stat) return -1;
+    int r = 1;
+    Py_ssize_t n = PyList_GET_SIZE(devices);
+    for (Py_ssize_t p = 0; p < PyList_GET_SIZE(colocated) && r == 1; p++) {
+        PyObject *pair = PyList_GET_ITEM(colocated, p);
+        PyObject *others = PyTuple_GET_ITEM(pair, 1); /* colocated_others made them */
+        long i = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+        PyObject *device = PyDict_GetItemWithError(stat, others); /* borrowed */
+        PyObject *found_device = NULL;                             /* owned, when computed here */
+        if (!device) {
+            if (PyErr_Occurred()) {
+                r = -1;
+                break;
+            }
+            int disjoint = 1;
+            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(others); k++) {
+                PyObject *id = PyDict_GetItemWithError(index, PyTuple_GET_ITEM(others, k));
+                if (!id) {
+                    if (PyErr_Occurred()) r = -1;
+                    if (r < 0) break;
+                    continue; /* no such op: skipped, and never colocated */
+                }
+                int c = PySet_Contains(colocated_ids, id);
+                if (c < 0) {
+                    r = -1;
+                    break;
+                }
+                if (c) disjoint = 0;
+                if (found_device) continue;
+                long j = PyLong_CheckExact(id) ? PyLong_AsLong(id) : -1;
+                if (j < 0 || j >= n) {
+                    PyErr_Clear();
+                    r = 0;
+                    break;
+                }
+                PyObject *dj = PyList_GET_ITEM(devices, j);
+                if (PyUnicode_GET_LENGTH(dj) == 0) continue;
+                if (!(found_device = PyObject_GetItem(recanonical, dj))) { /* DeviceSpec's rule, in Python */
+                    if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError)) {
+                        r = -1;
+                    } else {
+                        PyErr_Clear();
+                        r = 0;
+                    }
+                    break;
+                }
+                if (!PyUnicode_CheckExact(found_device)) r = 0;
+            }
+            if (r == 1 && disjoint && PyDict_SetItem(stat, others, found_device ? found_device : Py_None) < 0) r = -1;
+            device = found_device ? found_device : Py_None;
+        }
+        if (r == 1 && device != Py_None) {
+            Py_INCREF(device);
+            if (PyList_SetItem(devices, i, device) < 0) r = -1;
+        }
+        Py_XDECREF(found_device);
+    }
+    Py_DECREF(stat);
+    return r;
+}
+
+PyDoc_STRVAR(imported_colocation_doc,
+"imported_colocation(*, colocated_names, names, index, devices, recanonical) -> None | list[str]\n\n"
+"The `_class` part of imported_devices (importer._ProcessNewOps): `devices`, the canonical device\n"
+"of every node, with each op colocated with others first losing its device, then taking, in\n"
+"node order, the device of the first op it names that has one. `recanonical`: device -> its\n"
+"canonical form (a table that computes a missing entry, DeviceSpec's rule in Python). Returns\n"
+"a new list, or None (declined) at an input of another type or a table that raises: the\n"
+"Python code then does it.");
+
+static PyObject *imported_colocation(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"colocated_names", "names", "index", "devices", "recanonical", NULL};
+    PyObject *colocated_names = NULL, *names = NULL, *index = NULL, *devices = NULL, *recanonical = NULL;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O", kwlist, &PyDict_Type, &colocated_names,
+                                     &PyList_Type, &names, &PyDict_Type, &index, &PyList_Type, &devices,
+                                     &recanonical))
+        return NULL;
+    if (!colocated_names || !names || !index || !devices || !recanonical) {
+        PyErr_SetString(PyExc_TypeError, "imported_colocation() takes every argument, by keyword");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(devices);
+    if (PyList_GET_SIZE(names) != n) Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(devices, i)) || !PyUnicode_CheckExact(PyList_GET_ITEM(names, i)))
+            Py_RETURN_NONE;
+    PyObject *colocated = colocated_others(colocated_names, names), *out = NULL, *ids = NULL, *empty = NULL;
+    if (!colocated || colocated == Py_None) return colocated;
+    if (!(out = PyList_GetSlice(devices, 0, n)) || !(ids = PySet_New(NULL)) || !(empty = PyUnicode_FromString("")))
+        goto fail;
+    for (Py_ssize_t p = 0; p < PyList_GET_SIZE(colocated); p++) { /* each loses its device */
+        PyObject *node = PyTuple_GET_ITEM(PyList_GET_ITEM(colocated, p), 0);
+        if (PySet_Add(ids, node) < 0) goto fail;
+        Py_INCREF(empty);
+        PyList_SetItem(out, PyLong_AsSsize_t(node), empty);
+    }
+    int r = take_colocated_devices(colocated, out, index, ids, recanonical);
+    if (r < 0) goto fail;
+    if (r == 0) {
+        Py_DECREF(out);
+        out = Py_None;
+        Py_INCREF(out);
+    }
+    Py_DECREF(colocated);
+    Py_DECREF(ids);
+    Py_DECREF(empty);
+    return out;
+fail:
+    Py_XDECREF(colocated);
+    Py_XDECREF(out);
+    Py_XDECREF(ids);
+    Py_XDECREF(empty);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
-    {"union_by_keys", union_by_keys, METH_VARARGS, union_by_keys_doc},
-    {"union_ref_edges", union_ref_edges, METH_VARARGS, union_ref_edges_doc},
-    {"assign_nodes", assign_nodes, METH_VARARGS, assign_nodes_doc},
-    {"number_keys", number_keys, METH_VARARGS, number_keys_doc},
-    {"follow_inputs", follow_inputs, METH_VARARGS, follow_inputs_doc},
-    {"class_keys", class_keys, METH_VARARGS, class_keys_doc},
-    {"request_pairs", request_pairs, METH_VARARGS, request_pairs_doc},
-    {"colocated_others", colocated_others, METH_VARARGS, colocated_others_doc},
-    {"apply_colocated_devices", apply_colocated_devices, METH_VARARGS, apply_colocated_devices_doc},
+    {"place", (PyCFunction)(void (*)(void))place, METH_VARARGS | METH_KEYWORDS, place_doc},
+    {"imported_colocation", (PyCFunction)(void (*)(void))imported_colocation, METH_VARARGS | METH_KEYWORDS,
+     imported_colocation_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "placeviz.placement._placer_kernels",
-    "The placer's per-node loops in C (see placeviz/placement/placer.py, the reference).", -1, methods,
+    "The placer's native core (see placeviz/placement/placer.py, the specification).",
+    -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__placer_kernels(void)

@@ -33,8 +33,7 @@ For a graph built in Python this changes nothing; it matters for hand-edited or 
 GraphDefs. ``PlacerConfig(python_import=False)`` reads the devices as TF's C++ does
 (``ParseFullName``: case-sensitive types, no ``CPU:2`` local form).
 
-Speed (about 1.0-1.4 us per node at 200k nodes with the C kernels; TF's own placer takes 14).
-Per-node Python work is kept to list lookups, numpy does the passes that are the same for every
+Speed (TF's own placer takes about 14 us per node at 200k nodes). In the Python code, per-node work is kept to list lookups, numpy does the passes that are the same for every
 node, and everything that depends on a few distinct values is computed once per value:
 
 * op facts (input/output types, supported device types) once per distinct (op type, values of the
@@ -48,9 +47,14 @@ node, and everything that depends on a few distinct values is computed once per 
 * union-find in flat lists, with TF's union order and rank rule, so group roots are the same;
 * candidates as tuples of device indices, cached per group state.
 
-The per-node loops, and the passes between them that would convert million-element lists to
-numpy and back, have C versions (``_placer_kernels``), used when built; the Python code stays as
-the reference and does whatever they decline.
+This Python code is the executable specification. When built, a native core
+(``_placer_kernels.place``, see :meth:`_Placer.run_native`) does the whole of :meth:`_Placer.run`
+after the members are made: the ref/resource and ``_class`` unions, the group roots and the
+assignment, over the IR arrays, reading the TF device-name rules through this module's constraint
+tables (:class:`_Constraints`, :meth:`_Placer._compute_candidates`) so that those rules are written
+once. It returns the whole result or declines (an error to word, an input it does not take), and
+then :meth:`_Placer.run` runs from its start on a new ``_Placer``. ``tests/test_placer_native.py``
+compares the two field by field.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from itertools import compress, count, repeat
+from itertools import compress, repeat
 from typing import Any
 
 from placeviz.devices import (
@@ -81,7 +85,7 @@ from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph, gc_paused
 from placeviz.native import kernels
 from placeviz.ops import fact_key_attrs
 
-_kernels = kernels("placement._placer_kernels")  # the per-node loops in C (see placeviz.native)
+_kernels = kernels("placement._placer_kernels")  # the native core (see placeviz.native)
 
 EMPTY = ParsedName()
 METADATA_OPS = frozenset({"Shape", "Size", "Rank"})
@@ -143,16 +147,6 @@ def imported_devices(graph: Graph) -> list[str]:
     takes the device of the first op it names that has one (names of missing ops are skipped).
     """
     names, index = graph.names, graph.colocated_name_ids  # only names some _class names are looked up
-    # (node, names of the other ops it is colocated with), node-id order; loc:@<own name> does not count
-    colocated: list[tuple[int, tuple[str, ...]]] = []
-    if _kernels is not None:
-        colocated = _kernels.colocated_others(graph.colocated_names, names)
-    else:
-        for i, located in graph.colocated_names.items():
-            if names[i] in located:
-                located = tuple(name for name in located if name != names[i])
-            if located:
-                colocated.append((i, located))
     # Canonicalise once per distinct device string; a malformed one is an error only on a node
     # that keeps its device (the first such node in id order is reported).
     canonical: dict[str, str | DeviceSpecError] = {"": ""}
@@ -163,6 +157,20 @@ def imported_devices(graph: Graph) -> list[str]:
             except DeviceSpecError as e:
                 canonical[device] = e
     devices = list(map(canonical.__getitem__, graph.devices))
+    if _kernels is not None and not any(isinstance(c, DeviceSpecError) for c in canonical.values()):
+        # The rest, natively, as one function (None: declined, done below); it reads DeviceSpec's
+        # rule from a table of its own.
+        done = _kernels.imported_colocation(colocated_names=graph.colocated_names, names=names, index=index,
+                                            devices=devices, recanonical=_Cache(canonical_device))
+        if done is not None:
+            return done
+    # (node, names of the other ops it is colocated with), node-id order; loc:@<own name> does not count
+    colocated: list[tuple[int, tuple[str, ...]]] = []
+    for i, located in graph.colocated_names.items():
+        if names[i] in located:
+            located = tuple(name for name in located if name != names[i])
+        if located:
+            colocated.append((i, located))
     colocated_ids: Any = list(map(operator.itemgetter(0), colocated))  # a set from below
     deque(map(devices.__setitem__, colocated_ids, repeat("")), maxlen=0)  # C-level: each loses its device
     if any(isinstance(c, DeviceSpecError) for c in canonical.values()):
@@ -197,16 +205,8 @@ def imported_devices(graph: Graph) -> list[str]:
         if device is not None:
             devices[i] = device  # type: ignore[assignment]
 
-    if _kernels is None:
-        for i, others in colocated:
-            take_device(i, others)
-        return devices  # type: ignore[return-value]  # errors were raised above
-    # The same loop in C; it stops where a device has not been re-canonicalised yet, done here.
-    pos = 0
-    while (pos := _kernels.apply_colocated_devices(colocated, static, devices, index, colocated_ids,
-                                                   recanonical, pos)) is not None:
-        take_device(*colocated[pos])
-        pos += 1
+    for i, others in colocated:
+        take_device(i, others)
     return devices  # type: ignore[return-value]
 
 
@@ -247,6 +247,10 @@ def place(graph: Graph, device_set: DeviceSet, config: PlacerConfig = PlacerConf
         op_table = load_op_table()
     with gc_paused():
         read_fact_attrs(graph, op_table)
+        if _kernels is not None:
+            placement = _Placer(graph, device_set, config, op_table).run_native()
+            if placement is not None:
+                return placement
         return _Placer(graph, device_set, config, op_table).run()
 
 
@@ -286,6 +290,8 @@ class _Constraints:
     on a device are then computed once per pair of states and looked up afterwards. A merge that
     raises :class:`DeviceMergeError` is not cached (it raises again, with the same message).
     """
+
+    merge_error = DeviceMergeError  # what ``merged`` raises for devices that cannot merge
 
     def __init__(self, soft: bool):
         self.soft = soft
@@ -495,18 +501,14 @@ class _Placer:
 
         The values come from :meth:`Graph.attr_keys` (one pass over the NodeDefs, shared with the
         ``_class`` read and with the setter's source graph when :func:`placeviz.placement.
-        place_graph` asked for them there). Numbers are dense, in no particular order.
+        place_graph` asked for them there). Numbers are dense, in order of first occurrence.
         """
         graph = self.graph
-        if _kernels is not None:  # numbered in order of first occurrence, as below
-            numbers, num_keys = _kernels.number_keys(graph.ops, graph.attr_keys(key_attrs))
-            return np.frombuffer(numbers, dtype=np.int64), num_keys
-        numbers = {}
-        sparse = list(map(numbers.setdefault, zip(graph.ops, graph.attr_keys(key_attrs), strict=True), count()))
-        if len(numbers) == len(sparse):
-            return np.asarray(sparse, dtype=np.int64), len(numbers)
-        _, dense = np.unique(np.asarray(sparse, dtype=np.int64), return_inverse=True)
-        return dense.reshape(-1), len(numbers)
+        # One pass through a dict that gives a new key the next number: dense, with no sort of a
+        # million numbers afterwards.
+        numbering: _Cache = _Cache(lambda _: len(numbering))
+        keys = zip(graph.ops, graph.attr_keys(key_attrs), strict=True)
+        return np.asarray(list(map(numbering.__getitem__, keys)), dtype=np.int64), len(numbering)
 
     def _facts(self, node) -> tuple[int, tuple[int, ...], int | None]:
         """(supported type set id, ref/resource data-input ports, type of the only output or None)."""
@@ -555,19 +557,6 @@ class _Placer:
         """Join each node with the producers of its ref/resource data inputs, in node-id order."""
         g = self.graph
         in_start, in_src, in_slot = g.in_start, g.in_src, g.in_slot
-        if _kernels is not None:
-            # The same loop in C, over what the caches settle; it stops at any other edge, which
-            # _colocate_ref_edge handles here.
-            constraints = self.constraints
-            ref_inputs = self.ref_inputs
-            pos, edge, port = 0, -1, 0
-            while (stop := _kernels.union_ref_edges(
-                    ref_inputs, in_start, in_src, in_slot, self.parent, self.rank, self.state,
-                    constraints.states, constraints.compatible, constraints.merged, pos, edge, port)) is not None:
-                pos, edge, port = stop
-                self._colocate_ref_edge(in_src[edge], ref_inputs[pos][0])
-                edge, port = edge + 1, port + 1
-            return
         for dst, ref_ports in self.ref_inputs:  # node-id order
             port = -1
             for k in range(in_start[dst], in_start[dst + 1]):
@@ -629,18 +618,6 @@ class _Placer:
         # the merge or returns the error message.
         parent, rank, state, find = self.parent, self.rank, self.state, self.find
         merged_states = self.constraints.merged
-        if _kernels is not None:
-            # The same loop in C; it stops where a merge is not cached, which _colocate does here.
-            pos, key_pos = 0, 0
-            while (stop := _kernels.union_by_keys(visit, keys_of, roots, parent, rank, state, merged_states,
-                                                  pos, key_pos)) is not None:
-                pos, key_pos = stop
-                i = visit[pos]
-                error = self._colocate(i, roots[keys_of[i][key_pos]])
-                if error and not self.soft:
-                    raise PlacementError(error)
-                key_pos += 1
-            return
         for i in visit:
             for key in keys_of[i]:
                 root = roots.get(key)
@@ -675,12 +652,6 @@ class _Placer:
         it. ``visit``: only the nodes with keys, in visit order.
         """
         g = self.graph
-        if _kernels is not None:
-            # The same in C (here it is a pass over a million-element list, a numpy mask built from
-            # it and a conversion back); None at anything unusual.
-            done = _kernels.class_keys(g.colocated_names, g.colocated_name_ids, self.order, len(g))
-            if done is not None:
-                return done
         import numpy as np
 
         keys_of: list[tuple[str, ...]] = [()] * len(g)
@@ -806,15 +777,6 @@ class _Placer:
         the *plain* nodes (numpy bool array: no generator, no follower, no back-edge source; see
         :meth:`run`)."""
         g = self.graph
-        if _kernels is not None:
-            # The same in C, in a pass over the nodes and one over the edges (the steps below
-            # convert million-element lists to numpy and back); None at anything unusual.
-            done = _kernels.follow_inputs(g.ops, self.requested, g.in_start, g.in_src, self.is_generator,
-                                          METADATA_OPS, BACK_EDGE_SOURCE_OPS, PASS_THROUGH_OP, WHY_METADATA,
-                                          WHY_IDENTITY)
-            if done is not None:
-                follow, consumers, plain = done
-                return follow, consumers, np.frombuffer(plain, dtype=np.bool_)
         identity_candidates = self._identity_candidates(np)
         consumers = _consumers_of(g, list(compress(range(len(g)), self.is_generator)) + identity_candidates)
         follow = self._follow_input(consumers, identity_candidates)
@@ -823,6 +785,40 @@ class _Placer:
         return follow, consumers, plain
 
     # ------------------------------------------------------------------ run
+    def run_native(self) -> Placement | None:
+        """:meth:`run` by the native core (``_placer_kernels.place``), or None when it declines.
+
+        The members are made here as :meth:`run` makes them (op facts and requests, with their
+        errors); the native code then does the unions, the roots and the assignment over the IR
+        arrays, reading the TF device-name rules through this run's constraint tables
+        (:class:`_Constraints`' caches and :meth:`_compute_candidates`, filled on a miss). It
+        declines at any error to word and at any input it does not handle; the caller then runs
+        :meth:`run` on a new ``_Placer``, so nothing of this run is reused.
+        """
+        import numpy as np
+
+        assert _kernels is not None
+        g = self.graph
+        self._init_members()
+        done = _kernels.place(
+            in_start=g.in_start, in_src=g.in_src, in_slot=g.in_slot, ops=g.ops, requested=self.requested,
+            order=self.order, is_generator=self.is_generator, state=self.state, ref_inputs=self.ref_inputs,
+            colocated_names=g.colocated_names, colocated_name_ids=g.colocated_name_ids,
+            constraints=self.constraints, candidates=self._compute_candidates, device_names=self.device_names,
+            device_name_id=self.device_name_id, metadata_ops=METADATA_OPS, identity_op=PASS_THROUGH_OP,
+            why_metadata=WHY_METADATA, why_identity=WHY_IDENTITY, why_generator=WHY_GENERATOR,
+            why_default=WHY_DEFAULT)
+        if done is None:
+            return None
+        devices, reason, group_root, first_names = done
+        order, is_generator = self._order_array(np), self.is_generator
+
+        def candidates() -> dict[int, list[str]]:  # only ``explain`` reads them: made on first use
+            return _candidates_table(np, np.asarray(group_root, dtype=np.int64), order,
+                                     np.frombuffer(bytes(is_generator), dtype=np.bool_), first_names, None)
+
+        return Placement(g, devices, reason, group_root, candidates)
+
     def run(self) -> Placement:
         import numpy as np
 
@@ -936,20 +932,8 @@ class _Placer:
 
         # Pass 1 visits non-generators in node order; pass 2 the generators, after their consumers.
         for generators, visit in zip((False, True), visits, strict=True):
-            visit_list = visit.tolist()
-            if _kernels is None:
-                for i in visit_list:
-                    assign(i, generators)
-                continue
-            # The same loop in C over what the caches settle; it stops before any node that needs
-            # a candidate list, names or placed state not computed yet, which assign() does here.
-            pos = 0
-            while (pos := _kernels.assign_nodes(
-                    visit_list, generators, group_root, state, candidates_of, first_names, candidate_names,
-                    assigned, reason, follow, in_start, in_src, consumers, placed, device_name_id,
-                    WHY_GENERATOR, pos)) is not None:
-                assign(visit_list[pos], generators)
-                pos += 1
+            for i in visit.tolist():
+                assign(i, generators)
         device_or_empty = [*device_names, ""]  # index -1 (not placed): ""
         return Placement(g, list(map(device_or_empty.__getitem__, assigned)), reason, group_root,
                          partial(_candidates_table, np, group_root_np, order, generator_np, first_names, bulk_names))
@@ -1022,13 +1006,6 @@ def _request_pairs(np, requested: list[str], requested_ids: dict[str, int], node
 
     ``node_types``: numpy int64 array of type set ids, each below ``num_types``.
     """
-    if _kernels is not None:
-        # The same in C, in one pass (here: a list of ids, its numpy copy and a sort); None at
-        # anything unusual.
-        done = _kernels.request_pairs(requested, requested_ids, node_types)
-        if done is not None:
-            numbers, firsts = done
-            return np.frombuffer(numbers, dtype=np.int64), firsts
     pair = np.asarray(list(map(requested_ids.__getitem__, requested)), dtype=np.int64) * (num_types + 1) + node_types
     return _numbered_by_first_use(np, pair)
 
