@@ -918,7 +918,7 @@ def _write_into(shown: str, payload: bytes) -> None:
         raise OutputError(shown, f"cannot write: {_os_problem(e)}") from None
 
 
-def _write_all(fd: int, payload: bytes) -> None:
+def _write_all(fd: int, payload: bytes | bytearray | memoryview) -> None:
     view = memoryview(payload)
     while view:
         view = view[os.write(fd, view):]

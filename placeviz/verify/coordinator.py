@@ -792,7 +792,7 @@ def write_probe(work: Path) -> dict:
             os.unlink(path)
             out[key] = "written"
         except OSError as e:
-            out[key] = errno.errorcode.get(e.errno, str(e.errno))
+            out[key] = errno.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else str(e)
     return out
 
 
