@@ -374,6 +374,25 @@ static PyObject *scoped_device(Setter *s, PyObject *scope, PyObject *own)
 }
 
 /* One node of the replay loop (inside the setter's block). */
+/* Whether node i is a ps op (*is_ps) and, if so, whether the setter's device function asks the
+ * strategy for its task (setter._calls_strategy): 1 it does, 0 it does not or i is no ps op, <0
+ * FAIL/DECLINE. The replay asks this at two places: a colocated node in an init scope and a
+ * node placed by the device function. */
+static int ps_call(Setter *s, Py_ssize_t i, PyObject *own, int *is_ps)
+{
+    *is_ps = PySet_Contains(s->ps_ops, PyList_GET_ITEM(s->ops, i));
+    if (*is_ps < 0)
+        return FAIL;
+    return *is_ps ? calls_strategy(s, own) : 0;
+}
+
+/* One strategy call for node i: recorded, and the round-robin moves to the next ps task. */
+static void take_call(Setter *s, Out *o, Py_ssize_t i, long *rr_next)
+{
+    o->calls[o->call_count++] = (int32_t)i;
+    *rr_next = (*rr_next + 1) % s->ps_tasks;
+}
+
 static int replay_node(Setter *s, Out *o, Py_ssize_t i, long *rr_next)
 {
     PyObject *own = PyList_GET_ITEM(s->own, i);
@@ -394,18 +413,11 @@ static int replay_node(Setter *s, Out *o, Py_ssize_t i, long *rr_next)
         if (in_init_scope && !advances && (advances = PySet_Contains(s->ps_ops, PyList_GET_ITEM(s->ops, target))) < 0)
             return FAIL;
         if (advances && s->ps_present) {
-            int is_ps = PySet_Contains(s->ps_ops, PyList_GET_ITEM(s->ops, i));
-            if (is_ps < 0)
-                return FAIL;
-            if (is_ps) {
-                int call = calls_strategy(s, own);
-                if (call < 0)
-                    return call;
-                if (call) {
-                    o->calls[o->call_count++] = (int32_t)i;
-                    *rr_next = (*rr_next + 1) % s->ps_tasks;
-                }
-            }
+            int is_ps, call = ps_call(s, i, own, &is_ps);
+            if (call < 0)
+                return call;
+            if (call)
+                take_call(s, o, i, rr_next);
         }
         return colocated_node(s, o, i, target);
     }
@@ -433,13 +445,10 @@ static int replay_node(Setter *s, Out *o, Py_ssize_t i, long *rr_next)
         return 0;
     }
     if (s->ps_present) {
-        int is_ps = PySet_Contains(s->ps_ops, PyList_GET_ITEM(s->ops, i));
-        if (is_ps < 0)
-            return FAIL;
+        int is_ps, call = ps_call(s, i, own, &is_ps);
+        if (call < 0)
+            return call;
         if (is_ps) {
-            int call = calls_strategy(s, own);
-            if (call < 0)
-                return call;
             PyObject *by_task = PyDict_GetItemWithError(s->ps_device_of, own);
             if (by_task == NULL)
                 return PyErr_Occurred() ? FAIL : DECLINE;
@@ -447,10 +456,8 @@ static int replay_node(Setter *s, Out *o, Py_ssize_t i, long *rr_next)
             if (!PyTuple_CheckExact(by_task) || slot >= PyTuple_GET_SIZE(by_task) ||
                 !PyUnicode_CheckExact(PyTuple_GET_ITEM(by_task, slot)))
                 return DECLINE;
-            if (call) {
-                o->calls[o->call_count++] = (int32_t)i;
-                *rr_next = (*rr_next + 1) % s->ps_tasks;
-            }
+            if (call)
+                take_call(s, o, i, rr_next);
             o->devices[i] = PyTuple_GET_ITEM(by_task, slot);
             o->rule[i] = call ? RULE_PS : RULE_PS_PINNED;
             return 0;
