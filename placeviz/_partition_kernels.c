@@ -3,7 +3,7 @@
  *
  * Why this exists: at 200k nodes a train step cuts about 29k edges and adds 37k nodes and 14k
  * transfer records. Done in Python (_Partitioner._split_originals and _cut_dst in
- * placeviz/partition.py, which stay the specification and the fallback) that loop was most of the
+ * placeviz/partition/, which stay the specification and the fallback) that loop was most of the
  * time of a partition, and most of that was interpreter overhead: tuples for dict keys, f-strings,
  * attribute loads, _New.__init__, the transfer dicts.
  *
@@ -22,8 +22,8 @@
  * ops (Identity...) is followed to their input as _Partitioner.shape does.
  *
  * Three small helpers: index_codes and attr_ints (int32 arrays of dict values / attributes, for
- * np.fromiter over 1M items) and reach (prune_mask's reverse walk, placeviz/prune.py, a whole
- * function too: it returns the mask or False).
+ * np.fromiter over 1M items) and reach (prune_mask's reverse walk, placeviz/partition/subgraph.py,
+ * a whole function too: it returns the mask or False).
  *
  * The results equal the Python code's, field for field (tests/test_partition_kernels.py compares
  * the whole partition both ways). Every index into a list or buffer is bounds-checked: a bad index
@@ -1150,7 +1150,7 @@ static int cut_group(Ctx *c, Py_ssize_t k, Py_ssize_t j, PyObject **types, long 
 
 PyDoc_STRVAR(split_originals_doc,
 "split_originals(**arrays) -> dict or None\n\n"
-"The whole of _Partitioner._split_originals for one level (placeviz/partition.py): every group of\n"
+"The whole of _GraphPartition._split_originals for one level (placeviz/partition/graph_partition.py): every group of\n"
 "cut edges into one original node, in order, as _cut_dst does it. Keyword arguments only (see\n"
 "_Partitioner._split_originals_c); nothing given is changed. Returns the new nodes (`added`, to\n"
 "append), `transfers`, the rewritten edges (`w_pos`, `w_src`, `w_slot`), the shared receives\n"
@@ -1385,7 +1385,7 @@ PyDoc_STRVAR(reach_doc,
 "Mark in mask (a writable buffer of one byte per node, zeroed) every node that the node ids in\n"
 "starts reach backwards over the graph's input edges (in CSR form: int32 in_start, n + 1 of them,\n"
 "and int32 in_src), using only the edges whose byte in edge_ok is nonzero (None: all). This is\n"
-"prune_mask's walk (placeviz/prune.py). False, with the mask unspecified, when the arrays are not\n"
+"prune_mask's walk (placeviz/partition/subgraph.py). False, with the mask unspecified, when the arrays are not\n"
 "of those kinds or an id is out of range: the caller then runs its Python walk.");
 
 static PyObject *reach(PyObject *self, PyObject *args)
@@ -1486,7 +1486,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "placeviz._partition_kernels",
-    "The partitioner's loop over cut edges (see placeviz/partition.py).", -1, methods,
+    "The partitioner's loop over cut edges (see placeviz/partition/graph_partition.py).", -1, methods,
 };
 
 #define INTERN(var, text) \

@@ -1059,7 +1059,7 @@ static int buf_string_attr(Buf *b, const char *key, const char *s, size_t len)
     return 1;
 }
 
-/* Slot names of placeviz.partition._New, interned at import. */
+/* Slot names of placeviz.partition.base._New, interned at import. */
 static PyObject *str_name, *str_op, *str_kind, *str_inputs, *str_meta, *str_dev, *str_dtype, *str_copy_of;
 
 static const char *utf8_of(PyObject *s, Py_ssize_t *len)
@@ -1193,7 +1193,7 @@ static int buf_str_attr_obj(Buf *b, const char *key, PyObject *s)
 }
 
 /* The attrs of a _Send/_Recv, in the key order of protobuf's deterministic serialization
- * (placeviz.partition._Partitioner._encode_transfer is the reference). */
+ * (placeviz.partition.graphdefs._GraphDefs._encode_transfer is the reference). */
 static int buf_transfer_attrs(Buf *b, PyObject *a, int is_send, PyObject *dev_names, PyObject *incarnations)
 {
     int ok = 1;
@@ -1317,7 +1317,7 @@ PyDoc_STRVAR(rebuild_nodes_doc,
 "(int32 arrays; slot -1 is ^src, 0 src, k src:k; names from names, or for ids >= len(names) from\n"
 "the `name` of the items of added), with a '.' before names starting with '_' and, when\n"
 "fix_names, the node's own name rewritten so too. The fields are the input's, in its order, so\n"
-"the caller parses the result and serializes each node (placeviz.partition._Partitioner.\n"
+"the caller parses the result and serializes each node (placeviz.partition.graphdefs._GraphDefs.\n"
 "_rebuilt_originals; _node_bytes is the reference).");
 
 static PyObject *rebuild_nodes(PyObject *self, PyObject *args)

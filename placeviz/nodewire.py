@@ -135,7 +135,7 @@ def encode_added(ids: list[int], n: int, added: list, names: list[str], device_n
     partitioner's added ``_Send``/``_Recv`` and control-transfer ``Const``/``Identity`` written in
     C, every other node (and any id in ``skip``) by ``fallback(id)``. None when the kernel is not
     built: the caller then makes every node in Python
-    (``placeviz.partition._Partitioner._node_bytes``, the reference)."""
+    (``placeviz.partition.graphdefs._GraphDefs._node_bytes``, the reference)."""
     encode = getattr(_wire, "encode_added", None) if _wire is not None else None
     if encode is None:
         return None
@@ -147,7 +147,7 @@ def rebuild_nodes(data, offsets, lengths, ids: list[int], rewrite, fix_names: bo
     """The ``node`` fields of a GraphDef of the original nodes ``ids``, each its input bytes with a
     new ``device`` and, where ``rewrite``, new inputs (``placeviz._wire.rebuild_nodes``); the
     caller parses and re-serializes them. None when the kernel is not built (the caller then
-    builds those nodes from their NodeDefs, ``placeviz.partition._Partitioner._node_bytes``)."""
+    builds those nodes from their NodeDefs, ``placeviz.partition.graphdefs._GraphDefs._node_bytes``)."""
     rebuild = getattr(_wire, "rebuild_nodes", None) if _wire is not None else None
     if rebuild is None:
         return None

@@ -10,7 +10,7 @@ than spelling out a new list. This module imports nothing: every layer may impor
 ``docs/architecture.md``, "Layers").
 
 Sets that belong to one TF algorithm and are read by nothing else stay next to that algorithm
-(the partitioner's control-flow sets in :mod:`placeviz.partition`, the detector's read-only op list
+(the partitioner's control-flow sets in :mod:`placeviz.partition.base`, the detector's read-only op list
 in :mod:`placeviz.sync.detect`).
 """
 

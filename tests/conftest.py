@@ -26,12 +26,11 @@ def kernel_mode(request, monkeypatch) -> str:
     import placeviz.graph
     import placeviz.io
     import placeviz.nodewire
-    import placeviz.partition
-    import placeviz.prune
+    from placeviz.partition import base, graph_partition, subgraph
     from placeviz.placement import placer, setter
 
-    slots = [(placeviz.graph, "_wire"), (placeviz.io, "_wire"), (placeviz.nodewire, "_wire"), (placeviz.prune, "_kernels"),
-             (placeviz.partition, "_kernels"), (setter, "_kernels"), (placer, "_kernels")]
+    slots = [(placeviz.graph, "_wire"), (placeviz.io, "_wire"), (placeviz.nodewire, "_wire"), (base, "_kernels"),
+             (subgraph, "_kernels"), (graph_partition, "_kernels"), (setter, "_kernels"), (placer, "_kernels")]
     if request.param == "python":
         for module, name in slots:
             monkeypatch.setattr(module, name, None)

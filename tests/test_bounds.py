@@ -27,7 +27,6 @@ import placeviz.limits
 import placeviz.partition
 import placeviz.placement.placer
 import placeviz.placement.setter
-import placeviz.prune
 from placeviz.limits import MAX_TENSOR_BYTES, device_bound_problem, parse_size, tensor_bytes
 from placeviz.native import NO_KERNELS_ENV
 from placeviz.protos import GraphDef

@@ -17,9 +17,8 @@ import pytest
 from conftest import run_cli
 
 from placeviz.graph import Graph
-from placeviz.partition import PartitionError, partition
+from placeviz.partition import PartitionError, PruneError, parse_run, partition, prune, prune_mask
 from placeviz.protos import GraphDef, NodeDef
-from placeviz.prune import PruneError, parse_run, prune, prune_mask
 
 TASK = "/job:a/replica:0/task:0"
 DEV = {"A": f"{TASK}/device:CPU:0", "B": f"{TASK}/device:CPU:1", "C": f"{TASK}/device:CPU:2",
@@ -567,10 +566,10 @@ def test_functional_ops_are_noted_and_direct_session_is_one_level():
 def test_a_scalar_through_an_identity_keeps_its_shape(kernels, monkeypatch):
     """The shape of a pass-through op is its input's: a scalar's [] is a known shape (4 bytes), not
     unknown (an `or` once turned it into None)."""
-    import placeviz.partition as partition_module
+    from placeviz.partition import graph_partition
 
     if not kernels:
-        monkeypatch.setattr(partition_module, "_kernels", None)
+        monkeypatch.setattr(graph_partition, "_kernels", None)
     g = graph_of(const("A1", shape=(2, 3)), const("A2"), node("A3", "Identity", "A2", T=DT_FLOAT),
                  add("B1", "A3", "A3"), node("A4", "Identity", "A1", T=DT_FLOAT), add("B2", "A4", "A4"))
     r = run(g)
@@ -601,8 +600,8 @@ def test_written_partitions_trim_colocation_like_the_built_ones(c_wire, monkeypa
     node by node, with the C writer (``placeviz._wire``) and without it, and in pieces of any
     size, byte for byte the same."""
     from placeviz import nodewire
-    from placeviz import partition as partition_mod
     from placeviz.io import model_from_bytes
+    from placeviz.partition import graphdefs
 
     gd = GraphDef()
     gd.node.extend([const("A1"), node("B1", "Identity", "A1", T=DT_FLOAT),
@@ -622,7 +621,7 @@ def test_written_partitions_trim_colocation_like_the_built_ones(c_wire, monkeypa
     assert kept == {"B2": [b"loc:@A1/_1"], "A2": None, "A3": [b"loc:@A1"], "B3": [b"loc:@B1"], "B4": [b"loc:@B1"]}
     monkeypatch.setattr(nodewire, "_wire", None)
     assert _written(graph)[0] == out  # the Python writer gives the same bytes
-    monkeypatch.setattr(partition_mod, "_CHUNK_NODES", 2)  # written in pieces of two nodes: the same bytes
+    monkeypatch.setattr(graphdefs, "_CHUNK_NODES", 2)  # written in pieces of two nodes: the same bytes
     assert [len(list(pieces)) for _, pieces in run(graph).iter_serialized(pieces=True)] == [2, 3]
     assert _written(graph)[0] == out
 

@@ -1,6 +1,6 @@
 """The C kernels of the partitioner (``placeviz._partition_kernels``) against the Python code they
 transliterate: every partition is made twice, with the kernels and with ``_kernels = None`` in
-:mod:`placeviz.partition` and :mod:`placeviz.prune` (the reference), and everything must be equal:
+:mod:`placeviz.partition` (the reference), and everything must be equal:
 the JSON form (transfers with all their attributes, partitions, replicated Consts, moved nodes,
 control loops), the node lists, every added node's fields, the rewritten edges, the GraphDefs (both
 forms, byte for byte) and the errors. Graphs: TF-built sample models (built by TensorFlow in a
@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 
 from placeviz import nodewire
-from placeviz import partition as partition_mod
-from placeviz import prune as prune_mod
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph
-from placeviz.partition import partition
+from placeviz.partition import RunSignature, partition, prune_mask
+from placeviz.partition import base as base_mod
+from placeviz.partition import graph_partition as split_mod
+from placeviz.partition import subgraph as prune_mod
 from placeviz.protos import GraphDef, NodeDef
-from placeviz.prune import RunSignature, prune_mask
 
 kernels = pytest.importorskip("placeviz._partition_kernels")
 
@@ -87,8 +87,8 @@ def _snapshot(result) -> dict:
 def _outcome(monkeypatch, fast: bool, graph: Graph, devices: list[str], kw: dict):
     spy = _Spy()
     with monkeypatch.context() as m:
-        m.setattr(partition_mod, "_kernels", spy if fast else None)
-        m.setattr(prune_mod, "_kernels", spy if fast else None)
+        for module in (base_mod, prune_mod, split_mod):  # every caller of the partition kernels
+            m.setattr(module, "_kernels", spy if fast else None)
         if not fast:
             m.setattr(nodewire, "_wire", None)
         try:
@@ -341,7 +341,7 @@ def test_random_graphs_use_the_kernel_whole(monkeypatch):
         def __getattr__(self, name):
             return counting if name == "split_originals" else getattr(kernels, name)
 
-    monkeypatch.setattr(partition_mod, "_kernels", Counting())
+    monkeypatch.setattr(split_mod, "_kernels", Counting())
     for seed in range(60):
         graph, devices, run = random_graph(seed)
         try:
@@ -414,22 +414,22 @@ def test_small_kernels_decline_what_they_do_not_handle():
 def test_new_node_declaration_matches_its_init():
     """The kernel sets ``_New``'s slots from ``_NEW_ARGS``/``_NEW_CONSTANTS`` instead of calling
     ``__init__``: the declaration must say what ``__init__`` does, for every slot."""
-    New = partition_mod._New
-    args = [object() for _ in partition_mod._NEW_ARGS]
+    New = base_mod._New
+    args = [object() for _ in base_mod._NEW_ARGS]
     node = New(*args)
-    for name, value in zip(partition_mod._NEW_ARGS, args, strict=True):
+    for name, value in zip(base_mod._NEW_ARGS, args, strict=True):
         assert getattr(node, name) is value
-    for name, value in partition_mod._NEW_CONSTANTS:
+    for name, value in base_mod._NEW_CONSTANTS:
         assert getattr(node, name) == value
     assert New(*args[:10]).meta is None
-    declared = list(partition_mod._NEW_ARGS) + [k for k, _ in partition_mod._NEW_CONSTANTS]
+    declared = list(base_mod._NEW_ARGS) + [k for k, _ in base_mod._NEW_CONSTANTS]
     assert sorted(New.__slots__) == sorted(declared)
 
 
 def test_kernel_builds_new_nodes_from_the_declaration(monkeypatch):
     """The fast path is the one taken (a changed constant shows in the kernel's nodes only)."""
     graph, devices, run = random_graph(7)  # a graph whose levels the kernel does (no GPU destination)
-    monkeypatch.setattr(partition_mod, "_NEW_CONSTANTS", (("frame", "from-the-kernel"), ("copy_of", -1)))
+    monkeypatch.setattr(split_mod, "_NEW_CONSTANTS", (("frame", "from-the-kernel"), ("copy_of", -1)))
     result = partition(graph, devices, **run)
     frames = {a.frame for a in result._builder.added if a.kind in ("send", "recv")}
     assert "from-the-kernel" in frames
@@ -455,7 +455,7 @@ def _captured_arguments(monkeypatch) -> dict:
 
     graph, devices, run = random_graph(7)
     with monkeypatch.context() as m:
-        m.setattr(partition_mod, "_kernels", Capturing())
+        m.setattr(split_mod, "_kernels", Capturing())
         partition(graph, devices, **run)
     assert seen
     return seen[0]

@@ -1,0 +1,287 @@
+"""The partitioner's shared state: interned devices, added nodes, node access, op-type sets.
+
+No TF file of its own: what every step of the partitioner (:mod:`placeviz.partition`) reads and
+writes. TF keeps the same facts on its ``Graph`` and ``Node`` objects (``tensorflow/core/graph/
+graph.h``: a node's assigned device, its op, its in-edges); placeviz keeps them as int arrays over
+:class:`~placeviz.graph.Graph`'s node ids, with the nodes the partitioner adds (sends, receives,
+control Consts and Identities, client nodes, replicated Consts, control loops) as :class:`_New`
+records numbered after the graph's own nodes (id ``n + k`` for the ``k``-th added node).
+
+Each step is a mixin of :class:`_PartitionerBase`, in the module named after the TF file it
+mirrors; imports go one way, from :mod:`placeviz.partition.session` down to this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from placeviz.devices import parse_full_name
+from placeviz.errors import PlacevizError
+from placeviz.graph import BACK_EDGE_SOURCE_OPS, Graph
+from placeviz.native import kernels
+
+_kernels = kernels("_partition_kernels")  # index codes and int attrs in C (see placeviz.native)
+
+DT_FLOAT, DT_INT32, DT_STRING, DT_BOOL = 1, 3, 7, 10
+# The partitioner's control-flow sets (tensorflow/core/graph/graph_partition.cc and
+# control_flow.cc test these op types; IsSwitch, IsMerge... in tensorflow/core/graph/graph.h).
+CONST_OPS = frozenset({"Const", "HostConst"})
+SWITCH_OPS = frozenset({"Switch", "RefSwitch", "_SwitchN"})
+MERGE_OPS = frozenset({"Merge", "RefMerge", "_XlaMerge"})
+ENTER_OPS = frozenset({"Enter", "RefEnter"})
+EXIT_OPS = frozenset({"Exit", "RefExit"})
+NEXT_OPS = frozenset(BACK_EDGE_SOURCE_OPS)
+LOOP_COND_OPS = frozenset({"LoopCond"})
+# Added nodes that always sit on the device of their inputs (never cut by a later level).
+_SAME_DEVICE_KINDS = frozenset({"send", "recv", "ctrl_const", "ctrl_identity", "feed_recv"})
+
+
+class PartitionError(PlacevizError):
+    """The placed graph cannot be partitioned as TF would (TF's own error, one line)."""
+
+
+# --------------------------------------------------------------------------------------- devices
+class _Devices:
+    """Device names interned as ints, with their task, type and the CPU:0 of their task."""
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self.task: list[int] = []
+        self.is_cpu: list[bool] = []
+        self.type: list[str] = []
+        self.task_names: list[str] = []
+        self.task_index: dict[str, int] = {}
+        self._target_cpu: dict[int, int] = {}
+
+    def intern(self, name: str) -> int:
+        """Index of a full device name; -1 if it is not a complete device (job..type:id)."""
+        k = self.index.get(name)
+        if k is not None:
+            return k
+        parsed = parse_full_name(name) if name else None
+        if parsed is None or None in (parsed.job, parsed.replica, parsed.task, parsed.type, parsed.id):
+            return -1
+        task = f"/job:{parsed.job}/replica:{parsed.replica}/task:{parsed.task}"
+        t = self.task_index.get(task)
+        if t is None:
+            t = self.task_index[task] = len(self.task_names)
+            self.task_names.append(task)
+        k = self.index[name] = len(self.names)
+        self.names.append(name)
+        self.task.append(t)
+        self.type.append(parsed.type)  # type: ignore[arg-type]  # not None: checked above
+        self.is_cpu.append(parsed.type == "CPU")
+        return k
+
+    def target_cpu(self, k: int) -> int:
+        """ReplicateConstantsPass's target for a consumer on device ``k`` (aggressive mode)."""
+        t = self._target_cpu.get(k)
+        if t is None:
+            if self.is_cpu[k]:
+                t = k
+            else:
+                t = self.intern(self.task_names[self.task[k]] + "/device:CPU:0")
+            self._target_cpu[k] = t
+        return t
+
+
+# ----------------------------------------------------------------------------------- added nodes
+class _New:
+    """A node the partitioner adds (send, recv, control Const/Identity, client node, copy, cloop)."""
+
+    __slots__ = ("name", "op", "dev", "inputs", "kind", "origin", "oslot", "dtype", "major", "minor", "meta",
+                 "frame", "copy_of")
+
+    def __init__(self, name, op, dev, inputs, kind, origin, oslot, dtype, major, minor, meta=None):
+        self.name = name
+        self.op = op
+        self.dev = dev
+        self.inputs = inputs  # [[src id, slot]], slot CONTROL for ^src
+        self.kind = kind
+        self.origin = origin  # the original node this one stands for (-1: none)
+        self.oslot = oslot  # its output (CONTROL for a control transfer)
+        self.dtype = dtype  # output dtype (0 if none)
+        self.major = major  # position in GraphDef order: (major, minor)
+        self.minor = minor
+        self.meta = meta  # send/recv: (tensor_name, send dev, recv dev, _src, _dst, client); else attrs
+        self.frame = ""  # while-loop frame (cloop nodes)
+        self.copy_of = -1  # replicated Const: the original
+
+
+# What ``_New.__init__`` stores: its arguments in order, then the slots it sets to constants. The
+# C kernel makes ``_New`` objects by setting these slots directly (keep in step with __init__; the
+# kernel tests compare every field of every added node with the Python path's).
+_NEW_ARGS = ("name", "op", "dev", "inputs", "kind", "origin", "oslot", "dtype", "major", "minor", "meta")
+_NEW_CONSTANTS = (("frame", ""), ("copy_of", -1))
+
+
+def _codes(items: list, mapping: dict):
+    """int32 array of ``mapping[x]`` for each ``x`` of ``items`` (writable), by the C kernel when
+    it is built and takes them."""
+    import numpy as np
+
+    buf = _kernels.index_codes(items, mapping) if _kernels is not None else None
+    if buf is not None:
+        return np.frombuffer(buf, dtype=np.int32)
+    return np.fromiter(map(mapping.__getitem__, items), dtype=np.int32, count=len(items))
+
+
+# ------------------------------------------------------------------------------------ the state
+class _PartitionerBase:
+    """The state of one partition run and its node access; each step is a mixin of this class
+    (:class:`placeviz.partition.session._Partitioner` puts them together)."""
+
+    # Set by prepare (placeviz.partition.subgraph), read by every later step.
+    keep_np: Any
+    in_start_np: Any
+    in_start: Any
+    e_src: Any
+    e_slot: Any
+    e_dst: Any
+    num_edges: int
+    op_index: dict[str, int]
+    op_codes: Any
+    rank: Any
+    identity_order: bool
+    dev_np: Any
+    dev_l: list[int]
+    kept_edge: Any
+    client_device: str
+    client_dev: int
+    edge_id: int  # set by each split (placeviz.partition.graph_partition)
+
+    def __init__(self, graph: Graph, devices: list[str], table, session: str, incarnation):
+        import numpy as np
+
+        self.np: Any = np  # the module (mypyc: an attribute needs a declared type)
+        self.graph = graph
+        self.table = table
+        self.session = session
+        self.incarnation = incarnation
+        self.n = len(graph)
+        self.names = graph.names
+        self.ops = graph.ops
+        # NodeDefs to read attrs from (name, op and attrs are current; a derived graph's device and
+        # inputs may be stale). Not ``graph.graph_def``: for the setter's result that would build
+        # a copy of the whole GraphDef (0.3 s and 1 GB at 1M nodes) only to read attrs.
+        self.nodes_pb = graph.attr_nodes
+        # XLA/TPU rewrites pin args to host memory with these attrs; user GraphDefs lack them.
+        self.hostmem_attrs = any("_input_hostmem" in self.nodes_pb[i].attr or "_output_hostmem" in
+                                 self.nodes_pb[i].attr for i in range(min(16, self.n)))
+        # Graphs exported with shapes carry ``_output_shapes`` on every node; probe a few.
+        self.output_shapes = any("_output_shapes" in self.nodes_pb[i].attr for i in range(min(16, self.n)))
+        self.in_devices = devices
+        self.devs = _Devices()
+        self.added: list[_New] = []
+        self.transfers: list[dict] = []
+        self.replicated: dict[str, list[str]] = {}
+        self.moved: dict[str, dict] = {}
+        self.control_loops: list[dict] = []
+        self.cloop_ctrl: dict[int, list] = {}  # dst -> [merge id, remaining count]
+        self._types: dict[int, Any] = {}
+        self._shapes: dict[tuple[int, int], Any] = {}
+        self._inc: dict[int, int] = {}
+        self._seq = 0
+        self._counter_s = 0
+        self._counter_g: dict[int, int] = {}
+        self.recheck: list[int] = []  # added nodes whose inputs may cross partitions
+        self.level = 0
+        self.part: list[int] = []
+        self.dup: dict[tuple, int] = {}
+
+    # ---------------------------------------------------------------------------- node access
+    def name(self, i: int) -> str:
+        return self.names[i] if i < self.n else self.added[i - self.n].name
+
+    def op(self, i: int) -> str:
+        return self.ops[i] if i < self.n else self.added[i - self.n].op
+
+    def dev(self, i: int) -> int:
+        return self.dev_l[i] if i < self.n else self.added[i - self.n].dev
+
+    def major(self, i: int) -> int:
+        return int(self.rank[i]) if i < self.n else self.added[i - self.n].major
+
+    def types(self, i: int):
+        """(input types, output types) of an original node, None if the op is unknown."""
+        res = self._types.get(i, False)
+        if res is False:
+            try:
+                res = self.table.io_types(self.nodes_pb[i])
+            except PlacevizError:
+                res = None
+            self._types[i] = res
+        return res
+
+    def out_type(self, i: int, slot: int) -> int:
+        if i >= self.n:
+            return self.added[i - self.n].dtype
+        io = self.types(i)
+        if io is None or slot >= len(io[1]):
+            return 0
+        return io[1][slot]
+
+    def in_type(self, i: int, idx: int) -> int:
+        if i >= self.n:
+            a = self.added[i - self.n]
+            if a.op in SWITCH_OPS and idx == 1:
+                return DT_BOOL
+            return a.dtype
+        io = self.types(i)
+        if io is None or idx >= len(io[0]):
+            return 0
+        return io[0][idx]
+
+    # ---------------------------------------------------------------------------- new nodes
+    def _add(self, name: str, op: str, dev: int, inputs: list, kind: str, origin: int, oslot: int,
+             dtype: int, major: int, meta=None) -> int:
+        self._seq += 1
+        self.added.append(_New(name, op, dev, inputs, kind, origin, oslot, dtype, major, self._seq, meta))
+        i = self.n + len(self.added) - 1
+        if kind not in _SAME_DEVICE_KINDS:
+            self.recheck.append(i)
+        return i
+
+    def new_name(self, level: int, prefix: str, task: int = 0) -> str:
+        if level == 1:
+            c = self._counter_g.get(task, 0)
+            self._counter_g[task] = c + 1
+            return f"{prefix}_G{c}"
+        c = self._counter_s
+        self._counter_s = c + 1
+        return f"{prefix}/_{c}" if level == 2 else f"{prefix}_S{c}"
+
+    def incarnation_of(self, dev: int) -> int:
+        inc = self._inc.get(dev)
+        if inc is None:
+            inc = self._inc[dev] = int(self.incarnation(self.devs.names[dev]))
+        return inc
+
+    def codes_of(self, ops: Iterable[str]):
+        return self.np.asarray([self.op_index[op] for op in ops if op in self.op_index], dtype=self.np.int32)
+
+    def nodes_with_op(self, ops: Iterable[str], kept_only: bool = True) -> list[int]:
+        """Node ids whose op is one of ``ops``, in client order."""
+        np = self.np
+        codes = self.codes_of(ops)
+        if not len(codes):
+            return []
+        mask = np.isin(self.op_codes, codes)
+        if kept_only:
+            mask &= self.keep_np
+        ids = np.nonzero(mask)[0]
+        if not self.identity_order:
+            ids = ids[np.argsort(self.rank[ids], kind="stable")]
+        return ids.tolist()
+
+    def _dev_all(self):
+        np = self.np
+        if not self.added:
+            return self.dev_np
+        added_devs = _kernels.attr_ints(self.added, "dev") if _kernels is not None else None
+        if added_devs is not None:
+            return np.concatenate([self.dev_np, np.frombuffer(added_devs, dtype=np.int32)])
+        return np.concatenate([self.dev_np, np.fromiter((a.dev for a in self.added), dtype=np.int32,
+                                                         count=len(self.added))])

@@ -1,0 +1,552 @@
+"""Cut edges between partitions into ``_Send``/``_Recv`` pairs: TF's ``Partition``.
+
+``tensorflow/core/graph/graph_partition.cc``, on the pruned graph with constants replicated
+(:mod:`~placeviz.partition.subgraph`, :mod:`~placeviz.partition.const_replication`):
+
+1. **Control flow** (``OptimizeControlFlowColocation``, ``AddControlFlow``): ``Switch`` moves to
+   the device of its data input, ``Exit`` to its input's, non-ref ``Enter`` and ``NextIteration`` to
+   their first data consumer's. A while-loop frame (:mod:`~placeviz.partition.control_flow`) with
+   a cross-device edge gets, on the destination device, a control loop ``_cloop*``
+   (``Enter``/``Merge``/``Switch``/``NextIteration`` fed by the frame's ``LoopCond``) whose
+   ``Merge`` gates the receives of that frame, exactly as TF builds it; nested frames stack their
+   control loops.
+2. **Partition** (``Partition``, ``AddSend``, ``AddRecv``, ``AddDummyConst``): a cross-partition data edge ``src:k -> dst`` becomes ``_Send`` on src's device and
+   ``_Recv`` on dst's device (``_HostSend``/``_HostRecv`` when the source output / destination
+   input lives in host memory: :mod:`~placeviz.partition.memory_types`). Receives are shared per
+   (source node, output, destination partition, destination-input-on-host), TF's ``DupRecvKey``,
+   so a tensor crosses the network once per destination task and is then relayed inside the task;
+   ref-typed edges are never shared, and their receives wait for the destination's other inputs. A
+   cross-partition control edge becomes a dummy ``Const <src>/ctrl`` (input ``^src``) and
+   ``_Send`` on the source side, ``_Recv`` and ``Identity`` on the destination side, one per
+   (source, destination partition). One :meth:`_GraphPartition.split` is one call of TF's
+   ``Partition``: by task (``_S<n>`` names, the master), by device inside a task (``_G<n>``, each
+   worker), or by device at once (``/_<n>``, DirectSession); :mod:`~placeviz.partition.session`
+   chains them.
+
+Speed: per-edge work happens only for edges that cross partitions. That loop
+(:meth:`_GraphPartition._split_originals` through :meth:`_GraphPartition._cut_dst`, the
+specification) runs as one whole C function when ``placeviz._partition_kernels`` is built: it
+returns the level's whole result or declines before doing anything, and the Python runs from the
+start (``_kernels = None`` in this module runs the Python code, ``docs/architecture.md`` section 3).
+
+Each transfer also carries its static shape and bytes per step (:meth:`_GraphPartition.shape`:
+``_output_shapes``, a Const's value, a variable's or placeholder's ``shape`` attr, through
+pass-through ops), placeviz's own estimate: TF's partitioner does not need one.
+"""
+
+from __future__ import annotations
+
+from placeviz.graph import CONTROL
+from placeviz.limits import MAX_TENSOR_BYTES
+from placeviz.native import kernels
+from placeviz.ops import REF_OFFSET
+from placeviz.partition.base import (
+    _NEW_ARGS,
+    _NEW_CONSTANTS,
+    CONST_OPS,
+    DT_FLOAT,
+    ENTER_OPS,
+    EXIT_OPS,
+    LOOP_COND_OPS,
+    NEXT_OPS,
+    SWITCH_OPS,
+    PartitionError,
+    _New,
+)
+from placeviz.partition.control_flow import _ControlFlowInfo
+from placeviz.partition.memory_types import _MemoryTypes
+from placeviz.protos import dtype_name, dtype_size
+
+_kernels = kernels("_partition_kernels")  # the cut-edge loop as one C function (see placeviz.native)
+
+_MOVED_CF_OPS = SWITCH_OPS | EXIT_OPS | ENTER_OPS | NEXT_OPS
+KIND_SEND, KIND_RECV = "send", "recv"
+_DTYPE_NAMES: dict[int, str] = {}  # dtype -> dtype_name, as transfers name them
+
+
+def _known_first(shape, fallback):
+    """``shape`` when it is known (a scalar's ``[]`` included), else ``fallback``."""
+    return shape if shape is not None else fallback
+
+
+def _shape_list(shape_proto) -> list[int | None] | None:
+    if shape_proto.unknown_rank:
+        return None
+    return [d.size if d.size >= 0 else None for d in shape_proto.dim]
+
+
+_PASS_THROUGH_OPS = frozenset({
+    "Identity", "RefIdentity", "Snapshot", "StopGradient", "PreventGradient", "Enter", "RefEnter",
+    "Exit", "RefExit", "NextIteration", "RefNextIteration", "Switch", "RefSwitch", "Cast",
+    "Assign", "AssignAdd", "AssignSub", "ScatterAdd", "ScatterSub", "ScatterUpdate", "CheckNumerics",
+    "EnsureShape", "Neg", "Relu", "Sigmoid", "Tanh", "Square", "Sqrt", "Abs", "ZerosLike", "OnesLike",
+})
+_SHAPE_ATTR_OPS = frozenset({"VariableV2", "Variable", "TemporaryVariable", "Placeholder", "PlaceholderV2",
+                             "PlaceholderWithDefault"})
+
+
+class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
+    """Control-flow colocation, control loops and the split of one level (module docstring)."""
+
+    # ---------------------------------------------------------------------------- control flow
+    def control_flow(self) -> None:
+        """OptimizeControlFlowColocation, then control loops for frames that span devices."""
+        np = self.np
+        ops = self.ops
+        self.dev_l = self.dev_np.tolist()
+        cf_nodes = self.nodes_with_op(_MOVED_CF_OPS)
+        if not cf_nodes:
+            return
+        # First data consumer of Enter / NextIteration nodes (in client order).
+        wanted = [i for i in cf_nodes if ops[i] in ENTER_OPS or ops[i] in NEXT_OPS]
+        first_consumer: dict[int, int] = {}
+        if wanted:
+            pos = np.nonzero(np.isin(self.e_src, np.asarray(wanted, dtype=np.int32)) & self.kept_edge
+                             & (self.e_slot != CONTROL))[0]
+            best: dict[int, tuple] = {}
+            for p, s, d in zip(pos.tolist(), self.e_src[pos].tolist(), self.e_dst[pos].tolist(), strict=True):
+                key = (int(self.rank[d]), p)
+                if s not in best or key < best[s]:
+                    best[s] = key
+                    first_consumer[s] = d
+            for k, a in enumerate(self.added):
+                for s, slot in a.inputs:
+                    if slot != CONTROL and s in best and s not in first_consumer:
+                        first_consumer[s] = self.n + k
+        for i in cf_nodes:
+            op = ops[i]
+            new = None
+            if op in SWITCH_OPS or op in EXIT_OPS:
+                for p in range(self.in_start[i], self.in_start[i + 1]):
+                    if self.e_slot[p] != CONTROL:
+                        new = self.dev(int(self.e_src[p]))
+                        break
+            else:
+                if op in ENTER_OPS and self.in_type(i, 0) > REF_OFFSET:
+                    continue
+                d = first_consumer.get(i)
+                if d is not None:
+                    new = self.dev(d)
+            old = self.dev_l[i]
+            if new is not None and new != old:
+                self.dev_np[i] = new
+                self.dev_l[i] = new
+                self.moved[self.names[i]] = {"from": self.devs.names[old], "to": self.devs.names[new]}
+        if any(ops[i] in ENTER_OPS for i in cf_nodes):
+            self._add_control_loops()
+
+    def _cross_device_edges(self) -> list[tuple[int, int]]:
+        """(dst, src) of every edge between two devices, in processing order."""
+        np = self.np
+        dev_all = self._dev_all()
+        pos = np.nonzero(self.kept_edge & (dev_all[self.e_src] != dev_all[self.e_dst]))[0]
+        if not self.identity_order:
+            pos = pos[np.argsort(self.rank[self.e_dst[pos]], kind="stable")]
+        out = list(zip(self.e_dst[pos].tolist(), self.e_src[pos].tolist(), strict=True))
+        for k, a in enumerate(self.added):
+            for s, _sl in a.inputs:
+                if self.dev(s) != a.dev:
+                    out.append((self.n + k, s))
+        return out
+
+    def _add_control_loops(self) -> None:
+        """graph_partition.cc AddControlFlow: a control loop per (frame, device) reached by a
+        cross-device edge inside that frame, stacked for nested frames."""
+        frame_of, output_frame, input_frame, parent, parallel = self._frames()
+        relevant = []
+        for dst, src in self._cross_device_edges():
+            sf = output_frame(src)
+            if sf and sf == input_frame(dst):
+                relevant.append((dst, sf))
+        if not relevant:
+            return
+        cond: dict[str, int] = {}
+        for i in self.nodes_with_op(LOOP_COND_OPS):
+            cond[frame_of(i)] = i
+        level = 0 if self.session == "master" else 2
+        loops: dict[tuple[str, int], dict] = {}
+        for dst, sf in relevant:
+            dst_dev = self.dev(dst)
+            dname = self.name(dst)
+            major = self.n + 1
+            child: dict[str, int] | None = None
+            cur = sf
+            while True:
+                if not cur:
+                    if child is not None:
+                        const = self._add(self.new_name(level, dname), "Const", dst_dev, [], "cloop_const", -1, 0,
+                                          DT_FLOAT, major)
+                        self.added[child["enter"] - self.n].inputs.append([const, 0])
+                    break
+                have = loops.get((cur, dst_dev))
+                if have is not None:
+                    if child is not None:
+                        self.added[child["enter"] - self.n].inputs.append([have["merge"], 0])
+                    break
+                lc = cond.get(cur)
+                if lc is None:
+                    raise PartitionError(f"A cross-device loop must have a pivot predicate: {cur}")
+                names = ["_cloop" + self.new_name(level, dname) for _ in range(4)]
+                enter = self._add(names[0], "Enter", dst_dev, [], "cloop", -1, 0, DT_FLOAT, major,
+                                  {"frame_name": ("s", cur), "parallel_iterations": ("i", parallel.get(cur, 10)),
+                                   "is_constant": ("b", False)})
+                merge = self._add(names[1], "Merge", dst_dev, [], "cloop", -1, 0, DT_FLOAT, major, {"N": ("i", 2)})
+                switch = self._add(names[2], "Switch", dst_dev, [[merge, 0], [lc, 0]], "cloop", -1, 0, DT_FLOAT,
+                                   major, {})
+                nxt = self._add(names[3], "NextIteration", dst_dev, [[switch, 1]], "cloop", -1, 0, DT_FLOAT, major,
+                                {})
+                self.added[merge - self.n].inputs = [[enter, 0], [nxt, 0]]
+                for k in (enter, merge, switch, nxt):
+                    a = self.added[k - self.n]
+                    a.frame = cur
+                    a.meta["T"] = ("type", DT_FLOAT)
+                loop = {"enter": enter, "merge": merge}
+                loops[(cur, dst_dev)] = loop
+                self.control_loops.append({"frame": cur, "device": self.devs.names[dst_dev],
+                                           "nodes": [self.name(k) for k in (enter, merge, switch, nxt)],
+                                           "loop_cond": self.names[lc]})
+                if child is not None:
+                    self.added[child["enter"] - self.n].inputs.append([merge, 0])
+                child = loop
+                cur = parent.get(cur, "")
+        # Every cross-device edge inside a frame: the frame's control loop on dst's device gates it.
+        for dst, src in self._cross_device_edges():
+            sf = output_frame(src)
+            if sf and sf == input_frame(dst):
+                loop = loops[(sf, self.dev(dst))]
+                entry = self.cloop_ctrl.setdefault(dst, [loop["merge"], 0])
+                entry[1] += 1
+
+    # ---------------------------------------------------------------------------- checks
+    def check_complete(self) -> None:
+        """TF's "Incomplete graph": a node with fewer data inputs than its op takes."""
+        np = self.np
+        table = self.table
+        keep = self.keep_np
+        counts = np.bincount(self.e_dst[self.e_slot != CONTROL], minlength=self.n)
+        expected = np.full(len(self.op_index), -1, dtype=np.int64)
+        for op, code in self.op_index.items():
+            facts = table.get(op)
+            if facts is None:
+                continue
+            if any(a.number_attr or a.type_list_attr for a in facts.inputs):
+                expected[code] = -2
+            else:
+                expected[code] = len(facts.inputs)
+        exp = expected[self.op_codes]
+        bad = np.nonzero(keep & (exp >= 0) & (counts != exp))[0].tolist()
+        for i in np.nonzero(keep & (exp == -2))[0].tolist():
+            io = self.types(i)
+            if io is not None and len(io[0]) != counts[i]:
+                bad.append(i)
+        if bad:
+            i = min(bad, key=lambda k: int(self.rank[k]))
+            want = int(exp[i]) if exp[i] >= 0 else len(self.types(i)[0])
+            have = int(counts[i])
+            if have < want:
+                raise PartitionError(f"Incomplete graph, missing {want - have} inputs for {self.names[i]}")
+            raise PartitionError(f"node {self.names[i]} ({self.ops[i]}) has {have} data inputs, but its op "
+                                 f"takes {want}")
+
+    # ---------------------------------------------------------------------------- splitting
+    def split(self, level: int) -> None:
+        """One partitioning pass: 0 by task (master, ``_S``), 1 by device inside tasks (``_G``),
+        2 by device in one pass (DirectSession, ``/_n``)."""
+        np = self.np
+        devs = self.devs
+        ndev = len(devs.names)
+        part = devs.task if level == 0 else list(range(ndev))
+        part_np = np.asarray(part + [-1], dtype=np.int32)
+        dev_all = self._dev_all()
+        pd = part_np[dev_all]
+        self.level = level
+        self.part = part
+        self.dup = {}
+        self.edge_id = self.num_edges
+        mask = self.kept_edge & (pd[self.e_src] != pd[self.e_dst])
+        pos = np.nonzero(mask)[0]
+        non_cpu = [k for k in range(ndev) if not devs.is_cpu[k]]
+        if non_cpu:
+            same = self.kept_edge & (dev_all[self.e_src] == dev_all[self.e_dst]) & (self.e_slot != CONTROL)
+            same &= np.isin(dev_all[self.e_dst], np.asarray(non_cpu, dtype=np.int32))
+            extra = [p for p in np.nonzero(same)[0].tolist() if self._need_same_device(p)]
+            if extra:
+                pos = np.union1d(pos, np.asarray(extra, dtype=pos.dtype))
+        if not self.identity_order and len(pos):
+            pos = pos[np.argsort(self.rank[self.e_dst[pos]], kind="stable")]
+        writes_pos: list[int] = []
+        writes_src: list[int] = []
+        writes_slot: list[int] = []
+        self._split_originals(pos, (writes_pos, writes_src, writes_slot))
+        if writes_pos:
+            wp = np.asarray(writes_pos, dtype=np.int64)
+            self.e_src[wp] = np.asarray(writes_src, dtype=np.int32)
+            self.e_slot[wp] = np.asarray(writes_slot, dtype=np.int32)
+        # Added nodes whose inputs may cross: client nodes, copies, cloop nodes, receives with read
+        # controls (sends, control Consts and Identities sit on their input's device).
+        for dst in list(dict.fromkeys(self.recheck)):
+            a = self.added[dst - self.n]
+            dpart = part[a.dev]
+            items = []
+            for j, (s, sl) in enumerate(a.inputs):
+                sdev = self.dev(s)
+                if part[sdev] != dpart or (non_cpu and sl != CONTROL and sdev == a.dev and not devs.is_cpu[a.dev]
+                                           and self.out_host(s, sl) != self.in_host(dst, j, self.out_type(s, sl))):
+                    items.append((j, s, sl, j))
+            if items:
+                self._cut_dst(dst, items, lambda ref, s, sl, _a=a: _a.inputs.__setitem__(ref, [s, sl]))
+
+    def _split_originals(self, pos, writes: tuple[list, list, list]) -> None:
+        """The cut edges into original nodes, grouped by destination in processing order, each
+        group through :meth:`_cut_dst` (TF's loop over one node's in-edges): the specification of
+        the C kernel, which does the whole loop or declines (:meth:`_split_originals_c`)."""
+        pos_l = pos.tolist()
+        src_l = self.e_src[pos].tolist()
+        slot_l = self.e_slot[pos].tolist()
+        dst_l = self.e_dst[pos].tolist()
+        w_pos, w_src, w_slot = writes
+
+        def write(ref, s, sl):
+            w_pos.append(ref)
+            w_src.append(s)
+            w_slot.append(sl)
+
+        if _kernels is not None and pos_l and self._split_originals_c(pos_l, src_l, slot_l, dst_l, writes):
+            return
+        in_start = self.in_start
+        k, total = 0, len(pos_l)
+        while k < total:
+            dst = dst_l[k]
+            j = k + 1
+            while j < total and dst_l[j] == dst:
+                j += 1
+            base = in_start[dst]
+            self._cut_dst(dst, [(pos_l[q], src_l[q], slot_l[q], pos_l[q] - base) for q in range(k, j)], write)
+            k = j
+
+    def _split_originals_c(self, pos_l: list[int], src_l: list[int], slot_l: list[int], dst_l: list[int],
+                           writes: tuple[list, list, list]) -> bool:
+        """The whole Python loop of :meth:`_split_originals` in C
+        (``placeviz._partition_kernels.split_originals``): the same groups through the same steps
+        as :meth:`_cut_dst`, asking the same methods for io types, op specs, memory types and
+        shapes (each answer kept in the call's own memo). It returns everything it made and
+        changes nothing given; False when it declines (an argument of another kind, a destination
+        gated by a control loop), before doing anything."""
+        devs = self.devs
+        res = _kernels.split_originals(  # type: ignore[union-attr]
+            pos=pos_l, src=src_l, slot=slot_l, dst=dst_l, n=self.n, level=self.level, part=self.part,
+            is_cpu=devs.is_cpu, dev_task=devs.task, dev_names=devs.names, dev_type=devs.type, dev=self.dev_l,
+            names=self.names, ops=self.ops, added=self.added, cloops=self.cloop_ctrl, types=self.types,
+            in_type=self.in_type, spec=self.spec, mem_types=self._node_mem_types, shape=self.shape,
+            out_host=self.out_host, in_host=self.in_host, dtype_size=dtype_size, dtype_name=dtype_name,
+            new_type=_New, new_args=_NEW_ARGS, new_constants=_NEW_CONSTANTS,
+            suffix="/_" if self.level == 2 else ("_S" if self.level == 0 else "_G"),
+            pass_ops=_PASS_THROUGH_OPS, const_ops=CONST_OPS, shape_attr_ops=_SHAPE_ATTR_OPS, rank=self.rank,
+            in_start=self.in_start, e_src=self.e_src, e_slot=self.e_slot, graph_in_src=self.graph.in_src,
+            graph_in_slot=self.graph.in_slot, output_shapes=bool(self.output_shapes), counters=self._counter_g,
+            seq=self._seq, counter_s=self._counter_s, edge_id=self.edge_id)
+        if res is None:
+            return False
+        self.added.extend(res["added"])
+        self.transfers.extend(res["transfers"])
+        for mine, theirs in zip(writes, (res["w_pos"], res["w_src"], res["w_slot"]), strict=True):
+            mine.extend(theirs)
+        self.dup.update(res["dup"])
+        self._counter_g = res["counters"]
+        self._seq, self._counter_s, self.edge_id = res["seq"], res["counter_s"], res["edge_id"]
+        self.recheck.extend(res["recheck"])
+        return True
+
+    def _need_same_device(self, p: int) -> bool:
+        s, d = int(self.e_src[p]), int(self.e_dst[p])
+        slot = int(self.e_slot[p])
+        return self.out_host(s, slot) != self.in_host(d, p - self.in_start[d], self.out_type(s, slot))
+
+    def _all_inputs(self, dst: int) -> list[tuple[int, int, int]]:
+        if dst < self.n:
+            lo, hi = self.in_start[dst], self.in_start[dst + 1]
+            return list(zip(range(lo, hi), self.e_src[lo:hi].tolist(), self.e_slot[lo:hi].tolist(), strict=True))
+        return [(j, s, sl) for j, (s, sl) in enumerate(self.added[dst - self.n].inputs)]
+
+    def _cut_dst(self, dst: int, items: list, write) -> None:
+        """TF's loop over the incoming edges of ``dst`` that cross partitions (or memory types)."""
+        level = self.level
+        part = self.part
+        devs = self.devs
+        n = self.n
+        dst_dev = self.dev(dst)
+        dpart = part[dst_dev]
+        dst_name = self.name(dst)
+        dst_is_cpu = devs.is_cpu[dst_dev]
+        out_type = self.out_type
+        types = [out_type(s, sl) if sl != CONTROL else 0 for _r, s, sl, _i in items]
+        if max(types) > REF_OFFSET:  # a ref edge: TF looks at all inputs of dst
+            cut = {it[0]: t for it, t in zip(items, types, strict=True)}
+            base = self.in_start[dst] if dst < n else 0
+            entries = []
+            for r, s, sl in self._all_inputs(dst):
+                t = cut.get(r)
+                if t is None:
+                    entries.append((r, s, sl, r - base, False, out_type(s, sl) if sl != CONTROL else 0))
+                else:
+                    entries.append((r, s, sl, r - base, True, t))
+        else:
+            entries = [(r, s, sl, idx, True, t) for (r, s, sl, idx), t in zip(items, types, strict=True)]
+        ref_recvs: list[int] = []
+        ref_ctrl: list[int] = []
+        cloop = self.cloop_ctrl.get(dst)
+        # placeviz's edge numbering (``tensor_name``, opaque: module docstring). A transfer into an
+        # original node outside level 1 is named by its edge's position ``r``; the counter moves for
+        # the others, and for every transfer of a group that is not plain (a non-CPU destination, a
+        # control loop gating it, a ref-typed source), as it always has: a plain group into an
+        # original node at level 0 or 2 leaves it alone (the names stay byte-identical).
+        by_position = dst < n and level != 1
+        plain = by_position and dst_is_cpu and cloop is None and max(types) <= REF_OFFSET
+        task = devs.task[dst_dev]
+        major = self.major(dst)
+        dup = self.dup
+        add = self._add
+        new_name = self.new_name
+        added = self.added
+        transfers = self.transfers
+        for r, src, slot, idx, is_cut, src_type in entries:
+            data = slot != CONTROL
+            if not is_cut:
+                if src_type <= REF_OFFSET:
+                    ref_ctrl.append(src)
+                continue
+            if data:
+                dtype = src_type - REF_OFFSET if src_type > REF_OFFSET else src_type
+                if not dtype:
+                    dtype = self.in_type(dst, idx) or DT_FLOAT
+                host_recv = self.in_host(dst, idx, dtype)
+                key = (src, slot, dpart, dst_is_cpu or host_recv)
+            else:
+                key = (src, slot, dpart, dst_is_cpu)
+            hit = dup.get(key)
+            if hit is not None:
+                write(r, hit, slot if not data else 0)
+                ref_ctrl.append(hit)
+                continue
+            src_dev = self.dev(src)
+            src_name = self.name(src)
+            if src < n:
+                origin, oslot = src, slot
+            else:
+                a = added[src - n]
+                origin, oslot = (src, slot) if a.origin < 0 else (a.origin, CONTROL if not data else a.oslot)
+            if not plain:
+                self.edge_id += 1
+            tname = f"edge_{r if by_position else self.edge_id}_{src_name}"
+            if data:
+                send_from = [src, slot]
+                host_send = self.out_host(src, slot)
+            else:
+                dtype = DT_FLOAT
+                const = add(new_name(level, src_name + "/ctrl", task), "Const", src_dev, [[src, CONTROL]],
+                            "ctrl_const", origin, CONTROL, DT_FLOAT, major)
+                send_from = [const, 0]
+                host_send = host_recv = False
+            meta = (tname, src_dev, dst_dev, src_name, dst_name, False)
+            send_op = "_HostSend" if host_send else "_Send"
+            send_name = new_name(level, src_name, task)
+            send = add(send_name, send_op, src_dev, [send_from], KIND_SEND, origin, oslot, dtype, major, meta)
+            recv_op = "_HostRecv" if host_recv else "_Recv"
+            recv_name = new_name(level, src_name, task)
+            recv = add(recv_name, recv_op, dst_dev, [], KIND_RECV, origin, oslot, dtype, major, meta)
+            rnode = added[-1]
+            out = recv
+            if not data:
+                out = add(new_name(level, src_name, task), "Identity", dst_dev, [[recv, 0]], "ctrl_identity",
+                          origin, CONTROL, DT_FLOAT, major)
+            if part[src_dev] == dpart:
+                rnode.inputs.append([send, CONTROL])
+            elif cloop is not None and cloop[1] > 0:
+                cloop[1] -= 1
+                rnode.inputs.append([cloop[0], CONTROL])
+            if src_type > REF_OFFSET:
+                ref_recvs.append(recv)
+            else:
+                dup[key] = out
+                ref_ctrl.append(out)
+            write(r, out, slot if not data else 0)
+            transfers.append(self._transfer(origin, oslot, src_dev, dst_dev, dtype, send_name, recv_name,
+                                            send_op, recv_op, tname, dst_name))
+        for recv in ref_recvs:
+            added[recv - n].inputs.extend([x, CONTROL] for x in ref_ctrl)
+            self.recheck.append(recv)
+
+    def _transfer(self, origin: int, oslot: int, src_dev: int, dst_dev: int, dtype: int, send: str,
+                  recv: str, send_op: str, recv_op: str, tname: str, dst_name: str) -> dict:
+        control = oslot == CONTROL
+        if control:
+            shape: list | None = [0]
+            nbytes: int | None = 0
+        else:
+            shape = self.shape(origin, oslot)
+            size = dtype_size(dtype)
+            nbytes = None
+            if shape is not None and size is not None and None not in shape:
+                nbytes = size
+                for d in shape:
+                    nbytes *= d
+                if nbytes > MAX_TENSOR_BYTES:  # type: ignore[operator]
+                    nbytes = None  # an overflow: counted as unknown (placeviz.limits)
+        devs = self.devs
+        dname = _DTYPE_NAMES.get(dtype)
+        if dname is None:
+            dname = _DTYPE_NAMES[dtype] = dtype_name(dtype)
+        return {
+            "src": self.names[origin] if origin < self.n else self.added[origin - self.n].name,
+            "slot": "control" if control else oslot,
+            "src_device": devs.names[src_dev], "dst_device": devs.names[dst_dev],
+            "dtype": dname, "shape": shape, "bytes": nbytes,
+            "level": "device" if devs.task[src_dev] == devs.task[dst_dev] else "task",
+            "send": send, "recv": recv, "send_op": send_op, "recv_op": recv_op,
+            "tensor_name": tname, "dst": dst_name,
+        }
+
+    # ---------------------------------------------------------------------------- shapes
+    def shape(self, i: int, slot: int, depth: int = 0):
+        """Static shape of output ``slot`` of node ``i`` (list, None for unknown dims) or None."""
+        if i >= self.n:
+            a = self.added[i - self.n]
+            return self.shape(a.origin, a.oslot, depth) if a.origin >= 0 else None
+        key = (i, slot)
+        result = self._shapes.get(key, False)
+        if result is not False:
+            return result
+        result = None
+        op = self.ops[i]
+        # The NodeDef's attrs are read only for the ops that need them (most of the cost).
+        if self.output_shapes:
+            av = self.nodes_pb[i].attr.get("_output_shapes")
+            if av is not None and slot < len(av.list.shape):
+                result = _shape_list(av.list.shape[slot])
+        if (result is None or None in result) and depth < 32:
+            if op in CONST_OPS:
+                value = self.nodes_pb[i].attr.get("value")
+                if value is not None:
+                    result = _shape_list(value.tensor.tensor_shape)
+            elif op in _SHAPE_ATTR_OPS:
+                attr = self.nodes_pb[i].attr
+                sav = attr.get("shape")
+                if sav is not None:
+                    result = _shape_list(sav.shape)
+                if op == "PlaceholderWithDefault" and (result is None or None in result):
+                    result = _known_first(self._input_shape(i, depth), result)
+            elif op in _PASS_THROUGH_OPS or op == "ReadVariableOp" or (op.startswith("Apply") and slot == 0):
+                result = _known_first(self._input_shape(i, depth), result)
+        self._shapes[key] = result
+        return result
+
+    def _input_shape(self, i: int, depth: int):
+        lo = self.in_start[i]
+        if lo >= self.in_start[i + 1] or self.graph.in_slot[lo] == CONTROL:
+            return None
+        src = self.graph.in_src[lo]
+        if self.ops[src] == "VarHandleOp":
+            sav = self.nodes_pb[src].attr.get("shape")
+            return _shape_list(sav.shape) if sav is not None else None
+        return self.shape(src, self.graph.in_slot[lo], depth + 1)
+

@@ -1,0 +1,190 @@
+"""Host or device memory of each input and output of a node: TF's ``MemoryTypesForNode``.
+
+``tensorflow/core/framework/memory_types.cc`` ``MemoryTypesForNode``: an input or output is in host
+memory when the kernel registered for the node's device type declares it ``HostMemory``
+(``REGISTER_KERNEL_BUILDER(...).HostMemory("x")``, read from the op table), when its dtype always
+lives on the host (``string``, ``resource``: ``MTypeFromDType``), or when the node carries
+``_input_hostmem``/``_output_hostmem`` (XLA/TPU rewrites). Without a kernel for the device type
+(function calls, kernels the op table lacks) ``int32`` counts as host memory too, TF's rule for
+kernels it cannot find. The partitioner asks this for the ends of every cut edge: a send from host
+memory is a ``_HostSend``, a receive into host memory a ``_HostRecv``
+(``tensorflow/core/graph/graph_partition.cc`` ``AddSend``/``AddRecv``), and an edge between
+different memory types of one non-CPU device is cut as well.
+
+Memory types on GPU come from the op table, which the CPU wheel fills for CPU kernels only: on
+other device types int32 counts as host memory (TF's rule for kernels it cannot find).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from placeviz.errors import PlacevizError
+from placeviz.graph import Graph
+from placeviz.ops import DT_RESOURCE, REF_OFFSET
+from placeviz.partition.base import DT_INT32, DT_STRING, SWITCH_OPS, _PartitionerBase
+
+_ALWAYS_ON_HOST = frozenset({DT_STRING, DT_STRING + REF_OFFSET, DT_RESOURCE})
+_FUNCTION_CALL_OPS = frozenset({"SymbolicGradient", "PartitionedCall", "StatefulPartitionedCall",
+                                "While", "StatelessWhile", "If", "StatelessIf", "Case"})
+
+
+def _host_positions(args, facts, nd, hms: set[str], total: int) -> list[bool]:
+    """Per expanded position of ``args``: whether its arg is one of the kernel's HostMemory args."""
+    out: list[bool] = []
+    attr = nd.attr
+    for a in args:
+        if a.type_list_attr:
+            av = attr.get(a.type_list_attr)
+            if av is not None:
+                count = len(av.list.type)
+            else:
+                spec = facts.attrs.get(a.type_list_attr)
+                count = len(spec.default or ()) if spec is not None else 0
+        elif a.number_attr:
+            av = attr.get(a.number_attr)
+            if av is not None:
+                count = av.i
+            else:
+                spec = facts.attrs.get(a.number_attr)
+                count = int(spec.default) if spec is not None and spec.default is not None else 1
+        else:
+            count = 1
+        out.extend([a.name in hms] * count)
+    if len(out) < total:
+        out.extend([False] * (total - len(out)))
+    return out[:total]
+
+
+def _attr_key(av) -> object:
+    if av is None:
+        return None
+    return av.type or av.i or av.SerializeToString()
+
+
+class _OpSpec:
+    """What memory types of one op on one device type depend on (precomputed once)."""
+
+    __slots__ = ("attrs", "facts", "host_in", "host_out", "kernel_known", "io_only")
+
+    def __init__(self, table, op: str, device_type: str):
+        facts = table.get(op)
+        self.facts = facts
+        names: set[str] = set()
+        for arg in facts.inputs + facts.outputs:
+            names.update(a for a in (arg.type_attr, arg.number_attr, arg.type_list_attr) if a)
+        kernels = facts.kernels.get(device_type) or facts.kernels.get("DEFAULT") or ()
+        self.kernel_known = bool(kernels) and op not in _FUNCTION_CALL_OPS
+        host: set[str] = set()
+        for kernels_of in (facts.kernels.get(device_type, ()), facts.kernels.get("DEFAULT", ())):
+            for k in kernels_of:
+                host.update(k.host_memory)
+                names.update(k.constraints)
+                if k.label:
+                    names.add("_kernel")
+        self.host_in = bool(host & {a.name for a in facts.inputs})
+        self.host_out = bool(host & {a.name for a in facts.outputs})
+        self.attrs = tuple(sorted(names))
+        # When kernels are chosen by the args' type attrs only, the io types decide memory types.
+        type_attrs = {a.type_attr for a in facts.inputs + facts.outputs if a.type_attr} | \
+            {a.type_list_attr for a in facts.inputs + facts.outputs if a.type_list_attr}
+        self.io_only = all(a in type_attrs for a in names)
+
+
+class _MemoryTypes(_PartitionerBase):
+    """Memory types of the inputs and outputs of original and added nodes (module docstring)."""
+
+    def __init__(self, graph: Graph, devices: list[str], table, session: str, incarnation):
+        super().__init__(graph, devices, table, session, incarnation)
+        self._specs: dict[tuple[str, str], _OpSpec | None] = {}
+        self._mem: dict[tuple, tuple] = {}
+        self._node_mem: dict[int, tuple] = {}
+
+    def spec(self, op: str, device_type: str) -> _OpSpec | None:
+        key = (op, device_type)
+        sp = self._specs.get(key, False)
+        if sp is False:
+            sp = self._specs[key] = _OpSpec(self.table, op, device_type) if op in self.table else None
+        return sp  # type: ignore[return-value]  # False is replaced above
+
+    def _node_mem_types(self, i: int) -> tuple:
+        """(input on host?, output on host?) per position of an original node (MemoryTypesForNode)."""
+        res = self._node_mem.get(i)
+        if res is not None:
+            return res
+        device_type = self.devs.type[self.dev_l[i]]
+        sp = self.spec(self.ops[i], device_type)
+        io = self.types(i)
+        if sp is None or io is None:
+            res = ((), ())
+        else:
+            in_t, out_t = io
+            key: tuple[Any, ...]
+            # The NodeDef's attrs only when needed (reading them is most of the cost here).
+            if sp.io_only:
+                key = (self.ops[i], device_type, in_t, out_t)
+            else:
+                attr = self.nodes_pb[i].attr
+                key = (self.ops[i], device_type, in_t, out_t, *[_attr_key(attr.get(a)) for a in sp.attrs])
+            res = self._mem.get(key)
+            if res is None:
+                res = self._mem[key] = self._compute_mem(self.nodes_pb[i], sp, device_type, in_t, out_t)
+            if self.hostmem_attrs and ("_input_hostmem" in (attr := self.nodes_pb[i].attr)
+                                       or "_output_hostmem" in attr):
+                ins, outs = list(res[0]), list(res[1])
+                for name, vec in (("_input_hostmem", ins), ("_output_hostmem", outs)):
+                    if name in attr:
+                        for k in attr[name].list.i:
+                            if 0 <= k < len(vec):
+                                vec[k] = True
+                res = (tuple(ins), tuple(outs))
+        self._node_mem[i] = res
+        return res
+
+    def _compute_mem(self, nd, sp: _OpSpec, device_type: str, in_t, out_t) -> tuple:
+        hm = None
+        if sp.kernel_known:
+            try:
+                hm = self.table.host_memory_args(nd, device_type)
+            except PlacevizError:
+                hm = None
+        if hm is None:  # no kernel (functions, unknown device kernels): int32 and host types
+            return (tuple(t == DT_INT32 or t in _ALWAYS_ON_HOST for t in in_t),
+                    tuple(t == DT_INT32 or t in _ALWAYS_ON_HOST for t in out_t))
+        hms = set(hm)
+        ins = _host_positions(sp.facts.inputs, sp.facts, nd, hms, len(in_t))
+        outs = _host_positions(sp.facts.outputs, sp.facts, nd, hms, len(out_t))
+        return (tuple(h or t in _ALWAYS_ON_HOST for h, t in zip(ins, in_t, strict=True)),
+                tuple(h or t in _ALWAYS_ON_HOST for h, t in zip(outs, out_t, strict=True)))
+
+    def out_host(self, i: int, slot: int) -> bool:
+        if i >= self.n:
+            a = self.added[i - self.n]
+            if a.kind == "replicate":
+                return self.out_host(a.copy_of, slot)
+            if not self.devs.is_cpu[a.dev] and a.op == "_HostRecv":
+                return True
+            return a.dtype in _ALWAYS_ON_HOST
+        sp = self.spec(self.ops[i], self.devs.type[self.dev_l[i]])
+        if sp is not None and not sp.host_out and sp.kernel_known:
+            return self.out_type(i, slot) in _ALWAYS_ON_HOST
+        outs = self._node_mem_types(i)[1]
+        if slot < len(outs):
+            return outs[slot]
+        return self.out_type(i, slot) in _ALWAYS_ON_HOST
+
+    def in_host(self, i: int, idx: int, dtype: int) -> bool:
+        """Whether input ``idx`` of ``i`` is in host memory; ``dtype`` is the edge's type."""
+        if i >= self.n:
+            a = self.added[i - self.n]
+            if a.op in SWITCH_OPS:
+                return idx == 1 or dtype in _ALWAYS_ON_HOST
+            if not self.devs.is_cpu[a.dev] and a.op == "_HostSend":
+                return True
+            return dtype in _ALWAYS_ON_HOST
+        sp = self.spec(self.ops[i], self.devs.type[self.dev_l[i]])
+        if sp is not None and not sp.host_in and sp.kernel_known:
+            return dtype in _ALWAYS_ON_HOST
+        ins = self._node_mem_types(i)[0]
+        return ins[idx] if idx < len(ins) else dtype in _ALWAYS_ON_HOST
+
