@@ -26,8 +26,16 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
 from placeviz.native import kernels
+
+if TYPE_CHECKING:  # numpy is imported by the callers that pass its arrays, not here
+    import numpy as np
+    import numpy.typing as npt
+
+Int64s = Union[array, "npt.NDArray[np.int64]"]  # an array('q') or a numpy int64 array
+Int32s = Union[array, "npt.NDArray[np.int32]"]
 
 _wire = kernels("_wire")
 # A ``_wire`` built before ``splice_nodes`` existed (a stale build): the Python loop does the work.
@@ -116,7 +124,7 @@ def field_spans_py(data, field: int) -> list[tuple[int, int]]:
     return out
 
 
-def splice_nodes(data, offsets: array, lengths: array, devices: array, device_names: list[bytes],
+def splice_nodes(data, offsets: Int64s, lengths: Int64s, devices: Int32s, device_names: list[bytes],
                  extra: list[bytes], tail: bytes = b"") -> bytes | None:
     """The ``node`` fields of a GraphDef: item ``k`` is the NodeDef at ``offsets[k]``/``lengths[k]``
     in ``data`` without its ``device`` field, followed by ``device: device_names[devices[k]]``; an

@@ -13,13 +13,35 @@ mirrors; imports go one way, from :mod:`placeviz.partition.session` down to this
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, Graph
 from placeviz.native import kernels
+
+if TYPE_CHECKING:  # numpy is imported on first use (not at start-up): its types for the checker only
+    import numpy as np
+    import numpy.typing as npt
+
+    from placeviz.ops import OpTable
+    from placeviz.protos import NodeDef
+
+    I32Array = npt.NDArray[np.int32]
+    I64Array = npt.NDArray[np.int64]
+    BoolArray = npt.NDArray[np.bool_]
+
+# A transfer's ``_New.meta``: (tensor_name, send device, recv device, _src, _dst, client_terminated).
+TransferMeta = tuple[str, int, int, str | None, str | None, bool]
+# Any other added node's ``_New.meta``: attr name -> (AttrValue field, value), e.g. ("i", 2).
+AttrMeta = dict[str, tuple[str, str | int | bool]]
+IoTypes = tuple[tuple[int, ...], tuple[int, ...]]  # (input dtypes, output dtypes) of a node
+Shape = list[int | None] | None  # a static shape (None: unknown dim), None: unknown rank
+# A JSON object of the result (a transfer, a moved node, a control loop: ``index.json``): values
+# of several types, each read by its key where it is known.
+JsonDict = dict[str, Any]  # Any: one value type per key (see the keys at each writer)
 
 _kernels = kernels("_partition_kernels")  # index codes and int attrs in C (see placeviz.native)
 
@@ -45,7 +67,7 @@ class PartitionError(PlacevizError):
 class _Devices:
     """Device names interned as ints, with their task, type and the CPU:0 of their task."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.task: list[int] = []
@@ -61,7 +83,7 @@ class _Devices:
         if k is not None:
             return k
         parsed = parse_full_name(name) if name else None
-        if parsed is None or None in (parsed.job, parsed.replica, parsed.task, parsed.type, parsed.id):
+        if parsed is None or parsed.type is None or None in (parsed.job, parsed.replica, parsed.task, parsed.id):
             return -1
         task = f"/job:{parsed.job}/replica:{parsed.replica}/task:{parsed.task}"
         t = self.task_index.get(task)
@@ -71,7 +93,7 @@ class _Devices:
         k = self.index[name] = len(self.names)
         self.names.append(name)
         self.task.append(t)
-        self.type.append(parsed.type)  # type: ignore[arg-type]  # not None: checked above
+        self.type.append(parsed.type)
         self.is_cpu.append(parsed.type == "CPU")
         return k
 
@@ -94,7 +116,8 @@ class _New:
     __slots__ = ("name", "op", "dev", "inputs", "kind", "origin", "oslot", "dtype", "major", "minor", "meta",
                  "frame", "copy_of")
 
-    def __init__(self, name, op, dev, inputs, kind, origin, oslot, dtype, major, minor, meta=None):
+    def __init__(self, name: str, op: str, dev: int, inputs: list[list[int]], kind: str, origin: int, oslot: int,
+                 dtype: int, major: int, minor: int, meta: TransferMeta | AttrMeta | None = None) -> None:
         self.name = name
         self.op = op
         self.dev = dev
@@ -117,7 +140,7 @@ _NEW_ARGS = ("name", "op", "dev", "inputs", "kind", "origin", "oslot", "dtype", 
 _NEW_CONSTANTS = (("frame", ""), ("copy_of", -1))
 
 
-def _codes(items: list, mapping: dict):
+def _codes(items: Sequence[str], mapping: dict[str, int]) -> I32Array:
     """int32 array of ``mapping[x]`` for each ``x`` of ``items`` (writable), by the C kernel when
     it is built and takes them."""
     import numpy as np
@@ -134,39 +157,37 @@ class _PartitionerBase:
     (:class:`placeviz.partition.session._Partitioner` puts them together)."""
 
     # Set by prepare (placeviz.partition.subgraph), read by every later step.
-    keep_np: Any
-    in_start_np: Any
-    in_start: Any
-    e_src: Any
-    e_slot: Any
-    e_dst: Any
+    keep_np: BoolArray  # the nodes the run executes
+    in_start_np: I32Array
+    in_start: array[int]  # Graph.in_start: node i's inputs are edges in_start[i]:in_start[i + 1]
+    e_src: I32Array  # per edge (the graph's in-edges, then rewired): source node, its slot, destination
+    e_slot: I32Array
+    e_dst: I32Array
     num_edges: int
     op_index: dict[str, int]
-    op_codes: Any
-    rank: Any
+    op_codes: I32Array
+    rank: I64Array  # client order of each original node
     identity_order: bool
-    dev_np: Any
+    dev_np: I32Array  # device of each original node (interned: _Devices)
     dev_l: list[int]
-    kept_edge: Any
+    kept_edge: BoolArray
     client_device: str
     client_dev: int
     edge_id: int  # set by each split (placeviz.partition.graph_partition)
 
-    def __init__(self, graph: Graph, devices: list[str], table, session: str, incarnation):
-        import numpy as np
-
-        self.np: Any = np  # the module (mypyc: an attribute needs a declared type)
+    def __init__(self, graph: Graph, devices: list[str], table: OpTable, session: str,
+                 incarnation: Callable[[str], int]) -> None:
         self.graph = graph
         self.table = table
         self.session = session
         self.incarnation = incarnation
         self.n = len(graph)
-        self.names = graph.names
-        self.ops = graph.ops
+        self.names: list[str] = graph.names
+        self.ops: list[str] = graph.ops
         # NodeDefs to read attrs from (name, op and attrs are current; a derived graph's device and
         # inputs may be stale). Not ``graph.graph_def``: for the setter's result that would build
         # a copy of the whole GraphDef (0.3 s and 1 GB at 1M nodes) only to read attrs.
-        self.nodes_pb = graph.attr_nodes
+        self.nodes_pb: Sequence[NodeDef] = graph.attr_nodes
         # XLA/TPU rewrites pin args to host memory with these attrs; user GraphDefs lack them.
         self.hostmem_attrs = any("_input_hostmem" in self.nodes_pb[i].attr or "_output_hostmem" in
                                  self.nodes_pb[i].attr for i in range(min(16, self.n)))
@@ -175,13 +196,13 @@ class _PartitionerBase:
         self.in_devices = devices
         self.devs = _Devices()
         self.added: list[_New] = []
-        self.transfers: list[dict] = []
+        self.transfers: list[JsonDict] = []
         self.replicated: dict[str, list[str]] = {}
-        self.moved: dict[str, dict] = {}
-        self.control_loops: list[dict] = []
-        self.cloop_ctrl: dict[int, list] = {}  # dst -> [merge id, remaining count]
-        self._types: dict[int, Any] = {}
-        self._shapes: dict[tuple[int, int], Any] = {}
+        self.moved: dict[str, dict[str, str]] = {}
+        self.control_loops: list[JsonDict] = []
+        self.cloop_ctrl: dict[int, list[int]] = {}  # dst -> [merge id, remaining count]
+        self._types: dict[int, IoTypes | None] = {}
+        self._shapes: dict[tuple[int, int], Shape] = {}
         self._inc: dict[int, int] = {}
         self._seq = 0
         self._counter_s = 0
@@ -189,7 +210,7 @@ class _PartitionerBase:
         self.recheck: list[int] = []  # added nodes whose inputs may cross partitions
         self.level = 0
         self.part: list[int] = []
-        self.dup: dict[tuple, int] = {}
+        self.dup: dict[tuple[int, int, int, bool], int] = {}  # TF's DupRecvKey -> the shared receive
 
     # ---------------------------------------------------------------------------- node access
     def name(self, i: int) -> str:
@@ -204,15 +225,15 @@ class _PartitionerBase:
     def major(self, i: int) -> int:
         return int(self.rank[i]) if i < self.n else self.added[i - self.n].major
 
-    def types(self, i: int):
+    def types(self, i: int) -> IoTypes | None:
         """(input types, output types) of an original node, None if the op is unknown."""
-        res = self._types.get(i, False)
-        if res is False:
-            try:
-                res = self.table.io_types(self.nodes_pb[i])
-            except PlacevizError:
-                res = None
-            self._types[i] = res
+        if i in self._types:
+            return self._types[i]
+        try:
+            res = self.table.io_types(self.nodes_pb[i])
+        except PlacevizError:
+            res = None
+        self._types[i] = res
         return res
 
     def out_type(self, i: int, slot: int) -> int:
@@ -235,8 +256,8 @@ class _PartitionerBase:
         return io[0][idx]
 
     # ---------------------------------------------------------------------------- new nodes
-    def _add(self, name: str, op: str, dev: int, inputs: list, kind: str, origin: int, oslot: int,
-             dtype: int, major: int, meta=None) -> int:
+    def _add(self, name: str, op: str, dev: int, inputs: list[list[int]], kind: str, origin: int, oslot: int,
+             dtype: int, major: int, meta: TransferMeta | AttrMeta | None = None) -> int:
         self._seq += 1
         self.added.append(_New(name, op, dev, inputs, kind, origin, oslot, dtype, major, self._seq, meta))
         i = self.n + len(self.added) - 1
@@ -259,12 +280,15 @@ class _PartitionerBase:
             inc = self._inc[dev] = int(self.incarnation(self.devs.names[dev]))
         return inc
 
-    def codes_of(self, ops: Iterable[str]):
-        return self.np.asarray([self.op_index[op] for op in ops if op in self.op_index], dtype=self.np.int32)
+    def codes_of(self, ops: Iterable[str]) -> I32Array:
+        import numpy as np
+
+        return np.asarray([self.op_index[op] for op in ops if op in self.op_index], dtype=np.int32)
 
     def nodes_with_op(self, ops: Iterable[str], kept_only: bool = True) -> list[int]:
         """Node ids whose op is one of ``ops``, in client order."""
-        np = self.np
+        import numpy as np
+
         codes = self.codes_of(ops)
         if not len(codes):
             return []
@@ -274,10 +298,13 @@ class _PartitionerBase:
         ids = np.nonzero(mask)[0]
         if not self.identity_order:
             ids = ids[np.argsort(self.rank[ids], kind="stable")]
-        return ids.tolist()
+        out: list[int] = ids.tolist()
+        return out
 
-    def _dev_all(self):
-        np = self.np
+    def _dev_all(self) -> I32Array:
+        """The device of every node, original and added."""
+        import numpy as np
+
         if not self.added:
             return self.dev_np
         added_devs = _kernels.attr_ints(self.added, "dev") if _kernels is not None else None

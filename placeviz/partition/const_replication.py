@@ -24,7 +24,8 @@ class _ConstReplication(_PartitionerBase):
     # ---------------------------------------------------------------------------- constants
     def replicate_constants(self) -> None:
         """TF's ReplicateConstantsPass (module docstring, step 2)."""
-        np = self.np
+        import numpy as np
+
         ops, n = self.ops, self.n
         devs = self.devs
         const_ids = self.nodes_with_op(CONST_OPS)

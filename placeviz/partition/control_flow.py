@@ -11,14 +11,20 @@ only when a cross-device edge may sit inside a frame (:mod:`placeviz.partition.g
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from placeviz.graph import BACK_EDGE_SOURCE_OPS
 from placeviz.partition.base import ENTER_OPS, EXIT_OPS, MERGE_OPS, PartitionError, _PartitionerBase
+
+# What ``_frames`` returns: frame_of(node), output_frame(node), input_frame(node), each frame's
+# parent frame, each frame's parallel_iterations.
+Frames = tuple[Callable[[int], str], Callable[[int], str], Callable[[int], str], dict[str, str], dict[str, int]]
 
 
 class _ControlFlowInfo(_PartitionerBase):
     """Frames of original and added nodes (module docstring)."""
 
-    def _frames(self):
+    def _frames(self) -> Frames:
         """Frame functions over the client graph (BuildControlFlowInfo, computed lazily).
 
         A node's frame is its first input's (TF walks from the source and requires all inputs to

@@ -36,6 +36,9 @@ pass-through ops), placeviz's own estimate: TF's partitioner does not need one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
 from placeviz.graph import CONTROL
 from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
@@ -50,12 +53,23 @@ from placeviz.partition.base import (
     LOOP_COND_OPS,
     NEXT_OPS,
     SWITCH_OPS,
+    JsonDict,
     PartitionError,
+    Shape,
     _New,
 )
 from placeviz.partition.control_flow import _ControlFlowInfo
 from placeviz.partition.memory_types import _MemoryTypes
 from placeviz.protos import dtype_name, dtype_size
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from placeviz.protos import TensorShapeProto
+
+Write = Callable[[int, int, int], None]  # rewire input `ref` to (source, slot)
+Writes = tuple[list[int], list[int], list[int]]  # the rewired edges of original nodes: positions, sources, slots
 
 _kernels = kernels("_partition_kernels")  # the cut-edge loop as one C function (see placeviz.native)
 
@@ -64,12 +78,12 @@ KIND_SEND, KIND_RECV = "send", "recv"
 _DTYPE_NAMES: dict[int, str] = {}  # dtype -> dtype_name, as transfers name them
 
 
-def _known_first(shape, fallback):
+def _known_first(shape: Shape, fallback: Shape) -> Shape:
     """``shape`` when it is known (a scalar's ``[]`` included), else ``fallback``."""
     return shape if shape is not None else fallback
 
 
-def _shape_list(shape_proto) -> list[int | None] | None:
+def _shape_list(shape_proto: TensorShapeProto) -> Shape:
     if shape_proto.unknown_rank:
         return None
     return [d.size if d.size >= 0 else None for d in shape_proto.dim]
@@ -85,13 +99,23 @@ _SHAPE_ATTR_OPS = frozenset({"VariableV2", "Variable", "TemporaryVariable", "Pla
                              "PlaceholderWithDefault"})
 
 
+def _input_writer(a: _New) -> Write:
+    """``write`` for :meth:`_GraphPartition._cut_dst` into an added node: rewires its input ``ref``."""
+
+    def write(ref: int, s: int, sl: int) -> None:
+        a.inputs[ref] = [s, sl]
+
+    return write
+
+
 class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
     """Control-flow colocation, control loops and the split of one level (module docstring)."""
 
     # ---------------------------------------------------------------------------- control flow
     def control_flow(self) -> None:
         """OptimizeControlFlowColocation, then control loops for frames that span devices."""
-        np = self.np
+        import numpy as np
+
         ops = self.ops
         self.dev_l = self.dev_np.tolist()
         cf_nodes = self.nodes_with_op(_MOVED_CF_OPS)
@@ -103,7 +127,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         if wanted:
             pos = np.nonzero(np.isin(self.e_src, np.asarray(wanted, dtype=np.int32)) & self.kept_edge
                              & (self.e_slot != CONTROL))[0]
-            best: dict[int, tuple] = {}
+            best: dict[int, tuple[int, int]] = {}
             for p, s, d in zip(pos.tolist(), self.e_src[pos].tolist(), self.e_dst[pos].tolist(), strict=True):
                 key = (int(self.rank[d]), p)
                 if s not in best or key < best[s]:
@@ -137,7 +161,8 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
 
     def _cross_device_edges(self) -> list[tuple[int, int]]:
         """(dst, src) of every edge between two devices, in processing order."""
-        np = self.np
+        import numpy as np
+
         dev_all = self._dev_all()
         pos = np.nonzero(self.kept_edge & (dev_all[self.e_src] != dev_all[self.e_dst]))[0]
         if not self.identity_order:
@@ -164,7 +189,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         for i in self.nodes_with_op(LOOP_COND_OPS):
             cond[frame_of(i)] = i
         level = 0 if self.session == "master" else 2
-        loops: dict[tuple[str, int], dict] = {}
+        loops: dict[tuple[str, int], dict[str, int]] = {}
         for dst, sf in relevant:
             dst_dev = self.dev(dst)
             dname = self.name(dst)
@@ -199,7 +224,9 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
                 for k in (enter, merge, switch, nxt):
                     a = self.added[k - self.n]
                     a.frame = cur
-                    a.meta["T"] = ("type", DT_FLOAT)
+                    attrs = a.meta
+                    assert isinstance(attrs, dict)  # a control loop node's attrs, made above
+                    attrs["T"] = ("type", DT_FLOAT)
                 loop = {"enter": enter, "merge": merge}
                 loops[(cur, dst_dev)] = loop
                 self.control_loops.append({"frame": cur, "device": self.devs.names[dst_dev],
@@ -220,7 +247,8 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
     # ---------------------------------------------------------------------------- checks
     def check_complete(self) -> None:
         """TF's "Incomplete graph": a node with fewer data inputs than its op takes."""
-        np = self.np
+        import numpy as np
+
         table = self.table
         keep = self.keep_np
         counts = np.bincount(self.e_dst[self.e_slot != CONTROL], minlength=self.n)
@@ -241,7 +269,12 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
                 bad.append(i)
         if bad:
             i = min(bad, key=lambda k: int(self.rank[k]))
-            want = int(exp[i]) if exp[i] >= 0 else len(self.types(i)[0])
+            if exp[i] >= 0:
+                want = int(exp[i])
+            else:
+                io = self.types(i)
+                assert io is not None  # a node of a variadic op is in `bad` when its io types are known
+                want = len(io[0])
             have = int(counts[i])
             if have < want:
                 raise PartitionError(f"Incomplete graph, missing {want - have} inputs for {self.names[i]}")
@@ -252,7 +285,8 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
     def split(self, level: int) -> None:
         """One partitioning pass: 0 by task (master, ``_S``), 1 by device inside tasks (``_G``),
         2 by device in one pass (DirectSession, ``/_n``)."""
-        np = self.np
+        import numpy as np
+
         devs = self.devs
         ndev = len(devs.names)
         part = devs.task if level == 0 else list(range(ndev))
@@ -294,9 +328,9 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
                                            and self.out_host(s, sl) != self.in_host(dst, j, self.out_type(s, sl))):
                     items.append((j, s, sl, j))
             if items:
-                self._cut_dst(dst, items, lambda ref, s, sl, _a=a: _a.inputs.__setitem__(ref, [s, sl]))
+                self._cut_dst(dst, items, _input_writer(a))
 
-    def _split_originals(self, pos, writes: tuple[list, list, list]) -> None:
+    def _split_originals(self, pos: npt.NDArray[np.intp], writes: Writes) -> None:
         """The cut edges into original nodes, grouped by destination in processing order, each
         group through :meth:`_cut_dst` (TF's loop over one node's in-edges): the specification of
         the C kernel, which does the whole loop or declines (:meth:`_split_originals_c`)."""
@@ -306,7 +340,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         dst_l = self.e_dst[pos].tolist()
         w_pos, w_src, w_slot = writes
 
-        def write(ref, s, sl):
+        def write(ref: int, s: int, sl: int) -> None:
             w_pos.append(ref)
             w_src.append(s)
             w_slot.append(sl)
@@ -325,7 +359,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             k = j
 
     def _split_originals_c(self, pos_l: list[int], src_l: list[int], slot_l: list[int], dst_l: list[int],
-                           writes: tuple[list, list, list]) -> bool:
+                           writes: Writes) -> bool:
         """The whole Python loop of :meth:`_split_originals` in C
         (``placeviz._partition_kernels.split_originals``): the same groups through the same steps
         as :meth:`_cut_dst`, asking the same methods for io types, op specs, memory types and
@@ -333,7 +367,8 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         changes nothing given; False when it declines (an argument of another kind, a destination
         gated by a control loop), before doing anything."""
         devs = self.devs
-        res = _kernels.split_originals(  # type: ignore[union-attr]
+        assert _kernels is not None  # the caller checks
+        res = _kernels.split_originals(
             pos=pos_l, src=src_l, slot=slot_l, dst=dst_l, n=self.n, level=self.level, part=self.part,
             is_cpu=devs.is_cpu, dev_task=devs.task, dev_names=devs.names, dev_type=devs.type, dev=self.dev_l,
             names=self.names, ops=self.ops, added=self.added, cloops=self.cloop_ctrl, types=self.types,
@@ -368,8 +403,12 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             return list(zip(range(lo, hi), self.e_src[lo:hi].tolist(), self.e_slot[lo:hi].tolist(), strict=True))
         return [(j, s, sl) for j, (s, sl) in enumerate(self.added[dst - self.n].inputs)]
 
-    def _cut_dst(self, dst: int, items: list, write) -> None:
-        """TF's loop over the incoming edges of ``dst`` that cross partitions (or memory types)."""
+    def _cut_dst(self, dst: int, items: list[tuple[int, int, int, int]], write: Write) -> None:
+        """TF's loop over the incoming edges of ``dst`` that cross partitions (or memory types).
+
+        ``items``: (ref, source, slot, input index) of each cut edge; ``write(ref, source, slot)``
+        rewires the input ``ref`` (an edge position, or an added node's input index).
+        """
         level = self.level
         part = self.part
         devs = self.devs
@@ -477,10 +516,10 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             self.recheck.append(recv)
 
     def _transfer(self, origin: int, oslot: int, src_dev: int, dst_dev: int, dtype: int, send: str,
-                  recv: str, send_op: str, recv_op: str, tname: str, dst_name: str) -> dict:
+                  recv: str, send_op: str, recv_op: str, tname: str, dst_name: str) -> JsonDict:
         control = oslot == CONTROL
         if control:
-            shape: list | None = [0]
+            shape: Shape = [0]
             nbytes: int | None = 0
         else:
             shape = self.shape(origin, oslot)
@@ -488,9 +527,9 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             nbytes = None
             if shape is not None and size is not None and None not in shape:
                 nbytes = size
-                for d in shape:
+                for d in cast("list[int]", shape):  # no None: tested above
                     nbytes *= d
-                if nbytes > MAX_TENSOR_BYTES:  # type: ignore[operator]
+                if nbytes > MAX_TENSOR_BYTES:
                     nbytes = None  # an overflow: counted as unknown (placeviz.limits)
         devs = self.devs
         dname = _DTYPE_NAMES.get(dtype)
@@ -507,16 +546,15 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         }
 
     # ---------------------------------------------------------------------------- shapes
-    def shape(self, i: int, slot: int, depth: int = 0):
+    def shape(self, i: int, slot: int, depth: int = 0) -> Shape:
         """Static shape of output ``slot`` of node ``i`` (list, None for unknown dims) or None."""
         if i >= self.n:
             a = self.added[i - self.n]
             return self.shape(a.origin, a.oslot, depth) if a.origin >= 0 else None
         key = (i, slot)
-        result = self._shapes.get(key, False)
-        if result is not False:
-            return result
-        result = None
+        if key in self._shapes:
+            return self._shapes[key]
+        result: Shape = None
         op = self.ops[i]
         # The NodeDef's attrs are read only for the ops that need them (most of the cost).
         if self.output_shapes:
@@ -540,7 +578,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         self._shapes[key] = result
         return result
 
-    def _input_shape(self, i: int, depth: int):
+    def _input_shape(self, i: int, depth: int) -> Shape:
         lo = self.in_start[i]
         if lo >= self.in_start[i + 1] or self.graph.in_slot[lo] == CONTROL:
             return None

@@ -17,25 +17,47 @@ nodes that only change device (their bytes are the input's, :mod:`placeviz.nodew
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import repeat
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, cast
 
 from placeviz import nodewire
 from placeviz.graph import CONTROL
-from placeviz.nodewire import encode_field, encode_varint, splice_nodes
-from placeviz.partition.base import DT_FLOAT, _New, _PartitionerBase
+from placeviz.nodewire import NodeWire, encode_field, encode_varint, splice_nodes
+from placeviz.partition.base import DT_FLOAT, AttrMeta, TransferMeta, _New, _PartitionerBase
 from placeviz.protos import GraphDef, NodeDef
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from placeviz.partition.base import BoolArray, I32Array, I64Array
+    from placeviz.protos import AttrValue
+
+    # nodewire.rebuild_nodes's arguments after (data, offsets, lengths, ids), with offsets and lengths
+    # first: see _GraphDefs._serialize.
+    RebuildArgs = tuple[I64Array, I64Array, npt.NDArray[np.uint8], bool, I32Array, I32Array, I32Array, list[str],
+                        list[_New], list[bytes], I32Array]
+
+class _NameSet(Protocol):
+    """``name in`` the names of one partition's nodes: a set, or :class:`_NamesIn`."""
+
+    def __contains__(self, name: str, /) -> bool: ...
+
+
+Fix = Callable[[str], str]  # a node name as written (importable or TF's own)
+# _encode_transfer's cache: (op, device, send device, recv device, client, dtype) -> encoded pieces.
+TransferParts = dict[tuple[str, int, int, int, bool, int], tuple[bytes, bytes, bytes, bytes, bytes]]
 
 
 class _GraphDefs(_PartitionerBase):
     """The NodeDefs of the partitions (module docstring)."""
 
-    def _input_strings(self, i: int, fix) -> list[str]:
+    def _input_strings(self, i: int, fix: Fix) -> list[str]:
         name = self.name
-        out = []
-        pairs: Iterable[Any]  # (source, slot) tuples or lists
+        out: list[str] = []
+        pairs: Iterable[tuple[int, int] | list[int]]
         if i < self.n:
             lo, hi = self.in_start[i], self.in_start[i + 1]
             pairs = zip(self.e_src[lo:hi].tolist(), self.e_slot[lo:hi].tolist(), strict=True)
@@ -53,7 +75,7 @@ class _GraphDefs(_PartitionerBase):
             out.extend(["^" + fix(name(cl[0]))] * cl[1])
         return out
 
-    def _fill_new(self, nd: NodeDef, a: _New, i: int, fix) -> None:
+    def _fill_new(self, nd: NodeDef, a: _New, i: int, fix: Fix) -> None:
         if a.copy_of >= 0:
             nd.CopyFrom(self.nodes_pb[a.copy_of])
             del nd.input[:]
@@ -62,13 +84,13 @@ class _GraphDefs(_PartitionerBase):
         nd.device = self.devs.names[a.dev]
         attr = nd.attr
         if a.op in ("_Send", "_HostSend", "_Recv", "_HostRecv"):
-            tname, sdev, rdev, src, dst, client = a.meta
+            tname, sdev, rdev, src, dst, client = cast("TransferMeta", a.meta)
             attr["tensor_name"].s = tname.encode()
             attr["send_device"].s = self.devs.names[sdev].encode()
             attr["send_device_incarnation"].i = self.incarnation_of(sdev)
             attr["recv_device"].s = self.devs.names[rdev].encode()
             attr["client_terminated"].b = client
-            if src is not None:
+            if src is not None and dst is not None:  # both or neither (client nodes)
                 attr["_src"].s = src.encode()
                 attr["_dst"].s = dst.encode()
             attr["T" if a.op in ("_Send", "_HostSend") else "tensor_type"].type = a.dtype
@@ -80,10 +102,10 @@ class _GraphDefs(_PartitionerBase):
         elif a.kind == "ctrl_identity":
             attr["T"].type = DT_FLOAT
         elif a.meta:
-            for key, (kind, value) in a.meta.items():
+            for key, (kind, value) in cast("AttrMeta", a.meta).items():
                 av = attr[key]
                 if kind == "s":
-                    av.s = value.encode("utf-8")
+                    av.s = cast(str, value).encode("utf-8")
                 elif kind == "i":
                     av.i = value
                 elif kind == "b":
@@ -111,8 +133,9 @@ class _GraphDefs(_PartitionerBase):
             return None
         return self._serialize(node_lists, wire)
 
-    def _serialize(self, node_lists: dict[str, list[int]], wire) -> Iterator[tuple[str, Iterator[bytes]]]:
-        np = self.np
+    def _serialize(self, node_lists: dict[str, list[int]], wire: NodeWire) -> Iterator[tuple[str, Iterator[bytes]]]:
+        import numpy as np
+
         n = self.n
         # Nodes whose inputs differ from their bytes' (moved by control flow, control loops, the
         # setter's rewired roots) or whose name changes are built; so are nodes without bytes.
@@ -138,11 +161,11 @@ class _GraphDefs(_PartitionerBase):
         incarnations = [self.incarnation_of(d) for d in range(len(device_fields))]
         versions = self.graph.versions
         tail = b"" if versions is None else encode_field(4, versions.SerializeToString(deterministic=True))
-        transfer_attrs: dict[tuple, tuple[bytes, ...]] = {}  # see _encode_transfer
+        transfer_attrs: TransferParts = {}  # see _encode_transfer
         # Originals rebuilt from their bytes (_rebuilt_originals): those with bytes, outside control loops.
         from_bytes = all_offsets >= 0
         from_bytes[[i for i in self.cloop_ctrl if i < n]] = False
-        arrays = (all_offsets, all_lengths, rewrite.view(np.uint8), fix_names, np.ascontiguousarray(self.in_start_np,
+        arrays: RebuildArgs = (all_offsets, all_lengths, rewrite.view(np.uint8), fix_names, np.ascontiguousarray(self.in_start_np,
                   dtype=np.int32), np.ascontiguousarray(self.e_src, dtype=np.int32),
                   np.ascontiguousarray(self.e_slot, dtype=np.int32), self.names, self.added, device_fields,
                   np.ascontiguousarray(self.dev_np, dtype=np.int32))
@@ -153,7 +176,7 @@ class _GraphDefs(_PartitionerBase):
             def node_bytes(i: int) -> bytes:
                 return self._node_bytes(i, rewrite, here, transfer_attrs)
 
-            def nodes_bytes(slow_ids) -> list[bytes]:
+            def nodes_bytes(slow_ids: I64Array) -> list[bytes]:
                 originals = slow_ids[slow_ids < n]
                 rebuilt = self._rebuilt_originals(wire, originals[from_bytes[originals]].tolist(), arrays, here,
                                                   elsewhere)
@@ -187,7 +210,8 @@ class _GraphDefs(_PartitionerBase):
         for code, (key, ids) in enumerate(node_lists.items()):
             yield key, chunks(code, ids)
 
-    def _rebuilt_originals(self, wire, ids: list[int], arrays: tuple, here, elsewhere) -> dict[int, bytes]:
+    def _rebuilt_originals(self, wire: NodeWire, ids: list[int], arrays: RebuildArgs, here: _NamesIn,
+                           elsewhere: BoolArray) -> dict[int, bytes]:
         """Node id -> serialized NodeDef, for original nodes (``ids``) that :meth:`_node_bytes`
         would build from a copy of their NodeDef: the C kernel (``nodewire.rebuild_nodes``) writes
         each from its bytes with its new device and, when rewired, its new inputs (and fixed
@@ -203,28 +227,30 @@ class _GraphDefs(_PartitionerBase):
         if blob is None:
             return {}
         trim = elsewhere[ids].tolist()
-        out = {}
+        out: dict[int, bytes] = {}
         for i, nd, trimmed in zip(ids, GraphDef.FromString(blob).node, trim, strict=True):
             if trimmed and "_class" in nd.attr:
                 _keep_local_colocation(nd, here)
             out[i] = nd.SerializeToString(deterministic=True)
         return out
 
-    def _nodes_bytes(self, ids: list[int], node_bytes, device_fields: list[bytes], incarnations: list[int]) -> list[bytes]:
+    def _nodes_bytes(self, ids: list[int], node_bytes: Callable[[int], bytes], device_fields: list[bytes],
+                     incarnations: list[int]) -> list[bytes]:
         """The serialized NodeDefs of ``ids``: added transfers in C when ``placeviz._wire`` is built,
         the rest (or all) by ``node_bytes``."""
         out = nodewire.encode_added(ids, self.n, self.added, self.names, device_fields, incarnations,
                                     self.cloop_ctrl, node_bytes, _CTRL_CONST_ATTRS, _CTRL_IDENTITY_ATTRS)
         return out if out is not None else [node_bytes(i) for i in ids]
 
-    def _located_elsewhere(self, part_of, lists: list[list[int]]):
+    def _located_elsewhere(self, part_of: I64Array, lists: list[list[int]]) -> BoolArray:
         """Nodes whose ``_class`` names a node outside their partition (``part_of``: partition
         number per original node, -1 for none; ``lists``: the partitions' node ids):
         :meth:`materialize` trims those entries (:func:`_keep_local_colocation`), so their bytes
         cannot be the input's. The same test as
         ``names <= set(names of the partition's nodes)``, as array operations over the
         (node, named node) pairs; added nodes whose name a ``_class`` names are looked up by name."""
-        np = self.np
+        import numpy as np
+
         n = self.n
         out = np.zeros(n, dtype=bool)
         located = self.graph.colocated_names
@@ -262,7 +288,7 @@ class _GraphDefs(_PartitionerBase):
         out[pair_node[bad]] = True
         return out
 
-    def _node_bytes(self, i: int, rewrite, here, transfer_attrs: dict) -> bytes:
+    def _node_bytes(self, i: int, rewrite: BoolArray, here: _NameSet, transfer_attrs: TransferParts) -> bytes:
         """The serialized NodeDef of node ``i`` in a partition whose names ``here`` holds, as
         :meth:`materialize` builds it (the Python reference of :func:`placeviz.nodewire.encode_added`)."""
         n = self.n
@@ -283,9 +309,10 @@ class _GraphDefs(_PartitionerBase):
             self._fill_new(nd, self.added[i - n], i, fix)
         if "_class" in nd.attr:
             _keep_local_colocation(nd, here)
-        return nd.SerializeToString(deterministic=True)
+        data: bytes = nd.SerializeToString(deterministic=True)
+        return data
 
-    def _encode_transfer(self, a: _New, i: int, fix, cache: dict) -> bytes:
+    def _encode_transfer(self, a: _New, i: int, fix: Fix, cache: TransferParts) -> bytes:
         """The deterministic serialization of the ``_Send``/``_Recv`` NodeDef :meth:`_fill_new`
         builds, written directly: tens of thousands of them per graph, and making each as a
         message costs 20 us. Fields in number order, attrs in the key order of protobuf's
@@ -293,7 +320,7 @@ class _GraphDefs(_PartitionerBase):
         with ``SerializeToString(deterministic=True)`` of the built NodeDef). The attrs that
         depend only on (op, devices, client, dtype) are encoded once per such key, in ``cache``.
         """
-        tname, sdev, rdev, src, dst, client = a.meta
+        tname, sdev, rdev, src, dst, client = cast("TransferMeta", a.meta)
         key = (a.op, a.dev, sdev, rdev, client, a.dtype)
         parts = cache.get(key)
         if parts is None:
@@ -314,7 +341,7 @@ class _GraphDefs(_PartitionerBase):
         out.extend(encode_field(3, x.encode("utf-8")) for x in self._input_strings(i, fix))
         out.append(device)
         out.append(first)
-        if src is not None:
+        if src is not None and dst is not None:  # both or neither (client nodes)
             out.append(_string_attr(_KEY_DST, dst.encode("utf-8")))
             out.append(_string_attr(_KEY_SRC, src.encode("utf-8")))
         out.append(middle)
@@ -333,7 +360,8 @@ class _GraphDefs(_PartitionerBase):
         n = self.n
         dev_names = self.devs.names
         fix = _importable_name if importable else _same
-        np = self.np
+        import numpy as np
+
         moved_inputs = (self.e_src != np.frombuffer(self.graph.in_src, dtype=np.int32)) | \
             (self.e_slot != np.frombuffer(self.graph.in_slot, dtype=np.int32))
         rewrite: set[int] | range = set(np.unique(self.e_dst[moved_inputs]).tolist()) | set(self.cloop_ctrl)
@@ -356,8 +384,8 @@ class _GraphDefs(_PartitionerBase):
                         nd.input.extend(self._input_strings(i, fix))
                 else:
                     self._fill_new(nd, self.added[i - n], i, fix)
-                if importable and "_class" in nd.attr:
-                    _keep_local_colocation(nd, here)  # type: ignore[arg-type]  # a set when importable
+                if here is not None and "_class" in nd.attr:  # importable
+                    _keep_local_colocation(nd, here)
             _add_library(gd, graph_def)
             out[key] = gd
         return out
@@ -377,7 +405,7 @@ class _NamesIn:
 
     __slots__ = ("builder", "ids", "part_of", "code", "added")
 
-    def __init__(self, builder: _GraphDefs, ids: list[int], part_of, code: int):
+    def __init__(self, builder: _GraphDefs, ids: list[int], part_of: I64Array, code: int) -> None:
         self.builder, self.ids, self.part_of, self.code = builder, ids, part_of, code
         self.added: set[str] | None = None
 
@@ -403,7 +431,8 @@ def _ctrl_attrs(kind: str) -> bytes:
         tensor.tensor_shape.dim.add().size = 0
     else:
         nd.attr["T"].type = DT_FLOAT
-    return nd.SerializeToString(deterministic=True)
+    data: bytes = nd.SerializeToString(deterministic=True)
+    return data
 
 
 _CTRL_CONST_ATTRS, _CTRL_IDENTITY_ATTRS = _ctrl_attrs("ctrl_const"), _ctrl_attrs("ctrl_identity")
@@ -445,7 +474,7 @@ def _importable_name(name: str) -> str:
     return "." + name if name.startswith("_") else name
 
 
-def _keep_local_colocation(nd: NodeDef, here: set[str]) -> None:
+def _keep_local_colocation(nd: NodeDef, here: _NameSet) -> None:
     groups = nd.attr["_class"].list.s
     keep = [g for g in groups if not g.startswith(b"loc:@") or g[5:].decode("utf-8", "replace") in here]
     if len(keep) == len(groups):
@@ -472,7 +501,7 @@ def _add_library(gd: GraphDef, source: GraphDef) -> None:
             seen.add(fname)
             wanted.append(fname)
 
-    def visit_attrs(attrs) -> None:
+    def visit_attrs(attrs: Mapping[str, AttrValue]) -> None:
         for av in attrs.values():
             kind = av.WhichOneof("value")
             if kind == "func":
@@ -481,7 +510,7 @@ def _add_library(gd: GraphDef, source: GraphDef) -> None:
                 for f in av.list.func:
                     want(f.name)
 
-    def visit_node(nd) -> None:
+    def visit_node(nd: NodeDef) -> None:
         want(nd.op)
         visit_attrs(nd.attr)
 

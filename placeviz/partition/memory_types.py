@@ -17,22 +17,32 @@ other device types int32 counts as host memory (TF's rule for kernels it cannot 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph
 from placeviz.ops import DT_RESOURCE, REF_OFFSET
 from placeviz.partition.base import DT_INT32, DT_STRING, SWITCH_OPS, _PartitionerBase
 
+if TYPE_CHECKING:
+    from placeviz.ops import ArgSpec, OpFacts, OpTable
+    from placeviz.protos import AttrValue, NodeDef
+
+# Per position of a node's inputs and of its outputs: whether it is in host memory.
+MemTypes = tuple[tuple[bool, ...], tuple[bool, ...]]
+
 _ALWAYS_ON_HOST = frozenset({DT_STRING, DT_STRING + REF_OFFSET, DT_RESOURCE})
 _FUNCTION_CALL_OPS = frozenset({"SymbolicGradient", "PartitionedCall", "StatefulPartitionedCall",
                                 "While", "StatelessWhile", "If", "StatelessIf", "Case"})
 
 
-def _host_positions(args, facts, nd, hms: set[str], total: int) -> list[bool]:
+def _host_positions(args: tuple[ArgSpec, ...], facts: OpFacts, nd: NodeDef, hms: set[str],
+                    total: int) -> list[bool]:
     """Per expanded position of ``args``: whether its arg is one of the kernel's HostMemory args."""
     out: list[bool] = []
     attr = nd.attr
+    count: int
     for a in args:
         if a.type_list_attr:
             av = attr.get(a.type_list_attr)
@@ -56,7 +66,7 @@ def _host_positions(args, facts, nd, hms: set[str], total: int) -> list[bool]:
     return out[:total]
 
 
-def _attr_key(av) -> object:
+def _attr_key(av: AttrValue | None) -> object:
     if av is None:
         return None
     return av.type or av.i or av.SerializeToString()
@@ -67,8 +77,9 @@ class _OpSpec:
 
     __slots__ = ("attrs", "facts", "host_in", "host_out", "kernel_known", "io_only")
 
-    def __init__(self, table, op: str, device_type: str):
+    def __init__(self, table: OpTable, op: str, device_type: str) -> None:
         facts = table.get(op)
+        assert facts is not None  # the caller asks for ops of the table only
         self.facts = facts
         names: set[str] = set()
         for arg in facts.inputs + facts.outputs:
@@ -94,20 +105,21 @@ class _OpSpec:
 class _MemoryTypes(_PartitionerBase):
     """Memory types of the inputs and outputs of original and added nodes (module docstring)."""
 
-    def __init__(self, graph: Graph, devices: list[str], table, session: str, incarnation):
+    def __init__(self, graph: Graph, devices: list[str], table: OpTable, session: str,
+                 incarnation: Callable[[str], int]) -> None:
         super().__init__(graph, devices, table, session, incarnation)
         self._specs: dict[tuple[str, str], _OpSpec | None] = {}
-        self._mem: dict[tuple, tuple] = {}
-        self._node_mem: dict[int, tuple] = {}
+        self._mem: dict[tuple[object, ...], MemTypes] = {}
+        self._node_mem: dict[int, MemTypes] = {}
 
     def spec(self, op: str, device_type: str) -> _OpSpec | None:
         key = (op, device_type)
-        sp = self._specs.get(key, False)
-        if sp is False:
-            sp = self._specs[key] = _OpSpec(self.table, op, device_type) if op in self.table else None
-        return sp  # type: ignore[return-value]  # False is replaced above
+        if key in self._specs:
+            return self._specs[key]
+        sp = self._specs[key] = _OpSpec(self.table, op, device_type) if op in self.table else None
+        return sp
 
-    def _node_mem_types(self, i: int) -> tuple:
+    def _node_mem_types(self, i: int) -> MemTypes:
         """(input on host?, output on host?) per position of an original node (MemoryTypesForNode)."""
         res = self._node_mem.get(i)
         if res is not None:
@@ -119,16 +131,17 @@ class _MemoryTypes(_PartitionerBase):
             res = ((), ())
         else:
             in_t, out_t = io
-            key: tuple[Any, ...]
+            key: tuple[object, ...]
             # The NodeDef's attrs only when needed (reading them is most of the cost here).
             if sp.io_only:
                 key = (self.ops[i], device_type, in_t, out_t)
             else:
                 attr = self.nodes_pb[i].attr
                 key = (self.ops[i], device_type, in_t, out_t, *[_attr_key(attr.get(a)) for a in sp.attrs])
-            res = self._mem.get(key)
-            if res is None:
-                res = self._mem[key] = self._compute_mem(self.nodes_pb[i], sp, device_type, in_t, out_t)
+            known = self._mem.get(key)
+            if known is None:
+                known = self._mem[key] = self._compute_mem(self.nodes_pb[i], sp, device_type, in_t, out_t)
+            res = known
             if self.hostmem_attrs and ("_input_hostmem" in (attr := self.nodes_pb[i].attr)
                                        or "_output_hostmem" in attr):
                 ins, outs = list(res[0]), list(res[1])
@@ -141,7 +154,8 @@ class _MemoryTypes(_PartitionerBase):
         self._node_mem[i] = res
         return res
 
-    def _compute_mem(self, nd, sp: _OpSpec, device_type: str, in_t, out_t) -> tuple:
+    def _compute_mem(self, nd: NodeDef, sp: _OpSpec, device_type: str, in_t: tuple[int, ...],
+                     out_t: tuple[int, ...]) -> MemTypes:
         hm = None
         if sp.kernel_known:
             try:

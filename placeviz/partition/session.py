@@ -51,14 +51,18 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Literal, overload
 
 from placeviz.graph import Graph
+from placeviz.partition.base import JsonDict
 from placeviz.partition.const_replication import _ConstReplication
 from placeviz.partition.graph_partition import _GraphPartition
 from placeviz.partition.graphdefs import _GraphDefs
 from placeviz.partition.subgraph import _Subgraph, parse_run
 from placeviz.protos import GraphDef
+
+if TYPE_CHECKING:
+    from placeviz.ops import OpTable
 
 SCHEMA = "placeviz.partition/1"
 LEVELS = ("device", "task")
@@ -87,9 +91,10 @@ class PartitionResult:
       which TF's runtime lowers or inlines into their bodies' nodes before placement).
     """
 
-    def __init__(self, level: str, session: str, client_device: str | None, transfers: list[dict],
-                 replicated: dict, moved: dict, control_loops: list[dict], node_count: int,
-                 fetches: list[str], targets: list[str], feeds: list[str], builder):
+    def __init__(self, level: str, session: str, client_device: str | None, transfers: list[JsonDict],
+                 replicated: dict[str, list[str]], moved: dict[str, dict[str, str]], control_loops: list[JsonDict],
+                 node_count: int, fetches: list[str], targets: list[str], feeds: list[str],
+                 builder: _Partitioner) -> None:
         self.level = level
         self.session = session
         self.client_device = client_device
@@ -152,7 +157,13 @@ class PartitionResult:
         parsed): :meth:`iter_serialized` as a dict."""
         return dict(self.iter_serialized())
 
-    def iter_serialized(self, pieces: bool = False) -> Iterator[tuple[str, Any]]:
+    @overload
+    def iter_serialized(self, pieces: Literal[False] = False) -> Iterator[tuple[str, bytes]]: ...
+
+    @overload
+    def iter_serialized(self, pieces: Literal[True]) -> Iterator[tuple[str, Iterator[bytes]]]: ...
+
+    def iter_serialized(self, pieces: bool = False) -> Iterator[tuple[str, bytes]] | Iterator[tuple[str, Iterator[bytes]]]:
         """(partition key, serialized GraphDef of :attr:`partitions`), in key order, one at a
         time: written from the input's bytes where a node only changes device (see
         :mod:`placeviz.nodewire`), what ``placeviz partition`` writes. Deterministic: the bytes
@@ -169,12 +180,12 @@ class PartitionResult:
             self._device_of = {n: key for key, names in self.nodes.items() for n in names}
         return self._device_of.get(name)
 
-    def transfers_at(self, level: str) -> list[dict]:
+    def transfers_at(self, level: str) -> list[JsonDict]:
         return [t for t in self.transfers if t["level"] == level]
 
-    def traffic(self) -> list[dict]:
+    def traffic(self) -> list[JsonDict]:
         """Per (src_device, dst_device): transfers, control transfers and bytes per step."""
-        out: dict[tuple[str, str], dict] = {}
+        out: dict[tuple[str, str], JsonDict] = {}
         for t in self.transfers:
             row = out.get((t["src_device"], t["dst_device"]))
             if row is None:
@@ -190,7 +201,7 @@ class PartitionResult:
                 row["bytes"] += t["bytes"]
         return [out[k] for k in sorted(out)]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JsonDict:
         """``placeviz.partition/1`` without file names (the CLI writes those)."""
         return {
             "schema": SCHEMA, "level": self.level, "session": self.session,
@@ -210,7 +221,7 @@ class PartitionResult:
 # ------------------------------------------------------------------------------------ partitioner
 def partition(graph: Graph, devices: list[str], *, fetches: Iterable[str] = (), targets: Iterable[str] = (),
               feeds: Iterable[str] = (), level: str = "device", session: str = "master",
-              replicate_constants: bool = True, client_device: str | None = None, op_table=None,
+              replicate_constants: bool = True, client_device: str | None = None, op_table: OpTable | None = None,
               incarnation: Callable[[str], int] | None = None, materialize: bool = False) -> PartitionResult:
     """Partition one run of a placed graph as TF's distributed runtime does (module docstring).
 
@@ -302,7 +313,8 @@ class _Partitioner(_GraphDefs, _GraphPartition, _ConstReplication, _Subgraph):
 
     def node_lists(self) -> dict[str, list[int]]:
         """Partition key -> node ids (original and added) in GraphDef order."""
-        np = self.np
+        import numpy as np
+
         devs = self.devs
         n = self.n
         kept = np.nonzero(self.keep_np)[0].astype(np.int64)
@@ -329,7 +341,9 @@ class _Partitioner(_GraphDefs, _GraphPartition, _ConstReplication, _Subgraph):
 
     def original_count(self, ids: list[int]) -> int:
         """How many of ``ids`` (in GraphDef order: originals and added nodes mixed) are original."""
-        return int((self.np.asarray(ids, dtype=self.np.int64) < self.n).sum())
+        import numpy as np
+
+        return int((np.asarray(ids, dtype=np.int64) < self.n).sum())
 
     def names_of(self, ids: list[int]) -> list[str]:
         names, added, n = self.names, self.added, self.n

@@ -30,8 +30,9 @@ CPU:0) with ``client_terminated=True`` (``subgraph.cc`` ``FeedInputs``/``FetchOu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from placeviz.errors import PlacevizError
 from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
@@ -39,6 +40,10 @@ from placeviz.native import kernels
 from placeviz.op_kinds import PLACEHOLDER_OPS
 from placeviz.ops import REF_OFFSET
 from placeviz.partition.base import DT_FLOAT, PartitionError, _codes, _PartitionerBase
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 _kernels = kernels("_partition_kernels")  # the C walk (see placeviz.native)
 
@@ -121,7 +126,7 @@ def parse_run(graph: Graph, fetches: Iterable[str] = (), targets: Iterable[str] 
     return RunSignature(tuple(fetch_list), tuple(target_list), tuple(feed_list), tuple(fetched_fed))
 
 
-def fed_edge_cut(graph: Graph, feeds: Iterable[tuple[int, int]]):
+def fed_edge_cut(graph: Graph, feeds: Iterable[tuple[int, int]]) -> Callable[[int, int], bool] | None:
     """A predicate ``cut(src, slot)``: whether the edge reading ``src:slot`` now reads a feed node.
 
     Data edges reading a fed tensor are cut; control edges out of a fed placeholder as well.
@@ -166,6 +171,7 @@ def prune_mask(graph: Graph, run: RunSignature) -> bytearray:
     edge_ok = None
     if run.feeds:
         cut = fed_edge_cut(graph, run.feeds)
+        assert cut is not None  # something is fed
         in_slot = np.frombuffer(graph.in_slot, dtype=np.int32)
         edge_ok = np.ones(len(in_src), dtype=bool)
         for pos in np.nonzero(np.isin(in_src, np.asarray([i for i, _ in run.feeds], dtype=np.int32)))[0].tolist():
@@ -179,7 +185,7 @@ def prune_mask(graph: Graph, run: RunSignature) -> bytearray:
             return mask
     in_start = np.frombuffer(graph.in_start, dtype=np.int32).astype(np.int64)
     keep = np.zeros(n, dtype=bool)
-    frontier = np.unique(np.asarray(starts, dtype=np.int64))
+    frontier: npt.NDArray[np.int32 | np.int64] = np.unique(np.asarray(starts, dtype=np.int64))
     keep[frontier] = True
     small = 0
     while len(frontier) and small < _SMALL_LEVELS:
@@ -196,7 +202,7 @@ def prune_mask(graph: Graph, run: RunSignature) -> bytearray:
         srcs = in_src[offsets]
         srcs = srcs[~keep[srcs]]
         keep[srcs] = True  # duplicates may stay in the frontier: cheaper than np.unique
-        frontier = srcs  # type: ignore[assignment]  # int32 or int64 ids alike
+        frontier = srcs  # in_src's int32 ids from here on
     mask = bytearray(keep.view(np.uint8).tobytes())
     stack = frontier.tolist()
     if not stack:
@@ -240,7 +246,8 @@ class _Subgraph(_PartitionerBase):
 
     # ---------------------------------------------------------------------------- prepare
     def prepare(self, run: RunSignature, client_device: str | None) -> None:
-        np = self.np
+        import numpy as np
+
         graph, n = self.graph, self.n
         self.run = run
         keep = prune_mask(graph, run)
@@ -321,7 +328,8 @@ class _Subgraph(_PartitionerBase):
         return t - REF_OFFSET if t > REF_OFFSET else t
 
     def _client_nodes(self) -> None:
-        np = self.np
+        import numpy as np
+
         run = self.run
         total_major = self.n
         for x, k in run.feeds:
