@@ -10,9 +10,10 @@
    (``Enter``/``Merge``/``Switch``/``NextIteration`` fed by the frame's ``LoopCond``) whose
    ``Merge`` gates the receives of that frame, exactly as TF builds it; nested frames stack their
    control loops.
-2. **Partition** (``Partition``, ``AddSend``, ``AddRecv``, ``AddDummyConst``): a cross-partition data edge ``src:k -> dst`` becomes ``_Send`` on src's device and
-   ``_Recv`` on dst's device (``_HostSend``/``_HostRecv`` when the source output / destination
-   input lives in host memory: :mod:`~placeviz.partition.memory_types`). Receives are shared per
+2. **Partition** (``Partition``, ``AddSend``, ``AddRecv``, ``AddDummyConst``): a cross-partition
+   data edge ``src:k -> dst`` becomes ``_Send`` on src's device and ``_Recv`` on dst's device
+   (``_HostSend``/``_HostRecv`` when the source output / destination input lives in host memory:
+   :mod:`~placeviz.partition.memory_types`). Receives are shared per
    (source node, output, destination partition, destination-input-on-host), TF's ``DupRecvKey``,
    so a tensor crosses the network once per destination task and is then relayed inside the task;
    ref-typed edges are never shared, and their receives wait for the destination's other inputs. A

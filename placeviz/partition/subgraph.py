@@ -19,7 +19,7 @@ never reaches the graph (``BaseSession._run`` drops it from the fetches); :func:
 same. Unknown node names, malformed tensor names and a tensor fed twice are a
 :class:`PruneError`, one line naming the node.
 
-Everything here works on :class:`~placeviz.graph.Graph`'s int arrays, no protobuf access: about
+Pruning works on :class:`~placeviz.graph.Graph`'s int arrays, no protobuf access: about
 0.01 s for 200k nodes and 0.06 s for 1M (numpy), less with the C walk.
 
 For the partitioner (:class:`_Subgraph`, the first step of :func:`placeviz.partition.partition`),
