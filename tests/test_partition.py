@@ -698,3 +698,27 @@ def test_place_takes_the_sync_options(tmp_path, capsys):
     code, _out, err = run_cli(["place", PLAIN_MLP, "-o", tmp_path / "q.pb", "--replicas-to-aggregate", "2"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "need --sync-replicas" in err
     assert not (tmp_path / "q.pb").exists()
+
+
+# ------------------------------------------------------------------------------ the package's layout
+# placeviz/partition/: one module per TF source, imports one way (docs/architecture.md, section 1).
+_PARTITION_LAYERS = ("base", "subgraph", "const_replication", "control_flow", "memory_types", "graph_partition",
+                     "graphdefs", "session")
+
+
+def test_partition_modules_import_one_way_and_name_their_tf_source():
+    """Each module of ``placeviz.partition`` imports only modules listed before it (``base`` none of
+    them), so the steps cannot grow a cycle; each step's docstring names the TF file it mirrors."""
+    import ast
+
+    pkg = Path(__file__).resolve().parent.parent / "placeviz" / "partition"
+    assert {p.stem for p in pkg.glob("*.py")} == {*_PARTITION_LAYERS, "__init__"}
+    for k, name in enumerate(_PARTITION_LAYERS):
+        tree = ast.parse((pkg / f"{name}.py").read_text())
+        imported = {node.module.rsplit(".", 1)[-1] for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("placeviz.partition.")}
+        imported |= {alias.name.rsplit(".", 1)[-1] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                     for alias in node.names if alias.name.startswith("placeviz.partition.")}
+        assert imported <= set(_PARTITION_LAYERS[:k]), (name, imported - set(_PARTITION_LAYERS[:k]))
+        doc = ast.get_docstring(tree) or ""
+        assert name == "base" or "tensorflow/core/" in doc, name
