@@ -61,18 +61,14 @@ class PlacementOptions:
         if "%d" in (setter.worker_device or ""):
             setter = dataclasses.replace(setter, worker_device=setter.worker_device.replace("%d", str(task)))
         placer = self.placer
-        worker_job = _job(setter.worker_device) or "worker"
+        try:
+            worker_job = setter.worker_job  # the one reading of --worker-device's job (SetterConfig)
+        except Exception:  # noqa: BLE001 - a malformed device: the placement stage reports it
+            worker_job = "worker"
         master = placer.master
         if task and master is not None and master.job == worker_job:
             placer = dataclasses.replace(placer, master_task=dataclasses.replace(master, task=task).to_string())
         return dataclasses.replace(self, setter=setter, placer=placer)
-
-
-def _job(device: str) -> str | None:
-    try:
-        return PyDeviceSpec.parse(device).job
-    except Exception:  # noqa: BLE001 - a malformed device: the placement stage reports it
-        return None
 
 
 @dataclass
