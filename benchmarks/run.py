@@ -374,7 +374,7 @@ def lint_stage(ctx: Context):
 
     options = LintOptions()
     _forget(ctx.model.graph, "consumers")  # a shared index the rules build: counted here
-    pipe = run_pipeline(ctx.model, options.pipeline.for_task(0))
+    pipe = run_pipeline(ctx.model, options.pipeline)
     return lint_pipeline(pipe, ctx.get("lint_rules"), options)
 
 

@@ -171,7 +171,7 @@ def run_pipeline(model_spec: str | Model, options: Options | None = None, *, pro
     """Run every static stage that applies; see the module docstring.
 
     ``options``: :class:`Options` (None: ``Options()``, the model as it is, with no placement
-    option). Placement runs when ``options.placement`` asks for the setter, gives a cluster, the
+    option), as task 0 has them (:meth:`Options.for_task`). Placement runs when ``options.placement`` asks for the setter, gives a cluster, the
     graph is already placed, or ``options.place_always``. ``options.setter_only``: stop placement
     after the setter stage (:attr:`Pipeline.setter`; nothing is partitioned). ``describe=False``:
     no report (no ``analyze``, no sync detection or proof), for the commands that only write the
@@ -184,7 +184,9 @@ def run_pipeline(model_spec: str | Model, options: Options | None = None, *, pro
     """
     from placeviz.coverage import serving_graph_problem
 
-    options = options if options is not None else Options()
+    # A model alone is task 0's, the chief's (``--worker-device /job:worker/task:%d`` is task 0's
+    # device); a worker task's pipeline is given ``options.for_task(I)``, on which this changes nothing.
+    options = options.for_task(0) if options is not None else Options()
     say = progress or (lambda _msg: None)
     model = model_spec if isinstance(model_spec, Model) else load(model_spec, tag=options.tag)
     serving = serving_graph_problem(model)  # a serving graph is neither rewritten nor placed

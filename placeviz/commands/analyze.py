@@ -41,7 +41,7 @@ def run(model_spec: str, options: Options, *, fmt: str, output: str | None, expl
     workers = cluster_workers(options.placement)
     check_workers_range(tasks, workers)
     model = load(model_spec, tag=options.tag)
-    pipe = run_pipeline(model, options.for_task(0))
+    pipe = run_pipeline(model, options)
     report = pipe.report
     if tasks or model.per_task:
         pipes, sources = task_pipelines(model, pipe, model_spec, tasks, options, workers=workers)

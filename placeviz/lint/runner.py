@@ -171,7 +171,7 @@ def model_pipeline(model, rules: list[LoadedRule], options: LintOptions):
     summaries; ``benchmarks/lint_profile.py`` times this call."""
     from placeviz.pipeline import run_pipeline
 
-    stages = dataclasses.replace(options.pipeline.for_task(0), partition=_needs_partition(rules), summaries=False)
+    stages = dataclasses.replace(options.pipeline, partition=_needs_partition(rules), summaries=False)
     return run_pipeline(model, stages)
 
 
