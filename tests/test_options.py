@@ -141,3 +141,21 @@ def test_partition_with_the_sync_options_writes_what_sync_then_partition_writes(
         assert parsed[0] == parsed[1], name
     assert {k: v for k, v in one.items() if k != "model"} == {k: v for k, v in two.items() if k != "model"}
     assert one["transfers"], "the sync graph's step crosses the network"
+
+
+def test_worker_graphs_are_placed_as_the_chiefs_is(tmp_path, capsys):
+    """``analyze --explain`` places an unplaced graph given no PLACE option (``place_always``); the
+    worker tasks' graphs get the same switches (Options.for_task), so the same graph given as worker
+    1's agrees with the chief's, instead of a placed chief compared with an unplaced worker (a
+    disagreement per variable, each "on '' in task 1's graph")."""
+    code, _out, err = run_cli(["sync", PLAIN_MLP, "-o", tmp_path / "sync.pb", "--replicas-to-aggregate", "2"], capsys)
+    assert code == 0, err
+    model = tmp_path / "sync.pb"  # unplaced, with SyncReplicas' shared accumulators and token queue
+    code, out, err = run_cli(["analyze", model, "--explain", "global_step", "--worker-graph", f"1={model}",
+                              "--format", "json"], capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["placement"]["explain"], "--explain placed the chief's graph"
+    agreement = report["agreement"]
+    assert [t["task"] for t in agreement["tasks"]] == [0, 1]
+    assert agreement["agree"] and agreement["disagreements"] == [] and agreement.get("notes", []) == []
