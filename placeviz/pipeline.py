@@ -5,10 +5,10 @@ they get them from :func:`run_pipeline` so that each stage runs once and every c
 same result; ``place`` and ``partition`` run it too, without the report (``describe=False``), so
 that the SYNC options mean the same everywhere. What to run comes in one :class:`Options`, built
 once per command from its command-line values (:func:`placeviz.commands.options.build_options`):
-the placement, sync and step sections and the stage switches. Stages that do not apply are ``None``; a stage
-that fails on a graph that loaded fine (TF's placer would reject it, partitioning finds a cycle
-across devices) records its error message instead of raising, because that failure is itself
-something to report.
+the placement, sync and step sections and the stage switches. Stages that do not apply are
+``None``; a stage that fails on a graph that loaded fine (TF's placer would reject it,
+partitioning finds a cycle across devices) records its error message instead of raising, because
+that failure is itself something to report.
 
 The results are typed (:class:`Pipeline`'s fields), and the report (:class:`~placeviz.analysis.
 Analysis`) gets typed stage results too (``PlacementStage``, ``SyncStage``, ``TrafficStage``),
@@ -104,9 +104,12 @@ class Options:
 
     def for_task(self, task: int) -> Options:
         """The options as worker task ``task``'s client has them (between-graph replication):
-        :meth:`placeviz.placement.PlacementOptions.for_task`, and for a task other than the chief
-        (task 0) the SyncReplicas graph of a non-chief worker (no init-tokens op, as
-        ``SyncReplicasOptimizer.get_init_tokens_op`` is the chief's). The stage switches are kept."""
+        :meth:`placeviz.placement.PlacementOptions.for_task` (``replica_device_setter``'s
+        ``worker_device`` of that task, ``tensorflow/python/training/device_setter.py``), and for a
+        task other than the chief (task 0) the SyncReplicas graph of a non-chief worker (no
+        init-tokens op: ``get_init_tokens_op`` is the chief's,
+        ``tensorflow/python/training/sync_replicas_optimizer.py``). The step and the stage switches
+        are kept. Options with nothing task-specific are returned as they are."""
         placement = self.placement.for_task(task) if self.placement is not None else None
         sync = self.sync
         if task and sync is not None and sync.is_chief:

@@ -104,6 +104,9 @@ def test_for_task_is_the_same_options_as_a_worker_task_has_them(tmp_path):
         assert (task.step, task.place_always, task.summaries, task.partition) == (options.step, True, False, True)
     plain = Options()
     assert plain.for_task(0) is plain and plain.for_task(3) is plain  # nothing task-specific in it
+    fixed = placeviz.commands.options.build_options({**place, "worker_device": "/job:worker"})
+    assert fixed.for_task(0) is fixed  # the chief of a graph without %d: nothing to fill in
+    assert fixed.for_task(1).placement.placer.master_task == "/job:worker/task:1"
 
 
 def test_place_with_the_sync_options_writes_what_sync_then_place_writes(tmp_path, capsys):

@@ -28,7 +28,8 @@ TF_MISSING = "TensorFlow is not installed; verify needs it: install placeviz[tf]
 
 def run(model_spec, options: Options, *, workers: int | None = None, steps: int = 5,
         timeout: float = 180.0, isolate: bool = False, feeds_file: str | None = None, seed: int = 0,
-        chief_queue_runner: str = "auto", fault: str | None = None, servers=None, reset_containers: bool = False, worker_graphs: dict[int, str] | None = None,
+        chief_queue_runner: str = "auto", fault: str | None = None, servers=None, reset_containers: bool = False,
+        worker_graphs: dict[int, str] | None = None,
         allow_io: bool = False, isolation: bool = True, mode: str = "sync", slow_workers: dict | None = None,
         trace: bool = False, loss: str | None = None, say=say):
     """Verify ``model_spec`` and return a :class:`placeviz.verify.report.VerifyReport`.
@@ -223,8 +224,8 @@ def _main(model_spec, *, place, sync, workers, steps, timeout, isolate, feeds_fi
             raise PlacevizError("give --ps-tasks or --servers, not both (--servers places the graph on its cluster, "
                                 "and TF ignores ps_tasks when a cluster is given)")
     options = build_options(place, sync, tag=tag, default_cluster=servers_file)
-    report = run(model_spec, options, workers=workers,
-                 steps=steps, timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,
+    report = run(model_spec, options, workers=workers, steps=steps, timeout=timeout, isolate=isolate,
+                 feeds_file=feeds_file, seed=seed,
                  chief_queue_runner=chief_queue_runner, fault=fault, servers=servers,
                  reset_containers=reset_containers, worker_graphs=parse_worker_graphs(worker_graphs),
                  allow_io=allow_io, isolation=isolation, mode=mode, slow_workers=slow, trace=bool(trace_file), loss=loss)

@@ -68,6 +68,8 @@ class PlacementOptions:
         master = placer.master
         if task and master is not None and master.job == worker_job:
             placer = dataclasses.replace(placer, master_task=dataclasses.replace(master, task=task).to_string())
+        if setter is self.setter and placer is self.placer:
+            return self  # nothing task-specific (no %d, the session not on the worker job or task 0)
         return dataclasses.replace(self, setter=setter, placer=placer)
 
 
