@@ -11,8 +11,12 @@ lint's rules), so each option is parsed, bounded and checked in one place.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from placeviz.commands.place_options import build_placement_options
-from placeviz.pipeline import Options, StepOptions, SyncOptions
+
+if TYPE_CHECKING:  # the pipeline is imported when a command runs it, not when the CLI starts
+    from placeviz.pipeline import Options, SyncOptions
 
 
 def build_options(place: dict, sync: SyncOptions | None = None, *, tag: str | None = None,
@@ -29,6 +33,8 @@ def build_options(place: dict, sync: SyncOptions | None = None, *, tag: str | No
     (:class:`~placeviz.pipeline.StepOptions`). The rest are the stage switches. Raises
     :class:`~placeviz.errors.PlacevizError` (one line) for a bad option value.
     """
+    from placeviz.pipeline import Options, StepOptions
+
     if default_cluster and not place["cluster_file"] and not place["ps_tasks"]:
         place = {**place, "cluster_file": default_cluster}
     step = StepOptions(tuple(fetches), tuple(targets), tuple(feeds), level=level,
