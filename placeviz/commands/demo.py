@@ -133,7 +133,7 @@ def _lint(pipe, model_path: Path, options: Options):
 
     rules = load_rules()
     selected = select_rules(rules, ["ALL"], [], [], preview=False)
-    lint_options = LintOptions(pipeline=options, cluster=DEMO_CLUSTER)
+    lint_options = LintOptions(pipeline=options)  # its cluster: DEMO_CLUSTER, the placement's
     return run_lint([str(model_path)], selected, lint_options, all_rules=rules, pipelines={str(model_path): pipe})
 
 

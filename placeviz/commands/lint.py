@@ -73,8 +73,8 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
         raise PlacevizError(f"--worker-graph needs exactly one MODEL (the chief's graph, task 0); got {len(models)}")
     workers = cluster_workers(placement)
     check_workers_range(tasks, workers)
-    options = LintOptions(pipeline=pipeline, cluster=placement.cluster, thresholds=cfg.thresholds,
-                          severity=cfg.severity, worker_graphs=tasks, workers=workers, rule_timeout=rule_timeout)
+    options = LintOptions(pipeline=pipeline, thresholds=cfg.thresholds, severity=cfg.severity, worker_graphs=tasks,
+                          workers=workers, rule_timeout=rule_timeout)
     baseline_file = baseline or cfg.baseline
     notes = list(skipped_files)
     if not baseline and baseline_file and not write_baseline and not os.path.lexists(baseline_file):
@@ -214,9 +214,7 @@ def findings_for_pipeline(pipe, options: Options, config: str | None = None) -> 
     cfg = load_config(config)
     rules = load_rules()
     selected = select_rules(rules, cfg.select or ["ALL"], cfg.extend_select, cfg.ignore, preview=cfg.preview)
-    placement = options.placement
-    lint_options = LintOptions(pipeline=options, cluster=placement.cluster if placement is not None else None,
-                               thresholds=cfg.thresholds, severity=cfg.severity)
+    lint_options = LintOptions(pipeline=options, thresholds=cfg.thresholds, severity=cfg.severity)
     result = lint_pipeline(pipe, selected, lint_options)
     findings = Suppressor(list(cfg.per_node_ignores), {r.id: r for r in rules}).filter(result.findings)
     return [f.to_json() for f in findings]

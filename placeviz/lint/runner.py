@@ -85,12 +85,17 @@ class LintOptions:
     """What the pipeline runs (PLACE, SYNC, ``--tag``, ``--batch-size``), as the command built it
     (:func:`placeviz.commands.options.build_options`); :func:`model_pipeline` sets the two stage
     switches lint's rules decide."""
-    cluster: ClusterSpec | None = None  # the cluster spec the user gave
     thresholds: dict = field(default_factory=dict)
     severity: dict = field(default_factory=dict)  # rule ID -> severity override
     worker_graphs: dict = field(default_factory=dict)  # task index -> MODEL that task built (--worker-graph)
     workers: int | None = None  # worker tasks of the cluster the user gave (a per-task builder runs per task)
     rule_timeout: float | None = DEFAULT_TIMEOUT  # seconds per user rule and model (None or 0: no limit)
+
+    @property
+    def cluster(self) -> ClusterSpec | None:
+        """The cluster spec the user gave (``--cluster``, or the lint config's): the PLACE options'."""
+        placement = self.pipeline.placement
+        return placement.cluster if placement is not None else None
 
 
 @dataclass
