@@ -64,6 +64,7 @@ def profile_once(spec: str, cprofile: str | None = None, ps_tasks: int | None = 
         display_path,
         model_pipeline,
     )
+    from placeviz.pipeline import Options
 
     out = {"imports": time.process_time() - t}
 
@@ -75,7 +76,7 @@ def profile_once(spec: str, cprofile: str | None = None, ps_tasks: int | None = 
 
     rules = step("load rules", load_rules)
     placement_options = cli_placement_options(ps_tasks)
-    options = LintOptions(placement_options=placement_options, cluster=placement_options.cluster)
+    options = LintOptions(pipeline=Options(placement=placement_options))
     model = step("load model", lambda: load(spec))
     raw = step("raw graph", lambda: RawGraph.from_graph(model.graph, model.graph_def))
     step("topological order", lambda: model.graph.topological_order)

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from placeviz.pipeline import run_pipeline
+from placeviz.pipeline import Options, run_pipeline
 from placeviz.placement import PlacementOptions
 from placeviz.placement.setter import SetterConfig
 from placeviz.render import VIEWS, ViewContext, build_view
@@ -36,7 +36,7 @@ def main() -> None:
     print(f"{'model':28} {'view':9} {'size (px)':>15} {'fits':>4} {'boxes':>5} {'labels alike':>12} "
           f"{'layouts':>7} {'seconds':>7}")
     for model in args.models:
-        ctx = ViewContext(run_pipeline(str(model), PlacementOptions(setter=SetterConfig(ps_tasks=0))))
+        ctx = ViewContext(run_pipeline(str(model), Options(placement=PlacementOptions(setter=SetterConfig(ps_tasks=0)))))
         for view in VIEWS:
             started = time.perf_counter()
             result = lay_out(lambda b, v=view, c=ctx: build_view(c, v, max_nodes=b), start_budget(view), "svg", fit=True)

@@ -371,11 +371,10 @@ def lint_stage(ctx: Context):
     imported untimed. ``benchmarks/lint_profile.py`` splits it per rule."""
     from placeviz.lint.runner import LintOptions, lint_pipeline
     from placeviz.pipeline import run_pipeline
-    from placeviz.tasks import task_placement_options
 
     options = LintOptions()
     _forget(ctx.model.graph, "consumers")  # a shared index the rules build: counted here
-    pipe = run_pipeline(ctx.model, task_placement_options(options.placement_options, 0), options.sync)
+    pipe = run_pipeline(ctx.model, options.pipeline)
     return lint_pipeline(pipe, ctx.get("lint_rules"), options)
 
 
@@ -385,11 +384,12 @@ PROVIDERS.update(lint_rules=_lint_rules)
 def _render_context(ctx: Context):
     """The pipeline `placeviz render` runs (placer on the graph's own devices, one train step
     partitioned at task level, sync detection and proof), wrapped for the views; untimed."""
-    from placeviz.pipeline import StepOptions, run_pipeline
+    from placeviz.pipeline import Options, StepOptions, run_pipeline
     from placeviz.placement import PlacementOptions
     from placeviz.render import ViewContext
 
-    pipe = run_pipeline(ctx.model, PlacementOptions(), step=StepOptions(targets=tuple(_train_targets(ctx))))
+    step = StepOptions(targets=tuple(_train_targets(ctx)))
+    pipe = run_pipeline(ctx.model, Options(placement=PlacementOptions(), step=step))
     return ViewContext(pipe)
 
 

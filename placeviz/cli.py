@@ -13,7 +13,8 @@ import sys
 import click
 
 from placeviz import __version__
-from placeviz.commands.place_options import build_placement_options, place_options
+from placeviz.commands.options import build_options
+from placeviz.commands.place_options import place_options
 from placeviz.commands.sync_options import sync_options
 from placeviz.errors import PlacevizError
 from placeviz.escape import terminal_text
@@ -112,9 +113,9 @@ def analyze(model: str, fmt: str, output: str | None, tag: str | None, explain, 
     """
     from placeviz.commands import analyze as command
 
-    command.run(model, tag=tag, fmt=fmt, output=output, placement_options=build_placement_options(place),
-                explain=explain, fetches=fetches, targets=targets, feeds=feeds, sync=sync,
-                worker_graphs=worker_graphs, batch_size=batch_size, pretty=pretty)
+    options = build_options(place, sync, tag=tag, fetches=fetches, targets=targets, feeds=feeds,
+                            batch_size=batch_size, place_always=bool(explain))
+    command.run(model, options, fmt=fmt, output=output, explain=explain, worker_graphs=worker_graphs, pretty=pretty)
 
 
 @cli.command(epilog=MODEL_HELP)
@@ -134,7 +135,9 @@ def place(model: str, output: str, stage: str, tag: str | None, place, sync) -> 
     """
     from placeviz.commands import place as command
 
-    command.run(model, output, build_placement_options(place), stage, tag=tag, sync=sync)
+    options = build_options(place, sync, tag=tag, place_always=True, partition=False, describe=False,
+                            setter_only=stage == "setter")
+    command.run(model, output, options, stage)
 
 
 @cli.command(epilog=MODEL_HELP)
@@ -161,8 +164,10 @@ def partition(model, out_dir, fetches, targets, feeds, level, no_replicate_const
     """
     from placeviz.commands import partition as command
 
-    command.run(model, out_dir, build_placement_options(place), fetches=fetches, targets=targets, feeds=feeds,
-                level=level, replicate_constants=not no_replicate_constants, tag=tag, pretty=pretty, sync=sync)
+    options = build_options(place, sync, tag=tag, fetches=fetches, targets=targets, feeds=feeds, level=level,
+                            replicate_constants=not no_replicate_constants, train_op_by_default=False,
+                            place_always=True, describe=False)
+    command.run(model, out_dir, options, pretty=pretty)
 
 
 @cli.command("sync", epilog=MODEL_HELP)
@@ -298,9 +303,9 @@ def render(model, output, view, focus, depth, max_nodes, layout_timeout, tag, ve
     """Draw MODEL's placement: device overview, collapsed device view, dependencies, sync machinery."""
     from placeviz.commands import render as command
 
-    command.run(model, output, view=view, focus=focus, depth=depth, max_nodes=max_nodes,
-                layout_timeout=layout_timeout, tag=tag, placement_options=build_placement_options(place), sync=sync,
-                batch_size=batch_size, verify_file=verify_file)
+    options = build_options(place, sync, tag=tag, batch_size=batch_size)
+    command.run(model, output, options, view=view, focus=focus, depth=depth, max_nodes=max_nodes,
+                layout_timeout=layout_timeout, verify_file=verify_file)
 
 
 @cli.command(epilog=MODEL_HELP)

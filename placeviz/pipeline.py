@@ -3,10 +3,12 @@
 ``analyze``, ``render``, ``lint``, ``verify`` and the demo all need the same facts about a model;
 they get them from :func:`run_pipeline` so that each stage runs once and every command sees the
 same result; ``place`` and ``partition`` run it too, without the report (``describe=False``), so
-that the SYNC options mean the same everywhere. Stages that do not apply are ``None``; a stage
-that fails on a graph that loaded fine (TF's placer would reject it, partitioning finds a cycle
-across devices) records its error message instead of raising, because that failure is itself
-something to report.
+that the SYNC options mean the same everywhere. What to run comes in one :class:`Options`, built
+once per command from its command-line values (:func:`placeviz.commands.options.build_options`):
+the placement, sync and step sections and the stage switches. Stages that do not apply are
+``None``; a stage that fails on a graph that loaded fine (TF's placer would reject it,
+partitioning finds a cycle across devices) records its error message instead of raising, because
+that failure is itself something to report.
 
 The results are typed (:class:`Pipeline`'s fields), and the report (:class:`~placeviz.analysis.
 Analysis`) gets typed stage results too (``PlacementStage``, ``SyncStage``, ``TrafficStage``),
@@ -22,7 +24,7 @@ Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from placeviz.analysis import Analysis, PlacementStage, TrafficStage, analyze, detect_and_prove
@@ -33,7 +35,7 @@ from placeviz.limits import LimitError
 
 if TYPE_CHECKING:  # the stages' result types, imported where each stage runs
     from placeviz.partition import PartitionResult
-    from placeviz.placement import PlacementResult
+    from placeviz.placement import PlacementOptions, PlacementResult
     from placeviz.placement.setter import SetterResult
     from placeviz.sync.detect import SyncMachinery
     from placeviz.sync.proof import SyncProof
@@ -69,6 +71,54 @@ class StepOptions:
     ``lint``), or, when False, the whole graph (``partition``, as TF's partitioner given every node)."""
 
 
+@dataclass(frozen=True)
+class Options:
+    """Everything a command asks of the pipeline, parsed once from its command-line values
+    (:func:`placeviz.commands.options.build_options`) and handed through unchanged.
+
+    Three sections (what to place, what to rewrite, which step to partition) and the stage
+    switches (what to run). One object so that no command assembles its own mix of option objects
+    and flags, and a per-task variant (:meth:`for_task`) is made in one place.
+    """
+
+    placement: PlacementOptions | None = None
+    """:class:`placeviz.placement.PlacementOptions` (the PLACE options); None: no placement."""
+    sync: SyncOptions | None = None
+    """The SYNC options: rewrite a plain graph into SyncReplicas form first; None: no rewrite."""
+    step: StepOptions = field(default_factory=StepOptions)
+    """Which run to partition."""
+    tag: str | None = None
+    """``--tag``: the SavedModel MetaGraph to load (a model given by path only)."""
+    place_always: bool = False
+    """Place the graph even without a placement option asking for it (``place``, ``partition``,
+    ``analyze --explain``, ``verify``)."""
+    partition: bool = True
+    """Partition one step (when the graph is placed)."""
+    describe: bool = True
+    """Make the report (``analyze``, sync detection and proof); False for the commands that only
+    write the placed graph or its partitions."""
+    setter_only: bool = False
+    """Stop placement after the setter stage (``place --stage setter``); nothing is partitioned."""
+    summaries: bool = True
+    """Attach the variables' placed devices to the report; lint's rules never read them."""
+
+    def for_task(self, task: int) -> Options:
+        """The options as worker task ``task``'s client has them (between-graph replication):
+        :meth:`placeviz.placement.PlacementOptions.for_task` (``replica_device_setter``'s
+        ``worker_device`` of that task, ``tensorflow/python/training/device_setter.py``), and for a
+        task other than the chief (task 0) the SyncReplicas graph of a non-chief worker (no
+        init-tokens op: ``get_init_tokens_op`` is the chief's,
+        ``tensorflow/python/training/sync_replicas_optimizer.py``). The step and the stage switches
+        are kept. Options with nothing task-specific are returned as they are."""
+        placement = self.placement.for_task(task) if self.placement is not None else None
+        sync = self.sync
+        if task and sync is not None and sync.is_chief:
+            sync = replace(sync, is_chief=False)
+        if placement is self.placement and sync is self.sync:
+            return self
+        return replace(self, placement=placement, sync=sync)
+
+
 @dataclass
 class Pipeline:
     """Everything the static stages computed for one model."""
@@ -77,11 +127,11 @@ class Pipeline:
     """The model as loaded, or as rewritten by the sync pass."""
     analysis: Analysis | None
     """``analyze`` of :attr:`model`, given the placement, sync and traffic stage results; None
-    when the caller asked for no report (``run_pipeline(describe=False)``: ``place``, ``partition``)."""
+    when the caller asked for no report (``Options(describe=False)``: ``place``, ``partition``)."""
     rewrite: RewriteResult | None = None
     """:class:`placeviz.sync.rewrite.RewriteResult` when the sync pass ran."""
     setter: SetterResult | None = None
-    """:class:`placeviz.placement.setter.SetterResult` of ``run_pipeline(setter_only=True)`` (the
+    """:class:`placeviz.placement.setter.SetterResult` of ``Options(setter_only=True)`` (the
     setter stage alone, ``place --stage setter``); with full placement it is ``placement.setter``."""
     notes: list[str] = field(default_factory=list)
     """What the placement stage says about itself (``--ps-tasks 0``, no placement asked for, nodes
@@ -120,46 +170,46 @@ class Pipeline:
         return self.placement.placement.devices if self.placement is not None else None
 
 
-def run_pipeline(model_spec: str | Model, placement_options=None, sync_options: SyncOptions | None = None,
-                 step: StepOptions | None = None, *, tag: str | None = None, place_always: bool = False,
-                 partition: bool = True, describe: bool = True, setter_only: bool = False,
-                 summaries: bool = True, progress=None) -> Pipeline:
+def run_pipeline(model_spec: str | Model, options: Options | None = None, *, progress=None) -> Pipeline:
     """Run every static stage that applies; see the module docstring.
 
-    ``placement_options``: :class:`placeviz.placement.PlacementOptions` (None: no placement).
-    Placement runs when the options ask for the setter, give a cluster, the graph is already
-    placed, or ``place_always``. ``setter_only``: stop placement after the setter stage
-    (:attr:`Pipeline.setter`; nothing is partitioned). ``describe=False``: no report (no
-    ``analyze``, no sync detection or proof), for the commands that only write the placed graph
-    or its partitions. ``summaries=False``: the variables' placed devices are not attached to the
-    report (the placement table and the traffic summary are views made on first read anyway), for
-    callers that read the stages' results only (lint's rules read ``devices``, ``partitions`` and
-    the bytes of ``analysis.variables``). ``progress``: optional callable taking one status line.
-    Raises :class:`PlacevizError` only for bad input (load errors, a graph the sync pass refuses).
+    ``options``: :class:`Options` (None: ``Options()``, the model as it is, with no placement
+    option), as task 0 has them (:meth:`Options.for_task`). Placement runs when ``options.placement`` asks for the setter, gives a cluster, the
+    graph is already placed, or ``options.place_always``. ``options.setter_only``: stop placement
+    after the setter stage (:attr:`Pipeline.setter`; nothing is partitioned). ``describe=False``:
+    no report (no ``analyze``, no sync detection or proof), for the commands that only write the
+    placed graph or its partitions. ``summaries=False``: the variables' placed devices are not
+    attached to the report (the placement table and the traffic summary are views made on first
+    read anyway), for callers that read the stages' results only (lint's rules read ``devices``,
+    ``partitions`` and the bytes of ``analysis.variables``). ``progress``: optional callable taking
+    one status line. Raises :class:`PlacevizError` only for bad input (load errors, a graph the
+    sync pass refuses).
     """
     from placeviz.coverage import serving_graph_problem
 
+    # A model alone is task 0's, the chief's (``--worker-device /job:worker/task:%d`` is task 0's
+    # device); a worker task's pipeline is given ``options.for_task(I)``, on which this changes nothing.
+    options = options.for_task(0) if options is not None else Options()
     say = progress or (lambda _msg: None)
-    model = model_spec if isinstance(model_spec, Model) else load(model_spec, tag=tag)
+    model = model_spec if isinstance(model_spec, Model) else load(model_spec, tag=options.tag)
     serving = serving_graph_problem(model)  # a serving graph is neither rewritten nor placed
     rewrite = None
-    if sync_options is not None and serving is None:
-        model, rewrite = _sync_pass(model, sync_options, say)
+    if options.sync is not None and serving is None:
+        model, rewrite = _sync_pass(model, options.sync, say)
     # The sync section is filled below from the one detection/proof of the model's graph.
-    report = analyze(model, with_sync=False) if describe else None
+    report = analyze(model, with_sync=False) if options.describe else None
     pipe = Pipeline(model=model, analysis=report, rewrite=rewrite)
 
     if serving is not None:
         pipe.notes.append(serving)  # and nothing is placed or partitioned: see placeviz.coverage
     else:
-        pipe.notes.extend(placement_notes(model.graph, placement_options))
-        _place(pipe, placement_options, place_always=place_always, setter_only=setter_only,
-               summaries=summaries, say=say)
+        pipe.notes.extend(placement_notes(model.graph, options.placement))
+        _place(pipe, options, say)
     if report is not None:
         report.notes.extend(pipe.notes)
         _describe_sync(pipe, report)
-    if partition and pipe.placement is not None:
-        _partition_step(pipe, pipe.placement, step or StepOptions(), placement_options, say)
+    if options.partition and pipe.placement is not None and options.placement is not None:
+        _partition_step(pipe, pipe.placement, options.step, options.placement, say)
     return pipe
 
 
@@ -178,17 +228,17 @@ def _sync_pass(model: Model, sync_options: SyncOptions, say):
     return model, rewrite
 
 
-def _place(pipe: Pipeline, placement_options, *, place_always: bool, setter_only: bool, summaries: bool,
-           say) -> None:
+def _place(pipe: Pipeline, options: Options, say) -> None:
     """The setter and the placer (or the setter alone), when they apply; a placement TF's placer
     would reject is recorded in :attr:`Pipeline.placement_error`, not raised."""
     from placeviz.placement import is_placed, place_graph, setter_stage
 
     graph = pipe.model.graph
-    if placement_options is None or not (place_always or placement_options.wants_setter
+    placement_options = options.placement
+    if placement_options is None or not (options.place_always or placement_options.wants_setter
                                          or placement_options.cluster is not None or is_placed(graph)):
         return
-    if setter_only:
+    if options.setter_only:
         say("placing (setter stage) ...")
         pipe.setter = setter_stage(graph, placement_options)
         if pipe.setter is not None:
@@ -211,7 +261,7 @@ def _place(pipe: Pipeline, placement_options, *, place_always: bool, setter_only
     if pipe.placement.setter is not None:
         pipe.notes.extend(pipe.placement.setter.notes)
     if report is not None:
-        if summaries:
+        if options.summaries:
             from placeviz.analysis import attach_placement
 
             attach_placement(report, pipe.placement)
@@ -237,7 +287,8 @@ def _describe_sync(pipe: Pipeline, report: Analysis) -> None:
     report.sync_stage = stage if pipe.graph is model.graph else detect_and_prove(model.graph, collections)
 
 
-def _partition_step(pipe: Pipeline, placed: PlacementResult, step: StepOptions, placement_options, say) -> None:
+def _partition_step(pipe: Pipeline, placed: PlacementResult, step: StepOptions,
+                    placement_options: PlacementOptions, say) -> None:
     from placeviz.partition import partition
 
     fetches, targets, feeds = step.fetches, step.targets, step.feeds
@@ -272,7 +323,7 @@ NO_PLACEMENT_NOTE = ("the graph places no variable on a job and no --ps-tasks/--
                      "to place it as replica_device_setter would")
 
 
-def placement_notes(graph: Graph, placement_options) -> list[str]:
+def placement_notes(graph: Graph, placement_options: PlacementOptions | None) -> list[str]:
     """What a report must say about placement before anything runs: the options' own notes
     (``--ps-tasks 0``), and that an unplaced graph given no placement options stays unplaced (so
     an empty traffic section is not read as "no traffic")."""

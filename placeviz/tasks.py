@@ -26,7 +26,8 @@ from placeviz.errors import PlacevizError
 from placeviz.io import Model, load
 
 if TYPE_CHECKING:
-    from placeviz.pipeline import Pipeline
+    from placeviz.pipeline import Options, Pipeline
+    from placeviz.placement import PlacementOptions
 
 _OPTION_RE = re.compile(r"^(?P<task>\d+)=(?P<model>.+)$")
 
@@ -85,33 +86,28 @@ def load_task_graphs(chief: Model, model_spec: str, worker_graphs: dict[int, str
     return out
 
 
-def task_placement_options(options, task: int):
-    """:meth:`placeviz.placement.PlacementOptions.for_task`, None-safe (no PLACE options: None)."""
-    return None if options is None else options.for_task(task)
-
-
-def cluster_workers(options) -> int | None:
+def cluster_workers(options: PlacementOptions | None) -> int | None:
     """The worker tasks of the ``--cluster`` the user gave (its job of ``--worker-device``), else None."""
-    cluster = getattr(options, "cluster", None) if options is not None else None
-    if cluster is None:
+    if options is None or options.cluster is None:
         return None
+    cluster = options.cluster
     job = options.for_task(0).setter.worker_job
     return cluster.num_tasks(job) if job in cluster.jobs else None
 
 
-def task_pipelines(chief_model, chief_pipe, model_spec: str, worker_graphs: dict[int, str],
-                   placement_options=None, sync_options=None, *, workers: int | None = None, tag: str | None = None,
-                   progress: Callable[[str], None] | None = None,
-                   place_always: bool = False) -> tuple[dict[int, Pipeline], dict[int, str]]:
+def task_pipelines(chief_model, chief_pipe, model_spec: str, worker_graphs: dict[int, str], options: Options, *,
+                   workers: int | None = None,
+                   progress: Callable[[str], None] | None = None) -> tuple[dict[int, Pipeline], dict[int, str]]:
     """Every task's pipeline (task 0: ``chief_pipe``, the pipeline of ``chief_model`` as loaded) and
     where each graph came from.
 
     The other tasks' graphs: ``--worker-graph I=MODEL`` (``worker_graphs``), and a per-task builder
     called for each task when the number of worker tasks is known: ``workers`` (the cluster's),
-    else the SyncReplicas total replicas of the chief's graph. Each graph is placed with
-    :func:`task_placement_options` and, with ``sync_options``, rewritten as a non-chief worker's.
-    Raises :class:`PlacevizError` (one line) for an index outside the cluster or a graph that does
-    not load. ``place_always``: place graphs without any placement option too (verify runs them).
+    else the SyncReplicas total replicas of the chief's graph. Each graph runs the pipeline with
+    the command's ``options`` as task I has them (:meth:`placeviz.pipeline.Options.for_task`:
+    its worker device, its session's task, a non-chief worker's SyncReplicas graph), without a
+    partition (no step of a worker's graph is compared). Raises :class:`PlacevizError` (one line)
+    for an index outside the cluster or a graph that does not load.
     """
     from placeviz.pipeline import run_pipeline
     from placeviz.tasks import load_task_graphs
@@ -122,15 +118,13 @@ def task_pipelines(chief_model, chief_pipe, model_spec: str, worker_graphs: dict
         if total:
             # W as the graph tells it, not a cluster: a --worker-graph beyond it is still allowed.
             count = max([total, *(t + 1 for t in worker_graphs)])
-    graphs = load_task_graphs(chief_model, model_spec, worker_graphs, count, tag=tag, progress=progress)
+    graphs = load_task_graphs(chief_model, model_spec, worker_graphs, count, tag=options.tag, progress=progress)
     pipes = {0: chief_pipe}
     sources = {0: model_spec}
-    worker_sync = dataclasses.replace(sync_options, is_chief=False) if sync_options is not None else None
     for t, model in sorted(graphs.workers.items()):
         if progress:
             progress(f"placing worker {t}'s graph ...")
-        pipes[t] = run_pipeline(model, task_placement_options(placement_options, t), worker_sync, tag=tag,
-                                partition=False, place_always=place_always)
+        pipes[t] = run_pipeline(model, dataclasses.replace(options.for_task(t), partition=False))
         sources[t] = worker_graphs.get(t, f"{model_spec} (task_index={t})")
     return pipes, sources
 

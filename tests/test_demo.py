@@ -17,9 +17,9 @@ def test_demo_writes_every_artifact(tmp_path, capsys, monkeypatch):
 
     runs = []
 
-    def counted(*args, **kwargs):
-        runs.append(kwargs)
-        return run_pipeline(*args, **kwargs)
+    def counted(model, options, **kwargs):
+        runs.append(options)
+        return run_pipeline(model, options, **kwargs)
 
     run_pipeline = pipeline.run_pipeline
     monkeypatch.setattr(pipeline, "run_pipeline", counted)
@@ -28,7 +28,7 @@ def test_demo_writes_every_artifact(tmp_path, capsys, monkeypatch):
     assert code == 0, err
     # One pipeline for the analysis, the lint and the pictures; verify places once more for its
     # CPU-only local servers (soft placement), without partitioning.
-    assert [r.get("partition", True) for r in runs] == [True, False]
+    assert [options.partition for options in runs] == [True, False]
     assert "Single update per step: holds" in out and "Placement (setter replayed" in out
     assert "Network traffic for one step of the train op" in out
     report = json.loads((tmp_path / "analysis.json").read_text())

@@ -327,7 +327,7 @@ def _shape(doc: dict) -> tuple[set, set, int]:
 @MODELS_AND_MODES
 def test_dot_output_has_exactly_the_views_boxes(models, which, no_kernels, tmp_path, monkeypatch):
     from placeviz.cli import render
-    from placeviz.commands.place_options import build_placement_options
+    from placeviz.commands.options import build_options
     from placeviz.io import load
     from placeviz.pipeline import run_pipeline
     from placeviz.render import ViewContext, build_view, to_dot
@@ -336,7 +336,7 @@ def test_dot_output_has_exactly_the_views_boxes(models, which, no_kernels, tmp_p
 
     monkeypatch.chdir(models["dir"])  # the CLI runs there: titles name the model as given
     defaults = render.make_context("render", [models[which].name, "-o", "x.dot"]).params  # the CLI's PLACE options
-    ctx = ViewContext(run_pipeline(load(models[which].name), build_placement_options(defaults)))
+    ctx = ViewContext(run_pipeline(load(models[which].name), build_options(defaults)))
     focus = {"strings": "n3/op>3", "file name": None}[which]
     for view in ("overview", "devices", "deps", "sync"):
         options = ["--focus", focus] if focus else []

@@ -80,11 +80,11 @@ def test_what_json_rejects_is_rejected(document):
 
 
 def test_the_analysis_report_of_a_real_graph():
-    from placeviz.pipeline import run_pipeline
+    from placeviz.pipeline import Options, run_pipeline
     from placeviz.placement import PlacementOptions
     from placeviz.placement.setter import SetterConfig
 
-    report = run_pipeline(str(GOLDEN), PlacementOptions(setter=SetterConfig(ps_tasks=0))).analysis.to_json()
+    report = run_pipeline(str(GOLDEN), Options(placement=PlacementOptions(setter=SetterConfig(ps_tasks=0)))).report.to_json()
     text = pretty_json(report)
     assert text == json.dumps(report, indent=2)
     assert len(text) > 1000 and json.loads(text) == json.loads(json.dumps(report))

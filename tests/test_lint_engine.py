@@ -476,6 +476,7 @@ def test_the_partition_of_a_step_is_made_only_when_a_selected_rule_can_read_it(w
     without declaring it). The report-only summaries are never made for lint."""
     from placeviz.io import load
     from placeviz.lint.runner import LintOptions, lint_pipeline, model_pipeline
+    from placeviz.pipeline import Options
     from placeviz.placement import PlacementOptions
     from placeviz.placement.setter import SetterConfig
 
@@ -483,7 +484,7 @@ def test_the_partition_of_a_step_is_made_only_when_a_selected_rule_can_read_it(w
     g.node.add(name="a", op="NoOp")
     g.node.add(name="b", op="NoOp", input=["^a"])
     (work / "noops.pb").write_bytes(g.SerializeToString())
-    options = LintOptions(placement_options=PlacementOptions(setter=SetterConfig(ps_tasks=1)))
+    options = LintOptions(pipeline=Options(placement=PlacementOptions(setter=SetterConfig(ps_tasks=1))))
     model = load("noops.pb")
     builtin = load_rules()
     without = [r for r in builtin if r.id not in ("PV401", "PV403")]

@@ -18,7 +18,7 @@ from placeviz import rules
 from placeviz.devices import ClusterSpec
 from placeviz.io import model_from_proto
 from placeviz.lint import LintContext
-from placeviz.pipeline import run_pipeline
+from placeviz.pipeline import Options, run_pipeline
 from placeviz.placement import PlacementOptions
 from placeviz.placement.placer import PlacerConfig
 from placeviz.placement.setter import SetterConfig
@@ -75,7 +75,7 @@ def context(model, *, cluster_spec: ClusterSpec | None = None, thresholds: dict 
                                gpus_per_worker=gpus_per_worker, placer=placer)
     if cluster_spec is not None:
         options = PlacementOptions(cluster=cluster_spec, gpus_per_worker=gpus_per_worker, placer=placer)
-    pipe = run_pipeline(model, options)
+    pipe = run_pipeline(model, Options(placement=options))
     return LintContext(model.source, pipe, cluster=cluster_spec, thresholds=dict(thresholds or {}),
                        placement_options=options)
 

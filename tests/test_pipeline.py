@@ -11,15 +11,16 @@ import json
 from pathlib import Path
 
 from placeviz.io import load
-from placeviz.pipeline import StepOptions, SyncOptions, run_pipeline
+from placeviz.pipeline import Options, StepOptions, SyncOptions, run_pipeline
 from placeviz.placement import PlacementOptions
 from placeviz.placement.setter import SetterConfig
 
 PLAIN_MLP = Path(__file__).parent / "golden" / "render" / "mlp_plain.pbtxt"
 
 
-def _sync_pipeline(**kwargs):
-    return run_pipeline(load(PLAIN_MLP), PlacementOptions(setter=SetterConfig(ps_tasks=2)), SyncOptions(2), **kwargs)
+def _sync_pipeline(**switches):
+    return run_pipeline(load(PLAIN_MLP), Options(placement=PlacementOptions(setter=SetterConfig(ps_tasks=2)),
+                                                 sync=SyncOptions(2), **switches))
 
 
 def test_report_sections_are_views_of_the_stage_results():

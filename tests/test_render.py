@@ -31,7 +31,7 @@ from conftest import run_cli
 
 from placeviz.commands.render import write_report
 from placeviz.io import load
-from placeviz.pipeline import run_pipeline
+from placeviz.pipeline import Options, run_pipeline
 from placeviz.placement import PlacementOptions
 from placeviz.placement.setter import SetterConfig
 from placeviz.render import VIEWS, ViewContext, build_view, to_dot
@@ -59,7 +59,7 @@ def placed_options(ps_tasks: int = 0) -> PlacementOptions:
 def fixture_pipeline(sync=None):
     """The golden input through the pipeline, with a stable source name (titles show it)."""
     model = dataclasses.replace(load(str(FIXTURE)), source="mlp_sync.pbtxt")
-    return run_pipeline(model, placed_options(), sync)
+    return run_pipeline(model, Options(placement=placed_options(), sync=sync))
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +234,7 @@ def _with_worker_side_update(tmp_path) -> Path:
 
 
 def test_sync_view_draws_a_violation_in_red(tmp_path):
-    pipe = run_pipeline(str(_with_worker_side_update(tmp_path)), placed_options())
+    pipe = run_pipeline(str(_with_worker_side_update(tmp_path)), Options(placement=placed_options()))
     assert not pipe.proof.single_update
     d = build_view(pipe, "sync")
     assert "VIOLATED" in d.notes[0]
@@ -340,7 +340,7 @@ def samples(tmp_path_factory):
 @pytest.mark.parametrize("name", SAMPLES)
 def test_every_view_of_every_sample_renders_to_svg(name, samples):
     out, built = samples
-    pipe = run_pipeline(str(out / f"{name}.meta"), placed_options())
+    pipe = run_pipeline(str(out / f"{name}.meta"), Options(placement=placed_options()))
     # The misconfigured sample cannot be placed (as TF could not): its views show requested devices.
     assert (pipe.placement_error is not None) == (name == "misconfigured")
     if pipe.placement_error:

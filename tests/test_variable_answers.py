@@ -26,13 +26,13 @@ pytestmark = pytest.mark.tf
 def wide_deep(tmp_path_factory):
     """sample:wide_deep placed on 2 ps tasks: analyze's JSON and place's placed GraphDef."""
     from placeviz.commands import analyze, place
-    from placeviz.commands.place_options import build_placement_options
+    from placeviz.commands.options import build_options
 
     out = tmp_path_factory.mktemp("wide_deep")
-    options = build_placement_options(_place_args(ps_tasks=2))
-    report = analyze.run("sample:wide_deep", tag=None, fmt="json", output=str(out / "a.json"),
-                         placement_options=options)
-    place.run("sample:wide_deep", str(out / "placed.pbtxt"), options, "placed")
+    report = analyze.run("sample:wide_deep", build_options(_place_args(ps_tasks=2)), fmt="json",
+                         output=str(out / "a.json"))
+    place.run("sample:wide_deep", str(out / "placed.pbtxt"),
+              build_options(_place_args(ps_tasks=2), place_always=True, partition=False, describe=False), "placed")
     from google.protobuf import text_format
 
     placed = text_format.Parse((out / "placed.pbtxt").read_text(), GraphDef())

@@ -368,12 +368,12 @@ def test_a_saver_and_summaries_no_run_executes_are_no_finding(models):
     """Every graph above has a Saver (save/SaveV2, save/RestoreV2) and merged summaries: only what
     verify runs counts, so the plain graph has no host op, and the Saver's ops are found once asked."""
     from placeviz.io import load
-    from placeviz.pipeline import run_pipeline
+    from placeviz.pipeline import Options, run_pipeline
     from placeviz.placement import PlacementOptions
     from placeviz.verify.prepare import prepare
 
-    pipe = run_pipeline(load(str(models / "plain.meta")), PlacementOptions(), None, place_always=True,
-                        partition=False)
+    pipe = run_pipeline(load(str(models / "plain.meta")),
+                        Options(placement=PlacementOptions(), place_always=True, partition=False))
     ops = set(pipe.graph.ops)
     assert {"SaveV2", "RestoreV2", "MergeSummary", "ScalarSummary"} <= ops
     prepared = prepare(pipe, PlacementOptions(), workers=None, steps=2, timeout=60, isolate=False, feeds_file=None,

@@ -14,7 +14,7 @@ from placeviz.analysis import Analysis
 from placeviz.commands.output import emit, render_rich, to_json
 from placeviz.errors import PlacevizError
 from placeviz.escape import terminal_text
-from placeviz.pipeline import StepOptions, run_pipeline
+from placeviz.pipeline import Options, run_pipeline
 from placeviz.placement.explain import explain_lines, explain_node
 from placeviz.sizes import bar, bytes_at_least, human_bytes, traffic_total
 
@@ -24,35 +24,27 @@ VARIABLES_BY_TASK_SHOWN = 60
 VARIABLES_PER_DEVICE_MIN = 5
 
 
-def run(model_spec: str, *, tag: str | None, fmt: str, output: str | None, placement_options=None,
-        explain: tuple[str, ...] = (), fetches=(), targets=(), feeds=(), sync=None, worker_graphs=(),
-        batch_size: int | None = None, pretty: bool = False) -> Analysis:
-    """Load MODEL, run the static pipeline (sync pass, placement, partition) and emit the report.
+def run(model_spec: str, options: Options, *, fmt: str, output: str | None, explain: tuple[str, ...] = (),
+        worker_graphs=(), pretty: bool = False) -> Analysis:
+    """Load MODEL, run the static pipeline (sync pass, placement, partition) as ``options`` say and
+    emit the report.
 
+    ``explain``: ``--explain NODE`` values (they need placement: ``options.place_always``).
     ``worker_graphs``: ``--worker-graph I=MODEL`` values; with them (or a builder taking
     ``task_index`` and a known number of workers) the report's ``agreement`` compares the tasks' graphs.
     """
     from placeviz.agreement import check_agreement
     from placeviz.io import load
-    from placeviz.tasks import (
-        check_workers_range,
-        cluster_workers,
-        parse_worker_graphs,
-        task_pipelines,
-        task_placement_options,
-    )
+    from placeviz.tasks import check_workers_range, cluster_workers, parse_worker_graphs, task_pipelines
 
     tasks = parse_worker_graphs(worker_graphs)
-    workers = cluster_workers(placement_options)
+    workers = cluster_workers(options.placement)
     check_workers_range(tasks, workers)
-    model = load(model_spec, tag=tag)
-    step = StepOptions(tuple(fetches), tuple(targets), tuple(feeds), batch_size=batch_size)
-    pipe = run_pipeline(model, task_placement_options(placement_options, 0), sync, step, tag=tag,
-                        place_always=bool(explain))
+    model = load(model_spec, tag=options.tag)
+    pipe = run_pipeline(model, options)
     report = pipe.report
     if tasks or model.per_task:
-        pipes, sources = task_pipelines(model, pipe, model_spec, tasks, placement_options, sync, workers=workers,
-                                        tag=tag)
+        pipes, sources = task_pipelines(model, pipe, model_spec, tasks, options, workers=workers)
         report.agreement_result = check_agreement(pipes, sources)
     if explain:
         if pipe.placement_error is not None:

@@ -24,6 +24,7 @@ from placeviz.commands.output import emit, progress, render_rich, to_json
 from placeviz.errors import PlacevizError
 
 if TYPE_CHECKING:
+    from placeviz.pipeline import Options
     from placeviz.verify.report import VerifyReport
 
 SCHEMA = "placeviz.modes/1"
@@ -50,10 +51,12 @@ def modes_to_run(workers: int, backup: int) -> list[tuple[str, str, int | None]]
     return runs
 
 
-def run(model_spec: str, *, placement_options, workers: int, steps: int, backup: int = 1,
+def run(model_spec: str, options: Options, *, workers: int, steps: int, backup: int = 1,
         slow_workers: dict[int, float] | None = None, loss: str | None = None, trace: bool = False,
         say=progress, **verify_options) -> list[ModeRun]:
-    """Run every mode; ``verify_options`` go to :func:`placeviz.commands.verify.run` unchanged."""
+    """Run every mode: ``options`` (the PLACE options and ``--tag``; a plain graph, no SYNC
+    options) with each mode's SyncReplicas options; ``verify_options`` go to
+    :func:`placeviz.commands.verify.run` unchanged."""
     from placeviz.commands import verify
     from placeviz.pipeline import SyncOptions
 
@@ -62,8 +65,7 @@ def run(model_spec: str, *, placement_options, workers: int, steps: int, backup:
     for k, (label, mode, r) in enumerate(plan, start=1):
         say(f"[{k}/{len(plan)}] {label} ...")
         sync = SyncOptions(replicas_to_aggregate=r, total_replicas=workers) if r is not None else None
-        report = verify.run(model_spec, placement_options=placement_options, sync_options=sync, workers=workers,
-                            steps=steps, mode=mode, slow_workers=slow_workers, trace=trace, loss=loss,
+        report = verify.run(model_spec, dataclasses.replace(options, sync=sync), workers=workers, steps=steps, mode=mode, slow_workers=slow_workers, trace=trace, loss=loss,
                             say=lambda m, label=label: say(f"{label}: {m}") if m.startswith("note:") else None,
                             **verify_options)
         say(f"[{k}/{len(plan)}] {label}: {report.summary_line()}")
@@ -192,7 +194,7 @@ def main(model_spec, *, place: dict, workers: int, steps: int, backup: int, slow
     """The CLI command: exit 0 when every run's checks pass, 1 otherwise (2: bad input)."""
     import importlib.util
 
-    from placeviz.commands.place_options import build_placement_options
+    from placeviz.commands.options import build_options
     from placeviz.commands.verify import TF_MISSING, write_timeline
     from placeviz.io import note_input
     from placeviz.verify.modes import parse_slow_workers
@@ -208,9 +210,9 @@ def main(model_spec, *, place: dict, workers: int, steps: int, backup: int, slow
     if feeds_file:
         note_input(feeds_file, "--feeds")
     with signal_exits():
-        runs = run(model_spec, placement_options=build_placement_options(place), workers=workers, steps=steps,
-                   backup=backup, slow_workers=slow, loss=loss, trace=bool(trace_file), timeout=timeout,
-                   feeds_file=feeds_file, seed=seed, allow_io=allow_io, isolation=isolation, tag=tag)
+        runs = run(model_spec, build_options(place, tag=tag), workers=workers, steps=steps, backup=backup,
+                   slow_workers=slow, loss=loss, trace=bool(trace_file), timeout=timeout, feeds_file=feeds_file,
+                   seed=seed, allow_io=allow_io, isolation=isolation)
     doc = document(model_spec, runs, workers=workers, steps=steps, backup=backup, slow_workers=slow)
     write_timeline([(r.label, r.report) for r in runs], trace_file, timeline_file)
     emit(to_json(doc, pretty=pretty) if fmt == "json" else format_text(doc), output)

@@ -26,7 +26,7 @@ from placeviz.io import atomic_write, model_from_proto, save_proto
 from placeviz.lint import formats as lint_formats
 from placeviz.lint.sarif import format_sarif
 from placeviz.partition import partition
-from placeviz.pipeline import run_pipeline
+from placeviz.pipeline import Options, run_pipeline
 from placeviz.placement import PlacementOptions
 from placeviz.placement.explain import explain_node
 from placeviz.placement.setter import SetterConfig
@@ -55,18 +55,19 @@ def run(out_dir: str) -> None:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise PlacevizError(f"{out}: cannot create the output directory: {e.strerror}") from None
-    options = BuildOptions(sync_replicas=True, replicas_to_aggregate=2, total_replicas=3)
+    build = BuildOptions(sync_replicas=True, replicas_to_aggregate=2, total_replicas=3)
     progress(f"[1/6] building sample {DEMO_SAMPLE!r} with TensorFlow (SyncReplicas 2 of 3, no device setter) ...")
-    meta = sample_graphs.build_meta_graph(DEMO_SAMPLE, options)
+    meta = sample_graphs.build_meta_graph(DEMO_SAMPLE, build)
     model_path = out / f"{DEMO_SAMPLE}.meta"
     save_proto(meta, model_path)
     model = model_from_proto(str(model_path), "metagraph", meta)
 
     progress(f"[2/6] placing: replica_device_setter(ps_tasks={PS_TASKS}) replay, then TF's placer ...")
-    placement_options = PlacementOptions(setter=SetterConfig(ps_tasks=PS_TASKS, worker_device="/job:worker/task:0"),
-                                         cluster=DEMO_CLUSTER)
+    options = Options(placement=PlacementOptions(setter=SetterConfig(ps_tasks=PS_TASKS,
+                                                                     worker_device="/job:worker/task:0"),
+                                                 cluster=DEMO_CLUSTER))
     progress("[3/6] analyzing: SyncReplicas proof, placement, one training step's partitions and traffic ...")
-    pipe = run_pipeline(model, placement_options)
+    pipe = run_pipeline(model, options)
     if pipe.placement is None:
         raise PlacevizError(f"the demo sample did not place: {pipe.placement_error}")
     result = pipe.placement
@@ -89,13 +90,13 @@ def run(out_dir: str) -> None:
     atomic_write(out / "analysis.json", to_json(report.to_json(), pretty=True))
 
     progress("[4/6] linting: every rule, as `placeviz lint` would in CI ...")
-    lint_report = _lint(pipe, model_path, placement_options)
+    lint_report = _lint(pipe, model_path, options)
     atomic_write(out / "lint.json", lint_formats.format_json(lint_report, pretty=True))
     atomic_write(out / "lint.sarif", format_sarif(lint_report, pretty=True))
 
     progress(f"[5/6] verifying on a local TF cluster (2 ps x 3 workers, {VERIFY_STEPS} steps, worker 2 slowed by "
              f"{SLOW_S} s, loopback only) ...")
-    verify_report = verify_command.run(str(model_path), placement_options=placement_options, steps=VERIFY_STEPS,
+    verify_report = verify_command.run(str(model_path), options, steps=VERIFY_STEPS,
                                        timeout=VERIFY_TIMEOUT, slow_workers={2: SLOW_S}, trace=True)
     verify_doc = verify_report.to_json()
     atomic_write(out / "verify.json", to_json(verify_doc, pretty=True))
@@ -122,7 +123,7 @@ def run(out_dir: str) -> None:
         raise PlacevizError("the demo's verify run failed; see verify.json")
 
 
-def _lint(pipe, model_path: Path, placement_options):
+def _lint(pipe, model_path: Path, options: Options):
     """Every rule on the demo's pipeline, reported as ``placeviz lint MODEL`` reports it (the
     model is not loaded, placed and partitioned again)."""
     from placeviz.lint.discovery import load_rules
@@ -132,8 +133,8 @@ def _lint(pipe, model_path: Path, placement_options):
 
     rules = load_rules()
     selected = select_rules(rules, ["ALL"], [], [], preview=False)
-    options = LintOptions(placement_options=placement_options, cluster=placement_options.cluster)
-    return run_lint([str(model_path)], selected, options, all_rules=rules, pipelines={str(model_path): pipe})
+    lint_options = LintOptions(pipeline=options)  # its cluster: DEMO_CLUSTER, the placement's
+    return run_lint([str(model_path)], selected, lint_options, all_rules=rules, pipelines={str(model_path): pipe})
 
 
 def _has_matplotlib() -> bool:

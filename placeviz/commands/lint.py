@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from placeviz.commands.output import emit, notice, progress
 from placeviz.errors import PlacevizError
 from placeviz.lint.api import Finding
+
+if TYPE_CHECKING:
+    from placeviz.pipeline import Options
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -32,7 +36,7 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     ``only_graphs``: skip, with a note, the files that are not graphs (:mod:`placeviz.lint.inputs`;
     the pre-commit hook's mode).
     """
-    from placeviz.commands.place_options import build_placement_options
+    from placeviz.commands.options import build_options
     from placeviz.lint.baseline import read_baseline
     from placeviz.lint.baseline import write_baseline as save_baseline
     from placeviz.lint.config import load_config
@@ -61,18 +65,16 @@ def run(models, *, place: dict, sync=None, tag=None, select=(), extend_select=()
     selected = select_rules(rules, list(select) or cfg.select or ["ALL"], [*cfg.extend_select, *extend_select],
                             [*cfg.ignore, *ignore], preview=preview or cfg.preview)
 
-    place = dict(place)
-    if cfg.cluster and not place["cluster_file"] and not place["ps_tasks"]:
-        place["cluster_file"] = cfg.cluster
-    placement_options = build_placement_options(place)
+    pipeline = build_options(place, sync, tag=tag, default_cluster=cfg.cluster, batch_size=batch_size)
+    placement = pipeline.placement
+    assert placement is not None  # build_options always makes the PLACE options
     tasks = parse_worker_graphs(worker_graphs)
     if tasks and len(models) != 1:
         raise PlacevizError(f"--worker-graph needs exactly one MODEL (the chief's graph, task 0); got {len(models)}")
-    workers = cluster_workers(placement_options)
+    workers = cluster_workers(placement)
     check_workers_range(tasks, workers)
-    options = LintOptions(placement_options=placement_options, sync=sync, tag=tag,
-                          cluster=placement_options.cluster, thresholds=cfg.thresholds, severity=cfg.severity,
-                          worker_graphs=tasks, workers=workers, rule_timeout=rule_timeout, batch_size=batch_size)
+    options = LintOptions(pipeline=pipeline, thresholds=cfg.thresholds, severity=cfg.severity, worker_graphs=tasks,
+                          workers=workers, rule_timeout=rule_timeout)
     baseline_file = baseline or cfg.baseline
     notes = list(skipped_files)
     if not baseline and baseline_file and not write_baseline and not os.path.lexists(baseline_file):
@@ -199,9 +201,10 @@ def show_rule(key: str, rules_dirs=()) -> int:
     raise PlacevizError(f"no rule {key!r}; `placeviz rules` lists them")
 
 
-def findings_for_pipeline(pipe, placement_options, config: str | None = None) -> list[dict]:
-    """Lint findings (as JSON dicts) for a pipeline already computed, with the default selection and
-    the project's lint config (thresholds, selection, per-node ignores): what the HTML report shows."""
+def findings_for_pipeline(pipe, options: Options, config: str | None = None) -> list[dict]:
+    """Lint findings (as JSON dicts) for a pipeline already computed with ``options``, with the
+    default selection and the project's lint config (thresholds, selection, per-node ignores): what
+    the HTML report shows."""
     from placeviz.lint.config import load_config
     from placeviz.lint.discovery import load_rules
     from placeviz.lint.runner import LintOptions, lint_pipeline
@@ -211,8 +214,7 @@ def findings_for_pipeline(pipe, placement_options, config: str | None = None) ->
     cfg = load_config(config)
     rules = load_rules()
     selected = select_rules(rules, cfg.select or ["ALL"], cfg.extend_select, cfg.ignore, preview=cfg.preview)
-    options = LintOptions(placement_options=placement_options, sync=None, cluster=placement_options.cluster,
-                          thresholds=cfg.thresholds, severity=cfg.severity)
-    result = lint_pipeline(pipe, selected, options)
+    lint_options = LintOptions(pipeline=options, thresholds=cfg.thresholds, severity=cfg.severity)
+    result = lint_pipeline(pipe, selected, lint_options)
     findings = Suppressor(list(cfg.per_node_ignores), {r.id: r for r in rules}).filter(result.findings)
     return [f.to_json() for f in findings]

@@ -22,7 +22,7 @@ from placeviz.coverage import refuse_serving_graph
 from placeviz.errors import PlacevizError
 from placeviz.io import check_directory_output, load, write_directory
 from placeviz.partition import SCHEMA
-from placeviz.pipeline import StepOptions, run_pipeline
+from placeviz.pipeline import Options, run_pipeline
 from placeviz.progress import begin
 from placeviz.sizes import transfers_text
 
@@ -34,20 +34,17 @@ _MAX_INDEX_BYTES = 1 << 30
 """An ``index.json`` bigger than this is not read when judging whether a directory is ours."""
 
 
-def run(model_spec: str, out_dir: str, options, *, fetches, targets, feeds, level: str,
-        replicate_constants: bool, tag: str | None = None, pretty: bool = False, sync=None) -> None:
-    """Place MODEL and write one step's partitions (the whole graph without fetches and targets).
+def run(model_spec: str, out_dir: str, options: Options, *, pretty: bool = False) -> None:
+    """Place MODEL and write the partitions of ``options.step`` (the whole graph without fetches
+    and targets, ``train_op_by_default=False``).
 
     The static pipeline (:func:`placeviz.pipeline.run_pipeline`) does the work, without its
     report: the SYNC options rewrite a plain graph into SyncReplicas form first, as for ``analyze``.
     """
-    model = load(model_spec, tag=tag, keep_bytes=True)  # partitions are written from the file's bytes
+    model = load(model_spec, tag=options.tag, keep_bytes=True)  # partitions are written from the file's bytes
     refuse_serving_graph(model)
     check_directory_output(out_dir, replaceable=is_partition_output, kind=KIND)  # before the long part
-    step = StepOptions(tuple(fetches), tuple(targets), tuple(feeds), level=level,
-                       replicate_constants=replicate_constants, train_op_by_default=False)
-    pipe = run_pipeline(model, options, sync, step, place_always=True, describe=False,
-                        progress=lambda message: begin(message.rstrip(" .")))
+    pipe = run_pipeline(model, options, progress=lambda message: begin(message.rstrip(" .")))
     for note in pipe.notes:
         notice(f"note: {note}")
     parts = pipe.partitions

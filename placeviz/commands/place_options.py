@@ -78,7 +78,7 @@ PS_TASKS_ZERO_NOTE = ("--ps-tasks 0: replica_device_setter(ps_tasks=0) returns N
 
 def build_placement_options(place: dict):
     """Turn the parsed PLACE options into :class:`placeviz.placement.PlacementOptions`."""
-    from placeviz.devices import ClusterSpec, check_cluster_bounds, parse_full_name
+    from placeviz.devices import ClusterSpec, check_cluster_bounds
     from placeviz.placement import PlacementOptions
     from placeviz.placement.placer import PlacerConfig
     from placeviz.placement.setter import SetterConfig
@@ -99,7 +99,8 @@ def build_placement_options(place: dict):
             raise PlacevizError("give --ps-tasks or --cluster, not both (TF ignores ps_tasks when a cluster is given)")
         check_cluster_bounds(cluster, place["cpus_per_task"], place["gpus_per_worker"])
     ps_ops = frozenset(x.strip() for x in place["ps_ops"].split(",") if x.strip()) if place["ps_ops"] else None
-    master = parse_full_name(place["master"])
+    placer = PlacerConfig(allow_soft_placement=place["soft_placement"], master_task=place["master"])
+    master = placer.master  # the one reading of --master (PlacerConfig.master)
     if master is None or master.job is None or master.task is None:
         raise PlacevizError(f"--master must name a job and a task, like /job:worker/task:0; got {place['master']!r}")
     setter = SetterConfig(
@@ -111,7 +112,7 @@ def build_placement_options(place: dict):
     return PlacementOptions(
         setter=setter, cluster=cluster, cpus_per_task=place["cpus_per_task"],
         gpus_per_worker=place["gpus_per_worker"],
-        placer=PlacerConfig(allow_soft_placement=place["soft_placement"], master_task=place["master"]),
+        placer=placer,
         replace_devices=place["replace_devices"],
         notes=(PS_TASKS_ZERO_NOTE,) if place.get("ps_tasks_zero") and cluster is None else (),
     )

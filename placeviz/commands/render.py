@@ -17,7 +17,7 @@ from placeviz.commands.output import notice, progress
 from placeviz.commands.output import say as narrate
 from placeviz.errors import PlacevizError
 from placeviz.io import atomic_write
-from placeviz.pipeline import StepOptions, added_nodes_note, placement_notes, run_pipeline
+from placeviz.pipeline import Options, added_nodes_note, placement_notes, run_pipeline
 from placeviz.progress import begin
 
 NO_DOT_BUDGET = 60
@@ -44,10 +44,9 @@ def _is_big(model: str) -> bool:
         return False
 
 
-def run(model: str, output: str, *, view: str, focus: str | None, depth: int | None, max_nodes: int | None,
-        layout_timeout: float, tag: str | None, placement_options, sync, batch_size: int | None = None,
-        verify_file: str | None = None) -> None:
-    """Load and place MODEL (via the pipeline), build the view, lay it out, write ``output``.
+def run(model: str, output: str, options: Options, *, view: str, focus: str | None, depth: int | None,
+        max_nodes: int | None, layout_timeout: float, verify_file: str | None = None) -> None:
+    """Load and place MODEL (via the pipeline, as ``options`` say), build the view, lay it out, write ``output``.
     ``verify_file`` (``--verify``, HTML only): a verify or compare-modes JSON shown in the report."""
     from placeviz.render import ViewContext, build_view, to_dot
     from placeviz.render.fit import start_budget
@@ -67,11 +66,11 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
         require_graphviz(fmt)
     say = narrate if _is_big(model) else None
     begin(f"rendering the {view} view")
-    pipe = run_pipeline(model, placement_options, sync, StepOptions(batch_size=batch_size), tag=tag, progress=say)
+    pipe = run_pipeline(model, options, progress=say)
     from placeviz.coverage import serving_graph_problem
 
     serving = serving_graph_problem(pipe.model)  # drawn as loaded, never placed (placeviz.coverage)
-    for note in [serving] if serving else placement_notes(pipe.model.graph, placement_options):
+    for note in [serving] if serving else placement_notes(pipe.model.graph, options.placement):
         notice(f"note: {note}")
     added = (pipe.report.placement or {}).get("nodes_added")
     if added:  # the views draw the placed graph: say why they count more ops than the graph has
@@ -81,7 +80,7 @@ def run(model: str, output: str, *, view: str, focus: str | None, depth: int | N
 
         if say:
             say("linting for the report ...")
-        findings = findings_for_pipeline(pipe, placement_options)
+        findings = findings_for_pipeline(pipe, options)
         begin("laying out the HTML report's views")
         write_report(pipe, output, findings, focus=focus, depth=depth, max_nodes=max_nodes, timeout=layout_timeout,
                      verify=verify,

@@ -15,30 +15,35 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import signal
+from typing import TYPE_CHECKING
 
 from placeviz.commands.output import emit, progress, say, to_json
 from placeviz.errors import PlacevizError
 
+if TYPE_CHECKING:
+    from placeviz.pipeline import Options
+
 TF_MISSING = "TensorFlow is not installed; verify needs it: install placeviz[tf]"
 
 
-def run(model_spec, *, placement_options, sync_options=None, workers: int | None = None, steps: int = 5,
+def run(model_spec, options: Options, *, workers: int | None = None, steps: int = 5,
         timeout: float = 180.0, isolate: bool = False, feeds_file: str | None = None, seed: int = 0,
-        chief_queue_runner: str = "auto", fault: str | None = None, tag: str | None = None,
-        servers=None, reset_containers: bool = False, worker_graphs: dict[int, str] | None = None,
+        chief_queue_runner: str = "auto", fault: str | None = None, servers=None, reset_containers: bool = False,
+        worker_graphs: dict[int, str] | None = None,
         allow_io: bool = False, isolation: bool = True, mode: str = "sync", slow_workers: dict | None = None,
         trace: bool = False, loss: str | None = None, say=say):
     """Verify ``model_spec`` and return a :class:`placeviz.verify.report.VerifyReport`.
 
-    ``placement_options``: :class:`placeviz.placement.PlacementOptions` (``--ps-tasks``, ``--cluster``
-    etc.); its cluster, if any, is where the graph is placed, and the local servers (127.0.0.1, a
-    private network namespace) get its jobs and task counts. ``servers``: a
+    ``options``: :class:`placeviz.pipeline.Options`; its placement section (``--ps-tasks``,
+    ``--cluster`` etc.) is required; its cluster, if any, is where the graph is placed, and the
+    local servers (127.0.0.1, a private network namespace) get its jobs and task counts. Verify
+    places every graph (``place_always``), partitions none itself and places with soft placement
+    (its local servers have CPUs only). Its sync section rewrites a plain graph first. ``servers``: a
     :class:`placeviz.devices.ClusterSpec` of TF servers the user already runs (``--servers FILE``):
     no local server is started; the placement cluster must have the same jobs and tasks, and every
     address must accept a TCP connection before anything starts. Their resource containers are
     cleared only with ``reset_containers`` (``--reset-containers``); without it, state left by an
-    earlier run fails the run. ``sync_options``: :class:`placeviz.pipeline.SyncOptions` to rewrite
-    a plain graph first. ``worker_graphs``: worker task -> MODEL that task's program built
+    earlier run fails the run. ``worker_graphs``: worker task -> MODEL that task's program built
     (``--worker-graph``); with a builder MODEL taking ``task_index``, each worker's graph comes from
     its own call. ``allow_io`` (``--allow-io``): run ops that touch the file system or run code
     (:mod:`placeviz.verify.hostops`) instead of refusing the graph. ``mode``: ``sync``, ``async``
@@ -52,8 +57,8 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
     notes and warnings always, the rest as progress of the ``verify`` stage, on a terminal).
     Raises :class:`PlacevizError` for bad input (exit 2); a failed check or run is in the report::
 
-        report = run("sample:mlp", placement_options=PlacementOptions(setter=SetterConfig(ps_tasks=2)),
-                     sync_options=SyncOptions(replicas_to_aggregate=2, total_replicas=3), steps=3)
+        report = run("sample:mlp", Options(placement=PlacementOptions(setter=SetterConfig(ps_tasks=2)),
+                                           sync=SyncOptions(replicas_to_aggregate=2, total_replicas=3)), steps=3)
         report.ok, report.to_json(), placeviz.verify.report.format_text(report)
     """
     if importlib.util.find_spec("tensorflow") is None:
@@ -68,7 +73,10 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
     begin("verify")  # its steps: what verify and its coordinator say they do (commands.output.say)
     if steps < 1:
         raise PlacevizError("--steps must be at least 1")
-    if mode == "async" and sync_options is not None:
+    placement_options = options.placement
+    if placement_options is None:
+        raise PlacevizError("verify needs the PLACE options (placeviz.pipeline.Options.placement)")
+    if mode == "async" and options.sync is not None:
         raise PlacevizError("--mode async runs the plain graph as it is; --sync-replicas rewrites it into "
                             "SyncReplicas form: give one of them")
     if mode == "async" and worker_graphs:
@@ -94,15 +102,14 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
         user_servers.check_reachable(servers)
     # The local servers have CPUs only (CUDA_VISIBLE_DEVICES=""): TF soft-places GPU ops on CPU, and
     # placeviz must place the same way for the partitions to compare.
-    from placeviz.tasks import task_placement_options
-
-    placer = placement_options.placer
-    user_options = dataclasses.replace(placement_options, placer=dataclasses.replace(
-        placer, allow_soft_placement=True))
-    placement_options = task_placement_options(user_options, 0)  # the chief's (task 0's)
+    soft = dataclasses.replace(placement_options.placer, allow_soft_placement=True)
+    user_options = dataclasses.replace(options, placement=dataclasses.replace(placement_options, placer=soft),
+                                       place_always=True, partition=False)
+    chief = user_options.for_task(0)
+    assert chief.placement is not None  # made just above
+    placement_options = chief.placement
     say("loading and placing the model ...")
-    pipe = run_pipeline(model_spec, placement_options, sync_options, tag=tag, place_always=True, partition=False,
-                        progress=say)
+    pipe = run_pipeline(model_spec, chief, progress=say)
     from placeviz.coverage import refuse_serving_graph
 
     refuse_serving_graph(pipe.model)
@@ -113,7 +120,7 @@ def run(model_spec, *, placement_options, sync_options=None, workers: int | None
         from placeviz.tasks import task_pipelines
 
         pipes, sources = task_pipelines(pipe.model, pipe, str(model_spec), worker_graphs or {}, user_options,
-                                        sync_options, workers=n_workers, tag=tag, progress=say, place_always=True)
+                                        workers=n_workers, progress=say)
         for t, tpipe in pipes.items():
             if t and tpipe.placement is None:
                 raise PlacevizError(f"cannot place worker {t}'s graph ({sources[t]}): {tpipe.placement_error}")
@@ -193,7 +200,7 @@ def main(model_spec, *, place: dict, sync, workers, steps, timeout, isolate, fee
 def _main(model_spec, *, place, sync, workers, steps, timeout, isolate, feeds_file, seed, chief_queue_runner, fault,
           fmt, output, tag, servers_file, reset_containers, worker_graphs, allow_io, isolation, mode, slow_workers,
           trace_file, timeline_file, loss, pretty) -> None:
-    from placeviz.commands.place_options import build_placement_options
+    from placeviz.commands.options import build_options
     from placeviz.devices import ClusterSpec
     from placeviz.tasks import parse_worker_graphs
 
@@ -216,11 +223,10 @@ def _main(model_spec, *, place, sync, workers, steps, timeout, isolate, feeds_fi
         if place["ps_tasks"]:
             raise PlacevizError("give --ps-tasks or --servers, not both (--servers places the graph on its cluster, "
                                 "and TF ignores ps_tasks when a cluster is given)")
-        if not place["cluster_file"]:
-            place = {**place, "cluster_file": servers_file}
-    report = run(model_spec, placement_options=build_placement_options(place), sync_options=sync, workers=workers,
-                 steps=steps, timeout=timeout, isolate=isolate, feeds_file=feeds_file, seed=seed,
-                 chief_queue_runner=chief_queue_runner, fault=fault, tag=tag, servers=servers,
+    options = build_options(place, sync, tag=tag, default_cluster=servers_file)
+    report = run(model_spec, options, workers=workers, steps=steps, timeout=timeout, isolate=isolate,
+                 feeds_file=feeds_file, seed=seed,
+                 chief_queue_runner=chief_queue_runner, fault=fault, servers=servers,
                  reset_containers=reset_containers, worker_graphs=parse_worker_graphs(worker_graphs),
                  allow_io=allow_io, isolation=isolation, mode=mode, slow_workers=slow, trace=bool(trace_file), loss=loss)
     from placeviz.verify.report import format_text

@@ -20,6 +20,7 @@ It never drops a rule silently:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,11 +33,10 @@ from placeviz.lint.contain import DEFAULT_TIMEOUT, run_contained
 from placeviz.lint.discovery import LoadedRule
 from placeviz.lint.raw import RawGraph, read_graph_def
 from placeviz.progress import doing
-from placeviz.tasks import task_placement_options
 
 if TYPE_CHECKING:
     from placeviz.devices import ClusterSpec
-    from placeviz.pipeline import SyncOptions
+    from placeviz.pipeline import Options
 
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
@@ -73,18 +73,29 @@ class LintError:
         return dict(self.__dict__)
 
 
+def _default_pipeline() -> Options:
+    from placeviz.pipeline import Options  # the pipeline is imported when a model is linted, not before
+
+    return Options()
+
+
 @dataclass
 class LintOptions:
-    placement_options: object | None = None  # placeviz.placement.PlacementOptions
-    sync: SyncOptions | None = None
-    tag: str | None = None
-    cluster: ClusterSpec | None = None  # the cluster spec the user gave
+    pipeline: Options = field(default_factory=_default_pipeline)
+    """What the pipeline runs (PLACE, SYNC, ``--tag``, ``--batch-size``), as the command built it
+    (:func:`placeviz.commands.options.build_options`); :func:`model_pipeline` sets the two stage
+    switches lint's rules decide."""
     thresholds: dict = field(default_factory=dict)
     severity: dict = field(default_factory=dict)  # rule ID -> severity override
     worker_graphs: dict = field(default_factory=dict)  # task index -> MODEL that task built (--worker-graph)
     workers: int | None = None  # worker tasks of the cluster the user gave (a per-task builder runs per task)
     rule_timeout: float | None = DEFAULT_TIMEOUT  # seconds per user rule and model (None or 0: no limit)
-    batch_size: int | None = None  # --batch-size: the size of an unknown leading dimension in transfers
+
+    @property
+    def cluster(self) -> ClusterSpec | None:
+        """The cluster spec the user gave (``--cluster``, or the lint config's): the PLACE options'."""
+        placement = self.pipeline.placement
+        return placement.cluster if placement is not None else None
 
 
 @dataclass
@@ -117,12 +128,12 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
     result = ModelResult()
     timeout = options.rule_timeout
     try:
-        model = load(spec, tag=options.tag)
+        model = load(spec, tag=options.pipeline.tag)
     except InputRefused as e:  # not to be read at all (a FIFO, /dev/zero, too big): no raw pass either
         result.errors.append(LintError(str(e), model_path))
         return result
     except LoadError as e:
-        graph_def = read_graph_def(spec, options.tag)
+        graph_def = read_graph_def(spec, options.pipeline.tag)
         if graph_def is None:
             result.errors.append(LintError(str(e), model_path))
             return result
@@ -152,21 +163,21 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
         from placeviz.tasks import task_pipelines
 
         # A bad --worker-graph (not a graph, outside the cluster) raises: one line, exit 2.
-        pipes, sources = task_pipelines(model, pipe, spec, options.worker_graphs, options.placement_options,
-                                        options.sync, workers=options.workers, tag=options.tag)
+        pipes, sources = task_pipelines(model, pipe, spec, options.worker_graphs, options.pipeline,
+                                        workers=options.workers)
         agreement = check_agreement(pipes, sources)
     return _locate(_run_rules(_context(model_path, pipe, raw, options, agreement), rules, result, timeout),
                    model.sources)
 
 
 def model_pipeline(model, rules: list[LoadedRule], options: LintOptions):
-    """The pipeline ``lint`` runs on a loaded model (task 0's placement), with only what ``rules``
-    can read (see :func:`_needs_partition`); ``benchmarks/lint_profile.py`` times this call."""
-    from placeviz.pipeline import StepOptions, run_pipeline
+    """The pipeline ``lint`` runs on a loaded model (task 0's options), with only what ``rules``
+    can read: a partition when one of them may read it (see :func:`_needs_partition`), and no
+    summaries; ``benchmarks/lint_profile.py`` times this call."""
+    from placeviz.pipeline import run_pipeline
 
-    return run_pipeline(model, task_placement_options(options.placement_options, 0), options.sync,
-                        StepOptions(batch_size=options.batch_size), partition=_needs_partition(rules),
-                        summaries=False)
+    stages = dataclasses.replace(options.pipeline, partition=_needs_partition(rules), summaries=False)
+    return run_pipeline(model, stages)
 
 
 def _needs_partition(rules: list[LoadedRule]) -> bool:
@@ -220,7 +231,7 @@ def _context(model_path: str, pipe, raw: RawGraph, options: LintOptions, agreeme
 
     return LintContext(model_path=model_path, pipeline=pipe, cluster=options.cluster,
                        thresholds=options.thresholds, op_table=load_op_table(), raw=raw,
-                       placement_options=task_placement_options(options.placement_options, 0),
+                       placement_options=options.pipeline.for_task(0).placement,
                        agreement=agreement)
 
 

@@ -61,18 +61,16 @@ class PlacementOptions:
         if "%d" in (setter.worker_device or ""):
             setter = dataclasses.replace(setter, worker_device=setter.worker_device.replace("%d", str(task)))
         placer = self.placer
-        worker_job = _job(setter.worker_device) or "worker"
+        try:
+            worker_job = setter.worker_job  # the one reading of --worker-device's job (SetterConfig)
+        except Exception:  # noqa: BLE001 - a malformed device: the placement stage reports it
+            worker_job = "worker"
         master = placer.master
         if task and master is not None and master.job == worker_job:
             placer = dataclasses.replace(placer, master_task=dataclasses.replace(master, task=task).to_string())
+        if setter is self.setter and placer is self.placer:
+            return self  # nothing task-specific (no %d, the session not on the worker job or task 0)
         return dataclasses.replace(self, setter=setter, placer=placer)
-
-
-def _job(device: str) -> str | None:
-    try:
-        return PyDeviceSpec.parse(device).job
-    except Exception:  # noqa: BLE001 - a malformed device: the placement stage reports it
-        return None
 
 
 @dataclass

@@ -8,8 +8,8 @@ collapse or ``sfdp``; :mod:`placeviz.render.report` writes the self-contained HT
 
 Nothing here imports TensorFlow, and the core (graph, placement, sync...) never imports this.
 
->>> from placeviz.pipeline import run_pipeline                      # doctest: +SKIP
->>> pipe = run_pipeline("model.meta", placement_options)            # doctest: +SKIP
+>>> from placeviz.pipeline import Options, run_pipeline             # doctest: +SKIP
+>>> pipe = run_pipeline("model.meta", Options(placement=placement_options))  # doctest: +SKIP
 >>> print(to_dot(build_view(pipe, "overview")))                    # doctest: +SKIP
 """
 
