@@ -337,9 +337,13 @@ def placement_notes(graph: Graph, placement_options: PlacementOptions | None) ->
 
 
 def added_nodes_note(added: int, loaded: int) -> str:
-    """The setter replay splits each ``tf.group`` NoOp per device as TF's ``group`` does
-    (``tensorflow/python/ops/control_flow_ops.py``, ``group``/``_GroupControlDeps``), so the placed
-    graph has more nodes than the loaded one; say so, or the two counts look like a bug."""
-    return (f"the setter replay added {added:,} node(s) (tf.group's per-device NoOps, as TF builds them under "
+    """The setter replay rebuilds each ``tf.group`` NoOp as TF's ``group`` builds it under the
+    setter's devices (``tensorflow/python/ops/control_flow_ops.py``, ``group``/``_GroupControlDeps``:
+    one NoOp per device when the inputs span devices, one NoOp when they do not), so the placed
+    graph can count more nodes than the loaded one, or fewer (a graph exported with other devices
+    carried per-device NoOps that now collapse into one); say so, or the two counts look like a bug.
+    ``added`` is the difference, of either sign."""
+    change = f"added {added:,} node(s)" if added > 0 else f"removed {-added:,} node(s)"
+    return (f"the setter replay {change} (tf.group's per-device NoOps, as TF builds them under "
             f"replica_device_setter): the placed graph and its views count {loaded + added:,} nodes, the "
             f"loaded graph {loaded:,}")

@@ -104,3 +104,44 @@ def test_worker_device_template_is_the_chiefs_task(built, tmp_path, capsys, comm
     else:
         assert sorted(p.name for p in outs[0].iterdir()) == sorted(p.name for p in outs[1].iterdir())
         assert all((outs[0] / p.name).read_bytes() == p.read_bytes() for p in outs[1].iterdir())
+
+
+REGROUP = textwrap.dedent("""
+    import os, sys
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import tensorflow as tf
+    tf.compat.v1.disable_v2_behavior()
+    for ps in (2, 1):
+        g = tf.Graph()
+        with g.as_default():
+            with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=ps)):
+                a = tf.compat.v1.get_variable("a", [2], initializer=tf.compat.v1.zeros_initializer())
+                b = tf.compat.v1.get_variable("b", [2], initializer=tf.compat.v1.ones_initializer())
+                tf.group(a.initializer, b.initializer, name="init_ab")
+        gd = g.as_graph_def()
+        if ps == 2:  # exported with its devices cleared: the per-device NoOps stay
+            for n in gd.node:
+                n.device = ""
+        with open(os.path.join(sys.argv[1], f"ps{ps}.pb"), "wb") as f:
+            f.write(gd.SerializeToString())
+""")
+
+
+def test_group_built_for_two_ps_tasks_replayed_on_one_removes_its_noops(tmp_path, capsys):
+    """A graph exported from a 2-PS build carries ``tf.group``'s per-device NoOps; replayed with
+    one PS task the group has one device, so TF builds a single NoOp: the placed graph has fewer
+    nodes than the loaded one, node for node TF's own 1-PS build, and the note says "removed"."""
+    pytest.importorskip("tensorflow")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    subprocess.run([sys.executable, "-c", REGROUP, str(tmp_path)], check=True, env=env, capture_output=True,
+                   timeout=300)
+    out = tmp_path / "out.pb"
+    code, _, err = run_cli(["place", tmp_path / "ps2.pb", "--ps-tasks", "1", "--stage", "setter", "-o", out], capsys)
+    assert code == 0, err
+    assert _devices(out) == _devices(tmp_path / "ps1.pb")
+    loaded, placed = len(_devices(tmp_path / "ps2.pb")), len(_devices(out))
+    assert placed < loaded
+    code, out_json, err = run_cli(["analyze", tmp_path / "ps2.pb", "--ps-tasks", "1", "--format", "json"], capsys)
+    assert code == 0, err
+    assert f"the setter replay removed {loaded - placed:,} node(s)" in out_json
+    assert "added -" not in out_json
