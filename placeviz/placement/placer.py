@@ -254,14 +254,17 @@ def place(graph: Graph, device_set: DeviceSet, config: PlacerConfig = PlacerConf
         return _Placer(graph, device_set, config, op_table).run()
 
 
-def read_fact_attrs(graph: Graph, op_table) -> None:
-    """Read what the placer needs from every node's attrs, in one pass cached on the graph.
+def read_fact_attrs(graph: Graph, op_table) -> list:
+    """Read what the placer needs from every node's attrs, in one pass: the op facts' attr keys
+    (returned), and ``_class`` if not read yet.
 
-    That is :meth:`Graph.attr_keys` for the op facts and, if not read yet, ``_class``. Call it on
-    the setter's input before the setter runs: the setter's result then takes the values from it
-    instead of reading the NodeDefs again (``placeviz.placement.place_graph`` does).
+    Both are facts of the graph's own nodes that :class:`Graph` keeps (``attr_keys`` and
+    ``colocation`` in :attr:`Graph.CACHES`), computed by :meth:`Graph.attr_keys`; nothing is
+    written into the graph from here. Call it on the setter's input before the setter runs: the
+    setter's result then takes the values from it instead of reading the NodeDefs again
+    (``placeviz.placement.place_graph`` does).
     """
-    graph.attr_keys(fact_key_attrs(op_table, set(graph.ops)))
+    return graph.attr_keys(fact_key_attrs(op_table, set(graph.ops)))
 
 
 class _Cache(dict):
@@ -978,7 +981,7 @@ def _consumers_of(graph: Graph, nodes: list[int]) -> dict[int, list[int]]:
     From ``graph.consumers`` when that is already computed; otherwise one C-level filtered pass
     over the edges, which costs a fraction of building the whole out-edge index.
     """
-    if "consumers" in graph.__dict__:
+    if graph.computed("consumers"):
         out_start, out_dst, _ = graph.consumers
         return {i: list(out_dst[out_start[i]:out_start[i + 1]]) for i in nodes}
     # The edges out of the given nodes, grouped by source with a stable sort (so each group stays
