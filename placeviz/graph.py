@@ -18,11 +18,12 @@ Colocation, colocated names, consumers, topological order and the other facts li
 attr lookup per node (about 1 us), which commands that never look at colocation should not pay.
 They are functions of the graph's own nodes, which never change, so they are never stale; a pass
 asks whether one is known with :meth:`Graph.computed`/:meth:`Graph.peek` (never by looking into
-the instance), and a benchmark forgets them with :meth:`Graph.clear_caches`. Anything a stage
-computes from the graph *and* its own inputs (an op table, options) is its own result, handed to
-the next stage explicitly (``docs/architecture.md``, "Caches"). networkx is meant for small graphs and
-ad-hoc analyses: at 1M nodes it costs 3.5x the time and 1.7x the memory of the arrays
-(``docs/architecture.md``, "Speed").
+the instance), and a benchmark forgets them with :meth:`Graph.clear_caches` or
+:meth:`Graph.reset_caches`. What a stage computes from the graph *and* its own inputs is its own
+result, handed to the next stage explicitly (``docs/architecture.md``, "Caches").
+
+networkx is meant for small graphs and ad-hoc analyses: at 1M nodes it costs 3.5x the time and
+1.7x the memory of the arrays (``docs/architecture.md``, "Speed").
 
 A pass that only changes devices or rewires a few nodes (the setter replay) makes its result with
 :meth:`Graph.with_devices` or :meth:`Graph.derived` from arrays, without another pass over the
@@ -97,8 +98,8 @@ class Graph:
     values of the same name; ``attr_keys`` is what the last :meth:`attr_keys` call read (its
     argument and values, see :meth:`cached_attr_keys`). Each is computed from the graph's own
     nodes only, so it is never stale. Nothing else is kept on a graph, and nothing outside this
-    module writes any of them: :meth:`computed`, :meth:`peek` and :meth:`clear_caches` are how
-    other code asks about them."""
+    module writes any of them: :meth:`computed`, :meth:`peek`, :meth:`clear_caches` and
+    :meth:`reset_caches` are how other code asks about them."""
 
     _attr_keys_memo: tuple[dict[str, tuple[str, ...]], list] | None = None  # the ``attr_keys`` entry
     _built: frozenset[str] = frozenset()  # the CACHES entries the graph was built with (see reset_caches)
