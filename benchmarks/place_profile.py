@@ -39,17 +39,12 @@ def main(argv: list[str] | None = None) -> int:
 
     graph = load(args.graph_dir / f"g{args.size}.unplaced.pb").graph
     graph.colocation, graph.colocated_names  # noqa: B018 - read once, as run.py's setup does
-    loaded_attr_keys = graph.__dict__.get("_attr_keys")
     op_table = load_op_table()
     options = PlacementOptions(setter=SetterConfig(ps_tasks=PS_TASKS, worker_device="/job:worker/task:0"))
 
     def forget() -> None:
-        graph.__dict__.pop("located_names", None)
-        graph.__dict__.pop("colocated_name_ids", None)
-        if loaded_attr_keys is None:
-            graph.__dict__.pop("_attr_keys", None)
-        else:
-            graph.__dict__["_attr_keys"] = loaded_attr_keys
+        graph.clear_caches("located_names", "colocated_name_ids")
+        graph.reset_caches("attr_keys")  # the keys io.load read with the nodes stay
 
     print(f"g{args.size}: {len(graph):,} nodes; place_graph with ps_tasks={PS_TASKS}")
     print("rep   user s   sys s   CPU s   minor faults")

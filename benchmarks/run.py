@@ -116,20 +116,15 @@ def _parse(ctx: Context):
 def _load(ctx: Context):
     from placeviz.io import load
 
-    return _remember_loaded_attr_keys(load(str(ctx.path)))
-
-
-def _remember_loaded_attr_keys(model):
-    """Note what the op-fact attr-key cache held right after ``io.load`` (see ``_drop_attr_keys``)."""
-    model.graph.__dict__["_bench_loaded_attr_keys"] = model.graph.__dict__.get("_attr_keys")
-    return model
+    return load(str(ctx.path))
 
 
 PROVIDERS: dict[str, Callable[[Context], object]] = {"graph_def": _parse, "model": _load}
 
 
 def _forget(obj, *attrs: str) -> None:
-    """Drop cached properties so that the next access recomputes them."""
+    """Drop cached properties of a non-graph object (the view context) so that the next access
+    recomputes them; a graph's are dropped with ``Graph.clear_caches``/``reset_caches``."""
     for attr in attrs:
         obj.__dict__.pop(attr, None)
 
@@ -156,14 +151,14 @@ def load_stage(ctx: Context):
 
 
 @stage("consumers", "consumers (out-edge CSR)", modules=("placeviz.graph",), needs=("model",),
-       setup=lambda ctx: _forget(ctx.graph, "edge_arrays", "consumers", "topological_order"))
+       setup=lambda ctx: ctx.graph.clear_caches("edge_arrays", "consumers", "topological_order"))
 def consumers_stage(ctx: Context):
     """graph.consumers, from scratch."""
     return ctx.graph.consumers
 
 
 def _topo_setup(ctx: Context) -> None:
-    _forget(ctx.graph, "topological_order")
+    ctx.graph.clear_caches("topological_order")
     ctx.graph.consumers  # noqa: B018 - computed untimed: topo is timed on top of it
 
 
@@ -175,7 +170,7 @@ def topo_stage(ctx: Context):
 
 
 def _colocation_setup(ctx: Context) -> None:
-    _forget(ctx.graph, "colocation", "colocated_names")
+    ctx.graph.clear_caches("colocation", "colocated_names")
 
 
 @stage("colocation", "colocation (`_class` attrs, lazy)", modules=("placeviz.graph",), needs=("model",),
@@ -208,7 +203,7 @@ def _unplaced_path(path: Path) -> Path:
 def _load_unplaced(ctx: Context):
     from placeviz.io import load
 
-    return _remember_loaded_attr_keys(load(str(_unplaced_path(ctx.path))))
+    return load(str(_unplaced_path(ctx.path)))
 
 
 def _op_table(ctx: Context):
@@ -251,19 +246,15 @@ def _place_setup(ctx: Context) -> None:
 
 
 def _drop_attr_keys(graph) -> None:
-    """Put the op-fact attr-key cache back as ``io.load`` left it, so that every repetition pays
-    what a command pays.
+    """Put the op-fact attr keys back as ``io.load`` left them, so that every repetition pays what
+    a command pays.
 
-    ``read_fact_attrs`` caches them on the graph it is given; without this, only the first
-    repetition of ``place`` and ``pipeline`` would pay for that pass over the NodeDefs. When
+    ``read_fact_attrs`` has the graph read them (``Graph.attr_keys``); without this, only the
+    first repetition of ``place`` and ``pipeline`` would pay for that pass over the NodeDefs. When
     ``io.load`` read a binary GraphDef with the C reader (``placeviz._wire``), the keys came with
-    the load (and its time is in the ``load`` stage), so they stay.
+    the load (and its time is in the ``load`` stage), so they stay (``Graph.reset_caches``).
     """
-    loaded = graph.__dict__.get("_bench_loaded_attr_keys")
-    if loaded is None:
-        graph.__dict__.pop("_attr_keys", None)
-    else:
-        graph.__dict__["_attr_keys"] = loaded
+    graph.reset_caches("attr_keys")
 
 
 PROVIDERS.update(device_set=_device_set)
@@ -287,8 +278,7 @@ def _drop_name_lookups(graph) -> None:
     """Forget the ids of the names ``_class`` attrs name (``Graph.located_names`` and
     ``colocated_name_ids``), cached on the graph by the first repetition: the setter and the
     placer look them up, so every repetition pays for that as a command does."""
-    graph.__dict__.pop("located_names", None)
-    graph.__dict__.pop("colocated_name_ids", None)
+    graph.clear_caches("located_names", "colocated_name_ids")
 
 
 @stage("pipeline", "setter + placer: place_graph (unplaced)", modules=("placeviz.placement",),
@@ -373,7 +363,7 @@ def lint_stage(ctx: Context):
     from placeviz.pipeline import run_pipeline
 
     options = LintOptions()
-    _forget(ctx.model.graph, "consumers")  # a shared index the rules build: counted here
+    ctx.model.graph.clear_caches("consumers")  # a shared index the rules build: counted here
     pipe = run_pipeline(ctx.model, options.pipeline)
     return lint_pipeline(pipe, ctx.get("lint_rules"), options)
 

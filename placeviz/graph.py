@@ -13,11 +13,17 @@ integer arrays built here instead of going back to the protos:
 * ``colocation``: node id -> the ``loc:@`` group names of its ``_class`` attr (only nodes that
   have one), in id order; ``colocated_names``: the op names those groups name.
 
-Colocation, colocated names, consumers, topological order and the networkx view are derived on
-first use and cached: reading ``_class`` costs an attr lookup per node (about 1 us), which
-commands that never look at colocation should not pay. networkx is meant for small graphs and
-ad-hoc analyses: at 1M nodes it costs 3.5x the time and 1.7x the memory of the arrays
-(``docs/architecture.md``, "Speed").
+Colocation, colocated names, consumers, topological order and the other facts listed in
+:attr:`Graph.CACHES` are derived on first use and kept on the graph: reading ``_class`` costs an
+attr lookup per node (about 1 us), which commands that never look at colocation should not pay.
+They are functions of the graph's own nodes, which never change, so they are never stale; a pass
+asks whether one is known with :meth:`Graph.computed`/:meth:`Graph.peek` (never by looking into
+the instance), and a benchmark forgets them with :meth:`Graph.clear_caches` or
+:meth:`Graph.reset_caches`. What a stage computes from the graph *and* its own inputs is its own
+result, handed to the next stage explicitly (``docs/architecture.md``, "Caches").
+
+networkx is meant for small graphs and ad-hoc analyses: at 1M nodes it costs 3.5x the time and
+1.7x the memory of the arrays (``docs/architecture.md``, "Speed").
 
 A pass that only changes devices or rewires a few nodes (the setter replay) makes its result with
 :meth:`Graph.with_devices` or :meth:`Graph.derived` from arrays, without another pass over the
@@ -34,7 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate, chain, compress, count, repeat
-from typing import cast
+from typing import Any, cast
 
 from placeviz.errors import GraphError
 from placeviz.gcpause import gc_paused  # noqa: F401 - re-exported: the placement stages import it from here
@@ -86,6 +92,18 @@ def parse_input(text: str) -> Input:
 class Graph:
     """Index over a GraphDef: node ids, parsed edges, colocation groups. Never mutated."""
 
+    CACHES = ("index", "colocation", "colocated_names", "located_names", "colocated_name_ids", "edge_arrays",
+              "consumers", "topological_order", "node_wire", "attr_keys")
+    """Every fact a graph keeps once it is derived: all but ``attr_keys`` are ``cached_property``
+    values of the same name; ``attr_keys`` is what the last :meth:`attr_keys` call read (its
+    argument and values, see :meth:`cached_attr_keys`). Each is computed from the graph's own
+    nodes only, so it is never stale. Nothing else is kept on a graph, and nothing outside this
+    module writes any of them: :meth:`computed`, :meth:`peek`, :meth:`clear_caches` and
+    :meth:`reset_caches` are how other code asks about them."""
+
+    _attr_keys_memo: tuple[dict[str, tuple[str, ...]], list] | None = None  # the ``attr_keys`` entry
+    _built: frozenset[str] = frozenset()  # the CACHES entries the graph was built with (see reset_caches)
+
     def __init__(self, graph_def: GraphDef, *, wire: bytes | memoryview | None = None,
                  key_attrs_for: Callable[[set[str]], dict[str, tuple[str, ...]]] | None = None):
         """Index ``graph_def``.
@@ -106,6 +124,7 @@ class Graph:
         with gc_paused():
             if wire is None or _wire is None or not self._build_from_wire(wire, key_attrs_for):
                 self._build(graph_def)
+        self._built = self._known()
 
     def _build_from_wire(self, wire: bytes | memoryview, key_attrs_for) -> bool:
         """:meth:`_build` (and the ``_class`` and attr-key reads) by the C reader; False if it declined."""
@@ -125,10 +144,10 @@ class Graph:
         attrs = _wire.read_attrs(wire, spans, op_ids, plans, _attr_value_key_of_bytes, _decode_class)
         if attrs is not None:  # else read on first use, by the Python path
             values, colocation, colocated_names = attrs
-            self.__dict__["colocation"] = colocation
-            self.__dict__["colocated_names"] = colocated_names
+            self._fill("colocation", colocation)
+            self._fill("colocated_names", colocated_names)
             if key_attrs is not None:
-                self.__dict__["_attr_keys"] = (dict(key_attrs), values)
+                self._attr_keys_memo = (dict(key_attrs), values)
         return True
 
     def _build(self, graph_def: GraphDef) -> None:
@@ -272,11 +291,12 @@ class Graph:
             if callable(colocation):
                 graph._make_colocation = colocation  # made on first use
             else:
-                graph.__dict__["colocation"] = colocation
+                graph._fill("colocation", colocation)
             if colocated_names is not None:
-                graph.__dict__["colocated_names"] = colocated_names
+                graph._fill("colocated_names", colocated_names)
                 if located_names is not None:
-                    graph.__dict__["located_names"] = located_names
+                    graph._fill("located_names", located_names)
+        graph._built = graph._known()
         return graph
 
     def with_devices(self, devices: list[str]) -> Graph:
@@ -297,16 +317,75 @@ class Graph:
         graph = Graph.derived(names=self.names, ops=self.ops, devices=devices, in_start=self.in_start,
                               in_src=self.in_src, in_slot=self.in_slot, attr_nodes=self.attr_nodes,
                               make_graph_def=make_graph_def,
-                              index=self.__dict__["index"] if "index" in self.__dict__ else (lambda: self.index),
+                              index=self.index if self.computed("index") else (lambda: self.index),
                               ids_of=self.ids_of, source=self, node_wire=lambda: self.node_wire)
         # What is already known about this graph holds for the copy: none of it depends on devices.
-        for derived_structure in ("colocation", "colocated_names", "located_names", "colocated_name_ids",
-                                  "edge_arrays", "consumers", "topological_order"):
-            if derived_structure in self.__dict__:
-                graph.__dict__[derived_structure] = self.__dict__[derived_structure]
-        if "colocation" not in self.__dict__ and self._make_colocation is not None:
+        for derived_structure in _DEVICE_FREE_CACHES:
+            if self.computed(derived_structure):
+                graph._fill(derived_structure, getattr(self, derived_structure))
+        if not self.computed("colocation") and self._make_colocation is not None:
             graph._make_colocation = lambda: self.colocation  # shared once made
         return graph
+
+    # ----------------------------------------------------------------- the derived facts kept (CACHES)
+    def computed(self, name: str) -> bool:
+        """Whether the derived fact ``name`` (one of :attr:`CACHES`) is already known, so that
+        reading it costs nothing. A pass picks a cheaper way when it is not (the placer reads the
+        out-edges of a few nodes without building :attr:`consumers`)."""
+        if name == "attr_keys":
+            return self._attr_keys_memo is not None
+        if name not in self.CACHES:
+            raise ValueError(f"{name!r} is not one of Graph.CACHES {self.CACHES}")
+        return name in self.__dict__
+
+    def peek(self, name: str) -> Any:
+        """The derived fact ``name`` (one of :attr:`CACHES`) if it is already known, else None
+        (never computes it). For ``attr_keys``: :meth:`cached_attr_keys`. Typed ``Any``: the type
+        is the property's of that name (read the property itself once :meth:`computed` says so
+        for a typed value)."""
+        if not self.computed(name):
+            return None
+        return self._attr_keys_memo if name == "attr_keys" else self.__dict__[name]
+
+    def clear_caches(self, *names: str) -> None:
+        """Forget the derived facts ``names`` (default: all of :attr:`CACHES`), so that the next use
+        computes them again from the nodes; what a benchmark calls to time one from scratch.
+
+        The graph's answers do not change: every fact is a function of the nodes, which never
+        change. :attr:`node_wire` stays once the bytes it maps are dropped (it could not be made
+        again).
+        """
+        self._forget(names or self.CACHES)
+
+    def reset_caches(self, *names: str) -> None:
+        """Forget those of the derived facts ``names`` (default: all of :attr:`CACHES`) computed
+        since the graph was built, so that each repetition of a benchmark pays what a command pays
+        after loading the graph.
+
+        What the graph was built with stays: the name index, and what the C reader read with the
+        nodes (``colocation``, ``colocated_names``, the op-fact ``attr_keys``: their time belongs to
+        loading) or the caller of :meth:`derived` gave.
+        """
+        self._forget(tuple(name for name in names or self.CACHES if name not in self._built))
+
+    def _forget(self, names: tuple[str, ...]) -> None:
+        for name in names:
+            if not self.computed(name):  # (raises for a name not in CACHES)
+                continue
+            if name == "attr_keys":
+                self._attr_keys_memo = None
+            elif name != "node_wire" or self._wire_data is not None or self._make_node_wire is not None:
+                del self.__dict__[name]
+        self._built -= set(names)
+
+    def _known(self) -> frozenset[str]:
+        return frozenset(name for name in self.CACHES if self.computed(name))
+
+    def _fill(self, name: str, value: object) -> None:
+        """Set the derived fact ``name`` (one of :attr:`CACHES` kept by a ``cached_property``): the
+        one place a value is written into a graph's cache slots, by the builders of this module."""
+        assert name in self.CACHES and name != "attr_keys", name
+        self.__dict__[name] = value
 
     @property
     def graph_def(self) -> GraphDef:
@@ -373,7 +452,7 @@ class Graph:
         :mod:`placeviz.nodewire`), or None when the graph was not read from bytes (text,
         ``tf.Graph`` objects) or its bytes do not match its nodes. A derived graph maps its nodes
         to its source's bytes (``derived``'s ``node_wire``)."""
-        make, self._make_node_wire = self._make_node_wire, None
+        make = self._make_node_wire  # kept (it holds only what the graph holds): see clear_caches
         if make is not None:
             return make()
         if self._wire_data is None:
@@ -392,7 +471,7 @@ class Graph:
         The same as looking each name up in :attr:`index`, without building that index when a
         derived graph can answer from the graph it was made from.
         """
-        if self._ids_of is not None and "index" not in self.__dict__:
+        if self._ids_of is not None and not self.computed("index"):
             return self._ids_of(names)
         get = self.index.get
         return {name: i for name in names if (i := get(name)) is not None}
@@ -418,7 +497,7 @@ class Graph:
         if make is not None:  # a derived graph's, from the graph it was made from
             return make()
         self._read_colocation()
-        return self.__dict__["colocation"]
+        return self.__dict__["colocation"]  # filled by the read
 
     @cached_property
     def colocated_names(self) -> dict[int, tuple[str, ...]]:
@@ -427,9 +506,9 @@ class Graph:
         Only nodes with some, in id order. Nodes colocated with the same ops share one tuple, so
         callers can cache per-tuple work.
         """
-        if "colocation" not in self.__dict__:
+        if not self.computed("colocation"):
             self._read_colocation()
-            return self.__dict__["colocated_names"]
+            return self.__dict__["colocated_names"]  # filled by the read
         out: dict[int, tuple[str, ...]] = {}
         names_of: dict[tuple[str, ...], tuple[str, ...]] = {}
         for i, groups in self.colocation.items():
@@ -457,25 +536,27 @@ class Graph:
         takes the values its source computed for the same ``key_attrs``, reading only the nodes
         the derivation added.
         """
-        cached = self.__dict__.get("_attr_keys")
+        cached = self._attr_keys_memo
         if cached is not None and cached[0] == key_attrs:
             return cached[1]
         values = self._attr_keys_from_source(key_attrs)
         if values is None:
             values = self._scan_attrs(key_attrs)
             assert values is not None  # key_attrs given: the values are read
-        self.__dict__["_attr_keys"] = (dict(key_attrs), values)
+        self._attr_keys_memo = (dict(key_attrs), values)
+        self._built -= {"attr_keys"}  # another memo than the one the graph was built with
         return values
 
     def cached_attr_keys(self) -> tuple[dict[str, tuple[str, ...]], list] | None:
-        """``(key_attrs, values)`` of the last :meth:`attr_keys` call on this graph, or None."""
-        return self.__dict__.get("_attr_keys")
+        """``(key_attrs, values)`` of the last :meth:`attr_keys` call on this graph, or None (the
+        ``attr_keys`` entry of :attr:`CACHES`)."""
+        return self._attr_keys_memo
 
     def _attr_keys_from_source(self, key_attrs: dict[str, tuple[str, ...]]) -> list | None:
         source = self._source
         if source is None:
             return None
-        cached = source.__dict__.get("_attr_keys")
+        cached = source.cached_attr_keys()
         if cached is None:
             return None
         source_key_attrs, source_values = cached
@@ -500,7 +581,7 @@ class Graph:
         The nodes colocated with one op have byte-identical ``_class`` values, so the value is
         decoded once per distinct serialized form (cheaper than reading the list of every node).
         """
-        read_class = "colocation" not in self.__dict__
+        read_class = not self.computed("colocation")
         colocation: dict[int, tuple[str, ...]] = {}
         colocated_names: dict[int, tuple[str, ...]] = {}
         decoded: dict[bytes, tuple[tuple[str, ...], tuple[str, ...]]] = {}
@@ -534,8 +615,8 @@ class Graph:
                     if located:
                         colocated_names[i] = located
         if read_class:
-            self.__dict__["colocation"] = colocation
-            self.__dict__["colocated_names"] = colocated_names
+            self._fill("colocation", colocation)
+            self._fill("colocated_names", colocated_names)
         return values if key_attrs is not None else None
 
     # ----------------------------------------------------------------- node-level access
@@ -783,6 +864,10 @@ class NodeView:
     def __repr__(self) -> str:
         return f"<node {self.name} op={self.op} device={self.device!r}>"
 
+
+_DEVICE_FREE_CACHES = ("colocation", "colocated_names", "located_names", "colocated_name_ids", "edge_arrays",
+                       "consumers", "topological_order")
+"""The :attr:`Graph.CACHES` entries that do not depend on devices: :meth:`Graph.with_devices` shares them."""
 
 _NO_KEY_ATTRS = (None, ())  # the plan of an op that ``key_attrs`` does not name
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -165,6 +166,32 @@ def test_detection_needs_no_collections(sample, resource, r, w):
     with_coll = detect(model.graph, model.collections).to_json()
     without = detect(bare(model), None).to_json()
     assert without == with_coll
+
+
+def test_detection_hands_its_state_index_to_the_proof_and_the_rules():
+    """The index of state writes is built once, by detection, and handed on in the machinery
+    (no cache keyed by the graph): the proof and the lint rules read that one."""
+    from placeviz.lint.api import LintContext
+    from placeviz.rules._common import _state_index
+    from placeviz.sync.detect import state_index
+    from placeviz.sync.proof import _Prover
+
+    _, model = built("mlp", True, 2, 3)
+    graph = bare(model)
+    machinery = detect(graph, None)
+    assert machinery is not None and machinery.state is not None and machinery.state.graph is graph
+    fresh = state_index(graph)
+    assert fresh is not machinery.state  # every call builds one: nothing is kept behind the caller's back
+    assert (fresh.kind, fresh.writers, fresh.writes) == (machinery.state.kind, machinery.state.writers,
+                                                          machinery.state.writes)
+    assert _Prover(graph, machinery).idx is machinery.state
+    assert _Prover(Graph(graph.graph_def), machinery).idx is not machinery.state  # not that graph's
+    pipe = SimpleNamespace(graph=graph, machinery=machinery)
+    assert _state_index(LintContext("m", pipe), state_index) is machinery.state
+    pipe.machinery = None  # no machinery: built once per context, kept in its rule_cache
+    ctx = LintContext("m", pipe)
+    built_once = _state_index(ctx, state_index)
+    assert ctx.rule_cache["state_index"] is built_once and _state_index(ctx, state_index) is built_once
 
 
 @pytest.mark.parametrize("sample", PLAIN_SAMPLES)

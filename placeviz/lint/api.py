@@ -135,6 +135,11 @@ class LintContext:
     agreement: object | None = None
     """:class:`placeviz.agreement.Agreement` of the model (task 0, the chief) with the graphs the
     other worker tasks built, or None when only the model's graph is known."""
+    rule_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """What rules and their shared helpers (``placeviz/rules/_common.py``) computed about this
+    model, kept so that the next rule asking does not pay again: one entry per helper or rule,
+    keyed by its name (a rule's own entries under its id, e.g. ``"PV003.outputs"``). Empty when
+    the engine hands the context to the first rule; it lives as long as the context."""
 
     @property
     def loaded(self) -> bool:

@@ -61,11 +61,12 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import compress, repeat
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from placeviz.devices import (
     DeviceMergeError,
@@ -81,9 +82,26 @@ from placeviz.devices import (
     sort_devices,
 )
 from placeviz.errors import PlacevizError
-from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph, gc_paused
+from placeviz.gcpause import gc_paused
+from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
 from placeviz.native import kernels
 from placeviz.ops import fact_key_attrs
+
+if TYPE_CHECKING:
+    import numpy
+    from numpy.typing import NDArray
+
+    from placeviz.devices import Device
+    from placeviz.ops import OpTable
+    from placeviz.protos import NodeDef
+
+    IdArray = NDArray[numpy.int64]
+    Mask = NDArray[numpy.bool_]
+
+TypeSet = tuple[tuple[str, int], ...]
+"""Supported device types with their kernel priorities, in the op's order: ((type, priority), ...)."""
+Facts = tuple[int, tuple[int, ...], int | None]
+"""An op's facts for the placer: (type set id, ref/resource data-input ports, type of the only output or None)."""
 
 _kernels = kernels("placement._placer_kernels")  # the native core (see placeviz.native)
 
@@ -163,7 +181,8 @@ def imported_devices(graph: Graph) -> list[str]:
         done = _kernels.imported_colocation(colocated_names=graph.colocated_names, names=names, index=index,
                                             devices=devices, recanonical=_Cache(canonical_device))
         if done is not None:
-            return done
+            native: list[str] = done
+            return native
     # (node, names of the other ops it is colocated with), node-id order; loc:@<own name> does not count
     colocated: list[tuple[int, tuple[str, ...]]] = []
     for i, located in graph.colocated_names.items():
@@ -227,7 +246,7 @@ class Placement:
     def candidates(self) -> dict[int, list[str]]:
         return self.make_candidates()
 
-    def explain(self, i: int) -> dict:
+    def explain(self, i: int) -> dict[str, str | list[str]]:
         root = self.group_root[i]
         members = [self.graph.names[j] for j in range(len(self.graph)) if self.group_root[j] == root]
         return {
@@ -239,7 +258,8 @@ class Placement:
         }
 
 
-def place(graph: Graph, device_set: DeviceSet, config: PlacerConfig = PlacerConfig(), op_table=None) -> Placement:
+def place(graph: Graph, device_set: DeviceSet, config: PlacerConfig = PlacerConfig(),
+          op_table: OpTable | None = None) -> Placement:
     """Assign every node of ``graph`` a device of ``device_set``; see the module docstring."""
     if op_table is None:
         from placeviz.ops import load_op_table
@@ -254,17 +274,24 @@ def place(graph: Graph, device_set: DeviceSet, config: PlacerConfig = PlacerConf
         return _Placer(graph, device_set, config, op_table).run()
 
 
-def read_fact_attrs(graph: Graph, op_table) -> None:
-    """Read what the placer needs from every node's attrs, in one pass cached on the graph.
+def read_fact_attrs(graph: Graph, op_table: OpTable) -> list[object]:
+    """Read what the placer needs from every node's attrs, in one pass: the op facts' attr keys
+    (returned), and ``_class`` if not read yet.
 
-    That is :meth:`Graph.attr_keys` for the op facts and, if not read yet, ``_class``. Call it on
-    the setter's input before the setter runs: the setter's result then takes the values from it
-    instead of reading the NodeDefs again (``placeviz.placement.place_graph`` does).
+    Both are facts of the graph's own nodes that :class:`Graph` keeps (``attr_keys`` and
+    ``colocation`` in :attr:`Graph.CACHES`), computed by :meth:`Graph.attr_keys`; nothing is
+    written into the graph from here. Call it on the setter's input before the setter runs: the
+    setter's result then takes the values from it instead of reading the NodeDefs again
+    (``placeviz.placement.place_graph`` does).
     """
-    graph.attr_keys(fact_key_attrs(op_table, set(graph.ops)))
+    return graph.attr_keys(fact_key_attrs(op_table, set(graph.ops)))
 
 
-class _Cache(dict):
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class _Cache(dict[_K, _V], Generic[_K, _V]):
     """A dict that fills a missing entry with ``compute(key)``; if that raises, nothing is stored.
 
     A lookup that hits costs one C-level dict access, which is what the per-node loops need.
@@ -272,11 +299,11 @@ class _Cache(dict):
 
     __slots__ = ("compute",)
 
-    def __init__(self, compute: Callable):
+    def __init__(self, compute: Callable[[_K], _V]):
         super().__init__()
         self.compute = compute
 
-    def __missing__(self, key):
+    def __missing__(self, key: _K) -> _V:
         value = self[key] = self.compute(key)
         return value
 
@@ -298,7 +325,7 @@ class _Constraints:
         self.names: list[ParsedName] = [EMPTY]
         self._name_ids: dict[ParsedName, int] = {EMPTY: 0}
         self.type_sets: list[tuple[tuple[str, int], ...]] = []  # ((device type, kernel priority), ...)
-        self._type_set_ids: dict[tuple, int] = {}
+        self._type_set_ids: dict[TypeSet, int] = {}
         self.states: list[tuple[int, int, int, int]] = []  # (assigned, resource, requested, type set)
         self._state_ids: dict[tuple[int, int, int, int], int] = {}
         # (state of the surviving root, state of the other) -> merged state, or None when no device
@@ -316,7 +343,7 @@ class _Constraints:
             self.names.append(name)
         return k
 
-    def type_set_id(self, types: tuple) -> int:
+    def type_set_id(self, types: TypeSet) -> int:
         k = self._type_set_ids.get(types)
         if k is None:
             k = self._type_set_ids[types] = len(self.type_sets)
@@ -367,7 +394,7 @@ class _Placer:
     """One placement run. Union-find over node ids in flat lists; ``state[root]`` is the group's
     :class:`_Constraints` state (meaningful at group roots only)."""
 
-    def __init__(self, graph: Graph, device_set: DeviceSet, config: PlacerConfig, op_table):
+    def __init__(self, graph: Graph, device_set: DeviceSet, config: PlacerConfig, op_table: OpTable):
         if not len(device_set):
             raise PlacementError("No devices are registered")
         self.graph = graph
@@ -380,7 +407,7 @@ class _Placer:
         self.parent = [-1] * n  # union-find: parent id, or -1 for a group root
         self.rank = [0] * n
         self.order = graph.topological_order
-        self._order_np: Any = None  # see _order_array
+        self._order_np: IdArray | None = None  # see _order_array
         self.requested = imported_devices(graph) if config.python_import else graph.devices
         self.constraints = _Constraints(self.soft)
         self.state: list[int] = []  # filled by _init_members
@@ -395,11 +422,12 @@ class _Placer:
         self.device_name_id = [self.constraints.name_id(d.parsed) for d in devices]
         self.candidates_of: dict[int, tuple[int, ...]] = {}  # state -> candidate device indices
 
-    def _order_array(self, np):
+    def _order_array(self, np: ModuleType) -> IdArray:
         """The visit order as a numpy array (made once: three passes use it)."""
-        if self._order_np is None:
-            self._order_np = np.asarray(self.order, dtype=np.int64)
-        return self._order_np
+        order = self._order_np
+        if order is None:
+            order = self._order_np = np.asarray(self.order, dtype=np.int64)
+        return order
 
     # ------------------------------------------------------------------ union-find
     def find(self, i: int) -> int:
@@ -454,7 +482,7 @@ class _Placer:
             i = int(order[malformed_at])
             raise PlacementError(f"Malformed device specification '{requested[i]}' in node {graph.names[i]}")
 
-        facts: list[tuple] = [()] * num_keys
+        facts: list[Facts] = [(0, (), None)] * num_keys  # every entry is set below
         for k in np.argsort(first_pos, kind="stable").tolist():
             position = int(first_pos[k])
             if malformed_at < position:
@@ -495,7 +523,7 @@ class _Placer:
             state[resource_generator] = pair_state[numbers]
         self.state = state.tolist()
 
-    def _fact_keys(self, np, key_attrs: dict[str, tuple[str, ...]]):
+    def _fact_keys(self, np: ModuleType, key_attrs: dict[str, tuple[str, ...]]) -> tuple[IdArray, int]:
         """Number every distinct (op, values of its key attrs); return each node's number (numpy
         int64 array) and the count.
 
@@ -506,13 +534,16 @@ class _Placer:
         graph = self.graph
         # One pass through a dict that gives a new key the next number: dense, with no sort of a
         # million numbers afterwards.
-        numbering: _Cache = _Cache(lambda _: len(numbering))
+        numbering: _Cache[tuple[str, object], int] = _Cache(lambda _: len(numbering))
         keys = zip(graph.ops, graph.attr_keys(key_attrs), strict=True)
-        return np.asarray(list(map(numbering.__getitem__, keys)), dtype=np.int64), len(numbering)
+        numbers: IdArray = np.asarray(list(map(numbering.__getitem__, keys)), dtype=np.int64)
+        return numbers, len(numbering)
 
-    def _facts(self, node) -> tuple[int, tuple[int, ...], int | None]:
+    def _facts(self, node: NodeDef) -> Facts:
         """(supported type set id, ref/resource data-input ports, type of the only output or None)."""
-        in_types, out_types = self.op_table.io_types(node)
+        types = self.op_table.io_types(node)
+        assert types is not None  # None only for an unknown op, which _init_members refused first
+        in_types, out_types = types
         supported = self.op_table.supported_device_types(node, self.device_types)
         if not supported:
             raise PlacementError(
@@ -664,7 +695,7 @@ class _Placer:
         return keys_of, order[with_keys[order]].tolist()
 
     # ------------------------------------------------------------------ candidates
-    def _filtered(self, devices, types: tuple[tuple[str, int], ...]) -> list:
+    def _filtered(self, devices: Sequence[Device], types: TypeSet) -> list[Device]:
         priority = dict(types)
         kept = [d for d in devices if d.device_type in priority]
         return sort_devices(kept, priority, self.config.master_task) if kept else []
@@ -699,7 +730,8 @@ class _Placer:
             devices = self._filtered(self.device_set.devices, type_set)
         return tuple(self.device_index[d.name] for d in devices)
 
-    def _soft_candidates(self, r: ParsedName, types: tuple, assigned: ParsedName, resource: ParsedName) -> list:
+    def _soft_candidates(self, r: ParsedName, types: TypeSet, assigned: ParsedName,
+                         resource: ParsedName) -> list[Device]:
         def without_type(keep_type: bool, keep_id: bool) -> ParsedName:
             return ParsedName(r.job, r.replica, r.task, r.type if keep_type else None, r.id if keep_id else None)
 
@@ -763,15 +795,16 @@ class _Placer:
                 follow[i] = WHY_IDENTITY
         return follow
 
-    def _identity_candidates(self, np) -> list[int]:
+    def _identity_candidates(self, np: ModuleType) -> list[int]:
         """Identity nodes with no requested device and exactly one input (data or control)."""
         g = self.graph
         identity = np.frombuffer(bytes(map(PASS_THROUGH_OP.__eq__, g.ops)), dtype=np.bool_)
         unrequested = np.frombuffer(bytes(map(operator.not_, self.requested)), dtype=np.bool_)
         one_input = np.diff(np.frombuffer(g.in_start, dtype=np.int32)) == 1
-        return np.nonzero(identity & unrequested & one_input)[0].tolist()
+        ids: list[int] = np.nonzero(identity & unrequested & one_input)[0].tolist()
+        return ids
 
-    def _follow_and_consumers(self, np):
+    def _follow_and_consumers(self, np: ModuleType) -> tuple[list[int], dict[int, list[int]], Mask]:
         """What the assignment needs besides the groups: per node its :meth:`_follow_input` code,
         the consumers of generators and candidate Identity nodes (:func:`_consumers_of`), and
         the *plain* nodes (numpy bool array: no generator, no follower, no back-edge source; see
@@ -780,7 +813,7 @@ class _Placer:
         identity_candidates = self._identity_candidates(np)
         consumers = _consumers_of(g, list(compress(range(len(g)), self.is_generator)) + identity_candidates)
         follow = self._follow_input(consumers, identity_candidates)
-        plain = ~np.frombuffer(bytes(self.is_generator), dtype=np.bool_) & (np.asarray(follow, dtype=np.int8) < 0)
+        plain: Mask = ~np.frombuffer(bytes(self.is_generator), dtype=np.bool_) & (np.asarray(follow, dtype=np.int8) < 0)
         plain &= ~np.frombuffer(bytes(map(BACK_EDGE_SOURCE_OPS.__contains__, g.ops)), dtype=np.bool_)
         return follow, consumers, plain
 
@@ -939,8 +972,9 @@ class _Placer:
                          partial(_candidates_table, np, group_root_np, order, generator_np, first_names, bulk_names))
 
 
-def _candidates_table(np, group_root, order, generator, first_names: dict[int, tuple[str, ...]],
-                      bulk_names) -> dict[int, list[str]]:
+def _candidates_table(np: ModuleType, group_root: IdArray, order: IdArray, generator: Mask,
+                      first_names: dict[int, tuple[str, ...]],
+                      bulk_names: tuple[IdArray, IdArray, dict[int, tuple[str, ...]]] | None) -> dict[int, list[str]]:
     """``Placement.candidates``: in the order groups were first visited (pass 1, then pass 2), as
     the loop over every node would have filled it; each root gets its own list.
 
@@ -957,14 +991,14 @@ def _candidates_table(np, group_root, order, generator, first_names: dict[int, t
     return dict(zip(roots_in_order, map(list, map(names.__getitem__, roots_in_order)), strict=True))
 
 
-def _roots(np, parent: list[int]):
+def _roots(np: ModuleType, parent: list[int]) -> IdArray:
     """Union-find roots of every node (numpy array) from the parent list (-1 at roots).
 
     Pointer jumping: each round replaces every node's pointer by its pointer's pointer, so the
     rounds are logarithmic in the longest parent chain.
     """
     p = np.asarray(parent, dtype=np.int64)
-    root = np.where(p < 0, np.arange(len(p), dtype=np.int64), p)
+    root: IdArray = np.where(p < 0, np.arange(len(p), dtype=np.int64), p)
     while True:
         jumped = root[root]
         if np.array_equal(jumped, root):
@@ -978,7 +1012,7 @@ def _consumers_of(graph: Graph, nodes: list[int]) -> dict[int, list[int]]:
     From ``graph.consumers`` when that is already computed; otherwise one C-level filtered pass
     over the edges, which costs a fraction of building the whole out-edge index.
     """
-    if "consumers" in graph.__dict__:
+    if graph.computed("consumers"):
         out_start, out_dst, _ = graph.consumers
         return {i: list(out_dst[out_start[i]:out_start[i + 1]]) for i in nodes}
     # The edges out of the given nodes, grouped by source with a stable sort (so each group stays
@@ -1000,7 +1034,8 @@ def _consumers_of(graph: Graph, nodes: list[int]) -> dict[int, list[int]]:
     return {i: dst_list[a:b] for i, a, b in zip(nodes, bounds, ends, strict=True)}
 
 
-def _request_pairs(np, requested: list[str], requested_ids: dict[str, int], node_types, num_types: int):
+def _request_pairs(np: ModuleType, requested: list[str], requested_ids: dict[str, int], node_types: IdArray,
+                   num_types: int) -> tuple[IdArray, list[int]]:
     """Number each node's (request id, type set id) pair, distinct pairs in order of first
     occurrence: the numbers (numpy int64 array) and the first node of each pair.
 
@@ -1010,7 +1045,7 @@ def _request_pairs(np, requested: list[str], requested_ids: dict[str, int], node
     return _numbered_by_first_use(np, pair)
 
 
-def _numbered_by_first_use(np, values):
+def _numbered_by_first_use(np: ModuleType, values: IdArray) -> tuple[IdArray, list[int]]:
     """Number the distinct ``values`` (a numpy int array) in order of first occurrence: each
     value's number (numpy int64 array) and the position of each number's first occurrence (list)."""
     _, first_use, inverse = np.unique(values, return_index=True, return_inverse=True)
@@ -1020,16 +1055,17 @@ def _numbered_by_first_use(np, values):
     return number[inverse.reshape(-1)], first_use[by_first_use].tolist()
 
 
-def _without_data_inputs_mask(np, graph: Graph):
+def _without_data_inputs_mask(np: ModuleType, graph: Graph) -> Mask:
     """Per node (numpy bool array): whether it has no data inputs (none at all, or only control)."""
     n = len(graph)
     in_start = np.frombuffer(graph.in_start, dtype=np.int32)
     data_edge = np.frombuffer(graph.in_slot, dtype=np.int32) != CONTROL
     consumer = np.repeat(np.arange(n, dtype=np.int64), np.diff(in_start))
-    return np.bincount(consumer[data_edge], minlength=n) == 0
+    mask: Mask = np.bincount(consumer[data_edge], minlength=n) == 0
+    return mask
 
 
-def _merge_supported(a: tuple, b: tuple) -> tuple:
+def _merge_supported(a: TypeSet, b: TypeSet) -> TypeSet:
     """Member::MergeSupportedDevices: the intersection, keeping whichever side's priorities count."""
     b_types = {t: p for t, p in b}
     target = [(t, p) for t, p in a if t in b_types]

@@ -1037,7 +1037,7 @@ class _GroupRewrite:
         # The names _class attrs name: the old graph's, when no dropped node named any (a new
         # NoOp names what its root names).
         located_names = None
-        if "located_names" in g.__dict__ and not any(i in g.colocated_names for i in self.dropped):
+        if g.computed("located_names") and not any(i in g.colocated_names for i in self.dropped):
             located_names = g.located_names
         if self.noop_colocation:  # NoOps built in a root's colocate_with carry its _class
             located = [(i, names) for i, names in ((i, _located_names(groups)) for i, groups in self.noop_colocation)
@@ -1046,7 +1046,7 @@ class _GroupRewrite:
             if located_names is not None and located:
                 located_names = located_names.union(*(names for _, names in located))
         # The name index is made on first use; until then names are looked up in the old graph's.
-        index, ids_of = g.__dict__.get("index"), None
+        index, ids_of = g.peek("index"), None
         if self.specials or index is None:
             index = partial(_new_index, g, self.names, self.dropped, self.specials[0] if self.specials else len(g))
             added = dict(zip(self.names_added(), self.noop_ids, strict=True))

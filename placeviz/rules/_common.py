@@ -1,7 +1,8 @@
 """Helpers shared by the PV1xx-PV4xx rules (not a rule: the engine skips modules starting with ``_``).
 
 Everything here reads the :class:`placeviz.lint.LintContext` the engine built; results that cost
-a pass over the graph are cached on the context, so rules calling the same helper share one pass.
+a pass over the graph are kept in the context's ``rule_cache``, so rules calling the same helper
+share one pass.
 Nothing here imports TensorFlow.
 """
 
@@ -28,7 +29,9 @@ _PART_RE = re.compile(r"^(?P<base>.+)/part_(?P<index>\d+)$")
 
 
 def _cache(ctx) -> dict:
-    return ctx.__dict__.setdefault("_pv_rule_cache", {})
+    """The context's :attr:`placeviz.lint.LintContext.rule_cache`: the helpers below key their
+    entries by their own names."""
+    return ctx.rule_cache
 
 
 # ----------------------------------------------------------------------------- devices
@@ -285,6 +288,19 @@ def value_consumers(ctx, i: int) -> list[tuple[int, int]]:
     return [(c, via) for c, via, _forwards in forward_through(ctx.graph, i, FORWARD_OPS)]
 
 
+def _state_index(ctx, build):
+    """The graph's :class:`placeviz.sync.detect.StateIndex`: the one sync detection handed on
+    (``ctx.machinery.state``) when it ran on this graph, else built once per context by ``build``."""
+    machinery = ctx.machinery if ctx.loaded else None
+    state = machinery.state if machinery is not None else None
+    if state is not None and state.graph is ctx.graph:
+        return state
+    cache = _cache(ctx)
+    if "state_index" not in cache:
+        cache["state_index"] = build(ctx.graph)
+    return cache["state_index"]
+
+
 def state_writers(ctx, i: int) -> list[int]:
     """Ops that write variable (or table) ``i``: those taking its ref or resource handle (directly or
     through Identity/Enter/Switch/Merge) on a ref or resource input, other than the known readers.
@@ -315,7 +331,7 @@ def state_writers(ctx, i: int) -> list[int]:
                 continue
             op = g.ops[c]
             if op in CALL_OPS or op.startswith("__inference"):
-                cache[i] = list(state_index(g).writers.get(i, ()))
+                cache[i] = list(_state_index(ctx, state_index).writers.get(i, ()))
                 return cache[i]
             if op in READ_ONLY_OPS:
                 continue

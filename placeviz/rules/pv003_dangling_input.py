@@ -99,7 +99,7 @@ def _slot_problem(ctx, src: int, slot: int, text: str, consumer: str) -> str | N
 
 
 def _output_count(ctx, i: int) -> int | None:
-    cache = ctx.__dict__.setdefault("_pv003_outputs", {})
+    cache = ctx.rule_cache.setdefault("PV003.outputs", {})  # node id -> its output count, or None
     if i in cache:
         return cache[i]
     node = ctx.raw.node_def(i)

@@ -35,13 +35,14 @@ State writes (which op mutates which variable) come from :func:`state_index`: an
 variables (and lookup tables) that reach one of its ref/resource inputs through forwarding ops
 (Identity, Enter, Switch, Merge...), unless it is in the small explicit list of readers
 (:data:`READ_ONLY_OPS`). Ref/resource input positions come from the op-facts table; function calls
-(``PartitionedCall``, ``While``, ``If``...) write what their function bodies write.
+(``PartitionedCall``, ``While``, ``If``...) write what their function bodies write. :func:`detect`
+builds the index once and hands it on in :attr:`SyncMachinery.state`, which the proof
+(:mod:`placeviz.sync.proof`) and the lint rules read instead of building it again.
 """
 
 from __future__ import annotations
 
 import struct
-import weakref
 from dataclasses import dataclass, field
 
 from placeviz.graph import CONTROL, Graph
@@ -109,7 +110,8 @@ def is_optimizer_apply(op: str) -> bool:
 
 @dataclass
 class StateIndex:
-    """Which node writes which variable or table (built once per graph by :func:`state_index`)."""
+    """Which node writes which variable or table (built by :func:`state_index`; :func:`detect`
+    hands the one it built on in :attr:`SyncMachinery.state`)."""
 
     graph: Graph
     kind: dict[int, str] = field(default_factory=dict)
@@ -187,15 +189,13 @@ def _trace(g: Graph, src: int, slot: int, states: dict[int, str]) -> list[int]:
     return out
 
 
-_INDEXES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def state_index(graph: Graph, table=None) -> StateIndex:
-    """The :class:`StateIndex` of a graph (computed once, cached while the graph lives)."""
-    idx = _INDEXES.get(graph)
-    if idx is None:
-        idx = _INDEXES[graph] = _build_state_index(graph, table or load_op_table())
-    return idx
+    """The :class:`StateIndex` of a graph: one pass over its ops, every call.
+
+    Kept by nobody but the caller: a later stage that needs it takes the one :func:`detect` built
+    (:attr:`SyncMachinery.state`) rather than calling this again.
+    """
+    return _build_state_index(graph, table or load_op_table())
 
 
 def _build_state_index(g: Graph, table) -> StateIndex:
@@ -510,6 +510,9 @@ class SyncMachinery:
     accumulators: list[Accumulator]
     global_step: int | None
     notes: list[str] = field(default_factory=list)
+    state: StateIndex | None = field(default=None, repr=False, compare=False)
+    """The :func:`state_index` of ``graph`` detection built and read, handed on to the proof and
+    the lint rules (None only for a machinery made by hand)."""
 
     # -- convenience views (the first/only queue; a well-formed graph has exactly one) --
     @property
@@ -674,6 +677,7 @@ def detect(graph: Graph, collections=None, *, table=None) -> SyncMachinery | Non
         accumulators=sorted(accums.values(), key=lambda a: a.node),
         global_step=global_steps[0] if global_steps else None,
         notes=notes,
+        state=idx,
     )
 
 

@@ -194,7 +194,9 @@ class _Prover:
     def __init__(self, graph: Graph, machinery: SyncMachinery):
         g = self.g = graph
         self.names, self.ops, self.devices = g.names, g.ops, g.devices
-        self.idx = state_index(g)
+        # The index detection built (its result hands it on), unless the machinery is not g's.
+        state = machinery.state
+        self.idx = state if state is not None and state.graph is g else state_index(g)
         self.m = m = machinery
         self.queues = queues = m.token_queues
         self.violations: list[dict] = []
