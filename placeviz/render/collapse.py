@@ -344,12 +344,14 @@ def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=(),
     return Collapse(groups, box.tolist(), budget, refused, box_array=box)
 
 
-def quotient_edges(graph, nodes, box_of: list[int], control: bool = True) -> dict[tuple[int, int], list[int]]:
+def quotient_edges(graph, nodes, box_of: list[int] | np.ndarray, control: bool = True
+                   ) -> dict[tuple[int, int], list[int]]:
     """Edges between boxes: ``(src box, dst box) -> [data edges, control edges]`` (self-loops dropped).
 
     The in-edges of ``nodes`` (in that order, each node's in NodeDef order) in one array pass over
     the graph's CSR arrays; the pairs come in the order of their first edge, as a walk over the
-    edges would meet them.
+    edges would meet them. ``box_of``: a list, or an int64 array (:attr:`Collapse.box_array`, no
+    conversion).
     """
     box = np.asarray(box_of, dtype=np.int64)
     n_boxes = int(box.max()) + 1 if len(box) else 0
