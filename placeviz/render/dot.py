@@ -121,7 +121,8 @@ def _emit_clusters(container, key: tuple, name: str, children: dict, cluster_ids
     for c in children.get(key, []):
         with container.subgraph(name=cluster_ids[c.key]) as sub:
             sub.attr(id=f"{name}_{cluster_ids[c.key]}", label=text(c.label), style="filled,rounded",
-                     fillcolor=c.fill, color=c.border, tooltip=text(c.tooltip or c.label), fontsize="10")
+                     fillcolor=c.fill, color=c.border, tooltip=text(c.tooltip or c.label), fontsize="10",
+                     **({"labelloc": "b"} if c.label_below else {}))
             _emit_clusters(sub, c.key, name, children, cluster_ids, boxes_in, ids)
     for b in boxes_in.get(key, []):
         _emit_box(container, b, ids[b.key], f"{name}_{ids[b.key]}")
