@@ -125,6 +125,52 @@ def test_golden_dot(view, mlp_pipe):
     assert text == path.read_text()
 
 
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def _edges_across_cluster_labels(svg: bytes) -> list[tuple[str, str]]:
+    """(cluster label line, edge) for each edge whose drawn path runs through a line of a cluster's
+    label: the label's box from its text position and size (Helvetica: about 0.6 of the font size
+    per character), the path sampled along its cubic Bezier segments."""
+    root = ET.fromstring(svg)
+    boxes = []
+    for g in root.iter(f"{SVG_NS}g"):
+        if g.get("class") == "cluster":
+            for t in g.iter(f"{SVG_NS}text"):
+                x, y, size = float(t.get("x", 0)), float(t.get("y", 0)), float(t.get("font-size", 10))
+                width = 0.6 * size * len(t.text or "")
+                left = {"start": x, "middle": x - width / 2, "end": x - width}[t.get("text-anchor", "start")]
+                boxes.append((t.text, left, y - size, left + width, y + size / 4))
+    crossing = []
+    for g in root.iter(f"{SVG_NS}g"):
+        if g.get("class") != "edge":
+            continue
+        points: list[tuple[float, float]] = []
+        for path in g.iter(f"{SVG_NS}path"):
+            numbers = [float(v) for v in re.findall(r"-?[\d.]+", path.get("d", ""))]
+            ends = list(zip(numbers[0::2], numbers[1::2], strict=False))
+            for k in range(0, len(ends) - 3, 3):  # M p0 C p1 p2 p3 p4 p5 p6 ...
+                p0, p1, p2, p3 = ends[k:k + 4]
+                points += [tuple((1 - t) ** 3 * a + 3 * (1 - t) ** 2 * t * b + 3 * (1 - t) * t ** 2 * c + t ** 3 * d
+                                 for a, b, c, d in zip(p0, p1, p2, p3, strict=True))
+                           for t in (i / 20 for i in range(21))]
+        crossing += [(text, g.findtext(f"{SVG_NS}title") or "") for text, x0, y0, x1, y1 in boxes
+                     if any(x0 <= x <= x1 and y0 <= y <= y1 for x, y in points)]
+    return crossing
+
+
+@needs_dot
+def test_no_edge_of_the_overview_runs_through_a_cluster_label(mlp_pipe):
+    from placeviz.render.layout import run_graphviz
+
+    d = build_view(mlp_pipe, "overview")
+    assert _edges_across_cluster_labels(run_graphviz(to_dot(d), "svg")) == []
+    # The label above the worker cluster, where the traffic from the PS tasks comes in, is crossed.
+    for cluster in d.clusters:
+        cluster.label_below = False
+    assert ("job worker", "n1->n2") in _edges_across_cluster_labels(run_graphviz(to_dot(d), "svg"))
+
+
 def test_same_graph_gives_the_same_dot(mlp_pipe):
     again = fixture_pipeline()
     for view in VIEWS:

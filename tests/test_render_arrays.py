@@ -112,6 +112,25 @@ def test_a_collapse_memo_changes_no_result(seed):
         _shape(collapse(g.names, range(len(g)), other_owners, 25))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_box_of_equals_the_loop_over_the_groups_members(seed):
+    """``Collapse.box_of`` (and ``box_array``, handed to the bundling as it is) is one array
+    assignment per group; the loop over every member of every group gave the same list."""
+    g = _random_graph(seed, 400)
+    owners = list(g.devices)
+    memo = CollapseMemo()
+    for nodes, pinned in ((range(len(g)), ()), (list(range(0, len(g), 3)), (3, 6))):
+        for budget in (60, 13, 3):
+            c = collapse(g.names, nodes, owners, budget, pinned=pinned, memo=memo)
+            expected = [-1] * len(g)
+            for b, group in enumerate(c.groups):
+                for i in group.members:
+                    expected[i] = b
+            assert c.box_of == expected
+            assert c.box_array is not None and c.box_array.tolist() == expected
+            assert quotient_edges(g, nodes, c.box_array) == quotient_edges(g, nodes, c.box_of)
+
+
 OP_TYPES = ("VariableV2", "Identity", "MatMul", "ApplyGradientDescent", "Const", "Assign", "NoOp", "AddN")
 
 

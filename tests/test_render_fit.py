@@ -119,6 +119,35 @@ def test_fit_collapses_further_only_when_the_picture_is_too_big(ctx):
     assert re.search(rb'<svg width="[\d.]+pt"', tight.svg)
 
 
+class _SlowClock:
+    """A clock on which every reading is a minute after the last: a search that asked it how long
+    it had taken would think it had run for many minutes."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 60.0
+        return self.now
+
+
+@needs_dot
+def test_the_fitted_picture_does_not_depend_on_the_clock(ctx, monkeypatch):
+    import placeviz.render.fit as fit
+
+    build = lambda b: build_view(ctx, "devices", max_nodes=b)  # noqa: E731
+    run = lambda src: run_graphviz(src, "svg")  # noqa: E731
+    quick = fit_view(build, run, START_BUDGET, max_side=2000)
+    budgets = list(dict.fromkeys(line.split(" ")[0] for line in quick.tries))
+    # 150 and 37 boxes are too big, 20 fits; then the refinement tries 17 and 14 (or 15) boxes
+    assert len(budgets) >= 4, quick.tries
+    monkeypatch.setattr(fit, "time", _SlowClock())
+    slow = fit_view(build, run, START_BUDGET, max_side=2000)
+    assert slow.tries == quick.tries
+    assert slow.svg == quick.svg and to_dot(slow.diagram) == to_dot(quick.diagram)
+    assert slow.seconds >= 60  # the clock was read: it only reports how long the search took
+
+
 # ----------------------------------------------------------------------------- sync chains
 def test_identical_accumulator_chains_are_drawn_once(ctx):
     d = build_view(ctx, "sync", max_nodes=START_BUDGET)

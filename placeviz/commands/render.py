@@ -72,7 +72,8 @@ def run(model: str, output: str, options: Options, *, view: str, focus: str | No
     serving = serving_graph_problem(pipe.model)  # drawn as loaded, never placed (placeviz.coverage)
     for note in [serving] if serving else placement_notes(pipe.model.graph, options.placement):
         notice(f"note: {note}")
-    added = (pipe.report.placement or {}).get("nodes_added")
+    stage = pipe.report.placement_stage  # not the report's placement section: a whole table to make
+    added = stage.nodes_added if stage is not None and stage.error is None else 0
     if added:  # the views draw the placed graph: say why they count more ops than the graph has
         notice(f"note: {added_nodes_note(added, len(pipe.model.graph))}")
     if fmt == "html":

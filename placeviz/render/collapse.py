@@ -28,6 +28,8 @@ import heapq
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 _DIGITS = re.compile(r"\d+")
 _SUFFIX = re.compile(r"_\d+$")
 
@@ -86,6 +88,15 @@ class Group:
     pinned: bool = False
     others: list[Group] | None = None
     """For a box of *the other scopes* of a split that did not fit: the groups it stands for."""
+    _ids: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ids(self) -> np.ndarray:
+        """:attr:`members` as an array, made once: the groups of a :class:`CollapseMemo` are shared
+        by every build of a view, and each build maps the ops to boxes and counts roles with it."""
+        if self._ids is None:
+            self._ids = np.asarray(self.members, dtype=np.int64)
+        return self._ids
 
     @property
     def is_op(self) -> bool:
@@ -120,6 +131,9 @@ class Collapse:
     refused: int = 0
     """Splits refused because they would have overflowed the budget (0: nothing is hidden by it)."""
     stats: dict = field(default_factory=dict)
+    box_array: np.ndarray | None = field(default=None, repr=False)
+    """:attr:`box_of` as the array it was made from (for array passes; a caller that edits
+    :attr:`box_of` must not read it)."""
 
 
 class _Splitter:
@@ -324,26 +338,25 @@ def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=(),
             seq += 1
     final.sort(key=lambda g: (g.owner, _natural(g.label(names))))
     groups.extend(final)
-    box_of = [-1] * len(names)
-    for b, g in enumerate(groups):
-        for i in g.members:
-            box_of[i] = b
-    return Collapse(groups, box_of, budget, refused)
+    box = np.full(len(names), -1, dtype=np.int64)
+    for b, g in enumerate(groups):  # a later group wins, as the loop over members did
+        box[g.ids] = b
+    return Collapse(groups, box.tolist(), budget, refused, box_array=box)
 
 
-def quotient_edges(graph, nodes, box_of: list[int], control: bool = True) -> dict[tuple[int, int], list[int]]:
+def quotient_edges(graph, nodes, box_of: list[int] | np.ndarray, control: bool = True
+                   ) -> dict[tuple[int, int], list[int]]:
     """Edges between boxes: ``(src box, dst box) -> [data edges, control edges]`` (self-loops dropped).
 
     The in-edges of ``nodes`` (in that order, each node's in NodeDef order) in one array pass over
     the graph's CSR arrays; the pairs come in the order of their first edge, as a walk over the
-    edges would meet them.
+    edges would meet them. ``box_of``: a list, or an int64 array (:attr:`Collapse.box_array`, no
+    conversion).
     """
-    import numpy as np
-
-    n_boxes = max(box_of, default=-1) + 1
-    if n_boxes == 0:
-        return {}
     box = np.asarray(box_of, dtype=np.int64)
+    n_boxes = int(box.max()) + 1 if len(box) else 0
+    if n_boxes <= 0:
+        return {}
     src, dst, slot = graph.edge_arrays
     if not (isinstance(nodes, range) and nodes == range(len(graph))):
         ids = np.fromiter(nodes, dtype=np.int64)

@@ -108,7 +108,7 @@ def build_devices(ctx: ViewContext, budget: int, focus: int | None = None) -> Di
     d.notes.append(ctx.step_note())
     if c.refused:
         d.notes.append(f"{len(c.groups):,} boxes for {len(g):,} ops (budget --max-nodes {budget})")
-    d.legend = role_legend(c, g.ops, ctx) + [
+    d.legend = role_legend(ctx) + [
         LegendItem("tensors crossing devices (width: bytes per step)", fill=TRAFFIC_COLOR, line="bold"),
         LegendItem("edges across devices the step does not send", fill=TRAFFIC_COLOR, line="dashed"),
         LegendItem("data edges within a device", fill="#777777", line="solid"),
@@ -117,16 +117,17 @@ def build_devices(ctx: ViewContext, budget: int, focus: int | None = None) -> Di
     return d
 
 
-def role_legend(c: Collapse, ops: list[str], ctx: ViewContext) -> list[LegendItem]:
-    present = {ctx.roles[op] for op in set(ops)}
-    return [LegendItem(ROLE_LABEL[r], fill=ROLE_COLOR[r]) for r in ROLES if r in present]
+def role_legend(ctx: ViewContext) -> list[LegendItem]:
+    """The roles of the graph's ops, in legend order."""
+    return [LegendItem(ROLE_LABEL[r], fill=ROLE_COLOR[r]) for r in ROLES if r in ctx.roles_present]
 
 
 def add_edges(ctx: ViewContext, d: Diagram, c: Collapse, keys: list, budget: int) -> None:
     """Bundle graph edges per pair of boxes; attach each step's transfers to the bundles they use."""
     g = ctx.graph
-    bundles = quotient_edges(g, range(len(g)), c.box_of)
-    traffic = ctx.transfers_per_pair(c.box_of)
+    box_of = c.box_array if c.box_array is not None else c.box_of
+    bundles = quotient_edges(g, range(len(g)), box_of)
+    traffic = ctx.transfers_per_pair(box_of)
     owner = [grp.owner for grp in c.groups]
     cross = [k for k in bundles if owner[k[0]] != owner[k[1]]]
     label_cross = sum(1 for k in cross if k in traffic) <= LABELLED_CROSS_EDGES

@@ -49,6 +49,9 @@ class Cluster:
     fill: str = "#ffffff"
     border: str = "#888888"
     tooltip: str = ""
+    label_below: bool = False
+    """The label under the contents instead of above them (``labelloc=b``): Graphviz does not route
+    edges around a cluster's label, so a cluster that edges enter from above gets its label below."""
 
 
 @dataclass

@@ -38,9 +38,13 @@ builds, which cost more than the layout on big graphs (1.3 s per build of a 50k-
 MIN_BUDGET = 6
 TRIES = 7
 REFINE = 2
-REFINE_WITHIN = 3.0
-"""Seconds the search may have taken for the refinement to run: on a 200k-op graph one build of
-the devices view takes seconds, and a few more boxes are not worth that."""
+REFINE_OPS = 1_500_000
+"""Ops the search's builds may have collapsed between them (each build counts the ops of its view)
+for the refinement to run. Work, not seconds: a time budget (it was 3 s) made the picture depend
+on how loaded the machine was. A build costs about as much as the ops it collapses, so this stands
+for what the 3 s allowed on an idle machine: on the samples (up to 12.5k ops) and at 200k ops (at
+most :data:`TRIES` builds: 1.4M) the refinement always runs, as it did there; at 1M ops (at least
+two builds before it: 2M) it never does, as the first two builds already took more than 3 s."""
 EXPONENT = 1.45
 _SIZE = re.compile(rb'<svg width="([\d.]+)pt" height="([\d.]+)pt"')
 
@@ -87,16 +91,19 @@ def fit_view(build: Callable[[int], Diagram], run: Callable[[str], bytes], budge
 
     Once a budget fits after one that did not, up to :data:`REFINE` more tries halve the gap
     between them, so that the picture uses the room it has rather than the first guess (unless
-    the search already took :data:`REFINE_WITHIN` seconds).
+    the builds so far collapsed more than :data:`REFINE_OPS` ops). The result depends on the
+    inputs only, never on the clock: the clock only reports how long the search took.
     """
     say = say or (lambda _m: None)
     started = time.perf_counter()
     tries: list[str] = []
     smallest: list[Fit] = []
+    work = [0]  # ops collapsed by the builds so far
 
     def attempt(b: int) -> tuple[Fit | None, float, int]:
         """(the fitting picture at budget ``b`` or None, its shortest long side, boxes drawn)."""
         d = build(b)
+        work[0] += len(d.node_box) if d.node_box is not None else len(d.boxes)
         longest: float | None = None
         for rankdir in (d.rankdir, _other(d.rankdir)):
             d = dataclasses.replace(d, rankdir=rankdir)
@@ -129,7 +136,7 @@ def fit_view(build: Callable[[int], Diagram], run: Callable[[str], bytes], budge
         say(f"the view is {longest:,.0f} px long; collapsing to at most {budget} boxes")
     else:
         return done(smallest[0])
-    if too_big is not None and time.perf_counter() - started < REFINE_WITHIN:
+    if too_big is not None and work[0] <= REFINE_OPS:
         # halve the gap between the budget that fits and the one that did not
         low, high = min(fit.budget, len(fit.diagram.boxes)), too_big
         for _ in range(REFINE):

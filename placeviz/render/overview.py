@@ -34,6 +34,10 @@ def build_overview(ctx: ViewContext, focus: int | None = None) -> Diagram:
     g = ctx.graph
     d = Diagram("overview", f"{ctx.pipe.model.source}: devices and traffic per step ({len(g):,} ops)")
     jobs = job_clusters(ctx)
+    for job, cluster in jobs.items():
+        # The PS tasks rank above the workers (every step reads the variables from them), so the
+        # traffic enters a worker cluster from above, across where its label would be.
+        cluster.label_below = job != "ps"
     d.clusters.extend(jobs.values())
     ps_total = sum(b for dev, (_, b) in ctx.variables_per_device.items() if job_of(dev) == "ps") or 0
     for dev in ctx.device_list:
