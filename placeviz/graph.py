@@ -46,6 +46,7 @@ from placeviz.errors import GraphError
 from placeviz.gcpause import gc_paused  # noqa: F401 - re-exported: the placement stages import it from here
 from placeviz.native import kernels
 from placeviz.nodewire import NodeWire, of_graph_def
+from placeviz.op_kinds import NEXT_ITERATION_OPS
 from placeviz.protos import AttrValue, GraphDef, NodeDef
 
 _wire = kernels("_wire")  # the C reader of serialized GraphDefs (see placeviz.native)
@@ -57,7 +58,6 @@ _MAX_SLOT = 2**31 - 1  # TF's output indices are int32
 
 # Ops whose out-edges into a Merge close a while loop: TF's executor and graph sorts treat
 # NextIteration -> Merge as a back edge, so the topological order ignores those edges.
-BACK_EDGE_SOURCE_OPS = frozenset({"NextIteration", "RefNextIteration"})
 
 
 @dataclass(frozen=True)
@@ -724,7 +724,7 @@ class Graph:
         n = len(self.names)
         ops = self.ops
         in_start = self.in_start
-        back_edge_sources = list(compress(range(n), map(BACK_EDGE_SOURCE_OPS.__contains__, ops)))
+        back_edge_sources = list(compress(range(n), map(NEXT_ITERATION_OPS.__contains__, ops)))
         # TF writes a GraphDef in creation order, every input before its consumer. Then the
         # smallest id not yet ordered is always ready, and the order below is 0, 1, ..., n-1:
         # check that (vectorised over the edges) before doing the general work.

@@ -108,3 +108,14 @@ TABLE_OPS = frozenset({
 
 OTHER_STATE_OPS = TABLE_OPS | ACCUMULATOR_OPS | QUEUE_OPS
 """State other than variables that lives across steps and that a ps task usually hosts."""
+
+# The control-flow op types TF's graph code tests (``IsSwitch``, ``IsMerge``, ``IsEnter``, ``IsExit``,
+# ``IsNextIteration``, ``IsLoopCond`` in ``tensorflow/core/graph/graph.h``): the partitioner's frames
+# and control loops (``graph_partition.cc``, ``control_flow.cc``), the graph's back edges, the rules.
+SWITCH_OPS = frozenset({"Switch", "RefSwitch", "_SwitchN"})
+MERGE_OPS = frozenset({"Merge", "RefMerge", "_XlaMerge"})
+ENTER_OPS = frozenset({"Enter", "RefEnter"})
+EXIT_OPS = frozenset({"Exit", "RefExit"})
+NEXT_ITERATION_OPS = frozenset({"NextIteration", "RefNextIteration"})
+"""The sources of a while loop's back edges."""
+LOOP_COND_OPS = frozenset({"LoopCond"})

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
-from placeviz.graph import BACK_EDGE_SOURCE_OPS, Graph
+from placeviz.graph import Graph
 from placeviz.native import kernels
+from placeviz.op_kinds import SWITCH_OPS
 
 if TYPE_CHECKING:  # numpy is imported on first use (not at start-up): its types for the checker only
     import numpy as np
@@ -46,15 +47,7 @@ JsonDict = dict[str, Any]  # Any: one value type per key (see the keys at each w
 _kernels = kernels("_partition_kernels")  # index codes and int attrs in C (see placeviz.native)
 
 DT_FLOAT, DT_INT32, DT_STRING, DT_BOOL = 1, 3, 7, 10
-# The partitioner's control-flow sets (tensorflow/core/graph/graph_partition.cc and
-# control_flow.cc test these op types; IsSwitch, IsMerge... in tensorflow/core/graph/graph.h).
 CONST_OPS = frozenset({"Const", "HostConst"})
-SWITCH_OPS = frozenset({"Switch", "RefSwitch", "_SwitchN"})
-MERGE_OPS = frozenset({"Merge", "RefMerge", "_XlaMerge"})
-ENTER_OPS = frozenset({"Enter", "RefEnter"})
-EXIT_OPS = frozenset({"Exit", "RefExit"})
-NEXT_OPS = frozenset(BACK_EDGE_SOURCE_OPS)
-LOOP_COND_OPS = frozenset({"LoopCond"})
 # Added nodes that always sit on the device of their inputs (never cut by a later level).
 _SAME_DEVICE_KINDS = frozenset({"send", "recv", "ctrl_const", "ctrl_identity", "feed_recv"})
 

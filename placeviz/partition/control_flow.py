@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from placeviz.graph import BACK_EDGE_SOURCE_OPS
-from placeviz.partition.base import ENTER_OPS, EXIT_OPS, MERGE_OPS, PartitionError, _PartitionerBase
+from placeviz.op_kinds import ENTER_OPS, EXIT_OPS, MERGE_OPS, NEXT_ITERATION_OPS
+from placeviz.partition.base import PartitionError, _PartitionerBase
 
 # What ``_frames`` returns: frame_of(node), output_frame(node), input_frame(node), each frame's
 # parent frame, each frame's parallel_iterations.
@@ -44,7 +44,7 @@ class _ControlFlowInfo(_PartitionerBase):
             merge = ops[i] in MERGE_OPS
             for p in range(in_start[i], in_start[i + 1]):
                 s = int(e_src[p])
-                if merge and self.op(s) in BACK_EDGE_SOURCE_OPS:
+                if merge and self.op(s) in NEXT_ITERATION_OPS:
                     continue
                 return s
             return -1

@@ -43,17 +43,13 @@ from typing import TYPE_CHECKING, cast
 from placeviz.graph import CONTROL
 from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
+from placeviz.op_kinds import ENTER_OPS, EXIT_OPS, LOOP_COND_OPS, NEXT_ITERATION_OPS, SWITCH_OPS
 from placeviz.ops import REF_OFFSET
 from placeviz.partition.base import (
     _NEW_ARGS,
     _NEW_CONSTANTS,
     CONST_OPS,
     DT_FLOAT,
-    ENTER_OPS,
-    EXIT_OPS,
-    LOOP_COND_OPS,
-    NEXT_OPS,
-    SWITCH_OPS,
     JsonDict,
     PartitionError,
     Shape,
@@ -74,7 +70,7 @@ Writes = tuple[list[int], list[int], list[int]]  # the rewired edges of original
 
 _kernels = kernels("_partition_kernels")  # the cut-edge loop as one C function (see placeviz.native)
 
-_MOVED_CF_OPS = SWITCH_OPS | EXIT_OPS | ENTER_OPS | NEXT_OPS
+_MOVED_CF_OPS = SWITCH_OPS | EXIT_OPS | ENTER_OPS | NEXT_ITERATION_OPS
 KIND_SEND, KIND_RECV = "send", "recv"
 _DTYPE_NAMES: dict[int, str] = {}  # dtype -> dtype_name, as transfers name them
 
@@ -123,7 +119,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         if not cf_nodes:
             return
         # First data consumer of Enter / NextIteration nodes (in client order).
-        wanted = [i for i in cf_nodes if ops[i] in ENTER_OPS or ops[i] in NEXT_OPS]
+        wanted = [i for i in cf_nodes if ops[i] in ENTER_OPS or ops[i] in NEXT_ITERATION_OPS]
         first_consumer: dict[int, int] = {}
         if wanted:
             pos = np.nonzero(np.isin(self.e_src, np.asarray(wanted, dtype=np.int32)) & self.kept_edge

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING
 
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph
+from placeviz.op_kinds import SWITCH_OPS
 from placeviz.ops import DT_RESOURCE, REF_OFFSET
-from placeviz.partition.base import DT_INT32, DT_STRING, SWITCH_OPS, _PartitionerBase
+from placeviz.partition.base import DT_INT32, DT_STRING, _PartitionerBase
 
 if TYPE_CHECKING:
     from placeviz.ops import ArgSpec, OpFacts, OpTable

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from placeviz.errors import PlacevizError
-from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
+from placeviz.graph import CONTROL, Graph
 from placeviz.native import kernels
-from placeviz.op_kinds import PLACEHOLDER_OPS
+from placeviz.op_kinds import NEXT_ITERATION_OPS, PLACEHOLDER_OPS
 from placeviz.ops import REF_OFFSET
 from placeviz.partition.base import DT_FLOAT, PartitionError, _codes, _PartitionerBase
 
@@ -270,7 +270,7 @@ class _Subgraph(_PartitionerBase):
         # else the graph's topological order (what TF's graph constructor gives).
         back = np.nonzero(src >= self.e_dst)[0]
         ops = self.ops
-        identity = all(ops[int(src[k])] in BACK_EDGE_SOURCE_OPS for k in back.tolist())
+        identity = all(ops[int(src[k])] in NEXT_ITERATION_OPS for k in back.tolist())
         if identity:
             self.rank = np.arange(n, dtype=np.int64)
         else:

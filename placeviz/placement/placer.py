@@ -83,9 +83,10 @@ from placeviz.devices import (
 )
 from placeviz.errors import PlacevizError
 from placeviz.gcpause import gc_paused
-from placeviz.graph import BACK_EDGE_SOURCE_OPS, CONTROL, Graph
+from placeviz.graph import CONTROL, Graph
 from placeviz.native import kernels
-from placeviz.ops import fact_key_attrs
+from placeviz.op_kinds import NEXT_ITERATION_OPS
+from placeviz.ops import DT_RESOURCE, REF_OFFSET, fact_key_attrs
 
 if TYPE_CHECKING:
     import numpy
@@ -116,8 +117,6 @@ EXEMPT_FROM_RESOURCE_COLOCATION = frozenset({
     "MapDataset", "ParallelMapDataset", "ParallelMapDatasetV2", "GroupByWindowDataset",
     "ScanDataset", "FilterDataset", "ReduceDataset", "TakeWhileDataset",
 })
-RESOURCE = 20
-REF_OFFSET = 100
 
 # Why a node got its device (``Placement.reason``).
 WHY_GROUP = 0  # placed with its colocation group (not reported at present: such nodes get WHY_DEFAULT)
@@ -514,7 +513,7 @@ class _Placer:
         no_data = _without_data_inputs_mask(np, graph)
         generator = no_data & (single_output >= 0) & (single_output < REF_OFFSET)
         self.is_generator = generator.tolist()
-        resource_generator = np.nonzero(no_data & ((single_output > REF_OFFSET) | (single_output == RESOURCE)))[0]
+        resource_generator = np.nonzero(no_data & ((single_output > REF_OFFSET) | (single_output == DT_RESOURCE)))[0]
         if len(resource_generator):
             numbers, firsts = _numbered_by_first_use(np, pair[resource_generator])
             firsts = resource_generator[firsts].tolist()
@@ -552,7 +551,7 @@ class _Placer:
         if node.op in EXEMPT_FROM_RESOURCE_COLOCATION:
             ref_ports: tuple[int, ...] = ()
         else:
-            ref_ports = tuple(p for p, t in enumerate(in_types) if t > REF_OFFSET or t == RESOURCE)
+            ref_ports = tuple(p for p, t in enumerate(in_types) if t > REF_OFFSET or t == DT_RESOURCE)
         single_output = out_types[0] if len(out_types) == 1 else None
         return self.constraints.type_set_id(tuple(supported)), ref_ports, single_output
 
@@ -814,7 +813,7 @@ class _Placer:
         consumers = _consumers_of(g, list(compress(range(len(g)), self.is_generator)) + identity_candidates)
         follow = self._follow_input(consumers, identity_candidates)
         plain: Mask = ~np.frombuffer(bytes(self.is_generator), dtype=np.bool_) & (np.asarray(follow, dtype=np.int8) < 0)
-        plain &= ~np.frombuffer(bytes(map(BACK_EDGE_SOURCE_OPS.__contains__, g.ops)), dtype=np.bool_)
+        plain &= ~np.frombuffer(bytes(map(NEXT_ITERATION_OPS.__contains__, g.ops)), dtype=np.bool_)
         return follow, consumers, plain
 
     # ------------------------------------------------------------------ run

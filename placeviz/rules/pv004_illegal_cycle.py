@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
+from placeviz.op_kinds import NEXT_ITERATION_OPS
 
 RULE = Rule(
     id="PV004",
@@ -43,7 +44,6 @@ Remove the back edge. A loop must be a `tf.while_loop`, whose only back edge is
     references=("tensorflow/core/grappler/utils/topological_sort.cc",),
 )
 
-BACK_EDGE_SOURCES = frozenset({"NextIteration", "RefNextIteration"})
 SHOWN = 8
 
 
@@ -74,14 +74,14 @@ def _successors(raw) -> list[list[int]]:
         for dst in range(n):
             for k in range(in_start[dst], in_start[dst + 1]):
                 src = in_src[k]
-                if ops[src] not in BACK_EDGE_SOURCES:
+                if ops[src] not in NEXT_ITERATION_OPS:
                     succ[src].append(dst)
         return succ
     index = raw.index
     for dst in range(n):
         for text in raw.input_strings(dst):
             src = index.get(text.lstrip("^").split(":", 1)[0])
-            if src is not None and ops[src] not in BACK_EDGE_SOURCES:
+            if src is not None and ops[src] not in NEXT_ITERATION_OPS:
                 succ[src].append(dst)
     return succ
 

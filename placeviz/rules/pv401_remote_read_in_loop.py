@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from placeviz.lint import Rule
+from placeviz.op_kinds import EXIT_OPS
 from placeviz.rules._common import fmt_bytes, task_of
 from placeviz.sync.proof import loop_frames
 from placeviz.traffic import variable_behind
-
-EXIT_OPS = frozenset({"Exit", "RefExit"})
 
 RULE = Rule(
     id="PV401",
