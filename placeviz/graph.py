@@ -107,6 +107,30 @@ class Graph:
             if wire is None or _wire is None or not self._build_from_wire(wire, key_attrs_for):
                 self._build(graph_def)
 
+    @classmethod
+    def from_wire(cls, wire: bytes | memoryview, parse: Callable[[], GraphDef], *,
+                  key_attrs_for: Callable[[set[str]], dict[str, tuple[str, ...]]] | None = None) -> Graph | None:
+        """The graph of a serialized GraphDef that has not been parsed, or None when the C reader
+        declines it (or is not built): then parse it and use ``Graph(graph_def, wire=...)``.
+
+        ``parse()`` makes the GraphDef from ``wire``; :attr:`graph_def` calls it on first use,
+        once (``io.load`` skips ``ParseFromString`` when the bytes surely parse: most commands
+        read only the arrays built here). The caller guarantees that ``parse()`` succeeds and
+        gives the message ``wire`` holds. Everything else is as ``Graph(parse(), wire=wire)``.
+        """
+        if _wire is None:
+            return None
+        graph = cls.__new__(cls)
+        graph._graph_def = None
+        graph._make_graph_def = parse
+        graph._attr_nodes = None
+        graph._source = None
+        graph._wire_data = wire
+        with gc_paused():
+            if not graph._build_from_wire(wire, key_attrs_for):
+                return None
+        return graph
+
     def _build_from_wire(self, wire: bytes | memoryview, key_attrs_for) -> bool:
         """:meth:`_build` (and the ``_class`` and attr-key reads) by the C reader; False if it declined."""
         assert _wire is not None  # the caller checked
