@@ -294,8 +294,8 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
         other_state=other_state,
         collections=model.collections.names,
         train_ops=model.collections.train_ops,
-        producer=model.graph_def.versions.producer,
-        function_count=len(model.graph_def.library.function),
+        producer=_producer(model.graph),
+        function_count=len(model.graph.library.function),  # graph.*: without parsing the whole GraphDef
         sync_stage=sync,
         notes=notes,
     )
@@ -370,6 +370,12 @@ def _overflow_note(names: list[str]) -> str:
     shown = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return (f"overflow: the size of variable(s) {shown} (dtype size x shape) is more than 2**63 - 1 bytes; "
             "TF refuses such a shape, and placeviz reports its bytes as unknown (null)")
+
+
+def _producer(graph) -> int:
+    """The GraphDef's ``versions.producer`` (0 when it has no ``versions``, as the proto reads)."""
+    versions = graph.versions
+    return versions.producer if versions is not None else 0
 
 
 def _variable_info(graph: Graph, i: int, trainable: set[str] | None, partitioned: dict,
