@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate, chain, compress, count, repeat
-from typing import cast
+from typing import Any, cast
 
 from placeviz.errors import GraphError
 from placeviz.gcpause import gc_paused  # noqa: F401 - re-exported: the placement stages import it from here
@@ -101,7 +101,7 @@ class Graph:
         """
         self._graph_def: GraphDef | None = graph_def
         self._make_graph_def: Callable[[], GraphDef] | None = None
-        self._attr_nodes = None  # None: graph_def.node
+        self._attr_nodes: Any = None  # None: graph_def.node
         self._source: Graph | None = None  # the graph a derived one was made from (see ``derived``)
         self._wire_data = wire  # kept for ``node_wire`` (partitions are written from these bytes)
         with gc_paused():
@@ -822,7 +822,7 @@ class WireNodeDefs:
         i %= n
         assert self._data is not None  # let go of only once parsed
         offset, length = self._spans[2 * i], self._spans[2 * i + 1]
-        node = self._one_by_one[i] = NodeDef.FromString(self._data[offset:offset + length])
+        node = self._one_by_one[i] = NodeDef.FromString(cast("bytes", self._data[offset:offset + length]))
         return node
 
     def __iter__(self) -> Iterator[NodeDef]:

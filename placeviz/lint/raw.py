@@ -37,7 +37,7 @@ class RawGraph:
         self._graph_def = graph_def
         self.graph = graph
         if names is None:
-            nodes = graph_def.node
+            nodes = self.graph_def.node
             names = [n.name for n in nodes]
             ops = [n.op for n in nodes]
             devices = [n.device for n in nodes]
