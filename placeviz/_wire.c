@@ -1072,6 +1072,51 @@ static uint8_t *put_varint(uint8_t *q, uint64_t v)
 
 /* The size of a NodeDef's fields other than `device` (field 4); -1 on an odd wire form. With `out`,
  * also copy them there, in their order. */
+PyDoc_STRVAR(node_records_doc,
+"node_records(data, spans, ids) -> bytes\n\n"
+"The GraphDef `node` records (field 1) of nodes `ids` (a list of ints, each < len(spans) / 8),\n"
+"from their NodeDefs' (offset, length) pairs in `spans` (native uint32 bytes, as scan_graph\n"
+"gives), in the order of `ids`: parsed as a GraphDef, its node[k] is node ids[k]'s NodeDef.");
+
+static PyObject *node_records(PyObject *self, PyObject *args)
+{
+    PyObject *data, *spans, *ids;
+    if (!PyArg_ParseTuple(args, "OOO!", &data, &spans, &PyList_Type, &ids)) return NULL;
+    Py_buffer buf, sbuf;
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(spans, &sbuf, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    const Span *sp = sbuf.buf;
+    Py_ssize_t nspans = sbuf.len / (Py_ssize_t)sizeof(Span), k, n = PyList_GET_SIZE(ids);
+    size_t total = 0;
+    for (k = 0; k < n; k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(ids, k));
+        if (i == -1 && PyErr_Occurred()) goto done;
+        if (i < 0 || i >= nspans || (uint64_t)sp[i].off + sp[i].len > (uint64_t)buf.len) {
+            PyErr_SetString(PyExc_IndexError, "node id out of range");
+            goto done;
+        }
+        total += 1 + varint_size(sp[i].len) + sp[i].len;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!out) goto done;
+    uint8_t *q = (uint8_t *)PyBytes_AS_STRING(out);
+    for (k = 0; k < n; k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(ids, k));
+        *q++ = 0x0a;
+        q = put_varint(q, sp[i].len);
+        memcpy(q, (const uint8_t *)buf.buf + sp[i].off, sp[i].len);
+        q += sp[i].len;
+    }
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&sbuf);
+    return out;
+}
+
 static Py_ssize_t without_device(const uint8_t *p, const uint8_t *end, uint8_t *out)
 {
     Py_ssize_t kept = 0;
@@ -1651,6 +1696,7 @@ static PyMethodDef methods[] = {
     {"valid_node_names", valid_node_names, METH_O, valid_node_names_doc},
     {"field_spans", field_spans, METH_VARARGS, field_spans_doc},
     {"parses", parses, METH_VARARGS, parses_doc},
+    {"node_records", node_records, METH_VARARGS, node_records_doc},
     {"splice_nodes", splice_nodes, METH_VARARGS, splice_nodes_doc},
     {"encode_added", encode_added, METH_VARARGS, encode_added_doc},
     {"rebuild_nodes", rebuild_nodes, METH_VARARGS, rebuild_nodes_doc},

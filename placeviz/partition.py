@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable, Iterator
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -1209,6 +1209,9 @@ class _Partitioner:
         src_l = self.e_src[pos].tolist()
         slot_l = self.e_slot[pos].tolist()
         dst_l = self.e_dst[pos].tolist()
+        # Their io types are read from their NodeDefs: parsed together when the graph's bytes were not.
+        n = self.n
+        self.graph.prefetch_node_defs({i for i in chain(src_l, dst_l) if i < n})
         w_pos, w_src, w_slot = writes
 
         def write(ref, s, sl):

@@ -173,6 +173,32 @@ def test_many_nodes_one_by_one_parse_the_whole_graph_once(tf_models, setter_byte
 
 
 @needs_wire
+def test_prefetched_node_defs_are_the_graph_defs(tf_models, setter_bytes):
+    graph = io.load(tf_models / "setter.pb").graph
+    eager = GraphDef.FromString(setter_bytes)
+    some = list(range(0, len(graph), 7))
+    graph.prefetch_node_defs(some)
+    assert graph._graph_def is None  # under two thirds of the nodes: only those were parsed
+    assert [graph.node_def(i) for i in some] == [eager.node[i] for i in some]
+    derived = graph.with_devices(["/cpu:0"] * len(graph))  # a derived graph passes the hint on
+    derived.prefetch_node_defs(range(len(graph)))
+    assert graph._graph_def is not None  # all of them: the whole GraphDef, once
+    assert list(derived.attr_nodes) == list(eager.node)
+
+
+@needs_wire
+def test_node_records_rebuilds_a_graph_def_of_those_nodes(setter_bytes):
+    scanned = _wire.scan_graph(setter_bytes)
+    spans = scanned[7]
+    eager = GraphDef.FromString(setter_bytes)
+    ids = [3, 0, len(eager.node) - 1, 3]
+    part = GraphDef.FromString(_wire.node_records(setter_bytes, spans, ids))
+    assert list(part.node) == [eager.node[i] for i in ids]
+    with pytest.raises(IndexError):
+        _wire.node_records(setter_bytes, spans, [len(eager.node)])
+
+
+@needs_wire
 def test_lazy_and_eager_agree_on_the_real_graphs(tmp_path, tf_models):
     for name in ("setter.pb",):
         assert outcome(tf_models / name, lazy=True) == outcome(tf_models / name, lazy=False)
