@@ -12,7 +12,9 @@ A MODEL argument may be:
 * ``sample:NAME``, a bundled sample model (see ``placeviz samples list``).
 
 Only builders and samples import TensorFlow. Every failure is a :class:`LoadError` that names the
-source and the problem in one line. A model file is untrusted input: it is read only if it is a
+source and the problem in one line. A binary GraphDef whose bytes surely parse is not parsed by
+the load: the graph IR is read from the bytes and ``Model.graph_def`` is parsed on first use;
+:func:`_load_unparsed` says why that gives the same answers and the same errors. A model file is untrusted input: it is read only if it is a
 regular file of at most ``placeviz --max-bytes`` (default 2 GiB), and a graph whose device strings
 name a task, replica or device index beyond placeviz's bounds is refused before anything is sized
 by it (:mod:`placeviz.limits`). A builder, by contrast, is code: loading ``file.py:fn`` runs
@@ -284,7 +286,10 @@ def _load_unparsed(spec: str, data: bytes) -> Model | None:
     Why: upb's parse of the whole file (0.18 s at 200k nodes, most of it the NodeDefs' ``attr``
     maps) is what every ratio of issue 18 is measured against, and most commands never read the
     parsed message: the graph IR is read from the bytes by the C reader (``Graph.from_wire``) and
-    the attrs the placer needs too. ``Model.graph_def`` parses the bytes on first use, once.
+    the attrs the placer needs too. ``Model.graph_def`` parses the bytes on first use, once; the
+    passes that read some NodeDefs get them from their own slices of the bytes
+    (``Graph.node_def``, ``Graph.prefetch_node_defs``: ``graph.WireNodeDefs``), and
+    ``Graph.library``/``versions`` parse only their records.
 
     Why the answer is the same. The lazy path is taken only when ``_wire.parses`` says upb would
     accept the bytes as a GraphDef; then the eager path would have parsed them and built the same
