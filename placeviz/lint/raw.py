@@ -46,11 +46,12 @@ class RawGraph:
         self.devices: list[str] = devices
 
     @classmethod
-    def from_graph(cls, graph) -> RawGraph:
+    def from_graph(cls, graph, graph_def: GraphDef | None = None) -> RawGraph:
         """Share the lists of a graph as loaded (not one derived from another: its NodeDefs are
-        read from ``graph.node_def``): no pass over the protos, and the GraphDef of a binary file is
-        parsed only if a rule reads :attr:`graph_def` (see ``placeviz.io._load_unparsed``)."""
-        return cls(None, graph, graph.names, graph.ops, graph.devices)
+        read from ``graph.node_def``): no pass over the protos. Without ``graph_def`` (its
+        GraphDef), the GraphDef of a binary file is parsed only if a rule reads :attr:`graph_def`
+        (see ``placeviz.io._load_unparsed``)."""
+        return cls(graph_def, graph, graph.names, graph.ops, graph.devices)
 
     @property
     def graph_def(self) -> GraphDef:
