@@ -799,7 +799,7 @@ class WireNodeDefs:
     the whole parse is the cheaper, and the worst case costs less than two whole parses.
     """
 
-    __slots__ = ("_data", "_spans", "_whole", "_nodes", "_one_by_one", "_budget")
+    __slots__ = ("_data", "_spans", "_whole", "_nodes", "_one_by_one", "_budget", "_top")
 
     def __init__(self, data: bytes | memoryview, spans: bytes, whole: Callable[[], GraphDef]):
         self._data: memoryview | None = memoryview(data)
@@ -807,6 +807,7 @@ class WireNodeDefs:
         self._whole = whole
         self._nodes = None  # graph_def.node, once parsed
         self._one_by_one: dict[int, NodeDef] = {}
+        self._top: dict[int, object] = {}  # field number -> what top_field made of it
         self._budget = len(self._spans) // 10  # NodeDefs left to parse one by one: a fifth of the nodes
 
     def parsed(self, graph_def: GraphDef) -> None:
@@ -864,16 +865,18 @@ class WireNodeDefs:
     def top_field(self, field):
         """The GraphDef's message field ``field`` (``library``, ``versions``) from the bytes, or
         None for ``versions`` when absent (as :attr:`Graph.versions`): its records merged in
-        order, as the whole parse merges them."""
+        order, as the whole parse merges them; made once."""
+        if field.number in self._top:
+            return self._top[field.number]
         assert self._data is not None
         out = GraphDef()
         message = getattr(out, field.name)
         spans = field_spans(self._data, field.number)
         for offset, length in spans:
             message.MergeFromString(self._data[offset:offset + length])
-        if not spans:
-            return None if field is _VERSIONS else message
-        return message
+        result = None if not spans and field is _VERSIONS else message
+        self._top[field.number] = result
+        return result
 
 
 class NodeView:
