@@ -14,8 +14,8 @@ A MODEL argument may be:
 Only builders and samples import TensorFlow. Every failure is a :class:`LoadError` that names the
 source and the problem in one line. A binary GraphDef whose bytes surely parse is not parsed by
 the load: the graph IR is read from the bytes and ``Model.graph_def`` is parsed on first use;
-:func:`_load_unparsed` says why that gives the same answers and the same errors. A model file is untrusted input: it is read only if it is a
-regular file of at most ``placeviz --max-bytes`` (default 2 GiB), and a graph whose device strings
+:func:`_load_unparsed` says why that gives the same answers and the same errors. A model file is
+untrusted input: it is read only if it is a regular file of at most ``placeviz --max-bytes`` (default 2 GiB), and a graph whose device strings
 name a task, replica or device index beyond placeviz's bounds is refused before anything is sized
 by it (:mod:`placeviz.limits`). A builder, by contrast, is code: loading ``file.py:fn`` runs
 ``file.py`` with the user's permissions, as ``python file.py`` would. Inputs are opened read-only. Outputs never destroy: see the
@@ -299,8 +299,9 @@ def _load_unparsed(spec: str, data: bytes) -> Model | None:
     (``upb/wire/decode.c``) accepts, answering "unsure" for everything else:
 
     * every tag and length is read, bounds-checked and canonical enough for upb (a tag of at most
-      5 bytes, a length of at most 5 bytes below 2 GiB), wire types 0, 1, 2 and 5 only: a group
-      (3, 4; TF's protos have none) or wire types 6 and 7 is "unsure";
+      5 bytes and not field 0, a length of at most 5 bytes below 2 GiB, a varint of at most 10
+      bytes with no bits past 64), wire types 0, 1, 2 and 5 only: a group (3, 4; TF's protos
+      have none) or wire types 6 and 7 is "unsure";
     * every known field has its declared wire type (packed or not for a repeated scalar; a packed
       fixed-size run a multiple of its size, a packed varint run whole varints), and each
       message-typed field (``attr`` values, ``TensorProto``, ``library``, ``versions``,
