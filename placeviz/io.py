@@ -16,8 +16,8 @@ source and the problem in one line. A binary GraphDef whose bytes surely parse i
 the load: the graph IR is read from the bytes and ``Model.graph_def`` is parsed on first use;
 :func:`_load_unparsed` says why that gives the same answers and the same errors. A model file is
 untrusted input: it is read only if it is a regular file of at most ``placeviz --max-bytes``
-(default 2 GiB), and a graph whose device strings name a task, replica or device index beyond placeviz's bounds is refused before anything is sized
-by it (:mod:`placeviz.limits`). A builder, by contrast, is code: loading ``file.py:fn`` runs
+(default 2 GiB), and a graph whose device strings name a task, replica or device index beyond
+placeviz's bounds is refused before anything is sized by it (:mod:`placeviz.limits`). A builder, by contrast, is code: loading ``file.py:fn`` runs
 ``file.py`` with the user's permissions, as ``python file.py`` would. Inputs are opened read-only. Outputs never destroy: see the
 "writing" section (an input is never overwritten, devices and FIFOs are written into, files and
 directories are replaced atomically, the umask is honoured); each failure is an
