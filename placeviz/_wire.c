@@ -833,6 +833,227 @@ odd:
     return PyList_New(0);
 }
 
+/* ------------------------------------------------------------------ parses */
+
+/* Whether upb's parser surely accepts a serialized message, walked against a schema of its
+ * fields (what io.py's lazy load asks before it skips GraphDef.ParseFromString). The walk accepts
+ * a subset of what upb (upb/wire/decode.c) accepts, so True means "ParseFromString would
+ * succeed"; anything it is not sure of (a group, a known field in an unexpected wire type, a
+ * non-canonical tag or length, a 10-byte varint with overflow bits, invalid UTF-8 in any string
+ * field, proto2's included, nesting deeper than PARSES_MAX_DEPTH) is False, and the caller parses
+ * for real, which gives the exact result or error. */
+
+enum { K_NONE = 0, K_VARINT, K_FIXED64, K_FIXED32, K_STRING, K_BYTES, K_MESSAGE, K_REFUSE };
+#define PARSES_DENSE 64
+#define PARSES_MAX_DEPTH 32 /* upb's default limit is 100: deeper nesting is left to it */
+
+typedef struct {
+    uint8_t kind[PARSES_DENSE], repeated[PARSES_DENSE];
+    uint16_t sub[PARSES_DENSE];
+    const uint8_t *recs; /* every field, 8 bytes each: number (u32 LE), kind, repeated, sub (u16 LE) */
+    Py_ssize_t nrecs;
+} MsgSchema;
+
+typedef struct {
+    MsgSchema *msgs;
+    Py_ssize_t n;
+} Schema;
+
+/* A varint of at most `max_bytes` bytes, the last of 10 holding no bits beyond 64. */
+static int strict_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out, int max_bytes)
+{
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (int i = 0; i < max_bytes && p < end; i++) {
+        uint8_t b = *p++;
+        if (i == 9 && b > 1) return 0;
+        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            *pp = p;
+            *out = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A length prefix (at most 5 bytes, below 2^31) and the payload within [p, end). */
+static int strict_len(const uint8_t **pp, const uint8_t *end, const uint8_t **start, uint32_t *len)
+{
+    uint64_t n;
+    if (!strict_varint(pp, end, &n, 5) || n >= 0x7fffffff || n > (uint64_t)(end - *pp)) return 0;
+    *start = *pp;
+    *len = (uint32_t)n;
+    *pp += n;
+    return 1;
+}
+
+/* Well-formed UTF-8 as Python's strict decoder reads it (no overlong forms, no surrogates,
+ * nothing above U+10FFFF). */
+static int utf8_ok(const uint8_t *s, uint32_t n)
+{
+    const uint8_t *end = s + n;
+    while (s < end) {
+        uint8_t c = *s;
+        if (c < 0x80) { s++; continue; }
+        if (c >= 0xc2 && c <= 0xdf) {
+            if (end - s < 2 || (s[1] & 0xc0) != 0x80) return 0;
+            s += 2;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            if (end - s < 3 || (s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80) return 0;
+            if (c == 0xe0 && s[1] < 0xa0) return 0; /* overlong */
+            if (c == 0xed && s[1] > 0x9f) return 0; /* surrogate */
+            s += 3;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            if (end - s < 4 || (s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80 || (s[3] & 0xc0) != 0x80)
+                return 0;
+            if (c == 0xf0 && s[1] < 0x90) return 0; /* overlong */
+            if (c == 0xf4 && s[1] > 0x8f) return 0; /* above U+10FFFF */
+            s += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int parses_msg(const Schema *S, Py_ssize_t m, const uint8_t *p, const uint8_t *end, int depth)
+{
+    if (depth > PARSES_MAX_DEPTH) return 0;
+    const MsgSchema *ms = &S->msgs[m];
+    while (p < end) {
+        uint64_t tag, v;
+        if (!strict_varint(&p, end, &tag, 5) || tag > 0xffffffffu) return 0;
+        uint32_t field = (uint32_t)(tag >> 3);
+        int wt = (int)(tag & 7);
+        if (field == 0) return 0;
+        int kind = K_NONE, repeated = 0;
+        Py_ssize_t sub = 0;
+        if (field < PARSES_DENSE) {
+            kind = ms->kind[field];
+            repeated = ms->repeated[field];
+            sub = ms->sub[field];
+        } else {
+            for (Py_ssize_t k = 0; k < ms->nrecs; k++) {
+                const uint8_t *r = ms->recs + 8 * k;
+                uint32_t number;
+                memcpy(&number, r, 4);
+                if (number == field) {
+                    kind = r[4];
+                    repeated = r[5];
+                    sub = r[6] | (r[7] << 8);
+                    break;
+                }
+            }
+        }
+        const uint8_t *s;
+        uint32_t n;
+        switch (kind) {
+        case K_NONE: /* an unknown field: kept by upb as unknown bytes, unless it is a group */
+            if (wt == 0) { if (!strict_varint(&p, end, &v, 10)) return 0; }
+            else if (wt == 1) { if (end - p < 8) return 0; p += 8; }
+            else if (wt == 2) { if (!strict_len(&p, end, &s, &n)) return 0; }
+            else if (wt == 5) { if (end - p < 4) return 0; p += 4; }
+            else return 0;
+            break;
+        case K_VARINT:
+            if (wt == 0) {
+                if (!strict_varint(&p, end, &v, 10)) return 0;
+            } else if (wt == 2 && repeated) { /* packed */
+                if (!strict_len(&p, end, &s, &n)) return 0;
+                const uint8_t *e = s + n;
+                while (s < e)
+                    if (!strict_varint(&s, e, &v, 10)) return 0;
+            } else {
+                return 0;
+            }
+            break;
+        case K_FIXED64:
+        case K_FIXED32: {
+            int size = kind == K_FIXED64 ? 8 : 4;
+            if (wt == (kind == K_FIXED64 ? 1 : 5)) {
+                if (end - p < size) return 0;
+                p += size;
+            } else if (wt == 2 && repeated) {
+                if (!strict_len(&p, end, &s, &n) || n % size) return 0;
+            } else {
+                return 0;
+            }
+            break;
+        }
+        case K_STRING:
+            if (wt != 2 || !strict_len(&p, end, &s, &n) || !utf8_ok(s, n)) return 0;
+            break;
+        case K_BYTES:
+            if (wt != 2 || !strict_len(&p, end, &s, &n)) return 0;
+            break;
+        case K_MESSAGE:
+            if (wt != 2 || !strict_len(&p, end, &s, &n) || sub >= S->n) return 0;
+            if (!parses_msg(S, sub, s, s + n, depth + 1)) return 0;
+            break;
+        default:
+            return 0;
+        }
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(parses_doc,
+"parses(data, schema) -> bool\n\n"
+"True when upb's ParseFromString surely accepts `data` as the message schema[0] describes;\n"
+"False when unsure (then parse for real). schema: one bytes object per message type, 8 bytes per\n"
+"field: number (uint32 LE), kind (1 varint, 2 fixed64, 3 fixed32, 4 string, 5 bytes, 6 message,\n"
+"7 refuse), repeated (0/1), the message's index in schema (uint16 LE).");
+
+static PyObject *parses(PyObject *self, PyObject *args)
+{
+    PyObject *data, *schema;
+    if (!PyArg_ParseTuple(args, "OO!", &data, &PyTuple_Type, &schema)) return NULL;
+    Py_ssize_t nm = PyTuple_GET_SIZE(schema);
+    if (nm == 0 || nm > 0xffff) {
+        PyErr_SetString(PyExc_ValueError, "schema: 1 to 65535 message types");
+        return NULL;
+    }
+    Schema S = {calloc((size_t)nm, sizeof(MsgSchema)), nm};
+    if (!S.msgs) return PyErr_NoMemory();
+    for (Py_ssize_t m = 0; m < nm; m++) {
+        PyObject *b = PyTuple_GET_ITEM(schema, m);
+        if (!PyBytes_Check(b) || PyBytes_GET_SIZE(b) % 8) {
+            free(S.msgs);
+            PyErr_SetString(PyExc_TypeError, "schema: bytes of 8-byte field records");
+            return NULL;
+        }
+        MsgSchema *ms = &S.msgs[m];
+        ms->recs = (const uint8_t *)PyBytes_AS_STRING(b);
+        ms->nrecs = PyBytes_GET_SIZE(b) / 8;
+        for (Py_ssize_t k = 0; k < ms->nrecs; k++) {
+            const uint8_t *r = ms->recs + 8 * k;
+            uint32_t number;
+            memcpy(&number, r, 4);
+            if (number < PARSES_DENSE) {
+                ms->kind[number] = r[4];
+                ms->repeated[number] = r[5];
+                ms->sub[number] = (uint16_t)(r[6] | (r[7] << 8));
+            }
+        }
+    }
+    Py_buffer buf;
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) {
+        free(S.msgs);
+        return NULL;
+    }
+    int ok = 0;
+    if (buf.len < 0x7fffffff) {
+        const uint8_t *base = buf.buf;
+        Py_BEGIN_ALLOW_THREADS
+        ok = parses_msg(&S, 0, base, base + buf.len, 0);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&buf);
+    free(S.msgs);
+    return PyBool_FromLong(ok);
+}
+
 /* ------------------------------------------------------------------ splice_nodes */
 
 static size_t varint_size(uint64_t v)
@@ -851,6 +1072,51 @@ static uint8_t *put_varint(uint8_t *q, uint64_t v)
 
 /* The size of a NodeDef's fields other than `device` (field 4); -1 on an odd wire form. With `out`,
  * also copy them there, in their order. */
+PyDoc_STRVAR(node_records_doc,
+"node_records(data, spans, ids) -> bytes\n\n"
+"The GraphDef `node` records (field 1) of nodes `ids` (a list of ints, each < len(spans) / 8),\n"
+"from their NodeDefs' (offset, length) pairs in `spans` (native uint32 bytes, as scan_graph\n"
+"gives), in the order of `ids`: parsed as a GraphDef, its node[k] is node ids[k]'s NodeDef.");
+
+static PyObject *node_records(PyObject *self, PyObject *args)
+{
+    PyObject *data, *spans, *ids;
+    if (!PyArg_ParseTuple(args, "OOO!", &data, &spans, &PyList_Type, &ids)) return NULL;
+    Py_buffer buf, sbuf;
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(spans, &sbuf, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    const Span *sp = sbuf.buf;
+    Py_ssize_t nspans = sbuf.len / (Py_ssize_t)sizeof(Span), k, n = PyList_GET_SIZE(ids);
+    size_t total = 0;
+    for (k = 0; k < n; k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(ids, k));
+        if (i == -1 && PyErr_Occurred()) goto done;
+        if (i < 0 || i >= nspans || (uint64_t)sp[i].off + sp[i].len > (uint64_t)buf.len) {
+            PyErr_SetString(PyExc_IndexError, "node id out of range");
+            goto done;
+        }
+        total += 1 + varint_size(sp[i].len) + sp[i].len;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!out) goto done;
+    uint8_t *q = (uint8_t *)PyBytes_AS_STRING(out);
+    for (k = 0; k < n; k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(ids, k));
+        *q++ = 0x0a;
+        q = put_varint(q, sp[i].len);
+        memcpy(q, (const uint8_t *)buf.buf + sp[i].off, sp[i].len);
+        q += sp[i].len;
+    }
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&sbuf);
+    return out;
+}
+
 static Py_ssize_t without_device(const uint8_t *p, const uint8_t *end, uint8_t *out)
 {
     Py_ssize_t kept = 0;
@@ -1429,6 +1695,8 @@ static PyMethodDef methods[] = {
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
     {"valid_node_names", valid_node_names, METH_O, valid_node_names_doc},
     {"field_spans", field_spans, METH_VARARGS, field_spans_doc},
+    {"parses", parses, METH_VARARGS, parses_doc},
+    {"node_records", node_records, METH_VARARGS, node_records_doc},
     {"splice_nodes", splice_nodes, METH_VARARGS, splice_nodes_doc},
     {"encode_added", encode_added, METH_VARARGS, encode_added_doc},
     {"rebuild_nodes", rebuild_nodes, METH_VARARGS, rebuild_nodes_doc},

@@ -269,8 +269,10 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
     unplaced = list(compress(graph.names, map(operator.not_, graph.devices)))
     trainable = set(model.collections.trainable_variables) if model.collections.present else None
     overflowed: list[str] = []
+    variable_ids = list(compress(range(n), map(VARIABLE_OPS.__contains__, graph.ops)))
+    graph.prefetch_node_defs(variable_ids)  # their attrs are read: in one parse if the file was not parsed
     variables = [_variable_info(graph, i, trainable, model.collections.partitioned, overflowed)
-                 for i in compress(range(n), map(VARIABLE_OPS.__contains__, graph.ops))]
+                 for i in variable_ids]
     _link_slots(variables, find_slots(graph, [v.name for v in variables]))
     other_state = [{"name": graph.names[i], "op": graph.ops[i], "device": graph.devices[i]}
                    for i in compress(range(n), map(OTHER_STATE_OPS.__contains__, graph.ops))]
@@ -294,8 +296,8 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
         other_state=other_state,
         collections=model.collections.names,
         train_ops=model.collections.train_ops,
-        producer=model.graph_def.versions.producer,
-        function_count=len(model.graph_def.library.function),
+        producer=_producer(model.graph),
+        function_count=len(model.graph.library.function),  # graph.*: without parsing the whole GraphDef
         sync_stage=sync,
         notes=notes,
     )
@@ -370,6 +372,12 @@ def _overflow_note(names: list[str]) -> str:
     shown = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return (f"overflow: the size of variable(s) {shown} (dtype size x shape) is more than 2**63 - 1 bytes; "
             "TF refuses such a shape, and placeviz reports its bytes as unknown (null)")
+
+
+def _producer(graph) -> int:
+    """The GraphDef's ``versions.producer`` (0 when it has no ``versions``, as the proto reads)."""
+    versions = graph.versions
+    return versions.producer if versions is not None else 0
 
 
 def _variable_info(graph: Graph, i: int, trainable: set[str] | None, partitioned: dict,

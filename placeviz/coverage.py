@@ -45,7 +45,7 @@ def serving_graph_problem(model) -> str | None:
         return None
     if "train" in model.tags or model.collections.train_ops:
         return None
-    tf2 = bool(meta.object_graph_def.nodes) or bool(model.graph_def.library.function)
+    tf2 = bool(meta.object_graph_def.nodes) or bool(model.graph.library.function)
     return SERVING_GRAPH if tf2 else None
 
 

@@ -12,10 +12,12 @@ A MODEL argument may be:
 * ``sample:NAME``, a bundled sample model (see ``placeviz samples list``).
 
 Only builders and samples import TensorFlow. Every failure is a :class:`LoadError` that names the
-source and the problem in one line. A model file is untrusted input: it is read only if it is a
-regular file of at most ``placeviz --max-bytes`` (default 2 GiB), and a graph whose device strings
-name a task, replica or device index beyond placeviz's bounds is refused before anything is sized
-by it (:mod:`placeviz.limits`). A builder, by contrast, is code: loading ``file.py:fn`` runs
+source and the problem in one line. A binary GraphDef whose bytes surely parse is not parsed by
+the load: the graph IR is read from the bytes and ``Model.graph_def`` is parsed on first use;
+:func:`_load_unparsed` says why that gives the same answers and the same errors. A model file is
+untrusted input: it is read only if it is a regular file of at most ``placeviz --max-bytes``
+(default 2 GiB), and a graph whose device strings name a task, replica or device index beyond
+placeviz's bounds is refused before anything is sized by it (:mod:`placeviz.limits`). A builder, by contrast, is code: loading ``file.py:fn`` runs
 ``file.py`` with the user's permissions, as ``python file.py`` would. Inputs are opened read-only. Outputs never destroy: see the
 "writing" section (an input is never overwritten, devices and FIFOs are written into, files and
 directories are replaced atomically, the umask is honoured); each failure is an
@@ -30,6 +32,7 @@ import importlib.util
 import os
 import re
 import stat
+import struct
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
@@ -79,7 +82,6 @@ class Model:
 
     source: str
     kind: str  # graphdef | graphdef-text | metagraph | savedmodel | builder | sample
-    graph_def: GraphDef
     graph: Graph
     meta_graph: MetaGraphDef | None = None
     tags: tuple[str, ...] = ()
@@ -89,6 +91,12 @@ class Model:
     sources: dict = field(default_factory=dict)
     """Node name -> :class:`placeviz.sources.SourceLine`, the user's line that created it: from a
     builder's ``tf.Graph`` or the model's GraphDebugInfo (empty when neither is at hand)."""
+
+    @property
+    def graph_def(self) -> GraphDef:
+        """The GraphDef: ``graph.graph_def``, which a binary file's load parses on first use (see
+        :func:`_load_unparsed`). Commands that read a few nodes read them from ``graph``."""
+        return self.graph.graph_def
 
 
 # ---------------------------------------------------------------------------------- loading
@@ -196,6 +204,9 @@ def _read(spec: str, path: Path) -> bytes:
 
 
 def _load_binary_graph(spec: str, data: bytes) -> Model:
+    lazy = _load_unparsed(spec, data)
+    if lazy is not None:
+        return lazy
     doing(f"parsing {len(data):,} bytes")
     graph_def = GraphDef()
     try:
@@ -213,6 +224,110 @@ def _load_binary_graph(spec: str, data: bytes) -> Model:
             return alternative
         raise LoadError(spec, "no nodes: not a GraphDef, or an empty graph")
     return _from_graph_def(spec, "graphdef", graph_def, wire=data)
+
+
+# --------------------------------------------------------------- loading without parsing
+LAZY_PARSE = True
+"""Whether :func:`load` may skip ``GraphDef.ParseFromString`` (see :func:`_load_unparsed`);
+tests set it to False to compare with the eager path."""
+
+_SCALAR_KINDS = {  # FieldDescriptor.type -> the kind _wire.parses checks (see _wire.c, "parses")
+    1: 2, 2: 3, 3: 1, 4: 1, 5: 1, 6: 2, 7: 3, 8: 1, 9: 4, 12: 5, 13: 1, 14: 1, 15: 3, 16: 2, 17: 1, 18: 1,
+}
+_MESSAGE_KIND, _REFUSE_KIND = 6, 7  # TYPE_MESSAGE; anything else (a group) makes parses() unsure
+_schemas: dict[str, tuple[bytes, ...]] = {}
+
+
+def _wire_schema(descriptor) -> tuple[bytes, ...]:
+    """The message ``descriptor`` and every message it contains, as ``_wire.parses`` reads them:
+    per message type (the root first), 8 bytes per field (number, kind, repeated, the index of
+    its message type). From the same descriptors the classes are made of (:mod:`placeviz.protos`)."""
+    cached = _schemas.get(descriptor.full_name)
+    if cached is not None:
+        return cached
+    order, index, out = [descriptor], {descriptor.full_name: 0}, []
+    for message in order:  # grows while it is walked: breadth first over the message types
+        records = []
+        for f in message.fields:
+            sub = 0
+            if f.type == f.TYPE_MESSAGE:
+                sub = index.setdefault(f.message_type.full_name, len(order))
+                if sub == len(order):
+                    order.append(f.message_type)
+            kind = _MESSAGE_KIND if f.type == f.TYPE_MESSAGE else _SCALAR_KINDS.get(f.type, _REFUSE_KIND)
+            records.append(struct.pack("<IBBH", f.number, kind, f.is_repeated, sub))
+        out.append(b"".join(records))
+    _schemas[descriptor.full_name] = result = tuple(out)
+    return result
+
+
+def surely_parses(data, message_class) -> bool:
+    """True when ``message_class().ParseFromString(data)`` surely succeeds (False: unsure, or the
+    C reader is not built). See :func:`_load_unparsed` for what is checked."""
+    return _wire is not None and _wire.parses(data, _wire_schema(message_class.DESCRIPTOR))
+
+
+def _parse_later(message_class, data) -> Callable:
+    """A function that parses ``data`` (bytes that surely parse) once, then lets go of them."""
+    held = [data]
+
+    def parse():
+        message = message_class()
+        message.ParseFromString(held.pop())
+        return message
+
+    return parse
+
+
+def _load_unparsed(spec: str, data: bytes) -> Model | None:
+    """The model of a binary GraphDef without ``GraphDef.ParseFromString``, or None: then the
+    eager path runs (it gives every error, and reads the other formats a ``.pb`` may hold).
+
+    Why: upb's parse of the whole file (0.18 s at 200k nodes, most of it the NodeDefs' ``attr``
+    maps) is what every ratio of issue 18 is measured against, and most commands never read the
+    parsed message: the graph IR is read from the bytes by the C reader (``Graph.from_wire``) and
+    the attrs the placer needs too. ``Model.graph_def`` parses the bytes on first use, once; the
+    passes that read some NodeDefs get them from their own slices of the bytes
+    (``Graph.node_def``, ``Graph.prefetch_node_defs``: ``graph.WireNodeDefs``), and
+    ``Graph.library``/``versions`` parse only their records.
+
+    Why the answer is the same. The lazy path is taken only when ``_wire.parses`` says upb would
+    accept the bytes as a GraphDef; then the eager path would have parsed them and built the same
+    IR from the same bytes (``Graph(graph_def, wire=data)`` runs the same C reader), and any later
+    parse of them cannot fail. The check walks every field of every nested message against TF's
+    descriptors (the ones the classes are made of) and accepts a subset of what upb's decoder
+    (``upb/wire/decode.c``) accepts, answering "unsure" for everything else:
+
+    * every tag and length is read, bounds-checked and canonical enough for upb (a tag of at most
+      5 bytes and not field 0, a length of at most 5 bytes below 2 GiB, a varint of at most 10
+      bytes with no bits past 64), wire types 0, 1, 2 and 5 only: a group (3, 4; TF's protos
+      have none) or wire types 6 and 7 is "unsure";
+    * every known field has its declared wire type (packed or not for a repeated scalar; a packed
+      fixed-size run a multiple of its size, a packed varint run whole varints), and each
+      message-typed field (``attr`` values, ``TensorProto``, ``library``, ``versions``,
+      ``debug_info``) is walked recursively, to a depth of 32 (upb's limit is 100);
+    * every ``string`` field is valid UTF-8 as Python's strict decoder reads it (upb checks
+      proto3 strings: ``name``, ``op``, ``input``, ``device``, attr keys, ``NameAttrList.name``,
+      ...; proto2 ones are checked too, which upb would not do: that is only "unsure");
+    * unknown fields are skipped as upb keeps them (bytes, not parsed), except groups.
+
+    The walk costs about a third of upb's parse (no allocation). The C reader's own checks (a
+    duplicate or empty name, an input naming no node, invalid UTF-8 in a name) send the load to
+    the eager path too, which gives the exact error. Without the C kernels
+    (``PLACEVIZ_NO_KERNELS``) the eager path always runs. ``tests/test_io_lazy.py`` corrupts a
+    valid graph in each place the C reader does not read and checks the error is the eager one.
+    """
+    if not LAZY_PARSE or not surely_parses(data, GraphDef):
+        return None
+    doing(f"reading {len(data):,} bytes")
+    graph = Graph.from_wire(data, _parse_later(GraphDef, data), key_attrs_for=_default_fact_key_attrs)
+    if graph is None:  # the C reader declined (an empty graph, a duplicate name, ...)
+        return None
+    return _model_of(spec, "graphdef", graph,
+                     debug_info=bool(field_spans(data, _GRAPH_DEF_DEBUG_INFO)))
+
+
+_GRAPH_DEF_DEBUG_INFO = GraphDef.DESCRIPTOR.fields_by_name["debug_info"].number
 
 
 def _try_other_formats(spec: str, data: bytes) -> Model | None:
@@ -513,14 +628,22 @@ def _from_graph_def(spec: str, kind: str, graph_def: GraphDef, meta=None, collec
         if isinstance(e, GraphError):
             raise LoadError(spec, str(e)) from None
         raise
+    return _model_of(spec, kind, graph, meta=meta, collections=collections, tags=tags,
+                     debug_info=graph_def.HasField("debug_info"))
+
+
+def _model_of(spec: str, kind: str, graph: Graph, *, meta=None, collections=None, tags=(),
+              debug_info: bool = False) -> Model:
+    """The checks every loaded graph goes through, and its Model. ``debug_info``: the GraphDef
+    carries a GraphDebugInfo (read from ``graph.graph_def``, which it then parses)."""
     _check_node_names(spec, graph.names)
     _check_device_bounds(spec, graph)
-    model = Model(source=spec, kind=kind, graph_def=graph_def, graph=graph, meta_graph=meta,
+    model = Model(source=spec, kind=kind, graph=graph, meta_graph=meta,
                   tags=tuple(tags), collections=collections or Collections())
-    if graph_def.HasField("debug_info"):  # a GraphDebugInfo carried in the GraphDef itself
+    if debug_info:  # a GraphDebugInfo carried in the GraphDef itself
         from placeviz.sources import from_debug_info
 
-        model.sources.update(from_debug_info(graph_def.debug_info))
+        model.sources.update(from_debug_info(graph.graph_def.debug_info))
     return model
 
 

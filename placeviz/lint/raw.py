@@ -31,11 +31,13 @@ class RawGraph:
     (names unique, inputs resolve), else None. ``index`` maps a name to its *first* node.
     """
 
-    def __init__(self, graph_def: GraphDef, graph=None, names=None, ops=None, devices=None):
-        self.graph_def = graph_def
+    def __init__(self, graph_def: GraphDef | None, graph=None, names=None, ops=None, devices=None):
+        """``graph_def`` None: ``graph``'s, read from it only when a rule needs the whole message
+        (:meth:`from_graph`)."""
+        self._graph_def = graph_def
         self.graph = graph
         if names is None:
-            nodes = graph_def.node
+            nodes = self.graph_def.node
             names = [n.name for n in nodes]
             ops = [n.op for n in nodes]
             devices = [n.device for n in nodes]
@@ -44,9 +46,27 @@ class RawGraph:
         self.devices: list[str] = devices
 
     @classmethod
-    def from_graph(cls, graph, graph_def: GraphDef) -> RawGraph:
-        """Share the lists of an already built graph: no pass over the protos."""
+    def from_graph(cls, graph, graph_def: GraphDef | None = None) -> RawGraph:
+        """Share the lists of a graph as loaded (not one derived from another: its NodeDefs are
+        read from ``graph.node_def``): no pass over the protos. Without ``graph_def`` (its
+        GraphDef), the GraphDef of a binary file is parsed only if a rule reads :attr:`graph_def`
+        (see ``placeviz.io._load_unparsed``)."""
         return cls(graph_def, graph, graph.names, graph.ops, graph.devices)
+
+    @property
+    def graph_def(self) -> GraphDef:
+        """The whole GraphDef (parsed on first use for a binary file: prefer :meth:`node_def` and
+        :attr:`library`)."""
+        if self._graph_def is None:
+            self._graph_def = self.graph.graph_def
+        return self._graph_def
+
+    @property
+    def library(self):
+        """The GraphDef's ``FunctionDefLibrary`` (from the graph without the whole GraphDef)."""
+        if self._graph_def is None:
+            return self.graph.library
+        return self._graph_def.library
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -61,10 +81,12 @@ class RawGraph:
         return len(self.names)
 
     def node_def(self, i: int):
-        return self.graph_def.node[i]
+        if self._graph_def is None:
+            return self.graph.node_def(i)  # a loaded graph's: its device and inputs are current
+        return self._graph_def.node[i]
 
     def input_strings(self, i: int) -> list[str]:
-        return list(self.graph_def.node[i].input)
+        return list(self.node_def(i).input)
 
     @cached_property
     def serialized_bytes(self) -> int:

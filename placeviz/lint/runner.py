@@ -138,7 +138,7 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
             result.errors.append(LintError(str(e), model_path))
             return result
         return _broken(result, rules, _context(model_path, None, RawGraph(graph_def), options), e, timeout)
-    raw = RawGraph.from_graph(model.graph, model.graph_def)
+    raw = RawGraph.from_graph(model.graph)
     try:
         model.graph.topological_order  # noqa: B018 - the pipeline's analysis refuses illegal cycles
     except GraphError as e:
@@ -197,7 +197,7 @@ def lint_pipeline(pipe, rules: list[LoadedRule], options: LintOptions, model_pat
     no integrity pre-pass; no agreement check of other tasks' graphs either (``lint_model`` does it
     for a per-task builder or ``--worker-graph``)."""
     model_path = model_path or display_path(pipe.model.source)
-    raw = RawGraph.from_graph(pipe.model.graph, pipe.model.graph_def)
+    raw = RawGraph.from_graph(pipe.model.graph)
     return _locate(_run_rules(_context(model_path, pipe, raw, options), rules, ModelResult(), options.rule_timeout),
                    pipe.model.sources)
 

@@ -38,6 +38,7 @@ pass-through ops), placeviz's own estimate: TF's partitioner does not need one.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import chain
 from typing import TYPE_CHECKING, cast
 
 from placeviz.graph import CONTROL
@@ -335,6 +336,9 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         src_l = self.e_src[pos].tolist()
         slot_l = self.e_slot[pos].tolist()
         dst_l = self.e_dst[pos].tolist()
+        # Their io types are read from their NodeDefs: parsed together when the graph's bytes were not.
+        n = self.n
+        self.graph.prefetch_node_defs({i for i in chain(src_l, dst_l) if i < n})
         w_pos, w_src, w_slot = writes
 
         def write(ref: int, s: int, sl: int) -> None:

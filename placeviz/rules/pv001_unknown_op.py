@@ -55,7 +55,7 @@ RELATED_SHOWN = 10
 
 def check(ctx):
     raw, table = ctx.raw, ctx.op_table
-    library = raw.graph_def.library
+    library = raw.library
     functions = {f.signature.name for f in library.function}
     functions |= set(ctx.threshold("custom-ops", ()))  # registered by the user's op libraries
     version = getattr(table, "tf_version", "") or "?"

@@ -111,7 +111,7 @@ def _output_count(ctx, i: int) -> int | None:
     if types is not None:
         count = len(types)
     else:
-        for f in ctx.raw.graph_def.library.function:
+        for f in ctx.raw.library.function:
             if f.signature.name == node.op:
                 count = len(f.signature.output_arg)
                 break
