@@ -328,10 +328,13 @@ def find_slots(graph: Graph, variables: list[str]) -> dict[str, tuple[str, str]]
     """
     names = set(variables)
     out: dict[str, tuple[str, str]] = {}
-    colocation = graph.colocation
+    colocation, index = graph.colocation, graph.index
     for name in variables:
-        for group in colocation.get(graph.index[name], ()):
-            primary = group[len("loc:@"):] if group.startswith("loc:@") else group
+        groups = colocation.get(index[name])
+        if not groups:
+            continue
+        for group in groups:
+            primary = group[5:] if group.startswith("loc:@") else group
             if primary != name and primary in names and name.startswith(primary + "/"):
                 out[name] = (primary, name[len(primary) + 1:])
                 break
@@ -339,12 +342,15 @@ def find_slots(graph: Graph, variables: list[str]) -> dict[str, tuple[str, str]]
 
 
 def _link_slots(variables: list[VariableInfo], slots: dict[str, tuple[str, str]]) -> None:
+    """Link each slot to its primary; ``slots`` (:func:`find_slots`) is in the variables' order,
+    so each primary's ``slots`` list is too."""
+    if not slots:
+        return
     by_name = {v.name: v for v in variables}
-    for v in variables:
-        if v.name in slots:
-            primary, slot = slots[v.name]
-            v.slot_of = primary
-            by_name[primary].slots.append({"name": v.name, "slot": slot, "bytes": v.bytes})
+    for name, (primary, slot) in slots.items():
+        v = by_name[name]
+        v.slot_of = primary
+        by_name[primary].slots.append({"name": name, "slot": slot, "bytes": v.bytes})
 
 
 def attach_placement(report: Analysis, result) -> None:
