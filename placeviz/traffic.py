@@ -7,7 +7,6 @@ many times each variable's value is read across the network per step.
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from functools import cache
 
@@ -28,7 +27,11 @@ def _task(device: str) -> str:
 
 def variable_behind(graph: Graph, name: str) -> str | None:
     """The variable a tensor reads (through Identity/ReadVariableOp/Enter/Switch), or None."""
-    i = graph.index.get(name)
+    return _variable_behind_id(graph, graph.index.get(name))
+
+
+def _variable_behind_id(graph: Graph, i: int | None) -> str | None:
+    """:func:`variable_behind` of node ``i`` (None: no such node)."""
     ops = graph.ops
     for _ in range(8):
         if i is None:
@@ -79,6 +82,8 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
     # [transfers, control, bytes, unknown-size transfers, transfers sized with --batch-size].
     by_devices: dict[tuple[str, str], list[int]] = {}
     unknown_size: list[dict] = []  # the non-control transfers of unknown size (for the overflow note)
+    data: list[dict] = []  # the transfers of a tensor (not control), in order
+    sizes: list[int] = []  # their bytes (0 when unknown), for the largest transfers
     for t in transfers:
         key = (t["src_device"], t["dst_device"])
         acc = by_devices.get(key)
@@ -87,12 +92,16 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
         acc[0] += 1
         if t["slot"] == "control":
             acc[1] += 1
-        elif (nbytes := t["bytes"]) is None:
+            continue
+        data.append(t)
+        if (nbytes := t["bytes"]) is None:
             acc[3] += 1
             unknown_size.append(t)
+            sizes.append(0)
         else:
             acc[2] += nbytes
             acc[4] += "assumed_batch" in t
+            sizes.append(nbytes)
     pairs: dict[tuple[str, str], dict] = {}
     sent: Counter = Counter()
     received: Counter = Counter()
@@ -131,10 +140,9 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
     # A tensor sent to several tasks is one transfer per task: its variable is looked up once.
     # Most sources are neither a variable nor one of its reads: their op settles it without a call.
     behind: dict[str, str | None] = {}
+    in_loops = False  # some read crosses the network inside a while loop
     index, ops, names = graph.index, graph.ops, graph.names
-    for t in transfers:
-        if t["slot"] == "control":
-            continue
+    for t in data:
         src_name = t["src"]
         var: str | None
         if src_name in behind:
@@ -146,7 +154,7 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
             elif ops[i] in VARIABLE_OPS:
                 var = names[i]
             elif ops[i] in _READ_OPS:
-                var = variable_behind(graph, src_name)
+                var = _variable_behind_id(graph, i)
             else:
                 var = None
             behind[src_name] = var
@@ -166,10 +174,17 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
                 frame = frames[dst_id] if dst_id is not None else None
                 if frame:
                     r[4].add(frame)
+                    in_loops = True
     tasks = sorted(set(sent) | set(received) | {p[0] for p in pairs} | {p[1] for p in pairs})
-    # nsmallest is sorted(...)[:n] (stable: equal sizes keep the transfers' order) without sorting them all.
-    top = heapq.nsmallest(TOP_TRANSFERS, (t for t in transfers if t["slot"] != "control"),
-                          key=lambda t: -(t["bytes"] or 0))
+    import numpy as np
+
+    # The largest transfers, equal sizes in the transfers' order: a stable sort by bytes, descending
+    # (bytes fit int64: a larger tensor's size is unknown, see placeviz.limits).
+    top = [data[k] for k in np.argsort(-np.array(sizes, dtype=np.int64), kind="stable")[:TOP_TRANSFERS]]
+    # Variables by bytes read, descending, then by name: sorted by name, then stably by bytes
+    # (reverse keeps equal keys in order), both sorts without a Python key function per item.
+    read_order = sorted(reads)
+    read_order.sort(key={v: r[1] for v, r in reads.items()}.__getitem__, reverse=True)
     return {
         "run": run,
         "bytes_per_step": sum(sent.values()),
@@ -183,23 +198,22 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
                    "received_unknown": received_unknown[t]} for t in tasks],
         "top_transfers": [{k: t[k] for k in ("src", "slot", "src_device", "dst_device", "dtype", "shape", "bytes")}
                           for t in top],
-        "variable_reads": [
-            {"variable": v, "reads_per_step": n, "bytes_per_step": nbytes, "unknown_size_reads": n_unknown,
-             "to_tasks": sorted(to_tasks) if len(to_tasks) > 1 else list(to_tasks),
-             "per_iteration_of": sorted(frames_of) if frames_of else None}
-            for v, (n, nbytes, n_unknown, to_tasks, frames_of) in sorted(reads.items(), key=_by_bytes_then_name)],
+        "variable_reads": [_variable_read(v, *reads[v]) for v in read_order],
         "notes": (["a read inside a while loop crosses the network once per iteration; the trip count is "
                    "unknown statically, so reads_per_step and bytes_per_step count one iteration "
                    "(see per_iteration_of)"]
-                  if any(r[4] for r in reads.values()) else []) + _overflow_notes(unknown_size)
+                  if in_loops else []) + _overflow_notes(unknown_size)
                  + ([f"--batch-size {batch_size}: {assumed} transfer(s) with an unknown leading (batch) dimension are "
                      f"counted with {batch_size} rows"] if assumed else []),
     }
 
 
-def _by_bytes_then_name(item: tuple[str, list]) -> tuple[int, str]:
-    """Sort key of a ``(variable, reads)`` item of :func:`traffic_summary`: most bytes first, then by name."""
-    return -item[1][1], item[0]
+def _variable_read(variable: str, n: int, nbytes: int, n_unknown: int, to_tasks: set[str],
+                   frames: set[str]) -> dict:
+    """One ``variable_reads`` row of :func:`traffic_summary`."""
+    return {"variable": variable, "reads_per_step": n, "bytes_per_step": nbytes, "unknown_size_reads": n_unknown,
+            "to_tasks": sorted(to_tasks) if len(to_tasks) > 1 else list(to_tasks),
+            "per_iteration_of": sorted(frames) if frames else None}
 
 
 def _overflow_notes(transfers: list[dict]) -> list[str]:
@@ -207,7 +221,8 @@ def _overflow_notes(transfers: list[dict]) -> list[str]:
     are known: more than 2**63 - 1 bytes, see :mod:`placeviz.limits`), so that "unknown" is not
     mistaken for a shape nobody wrote down."""
     over = [t for t in transfers if t["slot"] != "control" and t["bytes"] is None
-            and isinstance(t.get("shape"), list) and all(isinstance(d, int) for d in t["shape"])
+            and isinstance(t.get("shape"), list) and None not in t["shape"]
+            and all(isinstance(d, int) for d in t["shape"])
             and overflows(_size_by_name().get(t.get("dtype")), t["shape"])]
     if not over:
         return []
