@@ -8,14 +8,20 @@ from __future__ import annotations
 from test_lint_rules_fixtures import sample
 from test_lint_rules_traffic import _graph, _loop
 
-from placeviz.pipeline import run_pipeline
-from placeviz.placement import PlacementOptions
+from placeviz.partition import partition
+from placeviz.placement import PlacementOptions, place_graph
+from placeviz.traffic import traffic_summary
 
 
-def _report(model):
-    pipe = run_pipeline(model, PlacementOptions())  # placed by TF's replica_device_setter: the placer runs
-    assert pipe.placement is not None and pipe.partitions is not None
-    return pipe
+def _step(model):
+    """One step of the model's train op, as ``analyze`` partitions it (task level), and its summary:
+    the graph is placed by TF's replica_device_setter already, so the placer alone runs."""
+    placed = place_graph(model.graph, PlacementOptions())
+    targets = list(model.collections.train_ops)
+    assert targets
+    parts = partition(placed.graph, placed.placement.devices, targets=targets, level="task")
+    run = {"fetches": [], "targets": targets, "feeds": [], "what": "one step of the train op"}
+    return parts, traffic_summary(placed.graph, parts, run)
 
 
 def _frames(model) -> set[str]:
@@ -27,13 +33,14 @@ def test_a_read_inside_a_while_loop_is_counted_per_iteration_of_tfs_frame():
     inside = _graph("loop-read-inside", _loop(True))
     frames = _frames(inside)
     assert len(frames) == 1
-    reads = {r["variable"]: r for r in _report(inside).analysis.partition["variable_reads"]}
+    section = _step(inside)[1]
+    reads = {r["variable"]: r for r in section["variable_reads"]}
     assert reads["w"]["per_iteration_of"] == sorted(frames)
-    assert any("once per iteration" in note for note in _report(inside).analysis.partition["notes"])
+    assert any("once per iteration" in note for note in section["notes"])
 
     once = _graph("loop-read-once", _loop(False))  # w read once, before the loop
     assert _frames(once) == frames
-    section = _report(once).analysis.partition
+    section = _step(once)[1]
     reads = {r["variable"]: r for r in section["variable_reads"]}
     assert reads["w"]["per_iteration_of"] is None
     assert not any("once per iteration" in note for note in section["notes"])
@@ -42,9 +49,8 @@ def test_a_read_inside_a_while_loop_is_counted_per_iteration_of_tfs_frame():
 def test_largest_transfers_and_variable_reads_are_in_the_documented_order():
     """``top_transfers``: the largest task-level transfers of a tensor, equal sizes in the
     partitioner's order; ``variable_reads``: most bytes first, then by name."""
-    pipe = _report(sample("inception"))
-    section = pipe.analysis.partition
-    data = [t for t in pipe.partitions.transfers if t["level"] == "task" and t["slot"] != "control"]
+    parts, section = _step(sample("inception"))
+    data = [t for t in parts.transfers if t["level"] == "task" and t["slot"] != "control"]
     assert len(data) > 10
     largest = sorted(data, key=lambda t: -(t["bytes"] or 0))[:10]
     keys = ("src", "slot", "src_device", "dst_device", "dtype", "shape", "bytes")
