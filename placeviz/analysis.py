@@ -271,8 +271,7 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
     overflowed: list[str] = []
     variable_ids = list(compress(range(n), map(VARIABLE_OPS.__contains__, graph.ops)))
     graph.prefetch_node_defs(variable_ids)  # their attrs are read: in one parse if the file was not parsed
-    variables = [_variable_info(graph, i, trainable, model.collections.partitioned, overflowed)
-                 for i in variable_ids]
+    variables = _variable_infos(graph, variable_ids, trainable, model.collections.partitioned, overflowed)
     _link_slots(variables, find_slots(graph, [v.name for v in variables]))
     other_state = [{"name": graph.names[i], "op": graph.ops[i], "device": graph.devices[i]}
                    for i in compress(range(n), map(OTHER_STATE_OPS.__contains__, graph.ops))]
@@ -330,10 +329,13 @@ def find_slots(graph: Graph, variables: list[str]) -> dict[str, tuple[str, str]]
     """
     names = set(variables)
     out: dict[str, tuple[str, str]] = {}
-    colocation = graph.colocation
+    colocation, index = graph.colocation, graph.index
     for name in variables:
-        for group in colocation.get(graph.index[name], ()):
-            primary = group[len("loc:@"):] if group.startswith("loc:@") else group
+        groups = colocation.get(index[name])
+        if not groups:
+            continue
+        for group in groups:
+            primary = group[5:] if group.startswith("loc:@") else group
             if primary != name and primary in names and name.startswith(primary + "/"):
                 out[name] = (primary, name[len(primary) + 1:])
                 break
@@ -341,12 +343,15 @@ def find_slots(graph: Graph, variables: list[str]) -> dict[str, tuple[str, str]]
 
 
 def _link_slots(variables: list[VariableInfo], slots: dict[str, tuple[str, str]]) -> None:
+    """Link each slot to its primary; ``slots`` (:func:`find_slots`) is in the variables' order,
+    so each primary's ``slots`` list is too."""
+    if not slots:
+        return
     by_name = {v.name: v for v in variables}
-    for v in variables:
-        if v.name in slots:
-            primary, slot = slots[v.name]
-            v.slot_of = primary
-            by_name[primary].slots.append({"name": v.name, "slot": slot, "bytes": v.bytes})
+    for name, (primary, slot) in slots.items():
+        v = by_name[name]
+        v.slot_of = primary
+        by_name[primary].slots.append({"name": name, "slot": slot, "bytes": v.bytes})
 
 
 def attach_placement(report: Analysis, result) -> None:
@@ -380,26 +385,54 @@ def _producer(graph) -> int:
     return versions.producer if versions is not None else 0
 
 
-def _variable_info(graph: Graph, i: int, trainable: set[str] | None, partitioned: dict,
-                   overflowed: list[str]) -> VariableInfo:
-    """``overflowed``: gets the variable's name when its byte count is beyond int64."""
-    attr = graph.node_def(i).attr
-    dtype = attr["dtype"].type if "dtype" in attr else 0
-    shape: list[int | None] | None = None
-    if "shape" in attr and not attr["shape"].shape.unknown_rank:
-        shape = [d.size if d.size >= 0 else None for d in attr["shape"].shape.dim]
+def _variable_infos(graph: Graph, ids, trainable: set[str] | None, partitioned: dict,
+                    overflowed: list[str]) -> list[VariableInfo]:
+    """The :class:`VariableInfo` of nodes ``ids`` (variables), in that order.
+
+    ``overflowed``: gets the name of every variable whose byte count is beyond int64.
+
+    A graph's variables share few (dtype, shape) pairs (a model repeats its layers; a 200k-node
+    graph's 15k variables have three), and reading a shape's dims out of the NodeDef costs more
+    than serializing its ``shape`` AttrValue: the facts of each distinct (dtype, serialized
+    shape) are worked out once (:func:`_declared_facts`); equal bytes are an equal value.
+    """
+    nodes = graph.attr_nodes
+    names, ops, devices = graph.names, graph.ops, graph.devices
+    known: dict[tuple[int, bytes | None], tuple] = {}
+    out: list[VariableInfo] = []
+    append = out.append
+    for i in ids:
+        attr = nodes[i].attr
+        dtype_av = attr.get("dtype")
+        dtype = dtype_av.type if dtype_av is not None else 0
+        shape_av = attr.get("shape")
+        key = (dtype, shape_av.SerializeToString() if shape_av is not None else None)
+        facts = known.get(key)
+        if facts is None:
+            facts = known[key] = _declared_facts(dtype, shape_av)
+        dname, shape, nbytes, over = facts
+        name = names[i]
+        if over:
+            overflowed.append(name)
+        append(VariableInfo(
+            name=name,
+            op=ops[i],
+            dtype=dname,
+            shape=None if shape is None else list(shape),  # a list of its own per variable
+            bytes=nbytes,
+            trainable=None if trainable is None else name in trainable,
+            device=devices[i],
+            partition_of=partitioned.get(name),
+        ))
+    return out
+
+
+def _declared_facts(dtype: int, shape_av) -> tuple[str, tuple[int | None, ...] | None, int | None, bool]:
+    """(dtype name, shape, bytes, overflows) of a variable declared with ``dtype`` (0: none) and the
+    ``shape`` AttrValue ``shape_av`` (None: no such attr); see :class:`VariableInfo`."""
+    shape: tuple[int | None, ...] | None = None
+    if shape_av is not None and not shape_av.shape.unknown_rank:
+        shape = tuple(d.size if d.size >= 0 else None for d in shape_av.shape.dim)
     size = dtype_size(dtype) if dtype else None
     nbytes = tensor_bytes(size, shape)  # exact; None when unknown or beyond int64 (see _overflow_note)
-    name = graph.names[i]
-    if nbytes is None and overflows(size, shape):
-        overflowed.append(name)
-    return VariableInfo(
-        name=name,
-        op=graph.ops[i],
-        dtype=dtype_name(dtype) if dtype else "?",
-        shape=shape,
-        bytes=nbytes,
-        trainable=None if trainable is None else name in trainable,
-        device=graph.devices[i],
-        partition_of=partitioned.get(name),
-    )
+    return (dtype_name(dtype) if dtype else "?", shape, nbytes, nbytes is None and overflows(size, shape))

@@ -7,7 +7,7 @@ many times each variable's value is read across the network per step.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from functools import cache
 
 from placeviz.graph import CONTROL, Graph
@@ -27,7 +27,11 @@ def _task(device: str) -> str:
 
 def variable_behind(graph: Graph, name: str) -> str | None:
     """The variable a tensor reads (through Identity/ReadVariableOp/Enter/Switch), or None."""
-    i = graph.index.get(name)
+    return _variable_behind_id(graph, graph.index.get(name))
+
+
+def _variable_behind_id(graph: Graph, i: int | None) -> str | None:
+    """:func:`variable_behind` of node ``i`` (None: no such node)."""
     ops = graph.ops
     for _ in range(8):
         if i is None:
@@ -73,59 +77,114 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
     ``unknown_bytes``, per variable ``unknown_size_reads``): the bytes are then a lower bound.
     """
     transfers = [t for t in parts.transfers if t["level"] == "task"]
+    # One pass over the transfers (tens of thousands a step) adds them up per pair of *devices*
+    # (a few); the per-task rows and counts are folded from those sums below. Per device pair:
+    # [transfers, control, bytes, unknown-size transfers, transfers sized with --batch-size].
+    by_devices: dict[tuple[str, str], list[int]] = {}
+    unknown_size: list[dict] = []  # the non-control transfers of unknown size (for the overflow note)
+    data: list[dict] = []  # the transfers of a tensor (not control), in order
+    sizes: list[int] = []  # their bytes (0 when unknown), for the largest transfers
+    for t in transfers:
+        key = (t["src_device"], t["dst_device"])
+        acc = by_devices.get(key)
+        if acc is None:
+            acc = by_devices[key] = [0, 0, 0, 0, 0]
+        acc[0] += 1
+        if t["slot"] == "control":
+            acc[1] += 1
+            continue
+        data.append(t)
+        if (nbytes := t["bytes"]) is None:
+            acc[3] += 1
+            unknown_size.append(t)
+            sizes.append(0)
+        else:
+            acc[2] += nbytes
+            acc[4] += "assumed_batch" in t
+            sizes.append(nbytes)
     pairs: dict[tuple[str, str], dict] = {}
     sent: Counter = Counter()
     received: Counter = Counter()
     sent_unknown: Counter = Counter()
     received_unknown: Counter = Counter()
     unknown = control = assumed = 0
-    task_of: dict[str, str] = {}  # device -> its task: a step has tens of thousands of transfers, a few devices
-    for d in {t[key] for t in transfers for key in ("src_device", "dst_device")}:
-        task_of[d] = _task(d)
-    for t in transfers:
-        src, dst = task_of[t["src_device"]], task_of[t["dst_device"]]
-        row = pairs.setdefault((src, dst), {"src_task": src, "dst_task": dst, "transfers": 0, "control": 0,
-                                            "bytes": 0, "unknown_bytes": 0})
-        row["transfers"] += 1
-        if t["slot"] == "control":
-            row["control"] += 1
-            control += 1
-        elif t["bytes"] is None:
-            row["unknown_bytes"] += 1
-            unknown += 1
-            sent_unknown[src] += 1
-            received_unknown[dst] += 1
-        else:
-            row["bytes"] += t["bytes"]
-            sent[src] += t["bytes"]
-            received[dst] += t["bytes"]
-            assumed += "assumed_batch" in t
+    task_of: dict[str, str] = {}  # device -> its task
+    for src_device, dst_device in by_devices:
+        for d in (src_device, dst_device):
+            if d not in task_of:
+                task_of[d] = _task(d)
+    for (src_device, dst_device), (count, n_control, nbytes, n_unknown, n_assumed) in by_devices.items():
+        src, dst = task_of[src_device], task_of[dst_device]
+        row = pairs.get((src, dst))
+        if row is None:
+            row = pairs[(src, dst)] = {"src_task": src, "dst_task": dst, "transfers": 0, "control": 0,
+                                       "bytes": 0, "unknown_bytes": 0}
+        row["transfers"] += count
+        row["control"] += n_control
+        row["bytes"] += nbytes
+        row["unknown_bytes"] += n_unknown
+        control += n_control
+        unknown += n_unknown
+        assumed += n_assumed
+        if n_unknown:
+            sent_unknown[src] += n_unknown
+            received_unknown[dst] += n_unknown
+        if count - n_control - n_unknown:  # some transfer of known size: the task sent and received bytes
+            sent[src] += nbytes
+            received[dst] += nbytes
     from placeviz.sync.proof import loop_frames
 
     frames = loop_frames(graph)  # None when the graph has no while loops
-    reads: dict[str, dict] = defaultdict(lambda: {"reads": 0, "bytes": 0, "unknown": 0, "to_tasks": set(),
-                                                  "frames": set()})
-    behind: dict[str, str | None] = {}  # a tensor sent to several tasks is one transfer per task
-    for t in transfers:
-        if t["slot"] == "control":
-            continue
-        if t["src"] in behind:
-            var = behind[t["src"]]
+    # Per variable: [reads, bytes, reads of unknown size, receiving tasks, loop frames of the readers].
+    reads: dict[str, list] = {}
+    # A tensor sent to several tasks is one transfer per task: its variable is looked up once.
+    # Most sources are neither a variable nor one of its reads: their op settles it without a call.
+    behind: dict[str, str | None] = {}
+    in_loops = False  # some read crosses the network inside a while loop
+    index, ops, names = graph.index, graph.ops, graph.names
+    for t in data:
+        src_name = t["src"]
+        var: str | None
+        if src_name in behind:
+            var = behind[src_name]
         else:
-            var = behind[t["src"]] = variable_behind(graph, t["src"])
+            i = index.get(src_name)
+            if i is None:
+                var = None
+            elif ops[i] in VARIABLE_OPS:
+                var = names[i]
+            elif ops[i] in _READ_OPS:
+                var = _variable_behind_id(graph, i)
+            else:
+                var = None
+            behind[src_name] = var
         if var is not None:
-            r = reads[var]
-            r["reads"] += 1
-            r["bytes"] += t["bytes"] or 0
-            r["unknown"] += t["bytes"] is None
-            r["to_tasks"].add(task_of[t["dst_device"]])
-            # A transfer inside a while loop runs once per iteration (the receiving node's frame).
-            dst_id = graph.index.get(t.get("dst") or "")
-            frame = frames[dst_id] if frames is not None and dst_id is not None else None
-            if frame:
-                r["frames"].add(frame)
+            r = reads.get(var)
+            if r is None:
+                r = reads[var] = [0, 0, 0, set(), set()]
+            r[0] += 1
+            if (nbytes := t["bytes"]) is None:
+                r[2] += 1
+            else:
+                r[1] += nbytes
+            r[3].add(task_of[t["dst_device"]])
+            if frames is not None:
+                # A transfer inside a while loop runs once per iteration (the receiving node's frame).
+                dst_id = index.get(t.get("dst") or "")
+                frame = frames[dst_id] if dst_id is not None else None
+                if frame:
+                    r[4].add(frame)
+                    in_loops = True
     tasks = sorted(set(sent) | set(received) | {p[0] for p in pairs} | {p[1] for p in pairs})
-    top = sorted((t for t in transfers if t["slot"] != "control"), key=lambda t: -(t["bytes"] or 0))[:TOP_TRANSFERS]
+    import numpy as np
+
+    # The largest transfers, equal sizes in the transfers' order: a stable sort by bytes, descending
+    # (bytes fit int64: a larger tensor's size is unknown, see placeviz.limits).
+    top = [data[k] for k in np.argsort(-np.array(sizes, dtype=np.int64), kind="stable")[:TOP_TRANSFERS]]
+    # Variables by bytes read, descending, then by name: sorted by name, then stably by bytes
+    # (reverse keeps equal keys in order), both sorts without a Python key function per item.
+    read_order = sorted(reads)
+    read_order.sort(key={v: r[1] for v, r in reads.items()}.__getitem__, reverse=True)
     return {
         "run": run,
         "bytes_per_step": sum(sent.values()),
@@ -139,19 +198,22 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
                    "received_unknown": received_unknown[t]} for t in tasks],
         "top_transfers": [{k: t[k] for k in ("src", "slot", "src_device", "dst_device", "dtype", "shape", "bytes")}
                           for t in top],
-        "variable_reads": sorted(
-            ({"variable": v, "reads_per_step": r["reads"], "bytes_per_step": r["bytes"],
-              "unknown_size_reads": r["unknown"],
-              "to_tasks": sorted(r["to_tasks"]),
-              "per_iteration_of": sorted(r["frames"]) or None} for v, r in reads.items()),
-            key=lambda r: (-r["bytes_per_step"], r["variable"])),
+        "variable_reads": [_variable_read(v, *reads[v]) for v in read_order],
         "notes": (["a read inside a while loop crosses the network once per iteration; the trip count is "
                    "unknown statically, so reads_per_step and bytes_per_step count one iteration "
                    "(see per_iteration_of)"]
-                  if any(r["frames"] for r in reads.values()) else []) + _overflow_notes(transfers)
+                  if in_loops else []) + _overflow_notes(unknown_size)
                  + ([f"--batch-size {batch_size}: {assumed} transfer(s) with an unknown leading (batch) dimension are "
                      f"counted with {batch_size} rows"] if assumed else []),
     }
+
+
+def _variable_read(variable: str, n: int, nbytes: int, n_unknown: int, to_tasks: set[str],
+                   frames: set[str]) -> dict:
+    """One ``variable_reads`` row of :func:`traffic_summary`."""
+    return {"variable": variable, "reads_per_step": n, "bytes_per_step": nbytes, "unknown_size_reads": n_unknown,
+            "to_tasks": sorted(to_tasks) if len(to_tasks) > 1 else list(to_tasks),
+            "per_iteration_of": sorted(frames) if frames else None}
 
 
 def _overflow_notes(transfers: list[dict]) -> list[str]:
@@ -159,7 +221,8 @@ def _overflow_notes(transfers: list[dict]) -> list[str]:
     are known: more than 2**63 - 1 bytes, see :mod:`placeviz.limits`), so that "unknown" is not
     mistaken for a shape nobody wrote down."""
     over = [t for t in transfers if t["slot"] != "control" and t["bytes"] is None
-            and isinstance(t.get("shape"), list) and all(isinstance(d, int) for d in t["shape"])
+            and isinstance(t.get("shape"), list) and None not in t["shape"]
+            and all(isinstance(d, int) for d in t["shape"])
             and overflows(_size_by_name().get(t.get("dtype")), t["shape"])]
     if not over:
         return []

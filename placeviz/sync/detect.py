@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from itertools import compress
 
 from placeviz.graph import CONTROL, Graph
 from placeviz.op_kinds import (
@@ -620,10 +621,12 @@ def detect(graph: Graph, collections=None, *, table=None) -> SyncMachinery | Non
     """
     g = graph
     ops = g.ops
-    accum_nodes = [i for i, op in enumerate(ops) if op in ACCUMULATOR_OPS]
-    queue_nodes = [i for i, op in enumerate(ops) if op in FIFO_QUEUE_OPS]
-    if not accum_nodes:
+    # Most graphs have no accumulator: a set test in C settles that without a Python loop over
+    # the nodes (two such loops were 0.05 s each at 200k nodes, for every graph analyzed).
+    if ACCUMULATOR_OPS.isdisjoint(ops):
         return None
+    accum_nodes = list(compress(range(len(ops)), map(ACCUMULATOR_OPS.__contains__, ops)))
+    queue_nodes = list(compress(range(len(ops)), map(FIFO_QUEUE_OPS.__contains__, ops)))
     idx = state_index(g, table)
     accums = {a: _accumulator(g, idx, a) for a in accum_nodes}
     apply_owner = {ap: a for a, acc in accums.items() for ap in acc.applies}

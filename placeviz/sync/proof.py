@@ -59,6 +59,7 @@ PER_ITERATION = "per iteration, trip count unknown"
 # ----------------------------------------------------------------------------- while-loop frames
 
 _FRAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_ENTER_OPS = frozenset({"Enter", "RefEnter"})
 
 
 def loop_frames(g: Graph) -> list[str | None] | None:
@@ -69,7 +70,7 @@ def loop_frames(g: Graph) -> list[str | None] | None:
         return _FRAMES[g]
     ops = g.ops
     result: list[str | None] | None = None
-    if any(op in ("Enter", "RefEnter") for op in ops):
+    if not _ENTER_OPS.isdisjoint(ops):  # a set test in C, not a Python loop over the nodes
         try:
             order = g.topological_order
         except GraphError:
