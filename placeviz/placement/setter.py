@@ -61,7 +61,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import eq
 from typing import Any
 
@@ -290,8 +290,9 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
         if config.scope_end not in graph.index:
             raise SetterError(f"--setter-scope-end: the graph has no node named {config.scope_end!r}")
         inside = graph.index[config.scope_end]
-    hints = scopes.device_scope_hints(graph, _kernels)
-    device_none = scopes.device_none_nodes(graph, _kernels)
+    op_index = scopes.OpIndex(graph.ops)
+    hints = scopes.device_scope_hints(graph, op_index)
+    device_none = scopes.device_none_nodes(graph, op_index)
     replayed = None
     if _kernels is not None and isinstance(strategy, RoundRobin):
         replayed = native_replay(graph, config, op_table, ps_tasks, ps_ops, ps_spec, worker_spec, inside, hints,
@@ -305,7 +306,8 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     plain_noops = PLAIN_NOOP_NAMES | config.plain_noops
     assumed: list[str] = []  # NoOps with no library name taken for a group and split per device
     new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,  # type: ignore[arg-type]
-                                                          strategy_calls, plain_device, plain_noops, assumed)
+                                                          strategy_calls, plain_device, op_index, plain_noops,
+                                                          assumed)
     notes = _scope_notes(graph, config)
     if assumed:
         shown = ", ".join(assumed[:5]) + (f" and {len(assumed) - 5} more" if len(assumed) > 5 else "")
@@ -803,7 +805,8 @@ class _PlainDevice:
 
 
 def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: dict[int, int],
-                  strategy_calls: list[int], plain_device: _PlainDevice, plain_noops: frozenset[str] = frozenset(),
+                  strategy_calls: list[int], plain_device: _PlainDevice, op_index: scopes.OpIndex,
+                  plain_noops: frozenset[str] = frozenset(),
                   group_assumptions: list[str] | None = None):
     """Rebuild ``control_flow_ops.group`` NoOps for the devices their grouped ops now have.
 
@@ -814,11 +817,14 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     plans: dict[int, list[tuple[str, list[int]]]] = {}
     dropped: set[int] = set()
     devices = list(devices)
-    ops, assign_ops = graph.ops, scopes.ASSIGN_VARIABLE_OPS
-    roots = scopes.group_roots(graph, _kernels)
-    roots.update(_one_member_groups(graph, roots))
+    ops, names, assign_ops = graph.ops, graph.names, scopes.ASSIGN_VARIABLE_OPS
+    noops = scopes.control_only_noops(graph, op_index)
+    roots = scopes.group_roots(graph, noops)
+    roots.update(_one_member_groups(graph, roots, noops))
     if plain_noops:
-        roots = {r: v for r, v in roots.items() if not _is_plain_noop(graph.names[r], plain_noops)}
+        tails = tuple(plain_noops)  # a plain NoOp's name ends with one of them: a cheap first test
+        for r in [r for r in roots if names[r].endswith(tails) and _is_plain_noop(names[r], plain_noops)]:
+            del roots[r]
     outer: Any  # control deps, then a device
     outer_deps: dict[int, list[int]] = {}
     assumed = group_assumptions if group_assumptions is not None else []
@@ -829,25 +835,17 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
                 outer_deps[root] = outer
                 roots[root] = (children, [m for m in members if m not in outer])
     items = sorted(roots.items())  # creation order
-    pos = 0
-    while pos < len(items):
-        if _kernels is not None and plain_device.inside is None:
-            # The same loop in C for the usual root (one device, no children); it stops at any
-            # other, which the loop below handles.
-            pos = _kernels.single_device_groups(items, devices, ops, assign_ops, rule, RULE_COLOCATED,
-                                                plain_device.cache, plain_device.merge_devices, pos)
-            if pos is None:
-                break
-        root, (children, members) = items[pos]
-        pos += 1
-        by_device: dict[str, list[int]] | None = None
-        if _kernels is not None and type(members) is list:
-            by_device = _kernels.by_device(members, devices, ops, assign_ops)  # None: an assign op, ...
-        if by_device is None:
-            by_device = {}
-            for m in members:
-                key = devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)]
-                by_device.setdefault(key, []).append(m)
+    settled = _single_device_roots(graph, items, devices)
+    for root, (children, members) in items:
+        device = settled.get(root)
+        if device is not None:  # one device, no children: as the branch below
+            if rule[root] != RULE_COLOCATED:
+                devices[root] = plain_device.at(root, device)
+            continue
+        by_device: dict[str, list[int]] = {}
+        for m in members:
+            key = devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)]
+            by_device.setdefault(key, []).append(m)
         if len(by_device) == 1:
             # One device: TF builds the root itself under device(<that device>).
             (device, _), = by_device.items()
@@ -858,8 +856,8 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
             plans[root] = [(device, members)]
         else:
             plans[root] = sorted(by_device.items())
-            if not children and not _LIBRARY_GROUP.fullmatch(graph.names[root]):
-                assumed.append(graph.names[root])
+            if not children and not _LIBRARY_GROUP.fullmatch(names[root]):
+                assumed.append(names[root])
             if not children and rule[root] != RULE_COLOCATED:
                 outer = _outer_device(graph, root, members)
                 if root in reference:  # built under device(<that node's device>) (scopes.py)
@@ -870,6 +868,40 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     return _GroupRewrite(graph, devices, rule, plans, dropped, plain_device, outer_deps).result(reference,
                                                                                                  strategy_calls)
 
+
+
+def _single_device_roots(graph: Graph, items: list[tuple[int, tuple[list[int], list[int]]]], devices: list[str]
+                         ) -> dict[int, str]:
+    """The usual ``group`` root, settled with array passes: no per-device children, and members
+    that are all on one device, none of them an assign op (filed under its variable's device) or
+    another root: root -> that device. The loop of :func:`_split_groups` gives such a root the
+    device (TF builds it under ``device(<that device>)``) without looking at its members again.
+
+    The split writes the devices of roots only, so the members' devices read here are the ones
+    the loop would read at each root's turn; the loop still writes them in creation order.
+    """
+    import numpy as np
+
+    candidates = [(root, members) for root, (children, members) in items if not children and members]
+    if not candidates:
+        return {}
+    ops, assign_ops = graph.ops, scopes.ASSIGN_VARIABLE_OPS
+    lengths = np.fromiter(map(len, (members for _, members in candidates)), dtype=np.int64, count=len(candidates))
+    flat = list(chain.from_iterable(members for _, members in candidates))
+    member_devices = list(map(devices.__getitem__, flat))
+    code = {device: k for k, device in enumerate(dict.fromkeys(member_devices))}
+    codes = np.fromiter(map(code.__getitem__, member_devices), dtype=np.int64, count=len(flat))
+    is_root = np.zeros(len(ops), dtype=bool)
+    is_root[np.fromiter((root for root, _ in items), dtype=np.int64, count=len(items))] = True
+    flat_ids = np.asarray(flat, dtype=np.int64)
+    other = is_root[flat_ids] | np.fromiter(map(assign_ops.__contains__, map(ops.__getitem__, flat)), dtype=bool,
+                                             count=len(flat))
+    starts = np.zeros(len(candidates), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    single = ((np.minimum.reduceat(codes, starts) == np.maximum.reduceat(codes, starts))
+              & (np.add.reduceat(other.astype(np.int64), starts) == 0))
+    return {candidates[k][0]: member_devices[start]
+            for k, start in zip(np.flatnonzero(single).tolist(), starts[single].tolist(), strict=True)}
 
 
 def _outer_control_deps(graph: Graph, root: int, members: list[int]) -> list[int]:
@@ -883,8 +915,11 @@ def _outer_control_deps(graph: Graph, root: int, members: list[int]) -> list[int
     group's scope made first (``ExponentialMovingAverage/decay`` under ``control_dependencies([
     apply_gradient_op])``). The scope's ops are the ones just before the NoOp.
     """
-    names, in_start, in_src, in_slot = graph.names, graph.in_start, graph.in_src, graph.in_slot
+    names = graph.names
     prefix = names[root] + "/"
+    if root == 0 or not names[root - 1].startswith(prefix):
+        return []  # the usual case: no op of the group's scope just before it
+    in_start, in_src, in_slot = graph.in_start, graph.in_src, graph.in_slot
     candidates = set(members)
     found: set[int] = set()
     k = root - 1
@@ -952,18 +987,11 @@ class _GroupRewrite:
         self.ops += g.ops[a:b]
         self.new_devices += self.devices[a:b]
         self.new_rules += self.rule[a:b]
-        ids = _kernels.id_range(a, b) if _kernels is not None else None
-        if ids is not None:  # the same ids, made in C
-            self.attr_ids.frombytes(ids)
-        else:
-            self.attr_ids.extend(range(a, b))
+        self.attr_ids.frombytes(np.arange(a, b, dtype=np.int32).tobytes())
         lo, hi = g.in_start[a], g.in_start[b]
         shift = len(self.in_src) - lo
-        stretch = _kernels.shifted(g.in_start, a + 1, b + 1, shift) if _kernels is not None and shift else None
-        if stretch is not None:  # the same items, shifted in C
-            self.in_start.frombytes(stretch)
-        else:
-            self.in_start.extend(g.in_start[a + 1:b + 1] if not shift else map(shift.__add__, g.in_start[a + 1:b + 1]))
+        stretch = np.frombuffer(g.in_start, dtype=np.int32)[a + 1:b + 1]
+        self.in_start.frombytes((stretch + shift).astype(np.int32).tobytes() if shift else stretch.tobytes())
         self.in_src.extend(g.in_src[lo:hi])
         self.in_slot.extend(g.in_slot[lo:hi])
 
@@ -1154,10 +1182,6 @@ def _renumbered(mapping: dict[int, Any], new_id, keys_only: bool = False) -> dic
     """``mapping`` with its node-id keys (and values, unless ``keys_only``) renumbered through
     ``new_id`` (a numpy int32 array: the new id of each old one); entries that name a dropped
     node (new id -1) are left out. Order is kept."""
-    if _kernels is not None and type(mapping) is dict:
-        out = _kernels.renumbered(mapping, new_id, keys_only)  # None: not the plain case
-        if out is not None:
-            return out
     import numpy as np
 
     keys = new_id[np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))].tolist()
@@ -1217,20 +1241,21 @@ control_flow_ops.py "group_deps", lookup_ops.py "init_all_tables", saver.py "res
 "ExponentialMovingAverage"."""
 
 
-def _one_member_groups(graph: Graph, roots: dict) -> dict[int, tuple[list[int], list[int]]]:
+def _one_member_groups(graph: Graph, roots: dict[int, tuple[list[int], list[int]]],
+                       noops: tuple[Any, Any, Any]) -> dict[int, tuple[list[int], list[int]]]:
     """``group`` NoOps over a single op, known by TF's library names.
 
     ``group(x)`` is built under ``device(x.device)``; a NoOp with one control input is otherwise
     taken for ``no_op`` (its own device). ``variables_initializer`` over one local variable (the
-    SyncReplicas local step) is the usual case.
+    SyncReplicas local step) is the usual case. ``noops``: :func:`scopes.control_only_noops`.
     """
     out: dict[int, tuple[list[int], list[int]]] = {}
-    ops, names, in_start, in_src, in_slot = graph.ops, graph.names, graph.in_start, graph.in_src, graph.in_slot
-    for i in compress(range(len(ops)), map("NoOp".__eq__, ops)):
-        lo = in_start[i]
-        if in_start[i + 1] - lo == 1 and in_slot[lo] == CONTROL and i not in roots \
-                and _LIBRARY_GROUP.fullmatch(names[i]):
-            out[i] = ([], [in_src[lo]])
+    names, in_src = graph.names, graph.in_src
+    ids, lo, hi = noops
+    one = (hi - lo) == 1
+    for i, first in zip(ids[one].tolist(), lo[one].tolist(), strict=True):
+        if i not in roots and _LIBRARY_GROUP.fullmatch(names[i]):
+            out[i] = ([], [in_src[first]])
     return out
 
 
