@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import compress, repeat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from placeviz.graph import CONTROL, Graph
 from placeviz.op_kinds import (
@@ -366,8 +366,11 @@ def _global_step_variable(graph: Graph, set_global_steps: list[int]) -> int | No
     return None
 
 
-def control_only_noops(graph: Graph, op_index: OpIndex | None = None
-                       ) -> tuple[NDArray[np.intp], NDArray[np.int32], NDArray[np.int32]]:
+NoOps: TypeAlias = "tuple[NDArray[np.intp], NDArray[np.int32], NDArray[np.int32]]"
+"""The control-only NoOps (ids), where their inputs start and where they end (:func:`control_only_noops`)."""
+
+
+def control_only_noops(graph: Graph, op_index: OpIndex | None = None) -> NoOps:
     """The NoOps with inputs, all of them control inputs (what ``group`` builds), ascending, with
     where their inputs start and end in ``in_src``.
 
@@ -391,8 +394,7 @@ def _is_child_name(name: str, prefix: str) -> bool:
     return name == prefix or (name.startswith(prefix + "_") and name[len(prefix) + 1:].isdigit())
 
 
-def group_roots(graph: Graph, noops: tuple[NDArray[np.intp], NDArray[np.int32], NDArray[np.int32]] | None = None
-                ) -> dict[int, tuple[list[int], list[int]]]:
+def group_roots(graph: Graph, noops: NoOps | None = None) -> dict[int, tuple[list[int], list[int]]]:
     """NoOps built by ``control_flow_ops.group``: root -> (per-device NoOps, grouped ops).
 
     A group built on one device is a NoOp with only control inputs (the grouped ops). Built on
