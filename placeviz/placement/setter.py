@@ -48,8 +48,9 @@ The replay (:func:`setter_replay`, the specification) has one C twin behind a wh
 boundary: :func:`native_replay` gives ``_setter_kernels.setter`` the IR arrays and complete
 tables made here, and takes the whole result or a decline, after which :func:`setter_replay`
 runs from its start (``tests/test_setter_kernels.py`` compares the two field by field). The
-``group`` split still calls small C helpers inside its Python loops (``_kernels = None`` runs
-only the Python). Tables of the result that only explanations and later commands read (its name
+``group`` split that follows (:func:`_split_groups`, control_flow_ops.py ``group``) has no C
+twin: it is written once, in Python with numpy array passes over the IR (``_kernels = None``
+switches off the native replay only). Tables of the result that only explanations and later commands read (its name
 index, ``colocation``, the setter's ``reference``) are made on first use.
 """
 
@@ -84,7 +85,7 @@ if TYPE_CHECKING:
     from placeviz.nodewire import NodeWire
     from placeviz.ops import OpTable
 
-_kernels = kernels("placement._setter_kernels")  # the per-node loops in C (see placeviz.native)
+_kernels = kernels("placement._setter_kernels")  # the replay in C, one whole function (see placeviz.native)
 
 Replayed: TypeAlias = tuple[list[str], list[int], dict[int, int], list[int]]
 """What a replay gives: device per node, rule per node, node -> node whose device it took, the
