@@ -4,8 +4,8 @@
 = None`` runs the specification, ``setter.setter_replay``): the devices, rules, references (in
 order), strategy calls, explanations, the result graph's arrays, colocation and GraphDef, and the
 same error when there is one. The reference run also settles every ``group`` root in the split's
-general loop (``_single_device_roots`` answering nothing), so the array pass that settles the usual
-root is compared with that loop too. Compared on TF-built graphs (the setter fixture, every sample
+general loop (``_one_device`` answering nothing), so the short way for the usual root is compared
+with that loop too. Compared on TF-built graphs (the setter fixture, every sample
 unplaced, with and without SyncReplicas and resource variables), on a hand-made graph with every
 case the replay knows (and randomly mutated copies of it), under several ``SetterConfig``s, with
 and without the op-fact attr keys cached (``place_graph`` caches them before the setter runs).
@@ -110,8 +110,8 @@ def _spied_native_replay(*args, **kwargs):
 REAL_NATIVE_REPLAY = setter.native_replay
 
 
-def _no_root_settled(graph, items, devices) -> dict[int, str]:
-    return {}  # every group root goes through _split_groups' general loop
+def _no_root_settled(members, devices, assign_nodes) -> None:
+    return None  # every group root goes through _split_groups' general loop
 
 
 def assert_same(graph: Graph, configs=CONFIGS, graph_def: bool = True) -> list[str]:
@@ -131,7 +131,7 @@ def assert_same(graph: Graph, configs=CONFIGS, graph_def: bool = True) -> list[s
                 with_kernels = _run(graph, config, graph_def)
             with pytest.MonkeyPatch.context() as mp:
                 mp.setattr(setter, "_kernels", None)
-                mp.setattr(setter, "_single_device_roots", _no_root_settled)
+                mp.setattr(setter, "_one_device", _no_root_settled)
                 reference = _run(graph, config, graph_def)
             assert with_kernels == reference, (name, cached)
             outcomes.append("ok" if with_kernels[0] != "error" else with_kernels[2])

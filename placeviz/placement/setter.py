@@ -50,8 +50,8 @@ tables made here, and takes the whole result or a decline, after which :func:`se
 runs from its start (``tests/test_setter_kernels.py`` compares the two field by field). The
 ``group`` split that follows (:func:`_split_groups`, control_flow_ops.py ``group``) has no C
 twin: it is written once, in Python with numpy array passes over the IR (``_kernels = None``
-switches off the native replay only). Tables of the result that only explanations and later commands read (its name
-index, ``colocation``, the setter's ``reference``) are made on first use.
+switches off the native replay only). Tables of the result that only explanations and later
+commands read (its name index, ``colocation``, the setter's ``reference``) are made on first use.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from itertools import chain, compress, repeat
+from itertools import compress, repeat
 from operator import eq
 from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
@@ -863,11 +863,10 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
             if deps:
                 outer_deps[root] = deps
                 roots[root] = (children, [m for m in members if m not in deps])
-    items = sorted(roots.items())  # creation order
-    settled = _single_device_roots(graph, items, devices)
-    for root, (children, members) in items:
-        device = settled.get(root)
-        if device is not None:  # one device, no children: as the branch below
+    assign_nodes = frozenset(op_index.ids(ASSIGN_VARIABLE_OPS).tolist())
+    for root, (children, members) in sorted(roots.items()):  # creation order
+        device = None if children else _one_device(members, devices, assign_nodes)
+        if device is not None:  # the usual root, settled without the per-device dict below
             if rule[root] != RULE_COLOCATED:
                 devices[root] = plain_device.at(root, device)
             continue
@@ -899,38 +898,14 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
 
 
 
-def _single_device_roots(graph: Graph, items: list[tuple[int, tuple[list[int], list[int]]]], devices: list[str]
-                         ) -> dict[int, str]:
-    """The usual ``group`` root, settled with array passes: no per-device children, and members
-    that are all on one device, none of them an assign op (filed under its variable's device) or
-    another root: root -> that device. The loop of :func:`_split_groups` gives such a root the
-    device (TF builds it under ``device(<that device>)``) without looking at its members again.
-
-    The split writes the devices of roots only, so the members' devices read here are the ones
-    the loop would read at each root's turn; the loop still writes them in creation order.
-    """
-    import numpy as np
-
-    candidates = [(root, members) for root, (children, members) in items if not children and members]
-    if not candidates:
-        return {}
-    ops, assign_ops = graph.ops, ASSIGN_VARIABLE_OPS
-    lengths = np.fromiter(map(len, (members for _, members in candidates)), dtype=np.int64, count=len(candidates))
-    flat = list(chain.from_iterable(members for _, members in candidates))
-    member_devices = list(map(devices.__getitem__, flat))
-    code = {device: k for k, device in enumerate(dict.fromkeys(member_devices))}
-    codes = np.fromiter(map(code.__getitem__, member_devices), dtype=np.int64, count=len(flat))
-    is_root = np.zeros(len(ops), dtype=bool)
-    is_root[np.fromiter((root for root, _ in items), dtype=np.int64, count=len(items))] = True
-    flat_ids = np.asarray(flat, dtype=np.int64)
-    other = is_root[flat_ids] | np.fromiter(map(assign_ops.__contains__, map(ops.__getitem__, flat)), dtype=bool,
-                                             count=len(flat))
-    starts = np.zeros(len(candidates), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    single = ((np.minimum.reduceat(codes, starts) == np.maximum.reduceat(codes, starts))
-              & (np.add.reduceat(other.astype(np.int64), starts) == 0))
-    return {candidates[k][0]: member_devices[start]
-            for k, start in zip(np.flatnonzero(single).tolist(), starts[single].tolist(), strict=True)}
+def _one_device(members: list[int], devices: list[str], assign_nodes: frozenset[int]) -> str | None:
+    """The device of a ``group``'s members when they all have one (TF then builds the root alone,
+    under ``device(<that device>)``), for the usual root: no assign op among them (``group`` files
+    an assign under its variable's device: :func:`_group_key_node`). None: ask the general loop."""
+    if not members or not assign_nodes.isdisjoint(members):
+        return None
+    on = set(map(devices.__getitem__, members))
+    return on.pop() if len(on) == 1 else None
 
 
 def _outer_control_deps(graph: Graph, root: int, members: list[int]) -> list[int]:
