@@ -1,19 +1,19 @@
-"""The setter's C kernels (``placeviz.placement._setter_kernels``) against the Python loops.
+"""The setter's C replay (``placeviz.placement._setter_kernels.setter``) against the Python one.
 
-``run_setter`` must give exactly the same result with the kernels as without them
-(``setter._kernels = None`` runs the reference Python loops): the devices, rules, references (in
+``run_setter`` must give exactly the same result with the kernel as without it (``setter._kernels
+= None`` runs the specification, ``setter.setter_replay``): the devices, rules, references (in
 order), strategy calls, explanations, the result graph's arrays, colocation and GraphDef, and the
-same error when there is one. Compared on TF-built graphs (the setter fixture, every sample
+same error when there is one. The reference run also settles every ``group`` root in the split's
+general loop (``_one_device`` answering nothing), so the short way for the usual root is compared
+with that loop too. Compared on TF-built graphs (the setter fixture, every sample
 unplaced, with and without SyncReplicas and resource variables), on a hand-made graph with every
 case the replay knows (and randomly mutated copies of it), under several ``SetterConfig``s, with
 and without the op-fact attr keys cached (``place_graph`` caches them before the setter runs).
-Also each kernel on its own, on inputs it must decline.
 """
 
 from __future__ import annotations
 
 import random
-from array import array
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -110,6 +110,10 @@ def _spied_native_replay(*args, **kwargs):
 REAL_NATIVE_REPLAY = setter.native_replay
 
 
+def _no_root_settled(members, devices, assign_nodes) -> None:
+    return None  # every group root goes through _split_groups' general loop
+
+
 def assert_same(graph: Graph, configs=CONFIGS, graph_def: bool = True) -> list[str]:
     """Run every config with and without the kernels, first without the attr keys cached, then with
     them; returns the outcomes (``ok`` or the error both raised). ``NATIVE`` records, per call of
@@ -127,6 +131,7 @@ def assert_same(graph: Graph, configs=CONFIGS, graph_def: bool = True) -> list[s
                 with_kernels = _run(graph, config, graph_def)
             with pytest.MonkeyPatch.context() as mp:
                 mp.setattr(setter, "_kernels", None)
+                mp.setattr(setter, "_one_device", _no_root_settled)
                 reference = _run(graph, config, graph_def)
             assert with_kernels == reference, (name, cached)
             outcomes.append("ok" if with_kernels[0] != "error" else with_kernels[2])
@@ -186,6 +191,7 @@ def setter_graph() -> GraphDef:
     add("update", "NoOp", ["^update/NoOp", "^update/NoOp_1"])
     add("init", "NoOp", ["^w0/Assign", "^w1/Assign", "^w2/Assign", "^v/Assign", "^global_step/Assign"])
     add("init_local", "NoOp", ["^w0/Adam/Assign", "^w1/Adam/Assign"], cls=["loc:@w0"])
+    add("w0/group_deps", "NoOp", ["^w0/Assign", "^w0/Adam/Assign"])  # a group on one device
     add("train", "NoOp", ["^update", "^h2"])
     return g
 
@@ -202,10 +208,12 @@ def test_the_hand_made_graph():
     assert outcomes.count("ok") >= len(CONFIGS)
 
 
-def test_group_names_the_kernel_must_match_like_str_isdigit():
+def test_group_children_are_named_as_unique_name_names_them():
+    # ``group``'s per-device NoOps are ``<root>/NoOp``, ``<root>/NoOp_<k>`` (ops.py unique_name);
+    # a NoOp named otherwise is a grouped op of the root, not a child.
     base = setter_graph()
-    for child_name in ("update/NoOp_2", "update/NoOp_\u00b2", "update/NoOp_\u0663", "update/NoOp_", "update/NoOp_1a",
-                       "update/NoOpX", "update/NoOp_01", "update/NoO"):
+    for child_name, child in (("update/NoOp_2", True), ("update/NoOp_01", True), ("update/NoOp_", False),
+                              ("update/NoOp_1a", False), ("update/NoOpX", False), ("update/NoO", False)):
         g = GraphDef()
         g.CopyFrom(base)
         for n in g.node:
@@ -214,7 +222,9 @@ def test_group_names_the_kernel_must_match_like_str_isdigit():
             n.input[:] = ["^" + child_name if x == "^update/NoOp_1" else x for x in n.input]
         graph = _graph(g)
         roots = scopes.group_roots(graph)
-        assert list(roots.items()) == list(scopes.group_roots(graph, KERNELS).items())
+        update, first, second = graph.index["update"], graph.index["update/NoOp"], graph.index[child_name]
+        assert roots[update][0] == ([first, second] if child else [first]), child_name
+        assert (second in roots) != child, child_name  # not a child: a root of its own
         assert_same(graph, {k: CONFIGS[k] for k in ("ps2", "greedy3", "no-merge")})
 
 
@@ -329,84 +339,7 @@ def test_tf_built_samples(sample, options):
     assert results[0] == results[1]
 
 
-# ----------------------------------------------------------------------------- each kernel alone
-def test_renumbered_declines_what_it_cannot_map():
-    import numpy as np
-
-    new_id = np.asarray([0, -1, 1, 2], dtype=np.int32)
-    assert KERNELS.renumbered({0: 2, 1: 0, 3: 3}, new_id, False) == {0: 1, 2: 2}
-    assert KERNELS.renumbered({3: "x", 1: "y", 0: "z"}, new_id, True) == {2: "x", 0: "z"}
-    assert list(KERNELS.renumbered({3: "x", 0: "z"}, new_id, True)) == [2, 0]  # order kept
-    assert KERNELS.renumbered({4: 0}, new_id, True) is None  # out of range: Python raises
-    assert KERNELS.renumbered({-1: 0}, new_id, True) is None  # Python indexes from the end
-    assert KERNELS.renumbered({0: 1}, np.asarray([-2, 0], dtype=np.int32), True) is None  # not a -1
-    assert KERNELS.renumbered({0: "a"}, new_id, False) is None
-    assert KERNELS.renumbered({0: 1}, [0, 1], True) is None  # not a buffer
-    assert KERNELS.renumbered({0: 1}, np.asarray([0, 1], dtype=np.int64), True) is None  # not int32
-    assert KERNELS.renumbered({0: 1}, np.arange(4, dtype=np.int32)[::2], True) is None  # strided
-    for mapping, keys_only in (({0: 2, 1: 0, 3: 3}, False), ({0: 1}, True), ({1: 0, 2: 2}, True)):
-        got = setter._renumbered(mapping, new_id, keys_only)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(setter, "_kernels", None)
-            assert list(setter._renumbered(mapping, new_id, keys_only).items()) == list(got.items())
-
-
-def test_by_device_leaves_assign_ops_to_python():
-    ops = ["NoOp", "AssignVariableOp", "Identity"]
-    devices = ["/a", "/b", "/a"]
-    assert KERNELS.by_device([2, 0], devices, ops, scopes.ASSIGN_VARIABLE_OPS) == {"/a": [2, 0]}
-    assert KERNELS.by_device([0, 1], devices, ops, scopes.ASSIGN_VARIABLE_OPS) is None
-    assert KERNELS.by_device([3], devices, ops, scopes.ASSIGN_VARIABLE_OPS) is None
-    assert KERNELS.by_device([-1], devices, ops, scopes.ASSIGN_VARIABLE_OPS) is None
-
-
-def test_single_device_groups_settles_the_usual_root_and_stops_at_the_others():
-    ops = ["Identity", "AssignVariableOp", "Identity", "NoOp", "NoOp", "Identity"]
-    rule = [setter.RULE_WORKER] * 6
-    cache = {"/a": "/job:worker/a"}
-
-    def run(items, devices, merge_devices=True, colocated=(), pos=0):
-        rules = [setter.RULE_COLOCATED if i in colocated else r for i, r in enumerate(rule)]
-        return KERNELS.single_device_groups(items, devices, ops, scopes.ASSIGN_VARIABLE_OPS, rules,
-                                            setter.RULE_COLOCATED, cache, merge_devices, pos)
-
-    devices = ["/a", "/b", "/a", "", "", "/a"]
-    assert run([(3, ([], [0, 2])), (4, ((), [5]))], devices) is None
-    assert devices[3:5] == ["/job:worker/a", "/job:worker/a"]
-    devices = ["/a", "/b", "/a", "", "", "/a"]
-    assert run([(3, ([], [0, 2]))], devices, colocated={3}) is None and devices[3] == ""  # colocated: kept
-    assert run([(3, ([], [0, 2]))], devices, merge_devices=False) is None and devices[3] == "/a"
-    stops = {
-        "several devices": [(3, ([], [0, 5])), (4, ([], [2, 0]))],
-        "children": [(3, ([1], [0, 2]))],
-        "an assign op": [(3, ([], [0, 1]))],
-        "no members": [(3, ([], []))],
-        "members not a list": [(3, ([], (0, 2)))],
-        "out of range": [(3, ([], [0, 9]))],
-        "root out of range": [(9, ([], [0]))],
-        "plain device not cached": [(3, ([], [5]))],
-        "not an item": [(3, [], [0])],
-    }
-    for why, items in stops.items():
-        devices = ["/a", "/b", "/a", "", "", "/c" if why == "plain device not cached" else "/a"]
-        if why == "several devices":
-            devices[5] = "/d"
-        before = list(devices)
-        assert run(items, devices) == 0, why
-        assert devices == before, why
-    devices = ["/a", "/b", "/a", "", "", "/a"]
-    assert run([(3, ([], [0])), (4, ([0], [2]))], devices) == 1 and devices[3] == "/job:worker/a"
-    assert run([(3, ([], [0]))], devices, pos=1) is None
-
-
-def test_group_noops_declines_out_of_range_inputs():
-    names, ops = ["a", "g"], ["NoOp", "NoOp"]
-    good = KERNELS.group_noops(names, ops, array("i", [0, 0, 1]), array("i", [0]), array("i", [-1]))
-    assert good == ([(1, [0], set())], set())
-    assert KERNELS.group_noops(names, ops, array("i", [0, 0, 1]), array("i", [5]), array("i", [-1])) is None
-    assert KERNELS.group_noops(names, ops, array("i", [0, 0, 2]), array("i", [0]), array("i", [-1])) is None
-
-
+# ----------------------------------------------------------------------------- odd inputs
 @pytest.mark.parametrize("device", ["bad device", "/job:ps/task:x", "/job:", "/job:ps", "/job:other/task:2", "/task:3"])
 def test_odd_own_devices_give_the_same_result_or_error(device):
     # On a ps op, a plain op, a slot variable (colocated, calls the strategy) and a hinted op.
@@ -433,46 +366,23 @@ def test_greedy_errors_are_the_same():
 
 
 def test_nodes_with_ops_and_its_name_filter():
-    ops = ["Identity", "Const", "Identity", "ReadVariableOp", "Identity"]
-    names = ["a/Read/Identity", "b", "c", "d", "Read/Identity"]
-    wanted = frozenset({"Identity", "ReadVariableOp"})
-    assert KERNELS.nodes_with_ops(ops, wanted, names, {}) == [0, 2, 3, 4]
-    assert KERNELS.nodes_with_ops(ops, wanted, names, {"Identity": "/Read/Identity"}) == [0, 3]
-    assert KERNELS.nodes_with_ops(ops + [None], wanted, names, {}) is None
-    assert KERNELS.nodes_with_ops(ops, ["Identity"], names, {}) is None  # not a set: the Python filter
-    graph = _graph(setter_graph())
-    for wanted in (scopes._HINT_OPS, scopes._DEVICE_NONE_CANDIDATE_OPS):
-        assert scopes._nodes_with_ops(graph, wanted, KERNELS) == scopes._nodes_with_ops(graph, wanted)
-    assert scopes.device_none_nodes(graph, KERNELS) == scopes.device_none_nodes(graph)
-    assert list(scopes.device_scope_hints(graph, KERNELS).items()) == list(scopes.device_scope_hints(graph).items())
-
-
-def test_shifted_declines_out_of_range():
-    values = array("i", [0, 3, 2**31 - 2])
-    assert KERNELS.shifted(values, 0, 2, 5) == array("i", [5, 8]).tobytes()
-    assert KERNELS.shifted(values, 1, 3, -1) == array("i", [2, 2**31 - 3]).tobytes()
-    assert KERNELS.shifted(values, 0, 3, 5) is None  # does not fit an int: Python raises OverflowError
-    assert KERNELS.shifted(values, 2, 4, 0) is None
-    assert KERNELS.shifted([0, 1], 0, 1, 1) is None  # not an array('i')
-
-
-def test_group_members_and_id_range():
-    # Node 2 is a root with children 0 and 1 (consumed once each); 3 consumes 1 too, so 1 is no child.
-    in_start, in_src = array("i", [0, 0, 0, 2, 3]), array("i", [0, 1, 1])
-    roots = [(2, [0, 1], {0, 1}), (3, [1], set())]
-    assert KERNELS.group_members(roots, {0, 1}, in_start, in_src) == {2: ([0], [1])}
-    assert KERNELS.group_members([(2, [0, 9], set())], set(), in_start, in_src) is None
-    assert KERNELS.group_members(roots, {7}, in_start, in_src) is None
-    assert KERNELS.id_range(3, 6) == array("i", [3, 4, 5]).tobytes()
-    assert KERNELS.id_range(5, 5) == b""
-    assert KERNELS.id_range(0, 2**31 + 1) is None
+    g = GraphDef()
+    for name, op in (("a/Read/Identity", "Identity"), ("b", "Const"), ("c", "Identity"), ("d", "ReadVariableOp"),
+                     ("Read/Identity", "Identity")):
+        g.node.add(name=name, op=op)
+    graph = Graph(g)
+    wanted = frozenset({"Identity", "ReadVariableOp", "NoSuchOp"})
+    assert scopes._nodes_with_ops(graph, wanted) == [0, 2, 3, 4]
+    assert scopes._nodes_with_ops(graph, wanted, None, {"Identity": "/Read/Identity"}) == [0, 3]
+    assert scopes._nodes_with_ops(graph, frozenset({"Const"}), None, {"Identity": "/Read/Identity"}) == [1]
+    assert scopes._nodes_with_ops(graph, frozenset({"NoSuchOp"})) == []
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_renumbered_is_a_renumbering(data):
-    """``_renumbered`` (C and numpy paths) against the plain definition: each key (and value) mapped
-    through the new ids, entries naming a dropped node (-1) left out, order kept, ints out."""
+    """``_renumbered`` against the plain definition: each key (and value) mapped through the new
+    ids, entries naming a dropped node (-1) left out, order kept, ints out."""
     import numpy as np
 
     n = data.draw(st.integers(1, 40))
@@ -487,12 +397,9 @@ def test_renumbered_is_a_renumbering(data):
     for keys_only in (False, True):
         expected = [(old_to_new[k], v if keys_only else old_to_new[v]) for k, v in mapping.items()]
         expected = [(k, v) for k, v in expected if k >= 0 and (keys_only or v >= 0)]
-        for kernels in (KERNELS, None):
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(setter, "_kernels", kernels)
-                got = setter._renumbered(mapping, new_id, keys_only)
-            assert list(got.items()) == expected
-            assert all(type(k) is int and (keys_only or type(v) is int) for k, v in got.items())
+        got = setter._renumbered(mapping, new_id, keys_only)
+        assert list(got.items()) == expected
+        assert all(type(k) is int and (keys_only or type(v) is int) for k, v in got.items())
 
 
 # ----------------------------------------------------------------------------- the native replay alone

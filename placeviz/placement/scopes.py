@@ -34,8 +34,9 @@ replay re-creates).
 
 from __future__ import annotations
 
-from collections import Counter
-from itertools import compress
+from collections.abc import Iterable
+from itertools import compress, repeat
+from typing import TYPE_CHECKING, TypeAlias
 
 from placeviz.graph import CONTROL, Graph
 from placeviz.op_kinds import (
@@ -46,6 +47,10 @@ from placeviz.op_kinds import (
     VARIABLE_READ_OPS,
 )
 
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
 DEVICE_NONE = -1
 """Colocation-target value meaning "built under device(None)": no device at all."""
 
@@ -53,36 +58,56 @@ _GRAD_ACCUM_SUFFIX = "/grad_accum"
 _HELPER_OPS = frozenset({"Const", "Cast"})
 
 
-def _nodes_with_ops(graph: Graph, wanted: frozenset[str], kernels=None, suffixes: dict[str, str] | None = None
-                    ) -> list[int]:
+class OpIndex:
+    """Which nodes have which op, from one pass over the op names, for the recognizers below and
+    the ``group`` split: each asks for a few op types, and each question is then an array test.
+
+    A node's code is the id of the first node with its op (``dict.setdefault`` in one C-level
+    pass), so equal ops have equal codes and no second table is needed.
+    """
+
+    def __init__(self, ops: list[str]):
+        import numpy as np
+
+        self.first: dict[str, int] = {}
+        self.codes = np.fromiter(map(self.first.setdefault, ops, range(len(ops))), dtype=np.int64, count=len(ops))
+
+    def ids(self, wanted: Iterable[str]) -> NDArray[np.intp]:
+        """Ids (ascending) of the nodes whose op is in ``wanted``."""
+        import numpy as np
+
+        keys = [self.first[op] for op in wanted if op in self.first]
+        if len(keys) == 1:
+            return np.flatnonzero(self.codes == keys[0])
+        return np.flatnonzero(np.isin(self.codes, keys)) if keys else np.zeros(0, dtype=np.intp)
+
+
+def _nodes_with_ops(graph: Graph, wanted: frozenset[str], op_index: OpIndex | None = None,
+                    suffixes: dict[str, str] | None = None) -> list[int]:
     """Ids (ascending) of the nodes whose op is in ``wanted``.
 
-    The recognizers look at a few op types only: one pass over the op names finds their nodes, so
-    a graph without them costs one cheap pass, not a walk over every node's inputs.
+    The recognizers look at a few op types only: finding their nodes first means a graph without
+    them costs one array test, not a walk over every node's inputs.
 
     The nodes whose op is a key of ``suffixes`` are left out unless their name ends with
-    ``suffixes[op]`` (the caller's loop would skip them). With ``kernels`` (``_setter_kernels``)
-    the pass is in C.
+    ``suffixes[op]`` (the caller's loop would skip them).
     """
+    op_index = op_index if op_index is not None else OpIndex(graph.ops)
     suffixes = suffixes or {}
-    if kernels is not None:
-        found = kernels.nodes_with_ops(graph.ops, wanted, graph.names, suffixes)
-        if found is not None:
-            return found
-    found = list(compress(range(len(graph.ops)), map(wanted.__contains__, graph.ops)))  # C-level filter
-    if not suffixes:
-        return found
-    ops, names = graph.ops, graph.names
-    return [i for i in found if ops[i] not in suffixes or names[i].endswith(suffixes[ops[i]])]
+    found: list[int] = op_index.ids(wanted - suffixes.keys()).tolist()
+    names = graph.names
+    for op, suffix in suffixes.items():
+        if op in wanted:
+            ids = op_index.ids((op,)).tolist()
+            found += compress(ids, map(str.endswith, map(names.__getitem__, ids), repeat(suffix)))
+            found.sort()  # ascending runs: merged
+    return found
 
 
-def device_scope_hints(graph: Graph, kernels=None) -> dict[int, int]:
-    """node -> node whose device the op was built under (``device(that.device)``).
-
-    ``kernels``: ``_setter_kernels`` when the setter runs with its C kernels (same result).
-    """
+def device_scope_hints(graph: Graph, op_index: OpIndex | None = None) -> dict[int, int]:
+    """node -> node whose device the op was built under (``device(that.device)``)."""
     hints: dict[int, int] = {}
-    found = _nodes_with_ops(graph, _HINT_OPS, kernels)
+    found = _nodes_with_ops(graph, _HINT_OPS, op_index)
     if found:
         _resource_variable_init_ops(graph, found, hints)
         _initialized_value_conds(graph, found, hints)
@@ -91,16 +116,13 @@ def device_scope_hints(graph: Graph, kernels=None) -> dict[int, int]:
     return hints
 
 
-def device_none_nodes(graph: Graph, kernels=None) -> set[int]:
-    """Nodes TF library code builds with the device stack cleared: they keep no device.
-
-    ``kernels``: ``_setter_kernels`` when the setter runs with its C kernels (same result).
-    """
+def device_none_nodes(graph: Graph, op_index: OpIndex | None = None) -> set[int]:
+    """Nodes TF library code builds with the device stack cleared: they keep no device."""
     out = set()
     names, ops, index = graph.names, graph.ops, graph.index
     token_fill_readers: set[int] | None = None
     # The candidates leave out the Identity ops the loop would skip (most of them).
-    for i in _nodes_with_ops(graph, _DEVICE_NONE_CANDIDATE_OPS, kernels, {"Identity": "/Read/Identity"}):
+    for i in _nodes_with_ops(graph, _DEVICE_NONE_CANDIDATE_OPS, op_index, {"Identity": "/Read/Identity"}):
         op = ops[i]
         if op == "ReadVariableOp" and not names[i].endswith("/Read/ReadVariableOp"):
             if not _is_read_after_assign(graph, i) or _in_control_block(graph, i):
@@ -344,68 +366,84 @@ def _global_step_variable(graph: Graph, set_global_steps: list[int]) -> int | No
     return None
 
 
-def _control_only_noop(graph: Graph, i: int) -> bool:
-    lo, hi = graph.in_start[i], graph.in_start[i + 1]
-    return graph.ops[i] == "NoOp" and hi > lo and graph.in_slot[lo:hi].count(CONTROL) == hi - lo
+NoOps: TypeAlias = "tuple[NDArray[np.intp], NDArray[np.int32], NDArray[np.int32]]"
+"""The control-only NoOps (ids), where their inputs start and where they end (:func:`control_only_noops`)."""
 
 
-def _group_noops(graph: Graph) -> tuple[list[tuple[int, list[int], set[int]]], set[int]]:
-    """The first loop of :func:`group_roots`: the control-only NoOps as (NoOp, its inputs, inputs
-    that may be its per-device children), and all those would-be children."""
-    names, ops, in_start, in_src = graph.names, graph.ops, graph.in_start, graph.in_src
-    roots: list[tuple[int, list[int], set[int]]] = []
-    candidates: set[int] = set()
-    for i in compress(range(len(ops)), map("NoOp".__eq__, ops)):
-        if not _control_only_noop(graph, i):
-            continue
-        prefix = names[i] + "/NoOp"
-        inputs = list(in_src[in_start[i]:in_start[i + 1]])
-        maybe = set()
-        for src in inputs:
-            if ops[src] != "NoOp":  # the cheap test first: most grouped ops are not NoOps
-                continue
-            child_name = names[src]
-            if child_name.startswith(prefix) and (
-                    child_name == prefix or (child_name.startswith(prefix + "_") and child_name[len(prefix) + 1:].isdigit())) \
-                    and _control_only_noop(graph, src):
-                maybe.add(src)
-        roots.append((i, inputs, maybe))
-        candidates |= maybe
-    return roots, candidates
+def control_only_noops(graph: Graph, op_index: OpIndex | None = None) -> NoOps:
+    """The NoOps with inputs, all of them control inputs (what ``group`` builds), ascending, with
+    where their inputs start and end in ``in_src``.
+
+    Array arithmetic over the inputs: a NoOp is control-only when no data input lies between its
+    ``in_start`` bounds (a running count of data inputs is equal at both ends).
+    """
+    import numpy as np
+
+    ids = (op_index if op_index is not None else OpIndex(graph.ops)).ids(("NoOp",))
+    start = np.frombuffer(graph.in_start, dtype=np.int32)
+    lo, hi = start[ids], start[ids + 1]
+    data_before = np.zeros(len(graph.in_slot) + 1, dtype=np.int64)
+    np.cumsum(np.frombuffer(graph.in_slot, dtype=np.int32) != CONTROL, out=data_before[1:])
+    keep = (hi > lo) & (data_before[hi] == data_before[lo])
+    return ids[keep], lo[keep], hi[keep]
 
 
-def group_roots(graph: Graph, kernels=None) -> dict[int, tuple[list[int], list[int]]]:
+def _is_child_name(name: str, prefix: str) -> bool:
+    """``<root>/NoOp`` or ``<root>/NoOp_<k>`` (``prefix`` is ``<root>/NoOp``): the names
+    ``group`` gives its per-device NoOps (ops.py ``unique_name``)."""
+    return name == prefix or (name.startswith(prefix + "_") and name[len(prefix) + 1:].isdigit())
+
+
+def group_roots(graph: Graph, noops: NoOps | None = None) -> dict[int, tuple[list[int], list[int]]]:
     """NoOps built by ``control_flow_ops.group``: root -> (per-device NoOps, grouped ops).
 
     A group built on one device is a NoOp with only control inputs (the grouped ops). Built on
     several devices it is a root NoOp whose control inputs are per-device NoOps named
     ``<root>/NoOp``, ``<root>/NoOp_1``..., each consumed by the root alone; the grouped ops are
-    their inputs. Children of a root are not roots themselves.
+    their inputs (control_flow_ops.py ``group`` and ``_GroupControlDeps``). Children of a root are
+    not roots themselves.
 
-    ``kernels``: ``_setter_kernels`` when the setter runs with its C kernels; ``group_noops`` is the
-    first loop below and ``group_members`` the rest (each returns None when Python must run it).
+    The control-only NoOps and the edges among them are found with array passes; only the few
+    edges from one such NoOp into another have their names compared, and only roots with such an
+    edge take the long way in the loop below. ``noops``: :func:`control_only_noops`, if the caller
+    has it.
     """
-    in_start, in_src = graph.in_start, graph.in_src
-    # First the control-only NoOps and, among their inputs, the would-be children (the right name,
-    # a control-only NoOp); then, only if there are any, how many consumers those have.
-    scanned = kernels.group_noops(graph.names, graph.ops, in_start, in_src, graph.in_slot) if kernels else None
-    if scanned is not None:
-        roots, candidates = scanned
-        out = kernels.group_members(roots, candidates, in_start, in_src)  # the rest, in C
-        if out is not None:
-            return out
-    else:
-        roots, candidates = _group_noops(graph)
-    # How many edges leave each would-be child: a C-level filter over the edges, then a count.
-    consumers = Counter(filter(candidates.__contains__, in_src)) if candidates else Counter()
-    out = {}
+    import numpy as np
+
+    in_src = graph.in_src
+    roots, lo, hi = noops if noops is not None else control_only_noops(graph)
+    if not len(roots):
+        return {}
+    names = graph.names
+    # The inputs of every root, spelled out: root k's inputs are positions lo[k]:hi[k] of in_src.
+    counts = hi - lo
+    total = int(counts.sum())
+    first = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=first[1:])
+    positions = np.repeat(lo - first, counts) + np.arange(total, dtype=np.int64)
+    sources = np.frombuffer(in_src, dtype=np.int32)[positions]
+    is_root = np.zeros(len(names), dtype=bool)
+    is_root[roots] = True
+    among = np.flatnonzero(is_root[sources])  # an input that is itself a control-only NoOp
+    maybe: dict[int, set[int]] = {}  # root -> its inputs named as its per-device NoOps
+    for root, src in zip(np.repeat(roots, counts)[among].tolist(), sources[among].tolist(), strict=True):
+        if _is_child_name(names[src], names[root] + "/NoOp"):
+            maybe.setdefault(root, set()).add(src)
+    consumers = (np.bincount(np.frombuffer(in_src, dtype=np.int32), minlength=len(names))
+                 if maybe else np.zeros(0, dtype=np.int64))
+    in_start = graph.in_start
+    out: dict[int, tuple[list[int], list[int]]] = {}
     children_of_some_root: set[int] = set()
-    for i, inputs, maybe in roots:
-        children: list[int]
-        members: list[int]
-        children, members = [], []
-        for src in inputs:
-            if src in maybe and consumers[src] == 1:
+    for i, a, b in zip(roots.tolist(), lo.tolist(), hi.tolist(), strict=True):
+        candidates = maybe.get(i)
+        if candidates is None:
+            if b - a >= 2:
+                out[i] = ([], in_src[a:b].tolist())
+            continue
+        children: list[int] = []
+        members: list[int] = []
+        for src in in_src[a:b]:
+            if src in candidates and consumers[src] == 1:
                 children.append(src)
                 members.extend(in_src[in_start[src]:in_start[src + 1]])
             else:

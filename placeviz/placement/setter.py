@@ -48,9 +48,10 @@ The replay (:func:`setter_replay`, the specification) has one C twin behind a wh
 boundary: :func:`native_replay` gives ``_setter_kernels.setter`` the IR arrays and complete
 tables made here, and takes the whole result or a decline, after which :func:`setter_replay`
 runs from its start (``tests/test_setter_kernels.py`` compares the two field by field). The
-``group`` split still calls small C helpers inside its Python loops (``_kernels = None`` runs
-only the Python). Tables of the result that only explanations and later commands read (its name
-index, ``colocation``, the setter's ``reference``) are made on first use.
+``group`` split that follows (:func:`_split_groups`, control_flow_ops.py ``group``) has no C
+twin: it is written once, in Python with numpy array passes over the IR (``_kernels = None``
+switches off the native replay only). Tables of the result that only explanations and later
+commands read (its name index, ``colocation``, the setter's ``reference``) are made on first use.
 """
 
 from __future__ import annotations
@@ -58,24 +59,45 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import compress, repeat
 from operator import eq
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
 from google.protobuf import unknown_fields
 
 from placeviz.devices import ClusterSpec, PyDeviceSpec
 from placeviz.errors import PlacevizError
-from placeviz.graph import CONTROL, Graph, RemappedNodeDefs, _located_names, gc_paused
+from placeviz.gcpause import gc_paused
+from placeviz.graph import CONTROL, Graph, RemappedNodeDefs, _located_names
 from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
+from placeviz.op_kinds import ASSIGN_VARIABLE_OPS
 from placeviz.placement import scopes
-from placeviz.protos import GraphDef, dtype_size
+from placeviz.protos import GraphDef, NodeDef, dtype_size
 
-_kernels = kernels("placement._setter_kernels")  # the per-node loops in C (see placeviz.native)
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from placeviz.nodewire import NodeWire
+    from placeviz.ops import OpTable
+
+_kernels = kernels("placement._setter_kernels")  # the replay in C, one whole function (see placeviz.native)
+
+Replayed: TypeAlias = tuple[list[str], list[int], dict[int, int], list[int]]
+"""What a replay gives: device per node, rule per node, node -> node whose device it took, the
+nodes that called the strategy (in order)."""
+_DeviceTables: TypeAlias = tuple[dict[str, str], dict[str, bool], dict[str, tuple[str, ...]], dict[tuple[str, str], str]]
+_ResourceFacts: TypeAlias = tuple[dict[tuple[str, Hashable], bool], list[Hashable] | None, dict[int, bool]]
+"""By (op, attr key), the attr key per node (``Graph.cached_attr_keys``), by node."""
+_Groups: TypeAlias = dict[int, tuple[list[int], list[int]]]  # root -> (per-device NoOps, grouped ops)
+_Split: TypeAlias = tuple[Graph, list[int], Callable[[], dict[int, int]], list[int]]
+"""What the group split gives: the result graph, its rules, its references (made on first use) and
+strategy calls, renumbered."""
+_V = TypeVar("_V")
 
 # Why a node got its setter-stage device (``SetterResult.rule``).
 RULE_WORKER = 0  # worker_device merged under the node's own device
@@ -197,7 +219,7 @@ class GreedyByteSize:
         return task
 
 
-def byte_size_load_fn(graph: Graph, op_table, tf_major: str = "2") -> Callable[[int], float]:
+def byte_size_load_fn(graph: Graph, op_table: OpTable, tf_major: str = "2") -> Callable[[int], float]:
     """Bytes of an op's single output, as TF1 contrib's ``byte_size_load_fn`` computes them."""
 
     def load(i: int) -> float:
@@ -228,7 +250,7 @@ def byte_size_load_fn(graph: Graph, op_table, tf_major: str = "2") -> Callable[[
     return load
 
 
-def _static_output_shape(node) -> list[int] | None:
+def _static_output_shape(node: NodeDef) -> list[int] | None:
     """The output shape TF knows at creation: ``_output_shapes``, a resource scalar, or the ``shape`` attr."""
     attr = node.attr
     if "_output_shapes" in attr and attr["_output_shapes"].list.shape:
@@ -257,7 +279,7 @@ def num_ps_tasks(config: SetterConfig) -> int:
     return config.cluster.num_tasks(job)
 
 
-def run_setter(graph: Graph, config: SetterConfig, op_table=None) -> SetterResult:
+def run_setter(graph: Graph, config: SetterConfig, op_table: OpTable | None = None) -> SetterResult:
     """Replay ``replica_device_setter(config)`` over ``graph`` (an unplaced build); see module doc."""
     if op_table is None:
         from placeviz.ops import load_op_table
@@ -267,7 +289,7 @@ def run_setter(graph: Graph, config: SetterConfig, op_table=None) -> SetterResul
         return _run_setter(graph, config, op_table)
 
 
-def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
+def _run_setter(graph: Graph, config: SetterConfig, op_table: OpTable) -> SetterResult:
     n = len(graph)
     ps_tasks = num_ps_tasks(config)
     if ps_tasks <= 0:
@@ -290,8 +312,9 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
         if config.scope_end not in graph.index:
             raise SetterError(f"--setter-scope-end: the graph has no node named {config.scope_end!r}")
         inside = graph.index[config.scope_end]
-    hints = scopes.device_scope_hints(graph, _kernels)
-    device_none = scopes.device_none_nodes(graph, _kernels)
+    op_index = scopes.OpIndex(graph.ops)
+    hints = scopes.device_scope_hints(graph, op_index)
+    device_none = scopes.device_none_nodes(graph, op_index)
     replayed = None
     if _kernels is not None and isinstance(strategy, RoundRobin):
         replayed = native_replay(graph, config, op_table, ps_tasks, ps_ops, ps_spec, worker_spec, inside, hints,
@@ -304,8 +327,9 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     plain_device = _PlainDevice(worker_spec, config.merge_devices, inside if inside < n else None)
     plain_noops = PLAIN_NOOP_NAMES | config.plain_noops
     assumed: list[str] = []  # NoOps with no library name taken for a group and split per device
-    new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,  # type: ignore[arg-type]
-                                                          strategy_calls, plain_device, plain_noops, assumed)
+    new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,
+                                                          strategy_calls, plain_device, op_index, plain_noops,
+                                                          assumed)
     notes = _scope_notes(graph, config)
     if assumed:
         shown = ", ".join(assumed[:5]) + (f" and {len(assumed) - 5} more" if len(assumed) > 5 else "")
@@ -314,9 +338,9 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table) -> SetterResult:
     return SetterResult(new_graph, new_rules, new_refs, calls, ps_tasks, notes)
 
 
-def setter_replay(graph: Graph, config: SetterConfig, op_table, strategy: Callable[[int], int], ps_ops,
-                  ps_spec: PyDeviceSpec | None, worker_spec: PyDeviceSpec, inside: int, hints: dict[int, int],
-                  device_none: set[int]) -> tuple[list[str], list[int], dict[int, int], list[int]]:
+def setter_replay(graph: Graph, config: SetterConfig, op_table: OpTable, strategy: Callable[[int], int],
+                  ps_ops: Collection[str], ps_spec: PyDeviceSpec | None, worker_spec: PyDeviceSpec, inside: int,
+                  hints: dict[int, int], device_none: set[int]) -> Replayed:
     """TF's device function run once per op in creation order: ``(devices, rule, reference,
     strategy_calls)`` before the group split (device_setter.py ``_ReplicaDeviceChooser.device_function``,
     ops.py ``_apply_device_functions``, ``colocate_with``, ``init_scope``).
@@ -333,7 +357,7 @@ def setter_replay(graph: Graph, config: SetterConfig, op_table, strategy: Callab
     reference: dict[int, int] = {}
     devices: list[str | None] = [None] * n
     colocated: list[tuple[int, int]] = []  # (node, target) resolved after the pass
-    calls: Any  # per node a bool, at the end the strategy calls
+    calls: bool  # whether a ps op calls the strategy
     strategy_calls: list[int] = []
     worker_cache: dict[str, str] = {}  # own device -> worker_device merged under it
     ps_cache: dict[tuple[int | None, str], str] = {}  # (task, own device) -> a ps op's device
@@ -411,9 +435,10 @@ def setter_replay(graph: Graph, config: SetterConfig, op_table, strategy: Callab
     colocated_targets = dict(colocated)
     for i, target in colocated:
         devices[i] = _resolve_colocated(i, target, devices, graph, colocated_targets)
-    result_devices = devices if None not in devices else [d or "" for d in devices]  # usually none is None
+    # usually none is None: the list itself (a cast, not a copy of a million items)
+    result_devices = cast("list[str]", devices) if None not in devices else [d or "" for d in devices]
 
-    return result_devices, rule, reference, strategy_calls  # type: ignore[return-value]
+    return result_devices, rule, reference, strategy_calls
 
 
 def _calls_strategy(ps_spec: PyDeviceSpec, current: PyDeviceSpec) -> bool:
@@ -443,8 +468,9 @@ def _scoped_device(scope: str, own: str) -> str:
 _MAX_DEVICE_TABLE = 50_000
 
 
-def native_replay(graph: Graph, config: SetterConfig, op_table, ps_tasks: int, ps_ops, ps_spec: PyDeviceSpec | None,
-                  worker_spec: PyDeviceSpec, inside: int, hints: dict[int, int], device_none: set[int]):
+def native_replay(graph: Graph, config: SetterConfig, op_table: OpTable, ps_tasks: int, ps_ops: Collection[str],
+                  ps_spec: PyDeviceSpec | None, worker_spec: PyDeviceSpec, inside: int, hints: dict[int, int],
+                  device_none: set[int]) -> Replayed | None:
     """:func:`setter_replay` with the round-robin strategy, in C (``_setter_kernels.setter``), or
     None when it declines; then the caller runs the Python.
 
@@ -479,7 +505,7 @@ def native_replay(graph: Graph, config: SetterConfig, op_table, ps_tasks: int, p
         return None
     worker_of, ps_calls, ps_device_of, scoped = tables
     generator_keys, generator_values, generator_nodes = facts
-    return _kernels.setter(
+    replayed = _kernels.setter(
         names=names, ops=ops, own_devices=graph.devices, in_start=graph.in_start, in_src=graph.in_src,
         in_slot=graph.in_slot, colocation=graph.colocation, colocated_names=graph.colocated_names,
         located_ids=graph.colocated_name_ids, index=graph.index, device_none=bytes(flags), inside=inside,
@@ -487,10 +513,11 @@ def native_replay(graph: Graph, config: SetterConfig, op_table, ps_tasks: int, p
         merge_devices=config.merge_devices, ps_present=ps_spec is not None, worker_of=worker_of, ps_calls=ps_calls,
         ps_device_of=ps_device_of, generator_keys=generator_keys, generator_values=generator_values,
         generator_nodes=generator_nodes, hint_of=hint_of, scoped=scoped)
+    return cast("Replayed | None", replayed)  # a C function: what its doc string promises
 
 
 def _device_tables(own_devices: list[str], hinted_owns: set[str], ps_spec: PyDeviceSpec | None,
-                   worker_spec: PyDeviceSpec, ps_tasks: int):
+                   worker_spec: PyDeviceSpec, ps_tasks: int) -> _DeviceTables | None:
     """Every device-string answer the replay can need, as :func:`setter_replay` computes them:
     per own device, ``worker_device`` merged under it, whether a ps op there calls the strategy
     (TF's ps-job test in ``device_function``) and the ps op's device (task None, then each task);
@@ -542,7 +569,7 @@ def _device_tables(own_devices: list[str], hinted_owns: set[str], ps_spec: PyDev
     return worker_of, ps_calls, ps_device_of, scoped
 
 
-def _resource_facts(graph: Graph, op_table):
+def _resource_facts(graph: Graph, op_table: OpTable) -> _ResourceFacts | None:
     """The resource-constructor test (:func:`_is_resource_generator`) of every node the replay may
     ask: the colocated ones with no data input. ``(by (op, attr key), attr keys, by node)``: by
     op and attr key when the graph has its op-fact attr keys cached (as :func:`_resource_generator_test`
@@ -559,7 +586,7 @@ def _resource_facts(graph: Graph, op_table):
     lo, hi = starts[keys], starts[keys + 1]
     first_slot = slots[np.minimum(lo, max(len(slots) - 1, 0))] if len(slots) else np.full(len(keys), CONTROL)
     candidates = keys[~((hi > lo) & (first_slot != CONTROL))].tolist()
-    by_key: dict[tuple[str, Any], bool] = {}
+    by_key: dict[tuple[str, Hashable], bool] = {}
     by_node: dict[int, bool] = {}
     cached = graph.cached_attr_keys()
     nodes, ops = graph.attr_nodes, graph.ops
@@ -633,7 +660,9 @@ def sharded_savers(graph: Graph) -> list[str]:
                    if op == "ShardedFilename" and "/" in name}) if "ShardedFilename" in graph.ops else []
 
 
-def _outside(i: int, graph: Graph, targets, device_none, hints, devices, rule, reference, colocated) -> None:
+def _outside(i: int, graph: Graph, targets: list[int | None], device_none: set[int], hints: dict[int, int],
+             devices: list[str | None], rule: list[int], reference: dict[int, int],
+             colocated: list[tuple[int, int]]) -> None:
     """A node built after the setter's block: its own device (colocation and library scopes still
     apply, as TF applies them with or without a device function)."""
     own = graph.devices[i]
@@ -650,13 +679,14 @@ def _outside(i: int, graph: Graph, targets, device_none, hints, devices, rule, r
         rule[i], reference[i] = RULE_COLOCATED, target
         return
     hint = hints.get(i)
-    if hint is not None and devices[hint]:
-        own = _scoped_device(devices[hint], own)
+    scope = devices[hint] if hint is not None else None
+    if hint is not None and scope:
+        own = _scoped_device(scope, own)
         reference[i] = hint
     devices[i], rule[i] = own, RULE_OUTSIDE
 
 
-def _is_resource_generator(graph: Graph, i: int, op_table) -> bool:
+def _is_resource_generator(graph: Graph, i: int, op_table: OpTable) -> bool:
     """No data inputs and one ref or resource output: a variable, table or queue constructor."""
     lo, hi = graph.in_start[i], graph.in_start[i + 1]
     if any(graph.in_slot[k] != CONTROL for k in range(lo, hi)):
@@ -669,7 +699,7 @@ def _constructs_a_resource(output_types: tuple[int, ...] | None) -> bool:
     return output_types is not None and len(output_types) == 1 and (output_types[0] > 100 or output_types[0] == 20)
 
 
-def _resource_generator_test(graph: Graph, op_table) -> Callable[[int], bool]:
+def _resource_generator_test(graph: Graph, op_table: OpTable) -> Callable[[int], bool]:
     """:func:`_is_resource_generator` as a function of the node id.
 
     When the graph has its attr keys cached (``place_graph`` reads them before the setter runs)
@@ -685,7 +715,7 @@ def _resource_generator_test(graph: Graph, op_table) -> Callable[[int], bool]:
     key_attrs, values = cached
     in_start, in_slot, ops, nodes = graph.in_start, graph.in_slot, graph.ops, graph.attr_nodes
     usable: dict[str, bool] = {}  # op -> whether the cached keys cover its io attrs
-    memo: dict = {}
+    memo: dict[tuple[str, Hashable], tuple[int, ...] | None] = {}  # (op, attr key) -> output types
 
     def test(i: int) -> bool:
         if any(in_slot[k] != CONTROL for k in range(in_start[i], in_start[i + 1])):
@@ -697,8 +727,9 @@ def _resource_generator_test(graph: Graph, op_table) -> Callable[[int], bool]:
             ok = usable[op] = facts is not None and key_attrs.get(op) == _key_attrs(facts)
         if ok:
             key = (op, values[i])
-            out = memo.get(key, memo)
-            if out is memo:
+            if key in memo:
+                out = memo[key]
+            else:
                 out = memo[key] = op_table.output_types(nodes[i])
         else:
             out = op_table.output_types(nodes[i])
@@ -771,7 +802,8 @@ def _reimported_initializers(graph: Graph, targets: list[int | None]) -> None:
             targets[i] = var
 
 
-def _resolve_colocated(i: int, target: int, devices: list, graph: Graph, colocated_targets: dict[int, int]) -> str:
+def _resolve_colocated(i: int, target: int, devices: list[str | None], graph: Graph,
+                       colocated_targets: dict[int, int]) -> str:
     """Follow colocation chains to a node with a setter device; an empty target keeps the op's own."""
     seen = {i}
     while devices[target] is None and target in colocated_targets and target not in seen:
@@ -803,8 +835,9 @@ class _PlainDevice:
 
 
 def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: dict[int, int],
-                  strategy_calls: list[int], plain_device: _PlainDevice, plain_noops: frozenset[str] = frozenset(),
-                  group_assumptions: list[str] | None = None):
+                  strategy_calls: list[int], plain_device: _PlainDevice, op_index: scopes.OpIndex,
+                  plain_noops: frozenset[str] = frozenset(),
+                  group_assumptions: list[str] | None = None) -> _Split:
     """Rebuild ``control_flow_ops.group`` NoOps for the devices their grouped ops now have.
 
     TF's ``group`` makes one NoOp per device of the grouped ops (sorted by device string) under the
@@ -814,40 +847,33 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     plans: dict[int, list[tuple[str, list[int]]]] = {}
     dropped: set[int] = set()
     devices = list(devices)
-    ops, assign_ops = graph.ops, scopes.ASSIGN_VARIABLE_OPS
-    roots = scopes.group_roots(graph, _kernels)
-    roots.update(_one_member_groups(graph, roots))
+    ops, names, assign_ops = graph.ops, graph.names, ASSIGN_VARIABLE_OPS
+    noops = scopes.control_only_noops(graph, op_index)
+    roots = scopes.group_roots(graph, noops)
+    roots.update(_one_member_groups(graph, roots, noops))
     if plain_noops:
-        roots = {r: v for r, v in roots.items() if not _is_plain_noop(graph.names[r], plain_noops)}
-    outer: Any  # control deps, then a device
+        tails = tuple(plain_noops)  # a plain NoOp's name ends with one of them: a cheap first test
+        for r in [r for r in roots if names[r].endswith(tails) and _is_plain_noop(names[r], plain_noops)]:
+            del roots[r]
     outer_deps: dict[int, list[int]] = {}
     assumed = group_assumptions if group_assumptions is not None else []
     for root, (children, members) in roots.items():
         if not children and len(members) >= 2:
-            outer = _outer_control_deps(graph, root, members)
-            if outer:
-                outer_deps[root] = outer
-                roots[root] = (children, [m for m in members if m not in outer])
-    items = sorted(roots.items())  # creation order
-    pos = 0
-    while pos < len(items):
-        if _kernels is not None and plain_device.inside is None:
-            # The same loop in C for the usual root (one device, no children); it stops at any
-            # other, which the loop below handles.
-            pos = _kernels.single_device_groups(items, devices, ops, assign_ops, rule, RULE_COLOCATED,
-                                                plain_device.cache, plain_device.merge_devices, pos)
-            if pos is None:
-                break
-        root, (children, members) = items[pos]
-        pos += 1
-        by_device: dict[str, list[int]] | None = None
-        if _kernels is not None and type(members) is list:
-            by_device = _kernels.by_device(members, devices, ops, assign_ops)  # None: an assign op, ...
-        if by_device is None:
-            by_device = {}
-            for m in members:
-                key = devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)]
-                by_device.setdefault(key, []).append(m)
+            deps = _outer_control_deps(graph, root, members)
+            if deps:
+                outer_deps[root] = deps
+                roots[root] = (children, [m for m in members if m not in deps])
+    assign_nodes = frozenset(op_index.ids(ASSIGN_VARIABLE_OPS).tolist())
+    for root, (children, members) in sorted(roots.items()):  # creation order
+        device = None if children else _one_device(members, devices, assign_nodes)
+        if device is not None:  # the usual root, settled without the per-device dict below
+            if rule[root] != RULE_COLOCATED:
+                devices[root] = plain_device.at(root, device)
+            continue
+        by_device: dict[str, list[int]] = {}
+        for m in members:
+            key = devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)]
+            by_device.setdefault(key, []).append(m)
         if len(by_device) == 1:
             # One device: TF builds the root itself under device(<that device>).
             (device, _), = by_device.items()
@@ -858,8 +884,8 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
             plans[root] = [(device, members)]
         else:
             plans[root] = sorted(by_device.items())
-            if not children and not _LIBRARY_GROUP.fullmatch(graph.names[root]):
-                assumed.append(graph.names[root])
+            if not children and not _LIBRARY_GROUP.fullmatch(names[root]):
+                assumed.append(names[root])
             if not children and rule[root] != RULE_COLOCATED:
                 outer = _outer_device(graph, root, members)
                 if root in reference:  # built under device(<that node's device>) (scopes.py)
@@ -870,6 +896,16 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     return _GroupRewrite(graph, devices, rule, plans, dropped, plain_device, outer_deps).result(reference,
                                                                                                  strategy_calls)
 
+
+
+def _one_device(members: list[int], devices: list[str], assign_nodes: frozenset[int]) -> str | None:
+    """The device of a ``group``'s members when they all have one (TF then builds the root alone,
+    under ``device(<that device>)``), for the usual root: no assign op among them (``group`` files
+    an assign under its variable's device: :func:`_group_key_node`). None: ask the general loop."""
+    if not members or not assign_nodes.isdisjoint(members):
+        return None
+    on = set(map(devices.__getitem__, members))
+    return on.pop() if len(on) == 1 else None
 
 
 def _outer_control_deps(graph: Graph, root: int, members: list[int]) -> list[int]:
@@ -883,8 +919,11 @@ def _outer_control_deps(graph: Graph, root: int, members: list[int]) -> list[int
     group's scope made first (``ExponentialMovingAverage/decay`` under ``control_dependencies([
     apply_gradient_op])``). The scope's ops are the ones just before the NoOp.
     """
-    names, in_start, in_src, in_slot = graph.names, graph.in_start, graph.in_src, graph.in_slot
+    names = graph.names
     prefix = names[root] + "/"
+    if root == 0 or not names[root - 1].startswith(prefix):
+        return []  # the usual case: no op of the group's scope just before it
+    in_start, in_src, in_slot = graph.in_start, graph.in_src, graph.in_slot
     candidates = set(members)
     found: set[int] = set()
     k = root - 1
@@ -952,23 +991,16 @@ class _GroupRewrite:
         self.ops += g.ops[a:b]
         self.new_devices += self.devices[a:b]
         self.new_rules += self.rule[a:b]
-        ids = _kernels.id_range(a, b) if _kernels is not None else None
-        if ids is not None:  # the same ids, made in C
-            self.attr_ids.frombytes(ids)
-        else:
-            self.attr_ids.extend(range(a, b))
+        self.attr_ids.frombytes(np.arange(a, b, dtype=np.int32).tobytes())
         lo, hi = g.in_start[a], g.in_start[b]
         shift = len(self.in_src) - lo
-        stretch = _kernels.shifted(g.in_start, a + 1, b + 1, shift) if _kernels is not None and shift else None
-        if stretch is not None:  # the same items, shifted in C
-            self.in_start.frombytes(stretch)
-        else:
-            self.in_start.extend(g.in_start[a + 1:b + 1] if not shift else map(shift.__add__, g.in_start[a + 1:b + 1]))
+        stretch = np.frombuffer(g.in_start, dtype=np.int32)[a + 1:b + 1]
+        self.in_start.frombytes((stretch + shift).astype(np.int32).tobytes() if shift else stretch.tobytes())
         self.in_src.extend(g.in_src[lo:hi])
         self.in_slot.extend(g.in_slot[lo:hi])
 
     def _append(self, name: str, op: str, device: str, rule: int, attr_id: int, srcs: list[int],
-                slots) -> int:
+                slots: Iterable[int]) -> int:
         """Add one node with inputs ``srcs`` (with their ``slots``) at the end of the new graph."""
         self.names.append(name)
         self.ops.append(op)
@@ -1026,7 +1058,7 @@ class _GroupRewrite:
         i = self.graph.index.get(name)
         return (i is not None and i not in self.dropped) or name in self._added_names
 
-    def result(self, reference: dict[int, int], strategy_calls: list[int]):
+    def result(self, reference: dict[int, int], strategy_calls: list[int]) -> _Split:
         import numpy as np
 
         g, new_id = self.graph, self.old_to_new  # by old id (new NoOps: n + k)
@@ -1065,7 +1097,7 @@ class _GroupRewrite:
         calls = [c for c in new_id[np.asarray(strategy_calls, dtype=np.int64)].tolist() if c >= 0]
         return new_graph, self.new_rules, partial(_renumbered, reference, new_id), calls
 
-def _remapped_node_wire(source: Graph, attr_ids: array, rewired: frozenset[int]):
+def _remapped_node_wire(source: Graph, attr_ids: array[int], rewired: frozenset[int]) -> NodeWire | None:
     """The setter's result graph's :attr:`Graph.node_wire`: its old nodes' bytes in the source's,
     the group roots whose control inputs were rebuilt (``rewired``, old ids) marked stale, as
     :func:`_rewritten_graph_def` rebuilds their inputs; the new NoOps have none."""
@@ -1088,7 +1120,7 @@ def _new_index(source: Graph, names: list[str], dropped: set[int], first: int) -
     return index
 
 
-def _new_ids_of(source: Graph, new_id, added: dict[str, int], names: set[str]) -> dict[str, int]:
+def _new_ids_of(source: Graph, new_id: NDArray[np.int32], added: dict[str, int], names: set[str]) -> dict[str, int]:
     """:meth:`Graph.ids_of` of the setter's result graph, from the old graph's ids.
 
     ``new_id``: the new id of each old node (-1 if dropped); ``added``: name -> new id of the new
@@ -1107,8 +1139,8 @@ def _new_ids_of(source: Graph, new_id, added: dict[str, int], names: set[str]) -
     return out
 
 
-def _rewritten_graph_def(source: Graph, names: list[str], devices: list[str], in_start: array, in_src: array,
-                         in_slot: array, attr_ids: array, rewired: frozenset[int], noops: GraphDef,
+def _rewritten_graph_def(source: Graph, names: list[str], devices: list[str], in_start: array[int], in_src: array[int],
+                         in_slot: array[int], attr_ids: array[int], rewired: frozenset[int], noops: GraphDef,
                          first: int) -> GraphDef:
     """The GraphDef of the setter's result graph: the old nodes with their devices, in the new order.
 
@@ -1150,14 +1182,10 @@ def _rewritten_graph_def(source: Graph, names: list[str], devices: list[str], in
     return out
 
 
-def _renumbered(mapping: dict[int, Any], new_id, keys_only: bool = False) -> dict:
+def _renumbered(mapping: dict[int, _V], new_id: NDArray[np.int32], keys_only: bool = False) -> dict[int, _V]:
     """``mapping`` with its node-id keys (and values, unless ``keys_only``) renumbered through
     ``new_id`` (a numpy int32 array: the new id of each old one); entries that name a dropped
     node (new id -1) are left out. Order is kept."""
-    if _kernels is not None and type(mapping) is dict:
-        out = _kernels.renumbered(mapping, new_id, keys_only)  # None: not the plain case
-        if out is not None:
-            return out
     import numpy as np
 
     keys = new_id[np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))].tolist()
@@ -1169,7 +1197,7 @@ def _renumbered(mapping: dict[int, Any], new_id, keys_only: bool = False) -> dic
     return dict(pairs)
 
 
-def _new_colocation(colocation: dict[int, tuple[str, ...]], new_id,
+def _new_colocation(colocation: dict[int, tuple[str, ...]], new_id: NDArray[np.int32],
                     added: list[tuple[int, tuple[str, ...]]]) -> dict[int, tuple[str, ...]]:
     """The setter's result graph's ``colocation``: the old one renumbered, with the ``_class`` of
     the new NoOps (``added``) in id order."""
@@ -1177,14 +1205,14 @@ def _new_colocation(colocation: dict[int, tuple[str, ...]], new_id,
     return _with_entries(out, added) if added else out
 
 
-def _with_entries(mapping: dict[int, Any], entries: list[tuple[int, Any]]) -> dict:
+def _with_entries(mapping: dict[int, _V], entries: list[tuple[int, _V]]) -> dict[int, _V]:
     """``mapping`` (int keys, ascending) with a few ``entries`` (new keys, ascending) put in key order.
 
     The long runs of ``mapping`` between the new keys are copied as slices, not sorted again.
     """
     keys, values = list(mapping), list(mapping.values())
     out_keys: list[int] = []
-    out_values: list = []
+    out_values: list[_V] = []
     start = 0
     for key, value in entries:
         cut = bisect_left(keys, key, start)
@@ -1217,20 +1245,21 @@ control_flow_ops.py "group_deps", lookup_ops.py "init_all_tables", saver.py "res
 "ExponentialMovingAverage"."""
 
 
-def _one_member_groups(graph: Graph, roots: dict) -> dict[int, tuple[list[int], list[int]]]:
+def _one_member_groups(graph: Graph, roots: dict[int, tuple[list[int], list[int]]],
+                       noops: scopes.NoOps) -> _Groups:
     """``group`` NoOps over a single op, known by TF's library names.
 
     ``group(x)`` is built under ``device(x.device)``; a NoOp with one control input is otherwise
     taken for ``no_op`` (its own device). ``variables_initializer`` over one local variable (the
-    SyncReplicas local step) is the usual case.
+    SyncReplicas local step) is the usual case. ``noops``: :func:`scopes.control_only_noops`.
     """
     out: dict[int, tuple[list[int], list[int]]] = {}
-    ops, names, in_start, in_src, in_slot = graph.ops, graph.names, graph.in_start, graph.in_src, graph.in_slot
-    for i in compress(range(len(ops)), map("NoOp".__eq__, ops)):
-        lo = in_start[i]
-        if in_start[i + 1] - lo == 1 and in_slot[lo] == CONTROL and i not in roots \
-                and _LIBRARY_GROUP.fullmatch(names[i]):
-            out[i] = ([], [in_src[lo]])
+    names, in_src = graph.names, graph.in_src
+    ids, lo, hi = noops
+    one = (hi - lo) == 1
+    for i, first in zip(ids[one].tolist(), lo[one].tolist(), strict=True):
+        if i not in roots and _LIBRARY_GROUP.fullmatch(names[i]):
+            out[i] = ([], [in_src[first]])
     return out
 
 
@@ -1257,7 +1286,7 @@ def _group_key_node(graph: Graph, m: int) -> int:
     An assign to a resource variable returns an ``_UnreadVariable`` whose ``device`` is the
     variable's, not the assign op's: ``group`` sorts those by the variable's device.
     """
-    if graph.ops[m] in scopes.ASSIGN_VARIABLE_OPS:
+    if graph.ops[m] in ASSIGN_VARIABLE_OPS:
         inputs = graph.inputs_of(m)
         if inputs and inputs[0][1] != CONTROL:
             return inputs[0][0]
