@@ -5,10 +5,15 @@ reference: the C code gives the same results (the tests compare both paths) and 
 anything unusual, which the Python path then handles. When no C compiler is at hand, the build
 skips them and placeviz runs on the Python paths only, slower.
 
-* ``placeviz._wire``: reads the graph IR's fields straight from a serialized GraphDef.
-* ``placeviz.placement._setter_kernels``, ``placeviz.placement._placer_kernels``: the setter's
-  and the placer's per-node loops.
-* ``placeviz._partition_kernels``: the partitioner's per-edge loops.
+* ``placeviz._wire``: reads the graph IR's fields straight from a serialized GraphDef, checks that
+  bytes surely parse, and writes the partitions' NodeDef bytes.
+* ``placeviz.placement._setter_kernels``: the setter's replay (``setter``), one whole function.
+* ``placeviz.placement._placer_kernels``: the placer's run (``place``, ``imported_colocation``).
+* ``placeviz._partition_kernels``: the partitioner's cut of one level (``split_originals``) and
+  prune's reverse walk (``reach``).
+
+Each is called at one function boundary and tested against the Python function it replaces
+(``docs/architecture.md`` section 3).
 """
 
 from pathlib import Path
