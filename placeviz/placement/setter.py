@@ -151,14 +151,26 @@ class SetterConfig:
     scope_end: str | None = None
 
     @property
+    def ps_spec(self) -> PyDeviceSpec | None:
+        """``ps_device`` parsed: the one place it is read (None when empty: ps ops keep their devices)."""
+        return PyDeviceSpec.parse(self.ps_device) if self.ps_device else None
+
+    @property
+    def worker_spec(self) -> PyDeviceSpec:
+        """``worker_device`` parsed: the one place it is read."""
+        return PyDeviceSpec.parse(self.worker_device or "")
+
+    @property
     def ps_job(self) -> str:
         """The job of ``ps_device`` (``ps`` when it names none): where the ps tasks are counted."""
-        return PyDeviceSpec.parse(self.ps_device).job or "ps"
+        spec = self.ps_spec
+        return (spec.job if spec is not None else None) or "ps"
 
     @property
     def worker_job(self) -> str:
         """The job of ``worker_device`` (``worker`` when it names none)."""
-        return PyDeviceSpec.parse(self.worker_device).job or "worker"
+        return self.worker_spec.job or "worker"
+
     # NoOps the program built with ``tf.no_op`` under ``control_dependencies`` rather than with
     # ``tf.group``: names, or last name components (see PLAIN_NOOP_NAMES).
     plain_noops: frozenset[str] = frozenset()
@@ -273,7 +285,7 @@ def num_ps_tasks(config: SetterConfig) -> int:
     """``ps_tasks`` as TF computes it: from the cluster's ps job when a cluster is given."""
     if config.cluster is None:
         return config.ps_tasks
-    job = PyDeviceSpec.parse(config.ps_device).job if config.ps_device else None
+    job = config.ps_spec.job if config.ps_spec is not None else None
     if not job or job not in config.cluster.jobs:
         return 0  # TF returns None from replica_device_setter
     return config.cluster.num_tasks(job)
@@ -305,8 +317,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table: OpTable) -> Setter
     else:
         raise SetterError(f"unknown ps strategy {config.strategy!r} (round-robin or greedy)")
 
-    ps_spec = PyDeviceSpec.parse(config.ps_device) if config.ps_device else None
-    worker_spec = PyDeviceSpec.parse(config.worker_device or "")
+    ps_spec, worker_spec = config.ps_spec, config.worker_spec
     inside = n  # nodes [0, inside) were built under the setter
     if config.scope_end is not None:
         if config.scope_end not in graph.index:
