@@ -37,18 +37,28 @@ import operator
 import weakref
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate, chain, compress, count, repeat
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from placeviz.errors import GraphError
-from placeviz.gcpause import gc_paused  # noqa: F401 - re-exported: the placement stages import it from here
+from placeviz.gcpause import gc_paused as gc_paused  # re-exported: the placement stages import it from here
 from placeviz.native import kernels
 from placeviz.nodewire import NodeWire, field_spans, of_graph_def
 from placeviz.op_kinds import NEXT_ITERATION_OPS
 from placeviz.protos import AttrValue, GraphDef, NodeDef
+
+if TYPE_CHECKING:
+    import networkx as nx
+    import numpy as np
+    import numpy.typing as npt
+    from google.protobuf.descriptor import FieldDescriptor
+
+    from placeviz.protos import FunctionDefLibrary, VersionDef
+
+    I32Array = npt.NDArray[np.int32]
 
 _wire = kernels("_wire")  # the C reader of serialized GraphDefs (see placeviz.native)
 
@@ -59,6 +69,17 @@ _MAX_SLOT = 2**31 - 1  # TF's output indices are int32
 
 # Ops whose out-edges into a Merge close a while loop: TF's executor and graph sorts treat
 # NextIteration -> Merge as a back edge, so the topological order ignores those edges.
+
+
+class NodeDefs(Protocol):
+    """What :attr:`Graph.attr_nodes` is: a GraphDef's ``node`` field, :class:`RemappedNodeDefs` or
+    :class:`WireNodeDefs` (read by length, by id and in order, never sliced)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int, /) -> NodeDef: ...
+
+    def __iter__(self) -> Iterator[NodeDef]: ...
 
 
 @dataclass(frozen=True)
@@ -102,8 +123,16 @@ class Graph:
     module writes any of them: :meth:`computed`, :meth:`peek`, :meth:`clear_caches` and
     :meth:`reset_caches` are how other code asks about them."""
 
-    _attr_keys_memo: tuple[dict[str, tuple[str, ...]], list] | None = None  # the ``attr_keys`` entry
+    _attr_keys_memo: tuple[dict[str, tuple[str, ...]], list[object]] | None = None  # the ``attr_keys`` entry
     _built: frozenset[str] = frozenset()  # the CACHES entries the graph was built with (see reset_caches)
+    # Set by every builder (_build, _build_from_wire, derived); declared here because the C reader's
+    # values are untyped.
+    names: list[str]
+    ops: list[str]
+    devices: list[str]
+    in_start: array[int]
+    in_src: array[int]
+    in_slot: array[int]
 
     def __init__(self, graph_def: GraphDef, *, wire: bytes | memoryview | None = None,
                  key_attrs_for: Callable[[set[str]], dict[str, tuple[str, ...]]] | None = None):
@@ -161,7 +190,8 @@ class Graph:
         graph._attr_nodes = WireNodeDefs(wire, graph._wire_spans, whole)
         return graph
 
-    def _build_from_wire(self, wire: bytes | memoryview, key_attrs_for) -> bool:
+    def _build_from_wire(self, wire: bytes | memoryview,
+                         key_attrs_for: Callable[[set[str]], dict[str, tuple[str, ...]]] | None) -> bool:
         """:meth:`_build` (and the ``_class`` and attr-key reads) by the C reader; False if it declined."""
         assert _wire is not None  # the caller checked
         scanned = _wire.scan_graph(wire)
@@ -281,8 +311,9 @@ class Graph:
         return cls(graph_def)
 
     @classmethod
-    def derived(cls, *, names: list[str], ops: list[str], devices: list[str], in_start: array,
-                in_src: array, in_slot: array, attr_nodes, make_graph_def: Callable[[], GraphDef],
+    def derived(cls, *, names: list[str], ops: list[str], devices: list[str], in_start: array[int],
+                in_src: array[int], in_slot: array[int], attr_nodes: NodeDefs,
+                make_graph_def: Callable[[], GraphDef],
                 index: dict[str, int] | Callable[[], dict[str, int]] | None = None,
                 ids_of: Callable[[set[str]], dict[str, int]] | None = None,
                 colocation: dict[int, tuple[str, ...]] | Callable[[], dict[int, tuple[str, ...]]] | None = None,
@@ -436,27 +467,29 @@ class Graph:
         return self._graph_def
 
     @property
-    def library(self):
+    def library(self) -> FunctionDefLibrary:
         """The ``FunctionDefLibrary`` of the GraphDef; for a derived graph, or one read from bytes,
         without making the GraphDef."""
         if self._graph_def is None and self._source is not None:
             return self._source.library
         if self._graph_def is None and isinstance(self._attr_nodes, WireNodeDefs):
-            return self._attr_nodes.top_field(_LIBRARY)
-        return self.graph_def.library
+            return cast("FunctionDefLibrary", self._attr_nodes.top_field(_LIBRARY))  # None only for versions
+        library: FunctionDefLibrary = self.graph_def.library  # protobuf fields are untyped
+        return library
 
     @property
-    def versions(self):
+    def versions(self) -> VersionDef | None:
         """The GraphDef's ``versions`` (a VersionDef), or None when it has none; for a derived
         graph, without building its GraphDef."""
         if self._graph_def is None and self._source is not None:
             if self._versions_present and self._source.versions is None:
-                return GraphDef().versions  # the derived GraphDef marks an empty one present
+                # the derived GraphDef marks an empty one present
+                return cast("VersionDef", GraphDef().versions)
             return self._source.versions
         if self._graph_def is None and isinstance(self._attr_nodes, WireNodeDefs):
             return self._attr_nodes.top_field(_VERSIONS)
         graph_def = self.graph_def
-        return graph_def.versions if graph_def.HasField("versions") else None
+        return cast("VersionDef", graph_def.versions) if graph_def.HasField("versions") else None
 
     _versions_present = False
 
@@ -475,7 +508,7 @@ class Graph:
         :meth:`node_sizes`)."""
         self._wire_data = None
 
-    def node_sizes(self):
+    def node_sizes(self) -> npt.NDArray[np.uint32] | None:
         """The serialized size of each node's NodeDef in the bytes the graph was read from (a numpy
         array indexed by node id), or None when the C reader did not read the graph from bytes.
 
@@ -540,7 +573,7 @@ class Graph:
         if make is not None:  # a derived graph's, from the graph it was made from
             return make()
         self._read_colocation()
-        return self.__dict__["colocation"]  # filled by the read
+        return cast("dict[int, tuple[str, ...]]", self.__dict__["colocation"])  # filled by the read
 
     @cached_property
     def colocated_names(self) -> dict[int, tuple[str, ...]]:
@@ -551,7 +584,7 @@ class Graph:
         """
         if not self.computed("colocation"):
             self._read_colocation()
-            return self.__dict__["colocated_names"]  # filled by the read
+            return cast("dict[int, tuple[str, ...]]", self.__dict__["colocated_names"])  # filled by the read
         out: dict[int, tuple[str, ...]] = {}
         names_of: dict[tuple[str, ...], tuple[str, ...]] = {}
         for i, groups in self.colocation.items():
@@ -566,7 +599,7 @@ class Graph:
         """Fill ``colocation`` and ``colocated_names`` from the ``_class`` attrs, in one pass."""
         self._scan_attrs(None)
 
-    def attr_keys(self, key_attrs: dict[str, tuple[str, ...]]) -> list:
+    def attr_keys(self, key_attrs: dict[str, tuple[str, ...]]) -> list[object]:
         """Per node, a hashable key of the values of the attrs ``key_attrs[op]`` names.
 
         With one attr name: ``None`` if the node lacks it, its ``type`` if that is set, else its
@@ -590,12 +623,12 @@ class Graph:
         self._built -= {"attr_keys"}  # another memo than the one the graph was built with
         return values
 
-    def cached_attr_keys(self) -> tuple[dict[str, tuple[str, ...]], list] | None:
+    def cached_attr_keys(self) -> tuple[dict[str, tuple[str, ...]], list[object]] | None:
         """``(key_attrs, values)`` of the last :meth:`attr_keys` call on this graph, or None (the
         ``attr_keys`` entry of :attr:`CACHES`)."""
         return self._attr_keys_memo
 
-    def _attr_keys_from_source(self, key_attrs: dict[str, tuple[str, ...]]) -> list | None:
+    def _attr_keys_from_source(self, key_attrs: dict[str, tuple[str, ...]]) -> list[object] | None:
         source = self._source
         if source is None:
             return None
@@ -617,7 +650,7 @@ class Graph:
             values[i] = _attr_key(nodes[i].attr, key_attrs.get(self.ops[i], ()))
         return values
 
-    def _scan_attrs(self, key_attrs: dict[str, tuple[str, ...]] | None) -> list | None:
+    def _scan_attrs(self, key_attrs: dict[str, tuple[str, ...]] | None) -> list[object] | None:
         """One pass over the NodeDefs: :meth:`attr_keys` values (if ``key_attrs`` is given) and,
         unless already known, ``colocation`` and ``colocated_names`` from the ``_class`` attrs.
 
@@ -628,7 +661,7 @@ class Graph:
         colocation: dict[int, tuple[str, ...]] = {}
         colocated_names: dict[int, tuple[str, ...]] = {}
         decoded: dict[bytes, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        values: list = []
+        values: list[object] = []
         append = values.append
         # op -> its only key attr (the common case, inlined below), or None and all its key attrs
         plan = {op: (attrs[0] if len(attrs) == 1 else None, attrs) for op, attrs in (key_attrs or {}).items()}
@@ -690,15 +723,17 @@ class Graph:
         return self.attr_nodes[i]
 
     @property
-    def attr_nodes(self):
+    def attr_nodes(self) -> NodeDefs:
         """NodeDefs to read the name, op and attrs of node ``i`` from, as ``attr_nodes[i]``.
 
         For a derived graph these may be the source graph's NodeDefs, whose device and inputs are
         stale: read those from the Graph. Unlike ``graph_def``, this never builds a GraphDef.
         """
-        return self.graph_def.node if self._attr_nodes is None else self._attr_nodes
+        # (both untyped: a protobuf field, or what ``derived`` was given)
+        nodes: NodeDefs = self.graph_def.node if self._attr_nodes is None else self._attr_nodes
+        return nodes
 
-    def prefetch_node_defs(self, ids) -> None:
+    def prefetch_node_defs(self, ids: Iterable[int]) -> None:
         """A hint that :meth:`node_def` will be asked for these node ids: a graph read from bytes
         not parsed (:meth:`from_wire`, or derived from one) parses their NodeDefs in one call
         rather than one by one. Changes no answer; does nothing for other graphs."""
@@ -724,7 +759,7 @@ class Graph:
 
     # ----------------------------------------------------------------- derived structure
     @cached_property
-    def edge_arrays(self):
+    def edge_arrays(self) -> tuple[I32Array, I32Array, I32Array]:
         """Every edge as numpy arrays ``(src, dst, slot)``, in ``in_src`` order (int32).
 
         ``src`` and ``slot`` are views of ``in_src``/``in_slot``; ``dst[k]`` is the node whose input
@@ -736,11 +771,13 @@ class Graph:
         n = len(self.names)
         src = np.frombuffer(self.in_src, dtype=np.int32)
         slot = np.frombuffer(self.in_slot, dtype=np.int32)
-        dst = np.repeat(np.arange(n, dtype=np.int32), np.diff(np.frombuffer(self.in_start, dtype=np.int32)))
+        # (numpy's stubs type this diff of an int32 array as timedelta64)
+        counts = cast("I32Array", np.diff(np.frombuffer(self.in_start, dtype=np.int32)))
+        dst = np.repeat(np.arange(n, dtype=np.int32), counts)
         return src, dst, slot
 
     @cached_property
-    def consumers(self) -> tuple[array, array, array]:
+    def consumers(self) -> tuple[array[int], array[int], array[int]]:
         """Out-edges in CSR form ``(out_start, out_dst, out_pos)``.
 
         The out-edges of node ``i`` are positions ``out_start[i]:out_start[i+1]``: ``out_dst`` is
@@ -814,7 +851,7 @@ class Graph:
             raise GraphError(f"the graph has a cycle that is not a while loop; nodes on or after it: {shown}")
         return order
 
-    def to_networkx(self):
+    def to_networkx(self) -> nx.MultiDiGraph:
         """A ``networkx.MultiDiGraph``: one node per op (attrs ``op``, ``device``), one edge per input.
 
         Edge attrs: ``slot`` (output index, or -1 for control) and ``control`` (bool). Meant for
@@ -839,7 +876,7 @@ class RemappedNodeDefs:
 
     __slots__ = ("base", "extra", "ids", "_added")
 
-    def __init__(self, base, extra, ids: array, added: list[int]):
+    def __init__(self, base: NodeDefs, extra: NodeDefs, ids: array[int], added: list[int]):
         """``added``: the positions of the negative ids, ascending (the caller made them)."""
         self.base, self.extra, self.ids = base, extra, ids
         self._added = added
@@ -854,7 +891,7 @@ class RemappedNodeDefs:
     def __iter__(self) -> Iterator[NodeDef]:
         # Runs of base NodeDefs through C-level maps, the few added ones in between.
         base, extra, ids = self.base, self.extra, self.ids
-        pieces: list = []
+        pieces: list[Iterable[NodeDef]] = []
         start = 0
         for k in self._added:
             pieces.append(map(base.__getitem__, ids[start:k]))
@@ -887,9 +924,9 @@ class WireNodeDefs:
         self._data: memoryview | None = memoryview(data)
         self._spans = memoryview(spans).cast("I")  # (offset, length) per node, native uint32
         self._whole = whole
-        self._nodes = None  # graph_def.node, once parsed
+        self._nodes: NodeDefs | None = None  # graph_def.node, once parsed
         self._one_by_one: dict[int, NodeDef] = {}
-        self._top: dict[int, object] = {}  # field number -> what top_field made of it
+        self._top: dict[int, FunctionDefLibrary | VersionDef | None] = {}  # field number -> top_field result
         self._budget = len(self._spans) // 10  # NodeDefs left to parse one by one: a fifth of the nodes
 
     def parsed(self, graph_def: GraphDef) -> None:
@@ -917,7 +954,8 @@ class WireNodeDefs:
         i %= n
         assert self._data is not None  # let go of only once parsed
         offset, length = self._spans[2 * i], self._spans[2 * i + 1]
-        node = self._one_by_one[i] = NodeDef.FromString(cast("bytes", self._data[offset:offset + length]))
+        raw = cast("bytes", self._data[offset:offset + length])
+        node = self._one_by_one[i] = cast("NodeDef", NodeDef.FromString(raw))  # (FromString: untyped)
         return node
 
     def __iter__(self) -> Iterator[NodeDef]:
@@ -926,7 +964,7 @@ class WireNodeDefs:
         assert self._nodes is not None
         return iter(self._nodes)
 
-    def prefetch(self, ids) -> None:
+    def prefetch(self, ids: Iterable[int]) -> None:
         """Parse the NodeDefs of node ``ids`` (valid ids) not parsed yet, in one upb call: their
         records copied into one GraphDef (``_wire.node_records``), whose ``node[k]`` is the k-th
         record's NodeDef (at 200k nodes, 50k of them cost 0.06 s, against 0.22 s one by one and
@@ -944,7 +982,7 @@ class WireNodeDefs:
         records = _wire.node_records(self._data, self._spans, todo)
         done.update(zip(todo, GraphDef.FromString(records).node, strict=True))
 
-    def top_field(self, field):
+    def top_field(self, field: FieldDescriptor) -> FunctionDefLibrary | VersionDef | None:
         """The GraphDef's message field ``field`` (``library``, ``versions``) from the bytes, or
         None for ``versions`` when absent (as :attr:`Graph.versions`): its records merged in
         order, as the whole parse merges them; made once."""
@@ -952,7 +990,7 @@ class WireNodeDefs:
             return self._top[field.number]
         assert self._data is not None
         out = GraphDef()
-        message = getattr(out, field.name)
+        message: FunctionDefLibrary | VersionDef = getattr(out, field.name)
         spans = field_spans(self._data, field.number)
         for offset, length in spans:
             message.MergeFromString(self._data[offset:offset + length])
@@ -987,7 +1025,7 @@ class NodeView:
         return self.graph.node_def(self.id)
 
     @property
-    def attr(self):
+    def attr(self) -> Any:  # the NodeDef's protobuf map of AttrValues: untyped
         return self.node_def.attr
 
     @property
@@ -1023,7 +1061,7 @@ _DEVICE_FREE_CACHES = ("colocation", "colocated_names", "located_names", "coloca
 _NO_KEY_ATTRS = (None, ())  # the plan of an op that ``key_attrs`` does not name
 
 
-def _attr_value_key(av) -> object:
+def _attr_value_key(av: AttrValue | None) -> object:
     """A hashable stand-in for an AttrValue (or None): equal keys mean equal values.
 
     A set ``type`` is the whole value (AttrValue is a oneof), and reading it is cheaper than
@@ -1034,7 +1072,7 @@ def _attr_value_key(av) -> object:
     return av.type or av.SerializeToString()
 
 
-def _attr_key(attr, attrs: tuple[str, ...]) -> object:
+def _attr_key(attr: Mapping[str, AttrValue], attrs: tuple[str, ...]) -> object:
     """:meth:`Graph.attr_keys` of one node's ``attr`` map."""
     if len(attrs) == 1:
         return _attr_value_key(attr.get(attrs[0]))
@@ -1054,7 +1092,7 @@ def _decode_class(raw: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return groups, _located_names(groups)
 
 
-def _int_array(raw: bytes) -> array:
+def _int_array(raw: bytes) -> array[int]:
     out = array("i")
     out.frombytes(raw)
     return out

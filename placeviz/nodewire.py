@@ -25,8 +25,9 @@ does the same in C when built (see ``placeviz/native.py``).
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable, Container
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from placeviz.native import kernels
 
@@ -34,8 +35,10 @@ if TYPE_CHECKING:  # numpy is imported by the callers that pass its arrays, not 
     import numpy as np
     import numpy.typing as npt
 
-Int64s = Union[array, "npt.NDArray[np.int64]"]  # an array('q') or a numpy int64 array
-Int32s = Union[array, "npt.NDArray[np.int32]"]
+Int64s = Union["array[int]", "npt.NDArray[np.int64]"]  # an array('q') or a numpy int64 array
+Int32s = Union["array[int]", "npt.NDArray[np.int32]"]
+# A serialized message: the kernels read any buffer (``memoryview(data)`` in Python).
+Buffer = bytes | bytearray | memoryview
 
 _wire = kernels("_wire")
 # A ``_wire`` built before ``splice_nodes`` existed (a stale build): the Python loop does the work.
@@ -56,11 +59,11 @@ class NodeWire:
     """
 
     data: bytes | memoryview
-    offsets: array
-    lengths: array
+    offsets: array[int]
+    lengths: array[int]
     stale: frozenset[int] = frozenset()
 
-    def remapped(self, ids, stale: frozenset[int]) -> NodeWire:
+    def remapped(self, ids: npt.ArrayLike, stale: frozenset[int]) -> NodeWire:
         """The wire of a graph whose node ``i`` is this graph's node ``ids[i]`` (a negative id: a
         node with no bytes here)."""
         import numpy as np
@@ -91,20 +94,21 @@ def of_graph_def(data: bytes | memoryview, node_count: int, spans: bytes | None 
     return NodeWire(data, offsets, lengths)
 
 
-def field_spans(data, field: int) -> list[tuple[int, int]]:
+def field_spans(data: Buffer, field: int) -> list[tuple[int, int]]:
     """The payloads (offset, length) of every length-delimited occurrence of a top-level ``field``
     of a serialized message, in order; empty on an odd wire form."""
     if _wire is not None:
-        return _wire.field_spans(data, field)
+        spans: list[tuple[int, int]] = _wire.field_spans(data, field)  # a C kernel's result: untyped
+        return spans
     return field_spans_py(data, field)
 
 
-def field_spans_py(data, field: int) -> list[tuple[int, int]]:
+def field_spans_py(data: Buffer, field: int) -> list[tuple[int, int]]:
     """:func:`field_spans` in Python (``placeviz/_wire.c`` ``field_spans`` transliterates it)."""
     view = memoryview(data).cast("B")
     end = len(view)
     p = 0
-    out = []
+    out: list[tuple[int, int]] = []
     try:
         while p < end:
             tag, p = _varint(view, p, end)
@@ -124,7 +128,7 @@ def field_spans_py(data, field: int) -> list[tuple[int, int]]:
     return out
 
 
-def splice_nodes(data, offsets: Int64s, lengths: Int64s, devices: Int32s, device_names: list[bytes],
+def splice_nodes(data: Buffer, offsets: Int64s, lengths: Int64s, devices: Int32s, device_names: list[bytes],
                  extra: list[bytes], tail: bytes = b"") -> bytes | None:
     """The ``node`` fields of a GraphDef: item ``k`` is the NodeDef at ``offsets[k]``/``lengths[k]``
     in ``data`` without its ``device`` field, followed by ``device: device_names[devices[k]]``; an
@@ -133,12 +137,16 @@ def splice_nodes(data, offsets: Int64s, lengths: Int64s, devices: Int32s, device
     appended, so that a partition of a million nodes is not copied once more. None on an odd wire
     form (a group field)."""
     if _wire is not None and _splice is not None:
-        return _splice(data, offsets, lengths, devices, device_names, extra, tail)
+        spliced: bytes | None = _splice(data, offsets, lengths, devices, device_names, extra, tail)  # C: untyped
+        return spliced
     return splice_nodes_py(data, offsets, lengths, devices, device_names, extra, tail)
 
 
-def encode_added(ids: list[int], n: int, added: list, names: list[str], device_names: list[bytes],
-                 incarnations: list[int], skip, fallback, const_attrs: bytes, identity_attrs: bytes) -> list[bytes] | None:
+# ``added``: the partitioner's added-node records (``placeviz.partition.base._New``, which imports this
+# module), read by the kernel attribute by attribute.
+def encode_added(ids: list[int], n: int, added: list[Any], names: list[str], device_names: list[bytes],
+                 incarnations: list[int], skip: Container[int], fallback: Callable[[int], bytes], const_attrs: bytes,
+                 identity_attrs: bytes) -> list[bytes] | None:
     """The serialized NodeDef of each node of ``ids`` (``placeviz._wire.encode_added``): the
     partitioner's added ``_Send``/``_Recv`` and control-transfer ``Const``/``Identity`` written in
     C, every other node (and any id in ``skip``) by ``fallback(id)``. None when the kernel is not
@@ -147,11 +155,14 @@ def encode_added(ids: list[int], n: int, added: list, names: list[str], device_n
     encode = getattr(_wire, "encode_added", None) if _wire is not None else None
     if encode is None:
         return None
-    return encode(ids, n, added, names, device_names, incarnations, skip, fallback, const_attrs, identity_attrs)
+    encoded: list[bytes] = encode(ids, n, added, names, device_names, incarnations, skip, fallback, const_attrs,
+                                  identity_attrs)  # a C kernel's result: untyped
+    return encoded
 
 
-def rebuild_nodes(data, offsets, lengths, ids: list[int], rewrite, fix_names: bool, in_start, e_src, e_slot,
-                  names: list[str], added: list, device_names: list[bytes], devices) -> bytes | None:
+def rebuild_nodes(data: Buffer, offsets: Int64s, lengths: Int64s, ids: list[int], rewrite: npt.NDArray[np.uint8],
+                  fix_names: bool, in_start: Int32s, e_src: Int32s, e_slot: Int32s, names: list[str], added: list[Any],
+                  device_names: list[bytes], devices: Int32s) -> bytes | None:
     """The ``node`` fields of a GraphDef of the original nodes ``ids``, each its input bytes with a
     new ``device`` and, where ``rewrite``, new inputs (``placeviz._wire.rebuild_nodes``); the
     caller parses and re-serializes them. None when the kernel is not built (the caller then
@@ -159,11 +170,12 @@ def rebuild_nodes(data, offsets, lengths, ids: list[int], rewrite, fix_names: bo
     rebuild = getattr(_wire, "rebuild_nodes", None) if _wire is not None else None
     if rebuild is None:
         return None
-    return rebuild(data, offsets, lengths, ids, rewrite, fix_names, in_start, e_src, e_slot, names, added,
-                   device_names, devices)
+    rebuilt: bytes = rebuild(data, offsets, lengths, ids, rewrite, fix_names, in_start, e_src, e_slot, names, added,
+                             device_names, devices)  # a C kernel's result: untyped
+    return rebuilt
 
 
-def splice_nodes_py(data, offsets, lengths, devices, device_names: list[bytes], extra: list[bytes],
+def splice_nodes_py(data: Buffer, offsets: Int64s, lengths: Int64s, devices: Int32s, device_names: list[bytes], extra: list[bytes],
                     tail: bytes = b"") -> bytes | None:
     """:func:`splice_nodes` in Python (``placeviz/_wire.c`` ``splice_nodes`` transliterates it)."""
     view = memoryview(data).cast("B")

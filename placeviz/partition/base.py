@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from placeviz.devices import parse_full_name
 from placeviz.errors import PlacevizError
-from placeviz.graph import Graph
+from placeviz.graph import Graph, NodeDefs
 from placeviz.native import kernels
 from placeviz.op_kinds import SWITCH_OPS
 
@@ -28,7 +28,6 @@ if TYPE_CHECKING:  # numpy is imported on first use (not at start-up): its types
     import numpy.typing as npt
 
     from placeviz.ops import OpTable
-    from placeviz.protos import NodeDef
 
     I32Array = npt.NDArray[np.int32]
     I64Array = npt.NDArray[np.int64]
@@ -180,7 +179,7 @@ class _PartitionerBase:
         # NodeDefs to read attrs from (name, op and attrs are current; a derived graph's device and
         # inputs may be stale). Not ``graph.graph_def``: for the setter's result that would build
         # a copy of the whole GraphDef (0.3 s and 1 GB at 1M nodes) only to read attrs.
-        self.nodes_pb: Sequence[NodeDef] = graph.attr_nodes
+        self.nodes_pb: NodeDefs = graph.attr_nodes
         # XLA/TPU rewrites pin args to host memory with these attrs; user GraphDefs lack them.
         self.hostmem_attrs = any("_input_hostmem" in self.nodes_pb[i].attr or "_output_hostmem" in
                                  self.nodes_pb[i].attr for i in range(min(16, self.n)))

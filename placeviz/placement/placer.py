@@ -167,6 +167,7 @@ def imported_devices(graph: Graph) -> list[str]:
     # Canonicalise once per distinct device string; a malformed one is an error only on a node
     # that keeps its device (the first such node in id order is reported).
     canonical: dict[str, str | DeviceSpecError] = {"": ""}
+    device: str | DeviceSpecError  # a graph's device below, then a canonical one or its error
     for device in set(graph.devices):
         if device:
             try:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from placeviz.errors import GraphError
 from placeviz.graph import Graph
@@ -449,7 +449,8 @@ class _Prover:
                     r = a.num_required[0] if a.num_required else None
                     src = (f" on the average of R={r} gradients taken from {names[a.node]}"
                            if r is not None else f" on the gradient taken from {names[a.node]}")
-                ev.append({"side": "chief", "claim": f"the sync op {names[queues[qi].sync_op]} updates "
+                sync_op = cast(int, queues[qi].sync_op)  # chief_writes holds queues with a sync op only
+                ev.append({"side": "chief", "claim": f"the sync op {names[sync_op]} updates "
                            f"{names[v]} with {names[u]} ({ops[u]}){src}, once per run", "op": names[u],
                            "path": C.path(names, u)})
                 enq = queues[qi].sync_enqueue
