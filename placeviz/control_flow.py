@@ -103,8 +103,9 @@ def frames_of(ops: Sequence[str], names: Sequence[str], nodes: Sequence[NodeDef]
     srcs = np.frombuffer(in_src, dtype=np.int32) if isinstance(in_src, array) else np.asarray(in_src)
     dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(starts))
     outside = (srcs < 0) | (srcs >= n)
-    if keep is not None:
-        kept = np.asarray(keep, dtype=bool)
+    kept: list[bool] = [True] * n if keep is None else np.asarray(keep, dtype=bool).tolist()
+    is_enter = list(map(ENTER_OPS.__contains__, ops))
+    is_exit = list(map(EXIT_OPS.__contains__, ops))
     if out_edges is None or outside.any():
         inside = ~outside
         order = np.argsort(srcs[inside], kind="stable")
@@ -117,7 +118,7 @@ def frames_of(ops: Sequence[str], names: Sequence[str], nodes: Sequence[NodeDef]
     no_inputs = np.nonzero(np.diff(starts) == 0)[0]
     if keep is not None:
         outside_dst = [d for d in outside_dst if kept[d]]
-        no_inputs = no_inputs[kept[no_inputs]]
+        no_inputs = no_inputs[np.asarray(keep, dtype=bool)[no_inputs]]
     visited = bytearray(n)
     first_visitor = [-1] * n
     ready: deque[int] = deque(no_inputs.tolist())
@@ -132,24 +133,24 @@ def frames_of(ops: Sequence[str], names: Sequence[str], nodes: Sequence[NodeDef]
             f, consumers = ROOT, outside_dst
         else:
             f = frame[cur]
-            if ops[cur] in EXIT_OPS:
+            if is_exit[cur]:
                 f = parent[f]
             consumers = out_dst[out_start[cur]:out_start[cur + 1]]
         for out in consumers:
             if visited[out]:
-                got = parent[frame[out]] if ops[out] in ENTER_OPS else frame[out]
+                got = parent[frame[out]] if is_enter[out] else frame[out]
                 if got != f and error is None:
                     by = names[first_visitor[out]] if first_visitor[out] >= 0 else "(a fed tensor)"
                     here = names[cur] if cur >= 0 else "(a fed tensor)"
                     error = (f"{names[out]} has inputs from different frames. The input {here} is in frame "
                              f"'{names_f[f]}'. The input {by} is in frame '{names_f[got]}'.")
                 continue
-            if keep is not None and not kept[out]:
+            if not kept[out]:
                 continue
             visited[out] = 1
             first_visitor[out] = cur
             ready.append(out)
-            if ops[out] in ENTER_OPS:
+            if is_enter[out]:
                 attr = nodes[out].attr
                 av = attr.get("frame_name")
                 fname = av.s.decode("utf-8", "replace") if av is not None else ""
