@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     from google.protobuf.descriptor import FieldDescriptor
 
+    from placeviz.control_flow import ControlFlowInfo
     from placeviz.protos import FunctionDefLibrary, VersionDef
 
     I32Array = npt.NDArray[np.int32]
@@ -115,7 +116,7 @@ class Graph:
     """Index over a GraphDef: node ids, parsed edges, colocation groups. Never mutated."""
 
     CACHES = ("index", "colocation", "colocated_names", "located_names", "colocated_name_ids", "edge_arrays",
-              "consumers", "topological_order", "node_wire", "attr_keys")
+              "consumers", "topological_order", "node_wire", "attr_keys", "control_flow")
     """Every fact a graph keeps once it is derived: all but ``attr_keys`` are ``cached_property``
     values of the same name; ``attr_keys`` is what the last :meth:`attr_keys` call read (its
     argument and values, see :meth:`cached_attr_keys`). Each is computed from the graph's own
@@ -804,6 +805,15 @@ class Graph:
         return [(out_dst[k], in_slot[out_pos[k]]) for k in range(out_start[i], out_start[i + 1])]
 
     @cached_property
+    def control_flow(self) -> ControlFlowInfo:
+        """Every node's while-loop frame and every frame's parent (TF's ``BuildControlFlowInfo``,
+        ``tensorflow/core/graph/control_flow.cc``; :mod:`placeviz.control_flow`), read by the sync
+        proof, the traffic report, lint and the partitioner."""
+        from placeviz.control_flow import build_control_flow_info  # it imports this module for types only
+
+        return build_control_flow_info(self)
+
+    @cached_property
     def topological_order(self) -> list[int]:
         """Node ids such that every node comes after its inputs, ties broken by node id.
 
@@ -1055,7 +1065,7 @@ class NodeView:
 
 
 _DEVICE_FREE_CACHES = ("colocation", "colocated_names", "located_names", "colocated_name_ids", "edge_arrays",
-                       "consumers", "topological_order")
+                       "consumers", "topological_order", "control_flow")
 """The :attr:`Graph.CACHES` entries that do not depend on devices: :meth:`Graph.with_devices` shares them."""
 
 _NO_KEY_ATTRS = (None, ())  # the plan of an op that ``key_attrs`` does not name

@@ -145,7 +145,9 @@ def sync_graph(*, r=2, tokens=3, shared_name=True, break_with=()) -> Graph:
     train_deps.append("^metric/AssignAdd")
     add("counter", "VariableV2", dtype=DT_FLOAT)
     add("while/Enter", "RefEnter", ["counter"], T=DT_FLOAT, frame_name="while/while_context")
-    add("while/AssignAdd", "AssignAdd", ["while/Enter", "x"], T=DT_FLOAT)
+    # every input of a loop body enters the frame (TF's BuildControlFlowInfo refuses mixed frames)
+    add("while/Enter_1", "Enter", ["x"], T=DT_FLOAT, frame_name="while/while_context", is_constant=True)
+    add("while/AssignAdd", "AssignAdd", ["while/Enter", "while/Enter_1"], T=DT_FLOAT)
     add("while/Exit", "RefExit", ["while/AssignAdd"], T=DT_FLOAT)
     train_deps.append("^while/Exit")
     if "worker_assign_add" in break_with:
@@ -241,7 +243,9 @@ def test_hand_built_proof_holds_and_reports_per_worker_updates():
     assert upd["metric/total"]["runs"] == "once per worker run" and upd["metric/total"]["runs_per_global_step"] == 3
     assert upd["counter"]["runs"] == PER_ITERATION and upd["counter"]["loop_frame"] == "while/while_context"
     frames = loop_frames(g)
-    assert frames[g.index["while/AssignAdd"]] == "while/while_context" and frames[g.index["while/Exit"]] is None
+    # An Exit is in its loop's frame; its consumers are in the parent frame (control_flow.cc).
+    assert frames[g.index["while/AssignAdd"]] == "while/while_context" == frames[g.index["while/Exit"]]
+    assert frames[g.index["train_op"]] is None
     j = p.to_json()
     assert j["single_update"] is True and j["schema"] == "placeviz.sync_proof/1"
 

@@ -175,9 +175,12 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
     def _add_control_loops(self) -> None:
         """graph_partition.cc AddControlFlow: a control loop per (frame, device) reached by a
         cross-device edge inside that frame, stacked for nested frames."""
+        cross = self._cross_device_edges()
+        if not cross:  # no edge can need a control loop: the frames are not walked
+            return
         frame_of, output_frame, input_frame, parent, parallel = self._frames()
         relevant = []
-        for dst, src in self._cross_device_edges():
+        for dst, src in cross:
             sf = output_frame(src)
             if sf and sf == input_frame(dst):
                 relevant.append((dst, sf))

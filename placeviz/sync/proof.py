@@ -35,12 +35,10 @@ node an input (data or control) of the previous one.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from placeviz.errors import GraphError
 from placeviz.graph import Graph
 from placeviz.op_kinds import (
     ACCUMULATOR_SET_STEP_OPS,
@@ -58,51 +56,13 @@ PER_ITERATION = "per iteration, trip count unknown"
 
 # ----------------------------------------------------------------------------- while-loop frames
 
-_FRAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_ENTER_OPS = frozenset({"Enter", "RefEnter"})
-
 
 def loop_frames(g: Graph) -> list[str | None] | None:
     """The innermost TF1 while-loop frame name of every node (None: not in a loop), or None if the
-    graph has no loops. Frames propagate from the first input; ``Enter`` opens ``frame_name``,
-    ``Exit`` returns to the parent frame (TF's ``BuildControlFlowInfo``)."""
-    if g in _FRAMES:
-        return _FRAMES[g]
-    ops = g.ops
-    result: list[str | None] | None = None
-    if not _ENTER_OPS.isdisjoint(ops):  # a set test in C, not a Python loop over the nodes
-        try:
-            order = g.topological_order
-        except GraphError:
-            order = None
-        if order is not None:
-            frame = [0] * len(ops)
-            fname: list[str | None] = [None]
-            fparent = [0]
-            children: dict[tuple[int, str], int] = {}
-            in_start, in_src = g.in_start, g.in_src
-            for u in order:
-                lo = in_start[u]
-                if lo == in_start[u + 1]:
-                    continue
-                f = frame[in_src[lo]]
-                op = ops[u]
-                if op in ("Enter", "RefEnter"):
-                    av = g.node_def(u).attr.get("frame_name")
-                    name = av.s.decode("utf-8", "replace") if av is not None else "?"
-                    key = (f, name)
-                    child = children.get(key)
-                    if child is None:
-                        child = children[key] = len(fname)
-                        fname.append(name)
-                        fparent.append(f)
-                    f = child
-                elif op in ("Exit", "RefExit"):
-                    f = fparent[f]
-                frame[u] = f
-            result = [fname[f] for f in frame]
-    _FRAMES[g] = result
-    return result
+    graph has no loops: a view of :attr:`Graph.control_flow` (``BuildControlFlowInfo``,
+    ``tensorflow/core/graph/control_flow.cc``, written once in :mod:`placeviz.control_flow`)."""
+    info = g.control_flow
+    return info.node_frame_names if info.has_loops else None
 
 
 # ----------------------------------------------------------------------------- result
