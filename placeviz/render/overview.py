@@ -45,7 +45,8 @@ def build_overview(ctx: ViewContext, focus: int | None = None) -> Diagram:
         lines = [ctx.device_label(dev), f"{ctx.ops_per_device[dev]:,} ops"]
         if n_vars:
             share = f" ({100 * n_bytes / ps_total:.0f}% of PS)" if job_of(dev) == "ps" and ps_total else ""
-            lines.append(f"{n_vars:,} variables, {ctx.variable_bytes_text(dev)}{share}")
+            noun = "variable" if n_vars == 1 else "variables"
+            lines.append(f"{n_vars:,} {noun}, {ctx.variable_bytes_text(dev)}{share}")
         box = Box(("dev", dev), "\n".join(lines), cluster=jobs[job_of(dev) if dev != NO_DEVICE else ""].key,
                   fill=ctx.colors[dev], tooltip=dev, penwidth=1.5)
         if focus is not None and ctx.devices[focus] == dev:
