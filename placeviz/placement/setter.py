@@ -75,6 +75,7 @@ from placeviz.graph import CONTROL, Graph, RemappedNodeDefs, _located_names
 from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
 from placeviz.op_kinds import ASSIGN_VARIABLE_OPS
+from placeviz.ops import DT_RESOURCE, REF_OFFSET
 from placeviz.placement import scopes
 from placeviz.protos import GraphDef, NodeDef, dtype_size
 
@@ -244,7 +245,7 @@ def byte_size_load_fn(graph: Graph, op_table: OpTable, tf_major: str = "2") -> C
             raise SetterError(f"greedy strategy: {node.name} ({node.op}) has {len(out_types)} outputs; "
                               "byte_size_load_fn needs exactly one")
         dtype = out_types[0]
-        base = dtype - 100 if dtype > 100 else dtype
+        base = dtype - REF_OFFSET if dtype > REF_OFFSET else dtype
         size = _TF1_SIZES.get(base) if tf_major == "1" and base in _TF1_SIZES else (dtype_size(dtype) or 0)
         shape = _static_output_shape(node)
         if shape is None or any(d < 0 for d in shape):
@@ -707,7 +708,7 @@ def _is_resource_generator(graph: Graph, i: int, op_table: OpTable) -> bool:
 
 def _constructs_a_resource(output_types: tuple[int, ...] | None) -> bool:
     """One output, of a ref type or ``DT_RESOURCE``: what ``init_scope`` is opened for."""
-    return output_types is not None and len(output_types) == 1 and (output_types[0] > 100 or output_types[0] == 20)
+    return output_types is not None and len(output_types) == 1 and (output_types[0] > REF_OFFSET or output_types[0] == DT_RESOURCE)
 
 
 def _resource_generator_test(graph: Graph, op_table: OpTable) -> Callable[[int], bool]:
