@@ -25,7 +25,8 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from itertools import compress
 from typing import TYPE_CHECKING, Any
 
@@ -60,11 +61,16 @@ class ControlFlowInfo:
     parent: list[int]
     parallel: list[int]
     error: str | None = None
-    node_frame_names: list[str | None] | None = field(default=None, compare=False)
 
     @property
     def has_loops(self) -> bool:
         return len(self.names) > 1
+
+    @cached_property
+    def node_frame_names(self) -> list[str | None]:
+        """Node ``i``'s frame name, None at the root (what ``sync.proof.loop_frames`` shows)."""
+        names = self.names
+        return [None if f == ROOT else names[f] for f in self.frame]
 
     def frame_name(self, i: int) -> str:
         """The name of node ``i``'s frame, ``""`` at the root."""
@@ -95,7 +101,7 @@ def frames_of(ops: Sequence[str], names: Sequence[str], nodes: NodeDefs, in_star
     frame = [ROOT] * n
     names_f, parent, parallel = [""], [ROOT], [DEFAULT_PARALLEL_ITERATIONS]
     if ENTER_OPS.isdisjoint(ops if keep is None else compress(ops, keep)):
-        return ControlFlowInfo(frame, names_f, parent, parallel, None, [None] * n)
+        return ControlFlowInfo(frame, names_f, parent, parallel)
     import numpy as np
 
     starts = np.frombuffer(in_start, dtype=np.int32) if isinstance(in_start, array) else np.asarray(in_start)
@@ -165,5 +171,4 @@ def frames_of(ops: Sequence[str], names: Sequence[str], nodes: NodeDefs, in_star
                 frame[out] = child
             else:
                 frame[out] = f
-    node_names: list[str | None] = [None, *names_f[1:]]
-    return ControlFlowInfo(frame, names_f, parent, parallel, error, [node_names[f] for f in frame])
+    return ControlFlowInfo(frame, names_f, parent, parallel, error)

@@ -147,15 +147,24 @@ class Graph:
         same as without ``wire``; for anything but the plain case (a duplicate name, an input
         naming no node, ...) the reader declines and the Python path gives the exact error.
         """
-        self._graph_def: GraphDef | None = graph_def
-        self._make_graph_def: Callable[[], GraphDef] | None = None
-        self._attr_nodes: Any = None  # None: graph_def.node
-        self._source: Graph | None = None  # the graph a derived one was made from (see ``derived``)
-        self._wire_data = wire  # kept for ``node_wire`` (partitions are written from these bytes)
+        self._hold(graph_def, None, None, None, wire)
         with gc_paused():
             if wire is None or _wire is None or not self._build_from_wire(wire, key_attrs_for):
                 self._build(graph_def)
         self._built = self._known()
+
+    def _hold(self, graph_def: GraphDef | None, make_graph_def: Callable[[], GraphDef] | None,
+              attr_nodes: NodeDefs | None, source: Graph | None, wire: bytes | memoryview | None) -> None:
+        """What a graph holds of its GraphDef, set alike by every constructor: the message, or the
+        function that makes it on first use (:attr:`graph_def`); the NodeDefs attrs are read from
+        (None: ``graph_def.node``, see :attr:`attr_nodes`); the graph a derived one was made from
+        (see :meth:`derived`); the file's bytes, kept for :attr:`node_wire` (partitions are
+        written from them)."""
+        self._graph_def = graph_def
+        self._make_graph_def = make_graph_def
+        self._attr_nodes = attr_nodes
+        self._source = source
+        self._wire_data = wire
 
     @classmethod
     def from_wire(cls, wire: bytes | memoryview, parse: Callable[[], GraphDef], *,
@@ -171,11 +180,7 @@ class Graph:
         if _wire is None:
             return None
         graph = cls.__new__(cls)
-        graph._graph_def = None
-        graph._make_graph_def = parse
-        graph._attr_nodes = None
-        graph._source = None
-        graph._wire_data = wire
+        graph._hold(None, parse, None, None, wire)
         with gc_paused():
             if not graph._build_from_wire(wire, key_attrs_for):
                 return None
@@ -343,10 +348,7 @@ class Graph:
         graph = cls.__new__(cls)
         graph._make_node_wire = node_wire
         graph._versions_present = versions_present
-        graph._graph_def = None
-        graph._make_graph_def = make_graph_def
-        graph._attr_nodes = attr_nodes
-        graph._source = source
+        graph._hold(None, make_graph_def, attr_nodes, source, None)
         graph.names, graph.ops, graph.devices = names, ops, devices
         if isinstance(index, dict):
             graph.index = index
