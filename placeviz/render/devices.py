@@ -18,7 +18,7 @@ from placeviz.render.context import NO_DEVICE, ViewContext, pen_width
 from placeviz.render.diagram import Box, Cluster, Diagram, Edge, LegendItem
 from placeviz.render.labels import name_boxes
 from placeviz.render.overview import TRAFFIC_COLOR, job_clusters
-from placeviz.render.roles import ROLE_COLOR, ROLE_LABEL, ROLE_SHORT, ROLES, job_of, striped_fill
+from placeviz.render.roles import ROLE_COLOR, ROLE_LABEL, ROLE_ONE, ROLE_SHORT, ROLES, job_of, striped_fill
 from placeviz.sizes import transfers_text
 
 EDGES_PER_BOX = 2.5
@@ -48,7 +48,7 @@ def group_box(ctx: ViewContext, group, key, cluster, counts: Counter, name: str)
     label = f"{name}{scopes}\n{n:,} ops: {kinds}"
     top_ops = ctx.top_ops(group, 6)
     tip = (f"{group.label(names)}{scopes} on {group.owner}: {n:,} ops; "
-           + ", ".join(f"{c:,} {ROLE_LABEL[r]}" for r, c in sorted(counts.items()))
+           + ", ".join(f"{c:,} {(ROLE_ONE if c == 1 else ROLE_LABEL)[r]}" for r, c in sorted(counts.items()))
            + "; top op types: " + ", ".join(f"{op} {c:,}" for op, c in top_ops))
     # Only plain rectangles take a striped fill; a double border marks the box as a group.
     return Box(key, label, cluster=cluster, fill=striped_fill(counts), tooltip=tip, peripheries=2)

@@ -18,6 +18,12 @@ ROLE_LABEL = {
     "update": "updates (assign / apply)", "sendrecv": "send / recv", "io": "save / restore",
     "control": "NoOp groups", "compute": "compute",
 }
+ROLE_ONE = {
+    "variable": "variable", "table": "lookup table", "queue": "queue / accumulator",
+    "update": "update (assign / apply)", "sendrecv": "send / recv", "io": "save / restore",
+    "control": "NoOp group", "compute": "compute",
+}
+""":data:`ROLE_LABEL` for a count of one ("1 variable", not "1 variables")."""
 ROLE_SHORT = {
     "variable": "var", "table": "table", "queue": "queue", "update": "upd", "sendrecv": "send/recv",
     "io": "save", "control": "noop", "compute": "compute",
