@@ -967,7 +967,7 @@ class WireNodeDefs:
         assert self._data is not None  # let go of only once parsed
         offset, length = self._spans[2 * i], self._spans[2 * i + 1]
         raw = cast("bytes", self._data[offset:offset + length])
-        node = self._one_by_one[i] = cast("NodeDef", NodeDef.FromString(raw))  # (FromString: untyped)
+        node = self._one_by_one[i] = NodeDef.FromString(raw)
         return node
 
     def __iter__(self) -> Iterator[NodeDef]:

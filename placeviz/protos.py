@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 from google.protobuf.internal import api_implementation
@@ -71,12 +71,14 @@ if TYPE_CHECKING:  # classes made at run time from descriptors: to a type checke
         # nested message classes (``AttrValue.ListValue``) are class attributes made at run time
         def __getattr__(cls, name: str) -> Any: ...
 
+    _M = TypeVar("_M", bound="_Message")
+
     class _Message(metaclass=_MessageType):
         def __init__(self, *args: Any, **kwargs: Any) -> None: ...
         def __getattr__(self, name: str) -> Any: ...
         def __setattr__(self, name: str, value: Any) -> None: ...
         @classmethod
-        def FromString(cls, data: bytes) -> Any: ...
+        def FromString(cls: type[_M], data: bytes) -> _M: ...
 
     AssetFileDef = _Message
     AttrValue = _Message
