@@ -446,6 +446,30 @@ def test_a_saver_and_summaries_no_run_executes_are_no_finding(models):
 
 @pytest.mark.tf
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_the_plan_reads_the_state_index_detection_built(models, monkeypatch):
+    """Which op writes which variable is indexed once per graph, by the sync detection; the verify
+    plan reads that index (SyncMachinery.state), it does not build a second one."""
+    from placeviz.io import load
+    from placeviz.pipeline import Options, run_pipeline
+    from placeviz.placement import PlacementOptions
+    from placeviz.verify.prepare import prepare
+
+    detect = importlib.import_module("placeviz.sync.detect")  # the module (the package exports its function)
+    built = []
+    build = detect._build_state_index
+    monkeypatch.setattr(detect, "_build_state_index", lambda g, table: built.append(g) or build(g, table))
+    pipe = run_pipeline(load(str(models / "plain.meta")),
+                        Options(placement=PlacementOptions(), place_always=True, partition=False))
+    assert pipe.machinery is not None and pipe.machinery.state is not None
+    assert pipe.graph in built
+    built.clear()
+    prepared = prepare(pipe, PlacementOptions(), workers=None, steps=2, timeout=60, isolate=False, feeds_file=None,
+                       seed=0, chief_queue_runner="auto", fault=None)
+    assert prepared.plan.updates and built == []
+
+
+@pytest.mark.tf
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
 def test_no_namespace_means_no_run(models, tmp_path, tmpdir_env):
     """In a user namespace whose limits allow no further user, network or mount namespace (the
     limits are per user namespace: the host's stay as they are), verify refuses to start, naming the
