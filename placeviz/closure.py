@@ -20,7 +20,8 @@ set is asked and the kernel is built. Otherwise it is breadth first, one numpy s
 each level's new nodes are kept in the order a plain first-in-first-out walk would meet them
 (first occurrence along the previous level, each node's inputs in order), so ``order`` and
 ``parent`` are exactly the plain breadth-first walk's. After many narrow levels in a row (a long
-chain, which would cost one numpy step per node) the same breadth-first walk goes on in Python.
+chain, which would cost one numpy step per node) the same breadth-first walk goes on in Python; a small graph (a sample, a test's) is walked in
+Python from the start.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ ROOT = -1
 
 _SMALL_FRONTIER = 64  # below this, a numpy step costs more than walking the frontier in Python
 _SMALL_LEVELS = 32  # this many small levels in a row: a long chain, finish in Python
+_SMALL_GRAPH = 16384  # fewer nodes: the Python walk alone (numpy's per-level cost would dominate)
 
 
 def fed_edge_cut(graph: Graph, feeds: Iterable[tuple[int, int]]) -> Callable[[int, int], bool] | None:
@@ -126,7 +128,7 @@ def reverse_closure(graph: Graph, starts: Iterable[int], edge_ok: npt.NDArray[np
     if tree:
         parent_np = np.full(n, UNSEEN, dtype=np.int64)
         parent_np[frontier] = ROOT
-    small = 0
+    small = 0 if n >= _SMALL_GRAPH else _SMALL_LEVELS
     while len(frontier) and small < _SMALL_LEVELS:
         small = small + 1 if len(frontier) < _SMALL_FRONTIER else 0
         lo = in_start[frontier]

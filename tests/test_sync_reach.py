@@ -56,13 +56,16 @@ def _plain_bfs(g: Graph, targets: list[int], feeds: list[tuple[int, int]]):
 
 @pytest.mark.parametrize("seed", range(16))
 @pytest.mark.parametrize("kernels", [True, False])
-def test_reach_is_the_plain_walk_and_prune_masks_set(monkeypatch, seed, kernels):
+@pytest.mark.parametrize("numpy_levels", [True, False])
+def test_reach_is_the_plain_walk_and_prune_masks_set(monkeypatch, seed, kernels, numpy_levels):
     rng = random.Random(seed)
     chain = seed % 2 == 1
     n = rng.choice([1, 40, 700, 3000])
     g = _random_graph(rng, n, chain)
     if not kernels:
         monkeypatch.setattr(closure, "_kernels", None)
+    # these graphs are small: walked in Python alone unless the numpy levels are asked for
+    monkeypatch.setattr(closure, "_SMALL_GRAPH", 0 if numpy_levels else closure._SMALL_GRAPH)
     targets = [rng.randrange(n) for _ in range(rng.randint(1, 4))]
     targets += targets[:1]  # a duplicate target is walked once
     feeds = list(dict.fromkeys((rng.randrange(n), rng.choice([0, 1])) for _ in range(rng.randint(0, 6))))
