@@ -212,7 +212,13 @@ def _op_table(ctx: Context):
     return load_op_table()
 
 
-PROVIDERS.update(unplaced_model=_load_unplaced, op_table=_op_table)
+def _unplaced_attr_keys(ctx: Context):
+    from placeviz.placement.placer import read_fact_attrs
+
+    return read_fact_attrs(ctx.get("unplaced_model").graph, ctx.get("op_table"))
+
+
+PROVIDERS.update(unplaced_model=_load_unplaced, op_table=_op_table, unplaced_attr_keys=_unplaced_attr_keys)
 
 
 def _setter_setup(ctx: Context) -> None:
@@ -222,13 +228,16 @@ def _setter_setup(ctx: Context) -> None:
 
 
 @stage("setter", "replica_device_setter replay (unplaced)", modules=("placeviz.placement.setter",),
-       needs=("unplaced_model", "op_table"), setup=_setter_setup)
+       needs=("unplaced_model", "op_table", "unplaced_attr_keys"), setup=_setter_setup)
 def setter_stage(ctx: Context):
-    """placement.setter.run_setter(ps_tasks=4) on the NAME.unplaced.pb sibling (op table preloaded)."""
+    """placement.setter.run_setter(ps_tasks=4) on the NAME.unplaced.pb sibling (op table, attr keys preloaded).
+
+    The attr keys are what ``placement.setter_stage`` hands the setter (``read_fact_attrs``)."""
     from placeviz.placement.setter import SetterConfig, run_setter
 
     config = SetterConfig(ps_tasks=PS_TASKS, worker_device="/job:worker/task:0")
-    return run_setter(ctx.get("unplaced_model").graph, config, op_table=ctx.get("op_table"))
+    return run_setter(ctx.get("unplaced_model").graph, config, op_table=ctx.get("op_table"),
+                      attr_keys=ctx.get("unplaced_attr_keys"))
 
 
 def _device_set(ctx: Context):

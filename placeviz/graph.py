@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate, chain, compress, count, repeat
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
 from placeviz.errors import GraphError
 from placeviz.gcpause import gc_paused as gc_paused  # re-exported: the placement stages import it from here
@@ -112,6 +112,12 @@ def parse_input(text: str) -> Input:
     return Input(name, int(slot))
 
 
+AttrKeys: TypeAlias = tuple[dict[str, tuple[str, ...]], list[object]]
+"""``(key_attrs, values)``: the question :meth:`Graph.attr_keys` was asked (op -> attr names) and
+its answer (one key per node). A stage that needs attr keys is handed this value by the stage that
+read them (the setter by ``placement.setter_stage``); it does not read the graph's memo."""
+
+
 class Graph:
     """Index over a GraphDef: node ids, parsed edges, colocation groups. Never mutated."""
 
@@ -119,12 +125,14 @@ class Graph:
               "consumers", "topological_order", "node_wire", "attr_keys", "control_flow")
     """Every fact a graph keeps once it is derived: all but ``attr_keys`` are ``cached_property``
     values of the same name; ``attr_keys`` is what the last :meth:`attr_keys` call read (its
-    argument and values, see :meth:`cached_attr_keys`). Each is computed from the graph's own
+    argument and values, see :meth:`cached_attr_keys`), kept so that asking the same question
+    again (the placer), or of a graph derived from this one, costs no pass over the NodeDefs; the
+    answer itself is handed on as a value (:data:`AttrKeys`). Each is computed from the graph's own
     nodes only, so it is never stale. Nothing else is kept on a graph, and nothing outside this
     module writes any of them: :meth:`computed`, :meth:`peek`, :meth:`clear_caches` and
     :meth:`reset_caches` are how other code asks about them."""
 
-    _attr_keys_memo: tuple[dict[str, tuple[str, ...]], list[object]] | None = None  # the ``attr_keys`` entry
+    _attr_keys_memo: AttrKeys | None = None  # the ``attr_keys`` entry
     _built: frozenset[str] = frozenset()  # the CACHES entries the graph was built with (see reset_caches)
     # Set by every builder (_build, _build_from_wire, derived); declared here because the C reader's
     # values are untyped.
@@ -626,7 +634,7 @@ class Graph:
         self._built -= {"attr_keys"}  # another memo than the one the graph was built with
         return values
 
-    def cached_attr_keys(self) -> tuple[dict[str, tuple[str, ...]], list[object]] | None:
+    def cached_attr_keys(self) -> AttrKeys | None:
         """``(key_attrs, values)`` of the last :meth:`attr_keys` call on this graph, or None (the
         ``attr_keys`` entry of :attr:`CACHES`)."""
         return self._attr_keys_memo

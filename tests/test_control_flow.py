@@ -133,3 +133,66 @@ def test_inputs_from_different_frames_are_the_error_tf_reports():
             sess.run("out:0")
     error = Graph(gd).control_flow.error
     assert error is not None and "has inputs from different frames" in error
+
+
+_PS0, _PS1 = "/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"
+_W0 = "/job:worker/replica:0/task:0/device:CPU:0"
+
+
+def _placed(gd):
+    """The nested loops with w and r on two PS tasks, as the setter puts variables, and two ops
+    of loop bodies there too (the inner loop's Tanh, the second loop's read of r): edges inside
+    those frames cross devices, so the partitioner adds control loops."""
+    from placeviz.protos import GraphDef
+
+    graph = Graph(GraphDef.FromString(gd.SerializeToString()))
+    devices = [_W0] * len(graph)
+    for name, ps in (("w", _PS0), ("r", _PS1), ("outer/inner/Tanh", _PS0), ("second/add_1/ReadVariableOp", _PS1)):
+        for i, n in enumerate(graph.names):
+            if n == name or n.startswith(name + "/"):
+                devices[i] = ps
+    return graph, devices
+
+
+@pytest.mark.parametrize("run", [dict(targets=["out"]), dict(targets=["outer/Exit_1"]),
+                                 dict(fetches=["out:0"], feeds=["outer/Exit_1:0"])])
+def test_a_run_without_feeds_partitions_with_the_graphs_frames(monkeypatch, run):
+    """Pruning without feeds only drops nodes: the frames TF's BuildControlFlowInfo gives the kept
+    nodes of the run's graph are the whole graph's, so the partitioner reuses Graph.control_flow
+    when it is known, with the same partitions; with feeds it walks the run's graph."""
+    import placeviz.partition.control_flow as cf_mod
+    from placeviz.control_flow import frames_of
+    from placeviz.partition import parse_run, prune_mask
+
+    gd = _tf_graph().as_graph_def()
+    walks = []
+
+    def counted(*args, **kw):
+        walks.append(1)
+        return frames_of(*args, **kw)
+
+    monkeypatch.setattr(cf_mod, "frames_of", counted)
+    outcomes = []
+    for known in (False, True):
+        graph, devices = _placed(gd)
+        if known:
+            _ = graph.control_flow
+        walks.clear()
+        result = partition(graph, devices, **run)
+        assert result.control_loops
+        outcomes.append((result.control_loops, result.moved, sorted(result.partitions),
+                         [gd_.SerializeToString(deterministic=True) for _, gd_ in sorted(result.partitions.items())]))
+        assert len(walks) == (1 if not known or run.get("feeds") else 0)
+    assert outcomes[0] == outcomes[1]
+    # the frames themselves, both ways: the whole graph's, and BuildControlFlowInfo over the run's graph
+    graph, _ = _placed(gd)
+    keep = prune_mask(graph, parse_run(graph, run.get("fetches", ()), run.get("targets", ())))
+    pruned = frames_of(graph.ops, graph.names, graph.attr_nodes, graph.in_start, graph.in_src, keep=list(keep))
+    whole = graph.control_flow
+    kept = [i for i, k in enumerate(keep) if k]
+    assert any(whole.frame[i] for i in kept)
+    assert [pruned.frame_name(i) for i in kept] == [whole.frame_name(i) for i in kept]
+    for i in kept:
+        f, p = whole.frame[i], pruned.frame[i]
+        assert whole.names[whole.parent[f]] == pruned.names[pruned.parent[p]]
+        assert whole.parallel[f] == pruned.parallel[p]

@@ -122,6 +122,25 @@ def test_the_setter_result_shares_what_is_known_and_answers_like_a_fresh_graph()
     assert list(graph.colocation.items()) == list(fresh.colocation.items())
 
 
+def test_the_setter_is_handed_its_attr_keys_not_the_graphs_last_question():
+    """The setter's resource test takes the attr keys it is handed (what setter_stage read), not
+    whatever the graph was asked last: another question in between changes nothing, and without
+    keys it asks node by node, with the same devices."""
+    from placeviz.placement import setter
+
+    source = Graph(setter_graph())
+    keys = read_fact_attrs(source, OP_TABLE)
+    source.attr_keys({"VariableV2": ("shape",)})  # another question: the graph's memo is now that one
+    facts = setter._resource_facts(source, OP_TABLE, keys)
+    assert facts is not None and facts[0] and facts[1] is keys[1]  # by (op, attr key)
+    unkeyed = setter._resource_facts(source, OP_TABLE, None)
+    assert unkeyed is not None and not unkeyed[0] and unkeyed[1] is None and unkeyed[2]  # by node
+    config = SetterConfig(ps_tasks=2, worker_device="/job:worker/task:0")
+    with_keys = run_setter(source, config, OP_TABLE, attr_keys=keys)
+    without = run_setter(source, config, OP_TABLE)
+    assert with_keys.graph.devices == without.graph.devices and with_keys.rule == without.rule
+
+
 # Writing into another object's instance dict, or reading it to guess what was computed.
 _PLANTING = re.compile(r"__dict__\s*(\[|\.setdefault|\.get|\.pop)|in\s+[\w.]+\.__dict__|WeakKeyDictionary")
 

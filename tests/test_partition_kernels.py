@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from placeviz import closure as prune_mod
 from placeviz import nodewire
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph
 from placeviz.partition import RunSignature, partition, prune_mask
 from placeviz.partition import base as base_mod
 from placeviz.partition import graph_partition as split_mod
-from placeviz.partition import subgraph as prune_mod
 from placeviz.protos import GraphDef, NodeDef
 
 kernels = pytest.importorskip("placeviz._partition_kernels")

@@ -88,9 +88,9 @@ def assert_lookups_like_a_fresh_graph(result, source: Graph) -> None:
     assert g.ids_of(probe) == fresh.ids_of(probe)
 
 
-def _run(graph: Graph, config: SetterConfig, graph_def: bool):
+def _run(graph: Graph, config: SetterConfig, graph_def: bool, attr_keys=None):
     try:
-        result = run_setter(graph, config, OP_TABLE)
+        result = run_setter(graph, config, OP_TABLE, attr_keys=attr_keys)
         if graph_def:
             assert_lookups_like_a_fresh_graph(result, graph)
         return _snapshot(result, graph_def)
@@ -115,24 +115,25 @@ def _no_root_settled(members, devices, assign_nodes) -> None:
 
 
 def assert_same(graph: Graph, configs=CONFIGS, graph_def: bool = True) -> list[str]:
-    """Run every config with and without the kernels, first without the attr keys cached, then with
-    them; returns the outcomes (``ok`` or the error both raised). ``NATIVE`` records, per call of
-    the native replay, whether it answered or declined."""
+    """Run every config with and without the kernels, first without the attr keys handed to the
+    setter, then with them; returns the outcomes (``ok`` or the error both raised). ``NATIVE``
+    records, per call of the native replay, whether it answered or declined."""
     outcomes = []
     for cached in (False, True):
+        keys = None
         if cached:
             try:
-                read_fact_attrs(graph, OP_TABLE)
+                keys = read_fact_attrs(graph, OP_TABLE)
             except PlacevizError:
                 continue
         for name, config in configs.items():
             with pytest.MonkeyPatch.context() as mp:
                 mp.setattr(setter, "native_replay", _spied_native_replay)
-                with_kernels = _run(graph, config, graph_def)
+                with_kernels = _run(graph, config, graph_def, keys)
             with pytest.MonkeyPatch.context() as mp:
                 mp.setattr(setter, "_kernels", None)
                 mp.setattr(setter, "_one_device", _no_root_settled)
-                reference = _run(graph, config, graph_def)
+                reference = _run(graph, config, graph_def, keys)
             assert with_kernels == reference, (name, cached)
             outcomes.append("ok" if with_kernels[0] != "error" else with_kernels[2])
     return outcomes
@@ -424,7 +425,7 @@ def plain_setter_graph() -> GraphDef:
     return g
 
 
-def both_replays(graph: Graph, config: SetterConfig):
+def both_replays(graph: Graph, config: SetterConfig, attr_keys=None):
     """``(native, spec)``: the two replays with the arguments ``_run_setter`` gives them."""
     from placeviz.devices import PyDeviceSpec
 
@@ -435,17 +436,17 @@ def both_replays(graph: Graph, config: SetterConfig):
     inside = graph.index[config.scope_end] if config.scope_end else len(graph)
     hints, device_none = scopes.device_scope_hints(graph), scopes.device_none_nodes(graph)
     native = setter.native_replay(graph, config, OP_TABLE, ps_tasks, ps_ops, ps_spec, worker_spec, inside, hints,
-                                  device_none)
+                                  device_none, attr_keys)
     try:
         spec = setter.setter_replay(graph, config, OP_TABLE, setter.RoundRobin(ps_tasks), ps_ops, ps_spec,
-                                    worker_spec, inside, hints, device_none)
+                                    worker_spec, inside, hints, device_none, attr_keys)
     except (PlacevizError, ValueError, KeyError, IndexError, TypeError) as e:
         spec = e
     return native, spec
 
 
-def assert_native_is_the_spec(graph: Graph, config: SetterConfig) -> None:
-    native, spec = both_replays(graph, config)
+def assert_native_is_the_spec(graph: Graph, config: SetterConfig, attr_keys=None) -> None:
+    native, spec = both_replays(graph, config, attr_keys)
     assert native is not None, "the native replay declined"
     devices, rule, reference, calls = native
     assert devices == spec[0]
@@ -463,8 +464,8 @@ def test_native_replay_is_the_python_replay(name, hinted):
         pytest.skip("no such node in this graph")
     assert bool(scopes.device_scope_hints(graph)) == hinted
     assert_native_is_the_spec(graph, REPLAY_CONFIGS[name])
-    read_fact_attrs(graph, OP_TABLE)  # the resource test answered by op and attr key
-    assert_native_is_the_spec(graph, REPLAY_CONFIGS[name])
+    keys = read_fact_attrs(graph, OP_TABLE)  # the resource test answered by op and attr key
+    assert_native_is_the_spec(graph, REPLAY_CONFIGS[name], keys)
     NATIVE.clear()
     assert_same(graph, {name: REPLAY_CONFIGS[name]})
     assert NATIVE and all(NATIVE)  # run_setter took the native answer
@@ -522,8 +523,8 @@ def test_native_replay_on_the_10k_benchmark_graph():
     graph = Graph(graph_def)
     for name in ("ps4", "ps3", "no-merge", "global-graph"):
         assert_native_is_the_spec(graph, REPLAY_CONFIGS[name])
-    read_fact_attrs(graph, OP_TABLE)
-    assert_native_is_the_spec(graph, REPLAY_CONFIGS["ps4"])
+    keys = read_fact_attrs(graph, OP_TABLE)
+    assert_native_is_the_spec(graph, REPLAY_CONFIGS["ps4"], keys)
     NATIVE.clear()
     assert assert_same(graph, {"ps4": REPLAY_CONFIGS["ps4"]}, graph_def=False) == ["ok", "ok"]
     assert NATIVE == [True, True]

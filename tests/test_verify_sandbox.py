@@ -213,6 +213,66 @@ def test_host_ops_are_found_in_the_closure_in_functions_and_by_their_attrs():
     assert [h.op for h in hostops.find(Graph(g), [("an init op", "save")])] == ["SaveV2"]
 
 
+def _py_func_graph():
+    """A TF1 graph whose host ops (PyFuncs) sit behind tensors a run may feed, and the names each
+    PyFunc appends to when TF runs it."""
+    import numpy as np
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    ran: list[str] = []
+    g = tf.Graph()
+    with g.as_default():
+        def py_func(name):
+            return v1.py_func(lambda: (ran.append(name), np.float32(1))[1], [], tf.float32, stateful=True, name=name)
+
+        # y reads a PyFunc's output; y2 (an unfed run) reads it too
+        pf = py_func("pf")
+        tf.identity(pf * 2.0, name="y")
+        tf.identity(pf * 3.0, name="y2")
+        # a Placeholder with a PyFunc as control input, read by data (z) and by a control edge (w)
+        with tf.control_dependencies([py_func("pf_p")]):
+            p = v1.placeholder(tf.float32, [], name="p")
+        tf.identity(p, name="z")
+        with tf.control_dependencies([p]):
+            tf.constant(1.0, name="w")
+        # the same with a PlaceholderWithDefault: a feed moves its data edges only (subgraph.cc)
+        with tf.control_dependencies([py_func("pf_d")]):
+            d = v1.placeholder_with_default(np.float32(0), [], name="d")
+        with tf.control_dependencies([d]):
+            tf.constant(1.0, name="wd")
+        tf.identity(d, name="zd")
+    return g, ran
+
+
+@pytest.mark.tf
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+@pytest.mark.parametrize(("targets", "feeds"), [
+    ([("the worker train op", "y")], []),
+    ([("the worker train op", "y")], ["pf:0"]),
+    ([("the worker train op", "y"), ("an init op", "y2")], ["pf:0"]),  # the unfed run still runs it
+    ([("the worker train op", "z")], ["p"]),
+    ([("the worker train op", "w")], ["p:0"]),
+    ([("the worker train op", "wd")], ["d:0"]),
+    ([("the worker train op", "zd")], ["d:0"]),
+    ([("the worker train op", "wd")], []),
+])
+def test_a_host_op_behind_a_fed_tensor_is_found_only_if_tf_runs_it(targets, feeds):
+    """TF's session, fed as verify feeds the runs of hostops.FED_ROLES (the others unfed), decides
+    which PyFuncs run; hostops.find finds those and no other."""
+    import tensorflow as tf
+
+    g, ran = _py_func_graph()
+    with tf.compat.v1.Session(graph=g) as sess:
+        for role, name in targets:
+            fed = role in hostops.FED_ROLES
+            feed_dict = {g.get_tensor_by_name(t if ":" in t else f"{t}:0"): 2.0 for t in feeds} if fed else {}
+            sess.run(g.get_operation_by_name(name), feed_dict=feed_dict)
+    found = hostops.find(Graph(GraphDef.FromString(g.as_graph_def().SerializeToString())), targets, feeds=feeds)
+    assert {h.op for h in found} <= {"PyFunc"}
+    assert sorted(h.node for h in found) == sorted(set(ran))
+
+
 # ------------------------------------------------------------------------------------------------
 # The sandbox itself (no TF): read-only everywhere but the temp dir, locked, loopback only
 
@@ -382,6 +442,30 @@ def test_a_saver_and_summaries_no_run_executes_are_no_finding(models):
     found = hostops.find(pipe.graph, [("the save op", "save/control_dependency")])
     assert [h.op for h in found] == ["SaveV2"]
     assert all(h.op != "RestoreV2" for h in found)
+
+
+@pytest.mark.tf
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_the_plan_reads_the_state_index_detection_built(models, monkeypatch):
+    """Which op writes which variable is indexed once per graph, by the sync detection; the verify
+    plan reads that index (SyncMachinery.state), it does not build a second one."""
+    from placeviz.io import load
+    from placeviz.pipeline import Options, run_pipeline
+    from placeviz.placement import PlacementOptions
+    from placeviz.verify.prepare import prepare
+
+    detect = importlib.import_module("placeviz.sync.detect")  # the module (the package exports its function)
+    built = []
+    build = detect._build_state_index
+    monkeypatch.setattr(detect, "_build_state_index", lambda g, table: built.append(g) or build(g, table))
+    pipe = run_pipeline(load(str(models / "plain.meta")),
+                        Options(placement=PlacementOptions(), place_always=True, partition=False))
+    assert pipe.machinery is not None and pipe.machinery.state is not None
+    assert pipe.graph in built
+    built.clear()
+    prepared = prepare(pipe, PlacementOptions(), workers=None, steps=2, timeout=60, isolate=False, feeds_file=None,
+                       seed=0, chief_queue_runner="auto", fault=None)
+    assert prepared.plan.updates and built == []
 
 
 @pytest.mark.tf

@@ -9,13 +9,25 @@ from different frames) are the partitioner's, as in TF's ``AddControlFlow``
 exists (:mod:`placeviz.partition.graph_partition`, ``AddControlFlow``); this module adds the
 frames of the nodes it added: a control-loop node is in its loop's frame, any other added node
 in its first input's (the parent frame after an ``Exit``).
+
+**The graph's frames, when they are the run's.** When :attr:`placeviz.graph.Graph.control_flow`
+is already known (the sync proof and the traffic report read it), a run without feeds reuses it
+instead of walking its pruned graph again. Pruning without feeds only drops nodes, and the kept
+ones are closed under inputs (every input of a kept node is kept), so ``BuildControlFlowInfo``
+meets each kept node from the same inputs, in the same frames; in a graph without its errors a
+node's frame does not depend on which input reaches it first. What the first ``Enter`` reached
+decides, a frame's parent and ``parallel_iterations``, is the same when every kept ``Enter`` of a
+frame agrees with it, which is checked. A replicated ``Const`` (``/replicate/`` copies are read
+from outside the graph's arrays, hence at the root) must itself be at the root. Otherwise, and
+with feeds (a fed tensor's consumers read the feed's ``_Recv`` at the root), the run's graph is
+walked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from placeviz.control_flow import frames_of
+from placeviz.control_flow import DEFAULT_PARALLEL_ITERATIONS, ROOT, ControlFlowInfo, frames_of
 from placeviz.op_kinds import ENTER_OPS, EXIT_OPS
 from placeviz.partition.base import PartitionError, _PartitionerBase
 
@@ -29,7 +41,9 @@ class _ControlFlowInfo(_PartitionerBase):
 
     def _frames(self) -> Frames:
         """Frame functions over the run's graph and the added nodes (module docstring)."""
-        info = frames_of(self.ops, self.names, self.nodes_pb, self.in_start, self.e_src, keep=self.keep_np)
+        info = self._graph_frames()
+        if info is None:
+            info = frames_of(self.ops, self.names, self.nodes_pb, self.in_start, self.e_src, keep=self.keep_np)
         if info.error is not None:
             raise PartitionError(info.error)
         names = info.names
@@ -58,3 +72,32 @@ class _ControlFlowInfo(_PartitionerBase):
             return parent.get(f, "") if self.op(i) in ENTER_OPS else f
 
         return frame_of, output_frame, input_frame, parent, parallel
+
+    def _graph_frames(self) -> ControlFlowInfo | None:
+        """The graph's own frames (:attr:`placeviz.graph.Graph.control_flow`) when they are known and
+        are the run's (module docstring), else None."""
+        if not self.graph.computed("control_flow"):
+            return None
+        info = self.graph.control_flow
+        # a fed tensor read by the run: its consumers read the feed's _Recv (outside the arrays)
+        if info.error is not None or any(a.kind == "feed_recv" for a in self.added):
+            return None
+        frame, parent, parallel = info.frame, info.parent, info.parallel
+        if any(a.copy_of >= 0 and frame[a.copy_of] != ROOT for a in self.added):
+            return None
+        in_start, src, ops, nodes = self.in_start, self.e_src, self.ops, self.nodes_pb
+        for e in self.nodes_with_op(ENTER_OPS):
+            f = frame[e]
+            if f == ROOT:  # an Enter without inputs stays at the root: let the walk say so
+                return None
+            pav = nodes[e].attr.get("parallel_iterations")
+            if (pav.i if pav is not None else DEFAULT_PARALLEL_ITERATIONS) != parallel[f]:
+                return None
+            s = int(src[in_start[e]])
+            if s >= self.n:  # a replicated Const, at the root (checked above)
+                outer = ROOT
+            else:
+                outer = parent[frame[s]] if ops[s] in EXIT_OPS else frame[s]
+            if outer != parent[f]:
+                return None
+        return info

@@ -30,22 +30,15 @@ CPU:0) with ``client_terminated=True`` (``subgraph.cc`` ``FeedInputs``/``FetchOu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from placeviz.closure import edges_kept, reverse_closure
 from placeviz.errors import PlacevizError
 from placeviz.graph import CONTROL, Graph
-from placeviz.native import kernels
 from placeviz.op_kinds import NEXT_ITERATION_OPS, PLACEHOLDER_OPS
 from placeviz.ops import REF_OFFSET
 from placeviz.partition.base import DT_FLOAT, PartitionError, _codes, _PartitionerBase
-
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
-
-_kernels = kernels("_partition_kernels")  # the C walk (see placeviz.native)
 
 
 class PruneError(PlacevizError):
@@ -126,106 +119,14 @@ def parse_run(graph: Graph, fetches: Iterable[str] = (), targets: Iterable[str] 
     return RunSignature(tuple(fetch_list), tuple(target_list), tuple(feed_list), tuple(fetched_fed))
 
 
-def fed_edge_cut(graph: Graph, feeds: Iterable[tuple[int, int]]) -> Callable[[int, int], bool] | None:
-    """A predicate ``cut(src, slot)``: whether the edge reading ``src:slot`` now reads a feed node.
-
-    Data edges reading a fed tensor are cut; control edges out of a fed placeholder as well.
-    Returns None when nothing is fed.
-    """
-    fed_slots: dict[int, set[int]] = {}
-    for i, slot in feeds:
-        fed_slots.setdefault(i, set()).add(slot)
-    if not fed_slots:
-        return None
-    ops = graph.ops
-
-    def cut(src: int, slot: int) -> bool:
-        slots = fed_slots.get(src)
-        if slots is None:
-            return False
-        if slot == CONTROL:
-            return ops[src] in PLACEHOLDER_OPS
-        return slot in slots
-
-    return cut
-
-
-_SMALL_FRONTIER = 64  # below this, a numpy step costs more than walking the frontier in Python
-_SMALL_LEVELS = 32  # this many small levels in a row: a long chain, finish in Python
-
-
 def prune_mask(graph: Graph, run: RunSignature) -> bytearray:
-    """One byte per node: 1 if the run executes it (see the module docstring).
-
-    A depth-first walk in C when ``placeviz._partition_kernels`` is built. Otherwise a
-    breadth-first walk over the input edges, one numpy step per level; after many narrow levels
-    in a row (a long chain, which would cost one numpy step per node) a plain depth-first walk
-    finishes the job.
-    """
-    n = len(graph)
+    """One byte per node: 1 if the run executes it (see the module docstring): the reverse closure
+    of its fetches and targets with its feeds cutting the walk (:func:`placeviz.closure.reverse_closure`,
+    the walk :class:`placeviz.sync.reach.Reach` shares)."""
     if not run.prunes:
-        return bytearray(b"\x01") * n
-    import numpy as np
-
-    in_src = np.frombuffer(graph.in_src, dtype=np.int32)
-    edge_ok = None
-    if run.feeds:
-        cut = fed_edge_cut(graph, run.feeds)
-        assert cut is not None  # something is fed
-        in_slot = np.frombuffer(graph.in_slot, dtype=np.int32)
-        edge_ok = np.ones(len(in_src), dtype=bool)
-        for pos in np.nonzero(np.isin(in_src, np.asarray([i for i, _ in run.feeds], dtype=np.int32)))[0].tolist():
-            if cut(int(in_src[pos]), int(in_slot[pos])):
-                edge_ok[pos] = False
+        return bytearray(b"\x01") * len(graph)
     starts = [i for i, _ in run.fetches] + list(run.targets)
-    if _kernels is not None:  # the same set, by a depth-first walk in C
-        mask = bytearray(n)
-        ok_bytes = None if edge_ok is None else edge_ok.view(np.uint8)
-        if _kernels.reach(graph.in_start, graph.in_src, starts, mask, ok_bytes):
-            return mask
-    in_start = np.frombuffer(graph.in_start, dtype=np.int32).astype(np.int64)
-    keep = np.zeros(n, dtype=bool)
-    frontier: npt.NDArray[np.int32 | np.int64] = np.unique(np.asarray(starts, dtype=np.int64))
-    keep[frontier] = True
-    small = 0
-    while len(frontier) and small < _SMALL_LEVELS:
-        small = small + 1 if len(frontier) < _SMALL_FRONTIER else 0
-        lo = in_start[frontier]
-        counts = in_start[frontier + 1] - lo
-        total = int(counts.sum())
-        if not total:
-            frontier = frontier[:0]
-            break
-        offsets = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
-        if edge_ok is not None:
-            offsets = offsets[edge_ok[offsets]]
-        srcs = in_src[offsets]
-        srcs = srcs[~keep[srcs]]
-        keep[srcs] = True  # duplicates may stay in the frontier: cheaper than np.unique
-        frontier = srcs  # in_src's int32 ids from here on
-    mask = bytearray(keep.view(np.uint8).tobytes())
-    stack = frontier.tolist()
-    if not stack:
-        return mask
-    starts_a, src_a = graph.in_start, graph.in_src
-    pop, push = stack.pop, stack.append
-    if edge_ok is None:
-        while stack:
-            i = pop()
-            for s in src_a[starts_a[i]:starts_a[i + 1]]:
-                if not mask[s]:
-                    mask[s] = 1
-                    push(s)
-        return mask
-    ok = bytearray(edge_ok.view(np.uint8).tobytes())
-    while stack:
-        i = pop()
-        for pos in range(starts_a[i], starts_a[i + 1]):
-            s = src_a[pos]
-            if not mask[s] and ok[pos]:
-                mask[s] = 1
-                push(s)
-    return mask
+    return reverse_closure(graph, starts, edges_kept(graph, run.feeds)).mask
 
 
 def prune(graph: Graph, fetches: Iterable[str] = (), targets: Iterable[str] = (),

@@ -174,9 +174,10 @@ def setter_stage(graph: Graph, options: PlacementOptions, op_table=None) -> Sett
 
         op_table = load_op_table()
     # One pass over the NodeDefs reads `_class` (the setter needs it) and the attrs the op
-    # facts depend on (the placer needs them, on the setter's result, which shares NodeDefs).
-    read_fact_attrs(source, op_table)
-    return run_setter(source, options.setter, op_table)
+    # facts depend on (the setter's resource test is handed them; the placer asks them again of
+    # the setter's result, which shares NodeDefs and takes them from its source).
+    attr_keys = read_fact_attrs(source, op_table)
+    return run_setter(source, options.setter, op_table, attr_keys=attr_keys)
 
 
 def _place_graph(graph: Graph, options: PlacementOptions, op_table) -> PlacementResult:

@@ -83,7 +83,7 @@ from placeviz.devices import (
 )
 from placeviz.errors import PlacevizError
 from placeviz.gcpause import gc_paused
-from placeviz.graph import CONTROL, Graph
+from placeviz.graph import CONTROL, AttrKeys, Graph
 from placeviz.native import kernels
 from placeviz.op_kinds import NEXT_ITERATION_OPS
 from placeviz.ops import DT_RESOURCE, REF_OFFSET, fact_key_attrs
@@ -274,17 +274,19 @@ def place(graph: Graph, device_set: DeviceSet, config: PlacerConfig = PlacerConf
         return _Placer(graph, device_set, config, op_table).run()
 
 
-def read_fact_attrs(graph: Graph, op_table: OpTable) -> list[object]:
+def read_fact_attrs(graph: Graph, op_table: OpTable) -> AttrKeys:
     """Read what the placer needs from every node's attrs, in one pass: the op facts' attr keys
-    (returned), and ``_class`` if not read yet.
+    (returned with the attrs asked for), and ``_class`` if not read yet.
 
     Both are facts of the graph's own nodes that :class:`Graph` keeps (``attr_keys`` and
     ``colocation`` in :attr:`Graph.CACHES`), computed by :meth:`Graph.attr_keys`; nothing is
-    written into the graph from here. Call it on the setter's input before the setter runs: the
-    setter's result then takes the values from it instead of reading the NodeDefs again
-    (``placeviz.placement.place_graph`` does).
+    written into the graph from here. Call it on the setter's input before the setter runs and
+    hand the value to the setter (``run_setter(..., attr_keys=...)``, its resource test then asks
+    the op table once per op and attr key); the setter's result takes the values from its source
+    instead of reading the NodeDefs again (``placeviz.placement.setter_stage`` does both).
     """
-    return graph.attr_keys(fact_key_attrs(op_table, set(graph.ops)))
+    key_attrs = fact_key_attrs(op_table, set(graph.ops))
+    return key_attrs, graph.attr_keys(key_attrs)
 
 
 _K = TypeVar("_K")

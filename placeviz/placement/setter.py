@@ -71,7 +71,7 @@ from google.protobuf import unknown_fields
 from placeviz.devices import ClusterSpec, PyDeviceSpec
 from placeviz.errors import PlacevizError
 from placeviz.gcpause import gc_paused
-from placeviz.graph import CONTROL, Graph, RemappedNodeDefs, _located_names
+from placeviz.graph import CONTROL, AttrKeys, Graph, RemappedNodeDefs, _located_names
 from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
 from placeviz.op_kinds import ASSIGN_VARIABLE_OPS
@@ -93,7 +93,8 @@ Replayed: TypeAlias = tuple[list[str], list[int], dict[int, int], list[int]]
 nodes that called the strategy (in order)."""
 _DeviceTables: TypeAlias = tuple[dict[str, str], dict[str, bool], dict[str, tuple[str, ...]], dict[tuple[str, str], str]]
 _ResourceFacts: TypeAlias = tuple[dict[tuple[str, Hashable], bool], list[Hashable] | None, dict[int, bool]]
-"""By (op, attr key), the attr key per node (``Graph.cached_attr_keys``), by node."""
+"""By (op, attr key), the attr key per node (the :data:`~placeviz.graph.AttrKeys` handed to the
+setter), by node."""
 _Groups: TypeAlias = dict[int, tuple[list[int], list[int]]]  # root -> (per-device NoOps, grouped ops)
 _Split: TypeAlias = tuple[Graph, list[int], Callable[[], dict[int, int]], list[int]]
 """What the group split gives: the result graph, its rules, its references (made on first use) and
@@ -292,17 +293,23 @@ def num_ps_tasks(config: SetterConfig) -> int:
     return config.cluster.num_tasks(job)
 
 
-def run_setter(graph: Graph, config: SetterConfig, op_table: OpTable | None = None) -> SetterResult:
-    """Replay ``replica_device_setter(config)`` over ``graph`` (an unplaced build); see module doc."""
+def run_setter(graph: Graph, config: SetterConfig, op_table: OpTable | None = None,
+               attr_keys: AttrKeys | None = None) -> SetterResult:
+    """Replay ``replica_device_setter(config)`` over ``graph`` (an unplaced build); see module doc.
+
+    ``attr_keys``: the op-fact attr keys of ``graph``'s nodes, as
+    :func:`placeviz.placement.placer.read_fact_attrs` returns them, when the caller read them (the
+    resource test then asks ``op_table`` once per op and attr key instead of once per node); the
+    same answers without them."""
     if op_table is None:
         from placeviz.ops import load_op_table
 
         op_table = load_op_table()
     with gc_paused():
-        return _run_setter(graph, config, op_table)
+        return _run_setter(graph, config, op_table, attr_keys)
 
 
-def _run_setter(graph: Graph, config: SetterConfig, op_table: OpTable) -> SetterResult:
+def _run_setter(graph: Graph, config: SetterConfig, op_table: OpTable, attr_keys: AttrKeys | None) -> SetterResult:
     n = len(graph)
     ps_tasks = num_ps_tasks(config)
     if ps_tasks <= 0:
@@ -330,10 +337,10 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table: OpTable) -> Setter
     replayed = None
     if _kernels is not None and isinstance(strategy, RoundRobin):
         replayed = native_replay(graph, config, op_table, ps_tasks, ps_ops, ps_spec, worker_spec, inside, hints,
-                                 device_none)
+                                 device_none, attr_keys)
     if replayed is None:  # declined (or no kernels): the specification itself
         replayed = setter_replay(graph, config, op_table, strategy, ps_ops, ps_spec, worker_spec, inside, hints,
-                                 device_none)
+                                 device_none, attr_keys)
     result_devices, rule, reference, strategy_calls = replayed
 
     plain_device = _PlainDevice(worker_spec, config.merge_devices, inside if inside < n else None)
@@ -352,7 +359,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table: OpTable) -> Setter
 
 def setter_replay(graph: Graph, config: SetterConfig, op_table: OpTable, strategy: Callable[[int], int],
                   ps_ops: Collection[str], ps_spec: PyDeviceSpec | None, worker_spec: PyDeviceSpec, inside: int,
-                  hints: dict[int, int], device_none: set[int]) -> Replayed:
+                  hints: dict[int, int], device_none: set[int], attr_keys: AttrKeys | None = None) -> Replayed:
     """TF's device function run once per op in creation order: ``(devices, rule, reference,
     strategy_calls)`` before the group split (device_setter.py ``_ReplicaDeviceChooser.device_function``,
     ops.py ``_apply_device_functions``, ``colocate_with``, ``init_scope``).
@@ -364,7 +371,7 @@ def setter_replay(graph: Graph, config: SetterConfig, op_table: OpTable, strateg
     ops = graph.ops
     resource_handles = {h for h in set(hints.values()) if ops[h] == "VarHandleOp"}
     targets = _colocation_targets(graph)
-    is_resource_generator = _resource_generator_test(graph, op_table)
+    is_resource_generator = _resource_generator_test(graph, op_table, attr_keys)
     rule = [RULE_WORKER] * n
     reference: dict[int, int] = {}
     devices: list[str | None] = [None] * n
@@ -482,7 +489,7 @@ _MAX_DEVICE_TABLE = 50_000
 
 def native_replay(graph: Graph, config: SetterConfig, op_table: OpTable, ps_tasks: int, ps_ops: Collection[str],
                   ps_spec: PyDeviceSpec | None, worker_spec: PyDeviceSpec, inside: int, hints: dict[int, int],
-                  device_none: set[int]) -> Replayed | None:
+                  device_none: set[int], attr_keys: AttrKeys | None = None) -> Replayed | None:
     """:func:`setter_replay` with the round-robin strategy, in C (``_setter_kernels.setter``), or
     None when it declines; then the caller runs the Python.
 
@@ -512,7 +519,7 @@ def native_replay(graph: Graph, config: SetterConfig, op_table: OpTable, ps_task
         if ops[hint] == "VarHandleOp" and names[i] == names[hint] + "/Assign":
             flags[i] |= 2
     tables = _device_tables(graph.devices, {graph.devices[i] for i in hints}, ps_spec, worker_spec, ps_tasks)
-    facts = _resource_facts(graph, op_table)
+    facts = _resource_facts(graph, op_table, attr_keys)
     if tables is None or facts is None:
         return None
     worker_of, ps_calls, ps_device_of, scoped = tables
@@ -581,11 +588,11 @@ def _device_tables(own_devices: list[str], hinted_owns: set[str], ps_spec: PyDev
     return worker_of, ps_calls, ps_device_of, scoped
 
 
-def _resource_facts(graph: Graph, op_table: OpTable) -> _ResourceFacts | None:
+def _resource_facts(graph: Graph, op_table: OpTable, attr_keys: AttrKeys | None) -> _ResourceFacts | None:
     """The resource-constructor test (:func:`_is_resource_generator`) of every node the replay may
     ask: the colocated ones with no data input. ``(by (op, attr key), attr keys, by node)``: by
-    op and attr key when the graph has its op-fact attr keys cached (as :func:`_resource_generator_test`
-    uses them), else by node. An answer that raises is left out (the C replay then declines and the
+    op and attr key when the caller hands the graph's op-fact ``attr_keys`` (as
+    :func:`_resource_generator_test` uses them), else by node. An answer that raises is left out (the C replay then declines and the
     Python replay raises it). None if a colocation key is not a node id."""
     import numpy as np
 
@@ -600,9 +607,8 @@ def _resource_facts(graph: Graph, op_table: OpTable) -> _ResourceFacts | None:
     candidates = keys[~((hi > lo) & (first_slot != CONTROL))].tolist()
     by_key: dict[tuple[str, Hashable], bool] = {}
     by_node: dict[int, bool] = {}
-    cached = graph.cached_attr_keys()
     nodes, ops = graph.attr_nodes, graph.ops
-    if cached is None:
+    if attr_keys is None:
         test = partial(_is_resource_generator, graph, op_table=op_table)
         for i in candidates:
             try:
@@ -612,7 +618,7 @@ def _resource_facts(graph: Graph, op_table: OpTable) -> _ResourceFacts | None:
         return by_key, None, by_node
     from placeviz.ops import key_attrs_of_facts
 
-    key_attrs, values = cached
+    key_attrs, values = attr_keys
     if len(values) != n:
         return None
     candidate_ops = list(map(ops.__getitem__, candidates))
@@ -711,20 +717,19 @@ def _constructs_a_resource(output_types: tuple[int, ...] | None) -> bool:
     return output_types is not None and len(output_types) == 1 and (output_types[0] > REF_OFFSET or output_types[0] == DT_RESOURCE)
 
 
-def _resource_generator_test(graph: Graph, op_table: OpTable) -> Callable[[int], bool]:
+def _resource_generator_test(graph: Graph, op_table: OpTable, attr_keys: AttrKeys | None) -> Callable[[int], bool]:
     """:func:`_is_resource_generator` as a function of the node id.
 
-    When the graph has its attr keys cached (``place_graph`` reads them before the setter runs)
-    and they are this table's op-fact attrs, which include every attr the io types depend on, the
-    table is asked once per (op, attr key) instead of reading each node's attrs again. The first
-    node of a key is asked first, so an error comes from the same node as without the cache.
+    When the caller hands the graph's attr keys (``setter_stage`` reads them before the setter
+    runs) and they are this table's op-fact attrs, which include every attr the io types depend on,
+    the table is asked once per (op, attr key) instead of reading each node's attrs again. The
+    first node of a key is asked first, so an error comes from the same node as without them.
     """
-    cached = graph.cached_attr_keys()
-    if cached is None:
+    if attr_keys is None or len(attr_keys[1]) != len(graph):
         return partial(_is_resource_generator, graph, op_table=op_table)
     from placeviz.ops import key_attrs_of_facts as _key_attrs
 
-    key_attrs, values = cached
+    key_attrs, values = attr_keys
     in_start, in_slot, ops, nodes = graph.in_start, graph.in_slot, graph.ops, graph.attr_nodes
     usable: dict[str, bool] = {}  # op -> whether the cached keys cover its io attrs
     memo: dict[tuple[str, Hashable], tuple[int, ...] | None] = {}  # (op, attr key) -> output types

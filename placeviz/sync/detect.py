@@ -199,6 +199,14 @@ def state_index(graph: Graph, table=None) -> StateIndex:
     return _build_state_index(graph, table or load_op_table())
 
 
+def state_of(graph: Graph, machinery: SyncMachinery | None) -> StateIndex:
+    """The :class:`StateIndex` of ``graph``: the one :func:`detect` built and handed on in
+    ``machinery`` (:attr:`SyncMachinery.state`) when it describes ``graph``, else a new one (a
+    graph without accumulators has no machinery, so nothing built it yet)."""
+    state = machinery.state if machinery is not None else None
+    return state if state is not None and state.graph is graph else state_index(graph)
+
+
 def _build_state_index(g: Graph, table) -> StateIndex:
     idx = StateIndex(graph=g)
     ops = g.ops

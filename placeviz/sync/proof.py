@@ -46,7 +46,7 @@ from placeviz.op_kinds import (
     DEQUEUE_OPS,
     ENQUEUE_OPS,
 )
-from placeviz.sync.detect import SyncMachinery, is_optimizer_apply, state_index
+from placeviz.sync.detect import SyncMachinery, is_optimizer_apply, state_of
 from placeviz.sync.reach import Reach
 
 SCHEMA = "placeviz.sync_proof/1"
@@ -156,8 +156,7 @@ class _Prover:
         g = self.g = graph
         self.names, self.ops, self.devices = g.names, g.ops, g.devices
         # The index detection built (its result hands it on), unless the machinery is not g's.
-        state = machinery.state
-        self.idx = state if state is not None and state.graph is g else state_index(g)
+        self.idx = state_of(g, machinery)
         self.m = m = machinery
         self.queues = queues = m.token_queues
         self.violations: list[dict] = []

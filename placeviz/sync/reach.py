@@ -1,53 +1,42 @@
 """Reverse reachability: what runs when a session runs some targets.
 
-TF prunes a graph to the reverse closure of the fetched ops over data and control edges; the sync
-detection (which enqueue depends on a TakeGradient, which writes come before the sync op) and the
-single-update proof (what each side runs) both walk that closure with this one breadth-first search.
+TF prunes a graph to the reverse closure of the fetched ops over data and control edges, fed
+tensors cutting the walk; the sync detection (which enqueue depends on a TakeGradient, which writes
+come before the sync op), the single-update proof (what each side runs) and verify (its plan, the
+host ops its runs execute) see that closure through :class:`Reach`, a view of the one walk
+:func:`placeviz.closure.reverse_closure` that the partitioner's pruning also runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Iterator
 
+from placeviz.closure import UNSEEN, edges_kept, reverse_closure
 from placeviz.graph import CONTROL, Graph
-
-_UNSEEN = -2
-_ROOT = -1
 
 
 class Reach:
     """Reverse closure of ``targets`` over data and control edges (the targets included), with the
-    breadth-first tree to print paths.
+    breadth-first tree to print paths; ``feeds`` (``(node id, output index)``) cut the walk as a
+    run's feeds do (:func:`placeviz.closure.fed_edge_cut`).
 
     ``order`` lists the nodes in breadth-first order (the targets first, duplicates dropped);
-    ``i in reach`` tells whether ``i`` runs; :meth:`path` gives the chain of inputs from a target
-    down to a node.
+    ``i in reach`` tells whether ``i`` runs; ``parent`` is the node through whose input each node
+    was first met (:data:`placeviz.closure.ROOT` for a target, :data:`placeviz.closure.UNSEEN`
+    outside); :meth:`path` gives the chain of inputs from a target down to a node. Without
+    targets nothing runs (unlike a run without fetches, which runs the whole graph).
     """
 
     __slots__ = ("parent", "order")
 
-    def __init__(self, g: Graph, targets: Iterable[int]) -> None:
-        parent = [_UNSEEN] * len(g.names)
-        order = []
-        for t in targets:
-            if parent[t] == _UNSEEN:
-                parent[t] = _ROOT
-                order.append(t)
-        in_start, in_src = g.in_start, g.in_src
-        k = 0
-        while k < len(order):
-            u = order[k]
-            k += 1
-            for p in range(in_start[u], in_start[u + 1]):
-                v = in_src[p]
-                if parent[v] == _UNSEEN:
-                    parent[v] = u
-                    order.append(v)
-        self.parent = parent
-        self.order = order
+    def __init__(self, g: Graph, targets: Iterable[int], feeds: Iterable[tuple[int, int]] = ()) -> None:
+        found = reverse_closure(g, targets, edges_kept(g, feeds), tree=True)
+        assert found.order is not None and found.parent is not None  # tree=True
+        self.parent = found.parent
+        self.order = found.order
 
     def __contains__(self, i: int) -> bool:
-        return self.parent[i] != _UNSEEN
+        return self.parent[i] != UNSEEN
 
     def path(self, names: list[str], i: int) -> list[str]:
         """Node names from the run target down to ``i``."""

@@ -8,12 +8,15 @@ runs it: ``WriteFile`` writes any path the user can write (``tensorflow/core/ker
 runs code; :func:`placeviz.commands.verify.run` refuses them unless ``--allow-io``.
 
 What the run executes is the reverse closure (:class:`placeviz.sync.reach.Reach`, as TF prunes a
-graph to the closure of the fetches and targets of ``Session.run``) of everything the coordinator
-runs (:func:`run_targets`): the init, local init, chief init and init-tokens ops, the sync op and
+graph to the closure of the fetches and targets of ``Session.run``, fed tensors cutting it) of
+everything the coordinator runs (:func:`run_targets`): the init, local init, chief init and init-tokens ops, the sync op and
 what the chief's sync run fetches, every worker's train op, fetches, local init ops and input
 queue runners (enqueue, close and cancel ops), the variables read before and after and the
 accumulators' appliers (the stale-gradient probe). The Saver's ``save/SaveV2`` of a TF1 graph is
-therefore no finding: no verify run executes it. Inside that closure:
+therefore no finding: no verify run executes it. Neither is an op behind a tensor every worker
+run feeds (``--feeds FILE.npz`` may feed any tensor, e.g. the output of a ``py_func`` input
+stage): TF prunes it from those runs (``tensorflow/core/graph/subgraph.cc``), so it is flagged only
+if a run without those feeds (an init op, a queue runner) reaches it. Inside that closure:
 
 * the op types of :data:`HOST_OPS` (kept by what reaches the disk, from TF's op registrations:
   ``core/ops/io_ops.cc`` (``WriteFile``, ``ReadFile``, ``MatchingFiles``, ``Save*``, ``Restore*``,
@@ -205,12 +208,20 @@ PROGRAM_ROLES = frozenset({"an init op", "the chief init op", "the init tokens o
 """What a TF1 program itself runs; the other targets are what verify adds to collect evidence."""
 
 
-def find(graph, targets: Iterable[tuple[str, str]], table=None) -> list[HostOp]:
+FED_ROLES = frozenset({"the worker train op", "a tensor the worker run fetches", "the loss verify reads",
+                       "the stale-gradient probe"})
+"""The targets verify runs with the workers' feeds (``feed_dict``); the others are run unfed."""
+
+
+def find(graph, targets: Iterable[tuple[str, str]], table=None, feeds: Iterable[str] = ()) -> list[HostOp]:
     """Every host op in the reverse closure of ``targets`` ((role, node or tensor name)) of ``graph``.
 
+    ``feeds``: tensor names (``x`` or ``x:0``) fed in every run of the targets of
+    :data:`FED_ROLES`; they cut those runs' closures as TF's pruning does (an op behind a fed
+    tensor does not run; names the graph lacks are ignored, as verify's runs drop them).
     Ops the program's own targets (:data:`PROGRAM_ROLES`: train, init, sync ops...) reach come
     first, named after the nearest of those; then those only verify's evidence fetches reach;
-    each group in breadth-first order from its targets."""
+    each group in breadth-first order from its targets, the unfed runs' before the fed ones'."""
     if table is None:
         from placeviz.ops import load_op_table
 
@@ -223,6 +234,7 @@ def find(graph, targets: Iterable[tuple[str, str]], table=None) -> list[HostOp]:
         i = graph.index.get(op_name)
         if i is not None:
             roles.setdefault(i, (role, op_name))
+    fed = _fed(graph, feeds)
     functions = _Functions(graph.library, table)
     callers = _graph_function_ops(table)
     suspects = HOST_OPS.keys() | CONDITIONAL
@@ -230,23 +242,46 @@ def find(graph, targets: Iterable[tuple[str, str]], table=None) -> list[HostOp]:
     done: set[int] = set()
     program = [i for i, (role, _n) in roles.items() if role in PROGRAM_ROLES]
     for roots in (program, list(roles)):
-        reach = Reach(graph, roots)
-        for i in reach.order:
-            op = graph.ops[i]
-            if i in done or (op not in suspects and op not in callers and op in table):
-                continue
-            done.add(i)
-            node_def = graph.node_def(i)
-            root = i
-            while reach.parent[root] >= 0:
-                root = reach.parent[root]
-            role, target = roles[root]
-            what = verdict(node_def, table, functions, lambda i=i: _const_empty_string(graph, i, 1))
-            if what is not None:
-                out.append(HostOp(graph.names[i], op, what, role, target))
-            for callee in [op] * (op in functions) + _called(node_def):
-                for function, node, fop, fwhat in functions.host_ops(callee):
-                    out.append(HostOp(node, fop, fwhat, role, target, function=function, caller=graph.names[i]))
+        if fed:
+            runs = [([i for i in roots if roles[i][0] not in FED_ROLES], []),
+                    ([i for i in roots if roles[i][0] in FED_ROLES], fed)]
+        else:
+            runs = [(roots, [])]
+        for run_roots, run_feeds in runs:
+            reach = Reach(graph, run_roots, run_feeds)
+            for i in reach.order:
+                op = graph.ops[i]
+                if i in done or (op not in suspects and op not in callers and op in table):
+                    continue
+                done.add(i)
+                node_def = graph.node_def(i)
+                root = i
+                while reach.parent[root] >= 0:
+                    root = reach.parent[root]
+                role, target = roles[root]
+                what = verdict(node_def, table, functions, lambda i=i: _const_empty_string(graph, i, 1))
+                if what is not None:
+                    out.append(HostOp(graph.names[i], op, what, role, target))
+                for callee in [op] * (op in functions) + _called(node_def):
+                    for function, node, fop, fwhat in functions.host_ops(callee):
+                        out.append(HostOp(node, fop, fwhat, role, target, function=function,
+                                          caller=graph.names[i]))
+    return out
+
+
+def _fed(graph, feeds: Iterable[str]) -> list[tuple[int, int]]:
+    """``(node id, output index)`` of the fed tensor names ``graph`` has (a malformed one cuts nothing)."""
+    from placeviz.partition.subgraph import PruneError, parse_tensor_name
+
+    out = []
+    for text in feeds:
+        try:
+            name, slot = parse_tensor_name(text, "feed")
+        except PruneError:
+            continue
+        i = graph.index.get(name)
+        if i is not None and (i, slot) not in out:
+            out.append((i, slot))
     return out
 
 

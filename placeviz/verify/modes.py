@@ -85,7 +85,7 @@ def make_async_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job
                     timeout_s: float, isolate: bool, existing_cluster: bool, seed: int, feeds: list[str],
                     fault: str | None = None, cpus_per_task: int = 1) -> RunPlan:
     """The run of a plain (asynchronous) training graph: K worker runs in all, no chief sync op."""
-    from placeviz.sync.detect import state_index
+    from placeviz.sync.detect import state_of
     from placeviz.sync.reach import Reach
 
     if pipe.machinery is not None and pipe.machinery.primary is not None:
@@ -95,7 +95,7 @@ def make_async_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job
     g = pipe.graph
     targets = train_ops(pipe)
     closure = set(Reach(g, [g.index[t] for t in targets]).order)
-    idx = state_index(g)
+    idx = state_of(g, pipe.machinery)  # detection's, if it found accumulators
     updates: list[UpdatePlan] = []
     other_writes: dict[str, list[str]] = {}
     for v in _trained_variables(pipe, idx, closure):

@@ -407,7 +407,7 @@ def make_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job: str,
     sync op), ``none`` (never: what a chief without SyncReplicasHook does).
     """
     from placeviz.errors import PlacevizError
-    from placeviz.sync.detect import is_optimizer_apply, state_index
+    from placeviz.sync.detect import is_optimizer_apply, state_of
 
     m = pipe.machinery
     tq = m.primary if m is not None else None
@@ -443,7 +443,7 @@ def make_plan(pipe, *, workers: int, steps: int, cluster: dict, worker_job: str,
             updates.extend(update_plan(g, name(u), var, name(a.node)) for u in a.updates)
 
     increments = [name(i) for i in tq.global_step_increments]
-    idx = state_index(g)
+    idx = state_of(g, m)  # the index detection built, not a second one
     watched_states = {g.index[u.variable] for u in updates} | ({tq.global_step} if tq.global_step is not None else set())
     watch = set(increments) | {u.op for u in updates}
     for a in accs:

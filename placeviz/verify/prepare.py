@@ -209,9 +209,13 @@ def prepare(pipe, placement_options, *, servers=None, reset_containers: bool = F
         plan.notes.append(f"kept the default value of {len(unfed)} integer/boolean/string input(s) "
                           f"({', '.join(unfed[:3])}{' ...' if len(unfed) > 3 else ''})")
     chief_targets, own_targets = hostops.run_targets(plan)
-    host_ops = [(None, h) for h in hostops.find(graph, chief_targets)]
+    # A tensor cuts the chief's graph's fed runs only if every worker running that graph (and
+    # worker 0, whose feeds the loss and the probe use) feeds it.
+    chief_fed = set.intersection(*(set(per_worker[t]) for t in range(workers) if t == 0 or t not in task_pipes))
+    host_ops = [(None, h) for h in hostops.find(graph, chief_targets, feeds=sorted(chief_fed))]
     for t, targets in sorted(own_targets.items()):
-        host_ops += [(task_pipes[t][0], h) for h in hostops.find(task_pipes[t][1].graph, targets)]
+        host_ops += [(task_pipes[t][0], h) for h in hostops.find(task_pipes[t][1].graph, targets,
+                                                                 feeds=sorted(per_worker[t]))]
     base = graph.graph_def
     non_chief = workers_mod.without(base, own.dropped) if own.dropped and shared else base
     graphs = []
