@@ -15,10 +15,10 @@ RULE = Rule(
     ignorable=False,
     doc="""\
 ## What it does
-Replays the colocation step of TF's placer: every node joins the groups its `_class` attr names
-(`loc:@<op>`, set by `tf.colocate_with`, optimizers, savers, `embedding_lookup`), and the device
-requests of a group are merged as `DeviceNameUtils::MergeDevNames` does. Each merge that fails is
-reported at the node whose joining fails, with the nodes whose requests conflict.
+Reports the colocation conflicts of TF's placer: every node joins the groups its `_class` attr
+names (`loc:@<op>`, set by `tf.colocate_with`, optimizers, savers, `embedding_lookup`), and a
+group's device requests are merged as `DeviceNameUtils::MergeDevNames` does. Each join that fails
+is reported at the node whose joining fails, with the nodes whose requests conflict.
 
 ## Why it matters
 TF fails at session start with `InvalidArgumentError: Cannot colocate nodes 'A' and 'B': Cannot
@@ -29,11 +29,15 @@ saver ops colocated with a PS variable but explicitly pinned to a worker, and ex
 that `colocate_with` binds together.
 
 ## How it is detected
-Devices are first rewritten as `tf.compat.v1.import_graph_def` does (an op with `_class` takes the
-device of the first op it names). Then nodes are visited in graph order and joined to each group
-they name; each group keeps the merge of its members' requests. A job, replica, task, device type or
-index that differs between two requests is a conflict. When TF's own placer (placeviz's replay)
-rejected the graph with a colocation error that this replay does not see, that error is reported.
+The rule reads the conflicts placeviz's copy of TF's placer recorded while it joined the groups
+(it merges nothing itself). The placer first rewrites devices as `tf.compat.v1.import_graph_def`
+does (an op with `_class` takes the device of the first op it names), then colocates the two ends
+of every ref and resource edge (a consumer pinned elsewhere silently takes its variable's
+request), then joins the `_class` groups in node order, keeping each group's merged request. A
+job, replica or task that differs between two requests is a conflict, and so is a device type or
+index unless the session places softly. Where placement did not run (no `--ps-tasks`, an unplaced
+graph), the rule runs the placer on the cluster the graph names. When TF's placer rejected the
+graph with a colocation error of its ref/resource-edge step, that error is reported.
 
 ## Example
 ```python
@@ -49,7 +53,8 @@ with tf.compat.v1.colocate_with(mean.op), tf.compat.v1.colocate_with(std.op):
 Remove one of the explicit pins, or stop colocating ops that must run on different tasks.
 
 ## References
-- `tensorflow/core/common_runtime/colocation_graph.cc`; `tensorflow/core/util/device_name_utils.cc`
+- `tensorflow/core/common_runtime/colocation_graph.cc` (`ColocateResourceAndRefEdges`,
+  `ColocateAllNodes`); `tensorflow/core/util/device_name_utils.cc`
 - tensorflow/tensorflow#3198, #16542, #25787, #33447; tensorflow/nmt#428; DeepRec-AI/DeepRec#932
 """,
     references=("tensorflow/tensorflow#3198", "tensorflow/tensorflow#16542"),

@@ -25,9 +25,13 @@ session and what they are connected to, not on the program. It usually means the
 outside the `replica_device_setter` scope (see PV201 for variables).
 
 ## How it is detected
-Stateful (op-facts table) or without data inputs; empty requested device; the node's `_class` names only itself, and no consumer with a device
-is bound to it by a ref or resource edge (TF colocates a variable or TensorArray handle with the
-ops that use it); ops reading a ref or resource are never reported, their variable is. The message gives the device TF picks for it.
+Stateful (op-facts table) or without data inputs; empty requested device; the node's `_class`
+names only itself, and no consumer with a device is bound to it by a ref or resource edge (TF
+colocates a variable or TensorArray handle with the ops that use it); ops reading a ref or
+resource through such an edge are never reported, their variable is. The edges are the ones
+placeviz's copy of TF's placer joined: a data edge into a ref or resource input, except into
+the ops that only forward a resource (`StatefulPartitionedCall`, `PartitionedCall`, `IdentityN`,
+dataset ops), which TF places on their own. The message gives the device TF picks for it.
 
 ## Example
 ```python
@@ -38,7 +42,9 @@ bias = tf.compat.v1.get_variable("bias", [10])      # before `with tf.device(set
 Create the op inside the device scope, or pin it explicitly.
 
 ## References
-- `tensorflow/core/common_runtime/placer.cc`
+- `tensorflow/core/common_runtime/placer.cc`;
+  `tensorflow/core/common_runtime/colocation_graph.cc` (`ColocateResourceAndRefEdges`);
+  `tensorflow/core/common_runtime/input_colocation_exemption_registry.cc`
 """,
 )
 
