@@ -77,16 +77,16 @@ def test_pv104_colocation_conflict():
     assert not {f for f in good if f[0] in ("PV104", "PV208")}
 
 
-def _tf_placement(model, init_ops=()):
+def _tf_placement(model, init_ops=(), soft: bool = False):
     """TF's own placer on ``model``'s GraphDef: a session on a loopback cluster of 2 ps and 1 worker
-    tasks runs ``init_ops`` then one sink (the whole graph is placed first); its placer log gives
-    each node's device."""
+    tasks (2 CPUs each) runs ``init_ops`` then one sink (the whole graph is placed first); its
+    placer log gives each node's device."""
     from placeviz.verify.runtime_truth import all_sinks, run_in_subprocess
 
     data = model.meta_graph.graph_def.SerializeToString()
     sinks = [s for s in all_sinks(data) if s not in init_ops]
     return run_in_subprocess(data, cluster={"ps": 2, "worker": 1}, targets=sinks[:1], init_ops=init_ops,
-                             timeout_s=180)
+                             allow_soft_placement=soft, cpus_per_task=2, timeout_s=180)
 
 
 def _class_after_ref_edge(ref_edge: bool):
@@ -127,6 +127,30 @@ def test_pv104_reads_the_placer_after_its_ref_edge_step():
     truth = _tf_placement(rejected)
     assert truth.error is not None and "Cannot colocate nodes" in truth.error
     assert {f for f in lint(rejected) if f[0] == "PV104"} == {("PV104", "C")}
+
+
+def test_pv104_follows_the_session_soft_placement():
+    """c is colocated with a (worker CPU:0) and b (worker CPU:1): TF rejects the graph, but with
+    allow_soft_placement a differing device index merges, so there is nothing to report."""
+
+    def builder():
+        t = tf()
+        g = t.Graph()
+        with g.as_default():
+            for name in ("a", "b", "c"):
+                t.identity(t.ones([1], name=f"{name}_in"), name=name)
+            for name in ("a_in", "a", "b_in", "b", "c_in"):
+                device = "/job:worker/task:0/device:CPU:1" if name.startswith("b") else "/job:worker/task:0/device:CPU:0"
+                g.get_operation_by_name(name)._set_device(device)
+            g.get_operation_by_name("c")._set_attr("_class", t.compat.v1.AttrValue(
+                list=t.compat.v1.AttrValue.ListValue(s=[b"loc:@a", b"loc:@b"])))
+        return g
+
+    model = build("pv1-class-device-ids", builder)
+    assert "Cannot colocate nodes" in (_tf_placement(model).error or "")
+    assert {f for f in lint(model) if f[0] == "PV104"} == {("PV104", "c")}
+    assert _tf_placement(model, soft=True).error is None
+    assert not {f for f in lint(model, soft_placement=True) if f[0] == "PV104"}
 
 
 def test_pv106_an_exempt_consumer_is_not_anchored_by_its_resource():

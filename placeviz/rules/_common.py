@@ -142,8 +142,14 @@ def colocation_conflicts(ctx) -> tuple:
         return pipe.placement_conflicts
     cache = _cache(ctx)
     if "colocation_conflicts" not in cache:
-        result = _place(ctx, soft=ctx.soft_placement)
-        cache["colocation_conflicts"] = getattr(result, "conflicts", ())  # a Placement or a PlacementError
+        graph = ctx.graph
+        if not graph.colocated_names or len(set(graph.devices) - {""}) < 2:
+            # No merge of device requests can fail without two different ones (the import rewrite
+            # only copies or canonicalises them): the placer is not run for nothing.
+            cache["colocation_conflicts"] = ()
+        else:
+            result = _place(ctx, soft=ctx.soft_placement)
+            cache["colocation_conflicts"] = getattr(result, "conflicts", ())  # a Placement or a PlacementError
     return cache["colocation_conflicts"]
 
 
