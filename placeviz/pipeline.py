@@ -36,6 +36,7 @@ from placeviz.limits import LimitError
 if TYPE_CHECKING:  # the stages' result types, imported where each stage runs
     from placeviz.partition import PartitionResult
     from placeviz.placement import PlacementOptions, PlacementResult
+    from placeviz.placement.placer import ColocationConflict
     from placeviz.placement.setter import SetterResult
     from placeviz.sync.detect import SyncMachinery
     from placeviz.sync.proof import SyncProof
@@ -139,6 +140,9 @@ class Pipeline:
     placement: PlacementResult | None = None
     """:class:`placeviz.placement.PlacementResult`, or None (not asked for, or failed)."""
     placement_error: str | None = None
+    placement_conflicts: tuple[ColocationConflict, ...] = ()
+    """When the placer rejected the graph in its ``_class`` step, every join that failed there
+    (:attr:`placeviz.placement.placer.PlacementError.conflicts`; PV104 reports them)."""
     machinery: SyncMachinery | None = None
     """:class:`placeviz.sync.detect.SyncMachinery` found in the (placed) graph, or None."""
     proof: SyncProof | None = None
@@ -252,6 +256,7 @@ def _place(pipe: Pipeline, options: Options, say) -> None:
         raise  # a cluster beyond placeviz's bounds: exit 2, not a placement to report
     except PlacevizError as e:
         pipe.placement_error = str(e)
+        pipe.placement_conflicts = getattr(e, "conflicts", ())
         if report is not None:
             report.placement_stage = PlacementStage(None, error=str(e))
         return

@@ -77,6 +77,113 @@ def test_pv104_colocation_conflict():
     assert not {f for f in good if f[0] in ("PV104", "PV208")}
 
 
+def _tf_placement(model, init_ops=(), soft: bool = False):
+    """TF's own placer on ``model``'s GraphDef: a session on a loopback cluster of 2 ps and 1 worker
+    tasks (2 CPUs each) runs ``init_ops`` then one sink (the whole graph is placed first); its
+    placer log gives each node's device."""
+    from placeviz.verify.runtime_truth import all_sinks, run_in_subprocess
+
+    data = model.meta_graph.graph_def.SerializeToString()
+    sinks = [s for s in all_sinks(data) if s not in init_ops]
+    return run_in_subprocess(data, cluster={"ps": 2, "worker": 1}, targets=sinks[:1], init_ops=init_ops,
+                             allow_soft_placement=soft, cpus_per_task=2, timeout_s=180)
+
+
+def _class_after_ref_edge(ref_edge: bool):
+    """C is colocated with X (ps:0) and Y (ps:1, no _class). With ``ref_edge`` Y is an Assign of the
+    variable V on ps:0: TF's ref-edge step moves Y's request to V's device before the _class step,
+    so the groups merge. Without it Y is an ordinary op and the merge fails."""
+
+    def builder():
+        t = tf()
+        g = t.Graph()
+        with g.as_default():
+            v = t.raw_ops.VariableV2(shape=[2], dtype=t.float32, name="V")
+            value = t.constant([1.0, 2.0], name="value")
+            y = t.raw_ops.Assign(ref=v, value=value, name="Y") if ref_edge else t.raw_ops.AddV2(
+                x=value, y=value, name="Y")
+            x = t.constant([3.0, 4.0], name="X")
+            t.raw_ops.AddV2(x=x, y=y, name="C")
+            for name, device in (("V", "/job:ps/task:0"), ("value", "/job:ps/task:0"), ("Y", "/job:ps/task:1"),
+                                 ("X", "/job:ps/task:0")):
+                g.get_operation_by_name(name)._set_device(device)
+            g.get_operation_by_name("Y")._clear_attr("_class")  # Assign's own loc:@V
+            g.get_operation_by_name("C")._set_attr("_class", t.compat.v1.AttrValue(
+                list=t.compat.v1.AttrValue.ListValue(s=[b"loc:@X", b"loc:@Y"])))
+        return g
+
+    return build(f"pv1-class-after-ref-{ref_edge}", builder)
+
+
+def test_pv104_reads_the_placer_after_its_ref_edge_step():
+    """Issue 19: PV104 is the placer's answer, not a second merge of the requested devices."""
+    placed = _class_after_ref_edge(True)
+    truth = _tf_placement(placed)
+    assert truth.error is None, truth.error
+    assert truth.placer_devices["Y"] == truth.placer_devices["C"] == "/job:ps/replica:0/task:0/device:CPU:0"
+    assert not {f for f in lint(placed) if f[0] == "PV104"}
+
+    rejected = _class_after_ref_edge(False)
+    truth = _tf_placement(rejected)
+    assert truth.error is not None and "Cannot colocate nodes" in truth.error
+    assert {f for f in lint(rejected) if f[0] == "PV104"} == {("PV104", "C")}
+
+
+def test_pv104_follows_the_session_soft_placement():
+    """c is colocated with a (worker CPU:0) and b (worker CPU:1): TF rejects the graph, but with
+    allow_soft_placement a differing device index merges, so there is nothing to report."""
+
+    def builder():
+        t = tf()
+        g = t.Graph()
+        with g.as_default():
+            for name in ("a", "b", "c"):
+                t.identity(t.ones([1], name=f"{name}_in"), name=name)
+            for name in ("a_in", "a", "b_in", "b", "c_in"):
+                device = "/job:worker/task:0/device:CPU:1" if name.startswith("b") else "/job:worker/task:0/device:CPU:0"
+                g.get_operation_by_name(name)._set_device(device)
+            g.get_operation_by_name("c")._set_attr("_class", t.compat.v1.AttrValue(
+                list=t.compat.v1.AttrValue.ListValue(s=[b"loc:@a", b"loc:@b"])))
+        return g
+
+    model = build("pv1-class-device-ids", builder)
+    assert "Cannot colocate nodes" in (_tf_placement(model).error or "")
+    assert {f for f in lint(model) if f[0] == "PV104"} == {("PV104", "c")}
+    assert _tf_placement(model, soft=True).error is None
+    assert not {f for f in lint(model, soft_placement=True) if f[0] == "PV104"}
+
+
+def test_pv106_an_exempt_consumer_is_not_anchored_by_its_resource():
+    """A StatefulPartitionedCall forwards its resource inputs, so TF's placer does not colocate it with
+    the handle (placer.cc's exemption list): unplaced, it lands on the session's task. An
+    AssignAddVariableOp reading the same handle goes where the handle is."""
+
+    def builder():
+        t = tf()
+        g = t.Graph()
+        with g.as_default():
+            with t.compat.v1.device("/job:ps/task:1"):
+                handle = t.raw_ops.VarHandleOp(dtype=t.float32, shape=[2], name="handle")
+                one = t.ones([2], name="one")
+                t.raw_ops.AssignVariableOp(resource=handle, value=one, name="init")
+            t.raw_ops.AssignAddVariableOp(resource=handle, value=one, name="add")  # no device
+
+            @t.function
+            def add_one(resource):
+                t.raw_ops.AssignAddVariableOp(resource=resource, value=t.ones([2]))
+                return t.constant(1.0)
+
+            add_one(handle)  # a StatefulPartitionedCall, no device
+        return g
+
+    model = build("pv1-exempt-resource-consumer", builder)
+    truth = _tf_placement(model, init_ops=["init"])
+    assert truth.error is None, truth.error
+    assert truth.placer_devices["add"] == truth.placer_devices["handle"] == "/job:ps/replica:0/task:1/device:CPU:0"
+    assert truth.placer_devices["StatefulPartitionedCall"] == "/job:worker/replica:0/task:0/device:CPU:0"
+    assert lint(model) == {("PV106", "StatefulPartitionedCall")}
+
+
 def test_pv105_localhost_mixed_with_cluster():
     def body(t, x, h):
         with t.compat.v1.device("/job:localhost/replica:0/task:0/device:CPU:0"):

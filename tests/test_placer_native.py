@@ -72,7 +72,8 @@ def outcome(graph: Graph, options: PlacementOptions):
     n = len(p.group_root)
     explained = [p.explain(i) for i in range(0, n, max(1, n // 50))]
     return {"devices": p.devices, "reason": p.reason, "group_root": p.group_root,
-            "candidates": list(p.candidates.items()), "explain": explained}
+            "candidates": list(p.candidates.items()), "explain": explained, "conflicts": p.conflicts,
+            "ref_edges": p.ref_edges}
 
 
 class Declines:
@@ -104,14 +105,15 @@ def both_ways(graph_def: GraphDef, monkeypatch, options: PlacementOptions):
 
 
 def check(graph_def: GraphDef, monkeypatch, options: PlacementOptions) -> bool:
-    """Both ways equal field by field; a decline only where the Python code raises. Returns
-    whether the native core ran to the end."""
+    """Both ways equal field by field; a decline only where the Python code raises or records a
+    ``_class`` conflict (soft placement: the Python step words each one). Returns whether the
+    native core ran to the end."""
     native, python, declined = both_ways(graph_def, monkeypatch, options)
     if isinstance(python, dict):
         assert isinstance(native, dict), native
         for key in python:
             assert native[key] == python[key], key
-        assert not declined, "the native core declined a graph the Python code places"
+        assert not declined or python["conflicts"], "the native core declined a graph the Python code places"
     else:
         assert native == python
     return not declined and isinstance(python, dict)
@@ -152,9 +154,10 @@ def test_bundled_samples(sample_graph_defs, monkeypatch):
         for options in (PlacementOptions(), PlacementOptions(placer=PlacerConfig(allow_soft_placement=True)),
                         PlacementOptions(setter=SetterConfig(ps_tasks=3), cpus_per_task=2)):
             ran.append(check(graph_def, monkeypatch, options))
-    # The misconfigured sample's colocation conflict and /gpu:0 pin are errors without soft
-    # placement (the Python code words them); everything else is placed natively.
-    assert sum(ran) >= len(ran) - 2 * len(SAMPLE_CONFIGS)
+    # The misconfigured sample's colocation conflict (strict: an error; soft: recorded) and its
+    # /gpu:0 pin (an error without soft placement): the Python code words them; everything else
+    # is placed natively.
+    assert sum(ran) >= len(ran) - 3 * len(SAMPLE_CONFIGS)
 
 
 def benchmark_graph(name: str) -> Path:

@@ -11,7 +11,8 @@
  * the follow/consumer tables and the assignment (TF: colocation_graph.cc ColocateAllNodes /
  * ColocateResourceOrRefEdge, placer.cc Placer::Run). It either returns the whole result or
  * declines (None) and the Python function runs from its start: on any error to word (a merge
- * conflict without soft placement, incompatible ref devices, a group without candidates), on a
+ * conflict, with or without soft placement: the Python step records each one for PV104,
+ * incompatible ref devices, a group without candidates), on a
  * table that raises, on any input of another type. It never resumes a Python loop.
  *
  * The TF device-name rules (merging two groups' constraints, placing a group on a device, the
@@ -277,7 +278,6 @@ typedef struct {
     PyObject *states;       /* state id -> (assigned, resource, requested, type set) */
     PyObject *intern_state; /* _Constraints.state(assigned, resource, requested, types) -> id */
     PyObject *merge_error;  /* DeviceMergeError: a merge conflict, not a failure */
-    int soft;
     unsigned char merge_known[MEMO_IDS][MEMO_IDS];
     long merge[MEMO_IDS][MEMO_IDS];
     unsigned char compat_known[MEMO_IDS][MEMO_IDS];
@@ -492,8 +492,8 @@ static int union_ref_edges(Tables *t, PyObject *ref_inputs, const int *in_start,
 }
 
 /* _Placer._colocate_class_groups: join loc:@X groups over `visit` (the nodes with keys, in visit
- * order); the first node with a key is the group's root. A conflict is an error (declined), or
- * with soft placement the node stays out of that group. */
+ * order); the first node with a key is the group's root. A conflict declines, with or without
+ * soft placement: the Python step words and records it (placer.py, ColocationConflict). */
 static int union_by_keys(Tables *t, PyObject *visit, PyObject *keys_of, long *parent, long *rank, long *state)
 {
     PyObject *roots = PyDict_New();
@@ -516,7 +516,7 @@ static int union_by_keys(Tables *t, PyObject *visit, PyObject *keys_of, long *pa
             long xr = find_root(parent, i), yr = find_root(parent, PyLong_AsLong(root_obj));
             if (xr == yr) continue;
             r = unite(t, parent, rank, state, xr, yr);
-            if (r == PL_CONFLICT) r = t->soft ? PL_OK : PL_DECLINE;
+            if (r == PL_CONFLICT) r = PL_DECLINE;
             if (r != PL_OK) break;
         }
     }
@@ -749,19 +749,14 @@ static PyObject *place(PyObject *self, PyObject *args, PyObject *kwargs)
         PyErr_NoMemory();
         goto done;
     }
-    PyObject *soft = NULL;
     if (!(t->merged = PyObject_GetAttrString(constraints, "merged")) ||
         !(t->placed = PyObject_GetAttrString(constraints, "placed")) ||
         !(t->compatible = PyObject_GetAttrString(constraints, "compatible")) ||
         !(t->unset = PyObject_GetAttrString(constraints, "unset")) ||
         !(t->states = PyObject_GetAttrString(constraints, "states")) ||
         !(t->intern_state = PyObject_GetAttrString(constraints, "state")) ||
-        !(t->merge_error = PyObject_GetAttrString(constraints, "merge_error")) ||
-        !(soft = PyObject_GetAttrString(constraints, "soft")))
+        !(t->merge_error = PyObject_GetAttrString(constraints, "merge_error")))
         goto done;
-    t->soft = PyObject_IsTrue(soft);
-    Py_DECREF(soft);
-    if (t->soft < 0) goto done;
     if (!PyList_CheckExact(t->states) || !PyExceptionClass_Check(t->merge_error)) goto decline;
 
     /* Union-find over node ids: parent (-1 at a root), rank, the state id of each group root. */

@@ -14,7 +14,10 @@ once per graph version before pruning (so a node's device never depends on what 
    producer's request.
 3. **``_class`` groups.** Nodes are walked in id order; each ``loc:@X`` joins group X (the first
    node with a key is its root) and every node joins the group of its own name. A conflict is an
-   error, or with soft placement the node just stays out of that group.
+   error, or with soft placement the node just stays out of that group. Every failed join is
+   recorded (:class:`ColocationConflict`, in :attr:`Placement.conflicts` or
+   :attr:`PlacementError.conflicts`): the step goes on past a conflict and then raises the first,
+   so the error is TF's and PV104 reads all of them from here.
 4. **Assignment.** Pass 1 visits nodes in id order, skipping generators (no inputs, one non-ref
    output); the first node of a group placed decides for the whole group. ``Shape``/``Size``/
    ``Rank`` and pass-through ``Identity`` nodes follow their input's device when it is a candidate.
@@ -61,8 +64,8 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from itertools import compress, repeat
 from types import ModuleType
@@ -132,7 +135,36 @@ WHY_NAMES = {
 
 
 class PlacementError(PlacevizError):
-    """The graph cannot be placed; the message follows TF's, naming the nodes and devices."""
+    """The graph cannot be placed; the message follows TF's, naming the nodes and devices.
+
+    ``conflicts``: when the ``_class`` step rejected the graph, every join that failed in it
+    (:class:`ColocationConflict`; the message is the first one's), else empty.
+    """
+
+    def __init__(self, message: str, conflicts: tuple[ColocationConflict, ...] = ()):
+        super().__init__(message)
+        self.conflicts = conflicts
+
+
+@dataclass(frozen=True)
+class ColocationConflict:
+    """One ``_class`` join that failed (``ColocationGraph::ColocateAllNodes`` in
+    ``tensorflow/core/common_runtime/colocation_graph.cc``): ``node`` could not join the group of
+    the ``loc:@key`` it names. Names, not ids: a rejected graph may be the setter's, not the caller's.
+
+    TF stops at the first one (or, with soft placement, leaves the node out of that group and goes
+    on); the placer goes on in both cases, so that each is recorded once, here, for the lint rule
+    that reports them (PV104) to read instead of merging the groups a second time.
+    """
+
+    node: str
+    key: str  # the loc:@ name whose group the node failed to join
+    other: str  # the group's first node with that key, which TF's message names
+    request: str  # the node's requested device (after the import rewrite), "" for none
+    group_request: str  # the requested device of the key's group when the join failed
+    detail: str | None  # DeviceMergeError's text; None when no device type supports both groups
+    message: str  # the placer's (TF's) error message
+    culprits: tuple[str, ...] = ()  # members of the key's group that request another device (up to 3)
 
 
 @dataclass(frozen=True)
@@ -241,10 +273,23 @@ class Placement:
     # in the order groups were first visited; made on first use by this function (a dict entry
     # per group costs a quarter of a second at 1M nodes, and only ``explain`` reads it)
     make_candidates: Callable[[], dict[int, list[str]]] = field(default=dict, repr=False, compare=False)
+    # the ``_class`` joins that failed (soft placement only: without it the placer raises them)
+    conflicts: tuple[ColocationConflict, ...] = ()
+    # (producer, consumer) of every ref/resource edge the placer joined (step 2), consumers in
+    # node-id order; made on first use by this function
+    make_ref_edges: Callable[[], list[tuple[int, int]]] = field(default=list, repr=False, compare=False)
 
     @cached_property
     def candidates(self) -> dict[int, list[str]]:
         return self.make_candidates()
+
+    @cached_property
+    def ref_edges(self) -> list[tuple[int, int]]:
+        """The ref and resource edges whose ends the placer put in one group (placer.cc colocates
+        the producer of a ref or resource input with its consumer, except into the ops of
+        :data:`EXEMPT_FROM_RESOURCE_COLOCATION`): the answer to "does a ref/resource edge decide
+        this node's device", for the rules that ask it (PV106)."""
+        return self.make_ref_edges()
 
     def explain(self, i: int) -> dict[str, str | list[str]]:
         root = self.group_root[i]
@@ -423,6 +468,7 @@ class _Placer:
             self.device_index.setdefault(d.name, k)
         self.device_name_id = [self.constraints.name_id(d.parsed) for d in devices]
         self.candidates_of: dict[int, tuple[int, ...]] = {}  # state -> candidate device indices
+        self.conflicts: list[ColocationConflict] = []  # the _class joins that failed, in visit order
 
     def _order_array(self, np: ModuleType) -> IdArray:
         """The visit order as a numpy array (made once: three passes use it)."""
@@ -561,6 +607,12 @@ class _Placer:
     # ------------------------------------------------------------------ colocation
     def _colocate(self, x: int, y: int) -> str | None:
         """ColocateNodes: merge the groups of x and y; an error message, or None on success."""
+        failure = self._join(x, y)
+        return None if failure is None else failure[0]
+
+    def _join(self, x: int, y: int) -> tuple[str, str | None] | None:
+        """:meth:`_colocate`, failing with (TF's message, the DeviceMergeError's text or None
+        when no device type supports both groups)."""
         parent = self.parent
         xr = x if parent[x] < 0 else self.find(x)
         yr = y if parent[y] < 0 else self.find(y)
@@ -574,12 +626,12 @@ class _Placer:
         try:
             merged = self.constraints.merged[state[new], state[old]]
         except DeviceMergeError as e:
-            return f"Cannot colocate nodes {self.graph.names[x]} and {self.graph.names[y]}: {e}"
+            return f"Cannot colocate nodes {self.graph.names[x]} and {self.graph.names[y]}: {e}", str(e)
         if merged is None:
             a, b = (self.constraints.type_sets[self.constraints.states[state[r]][3]] for r in (new, old))
             return (f"Cannot colocate nodes {self.graph.names[x]} and {self.graph.names[y]} because no "
                     "device type supports both of those nodes and the other nodes colocated with them "
-                    f"({', '.join(t for t, _ in a)} vs {', '.join(t for t, _ in b)})")
+                    f"({', '.join(t for t, _ in a)} vs {', '.join(t for t, _ in b)})"), None
         state[new] = merged
         parent[old] = new
         if rank[xr] == rank[yr]:
@@ -588,16 +640,8 @@ class _Placer:
 
     def _colocate_resource_edges(self) -> None:
         """Join each node with the producers of its ref/resource data inputs, in node-id order."""
-        g = self.graph
-        in_start, in_src, in_slot = g.in_start, g.in_src, g.in_slot
-        for dst, ref_ports in self.ref_inputs:  # node-id order
-            port = -1
-            for k in range(in_start[dst], in_start[dst + 1]):
-                if in_slot[k] == CONTROL:
-                    continue
-                port += 1
-                if port in ref_ports:
-                    self._colocate_ref_edge(in_src[k], dst)
+        for src, dst in _ref_edges(self.graph, self.ref_inputs):
+            self._colocate_ref_edge(src, dst)
 
     def _colocate_ref_edge(self, src: int, dst: int) -> None:
         """One ref/resource edge src -> dst: check the groups' devices, then join them."""
@@ -668,14 +712,49 @@ class _Placer:
                 new, old = (yr, xr) if rank[xr] < rank[yr] else (xr, yr)
                 merged = merged_states.get((state[new], state[old]))
                 if merged is None:
-                    error = self._colocate(i, root)
-                    if error and not self.soft:
-                        raise PlacementError(error)
+                    group_state = state[yr]  # the key's group before the join (for the record)
+                    failure = self._join(i, root)
+                    if failure is not None:
+                        self._record_conflict(i, key, root, group_state, *failure)
                     continue
                 state[new] = merged
                 parent[old] = new
                 if rank[xr] == rank[yr]:
                     rank[new] += 1
+        if self.conflicts:
+            self._name_culprits()
+            if not self.soft:
+                raise PlacementError(self.conflicts[0].message, tuple(self.conflicts))
+
+    def _record_conflict(self, i: int, key: str, root: int, group_state: int, message: str,
+                         detail: str | None) -> None:
+        """Keep a failed ``_class`` join (:class:`ColocationConflict`). TF stops at the first
+        without soft placement; the step goes on, the node left out of that group as with soft
+        placement, and raises the first once every join was tried (see :meth:`_name_culprits`)."""
+        names, constraints = self.graph.names, self.constraints
+        group_request = constraints.names[constraints.states[group_state][2]].to_string()
+        self.conflicts.append(ColocationConflict(node=names[i], key=key, other=names[root], request=self.requested[i],
+                                                 group_request=group_request, detail=detail, message=message))
+
+    def _name_culprits(self) -> None:
+        """Fill each conflict's ``culprits``: up to 3 members (id order) of the key's group, as the
+        ``_class`` step left it, that request a device other than the node's. One pass over the
+        groups for all conflicts (there are few; a graph has 1M nodes)."""
+        import numpy as np
+
+        index, requested = self.graph.index, self.requested
+        root = _roots(np, self.parent)
+        wanted = {int(root[index[c.other]]) for c in self.conflicts}
+        members: dict[int, list[int]] = {r: [] for r in wanted}
+        in_wanted = np.isin(root, np.fromiter(wanted, dtype=np.int64, count=len(wanted)))
+        for j in np.flatnonzero(in_wanted).tolist():
+            if requested[j]:
+                members[int(root[j])].append(j)
+        names = self.graph.names
+        for k, c in enumerate(self.conflicts):
+            group = members[int(root[index[c.other]])]
+            culprits = tuple(names[j] for j in group if requested[j] != c.request)[:3]
+            self.conflicts[k] = replace(c, culprits=culprits)
 
     def _class_keys(self) -> tuple[list[tuple[str, ...]], list[int]]:
         """(keys_of, visit) for :meth:`_colocate_class_groups`.
@@ -852,7 +931,8 @@ class _Placer:
             return _candidates_table(np, np.asarray(group_root, dtype=np.int64), order,
                                      np.frombuffer(bytes(is_generator), dtype=np.bool_), first_names, None)
 
-        return Placement(g, devices, reason, group_root, candidates)
+        return Placement(g, devices, reason, group_root, candidates, (),
+                         partial(_ref_edge_list, g, self.ref_inputs))
 
     def run(self) -> Placement:
         import numpy as np
@@ -971,7 +1051,28 @@ class _Placer:
                 assign(i, generators)
         device_or_empty = [*device_names, ""]  # index -1 (not placed): ""
         return Placement(g, list(map(device_or_empty.__getitem__, assigned)), reason, group_root,
-                         partial(_candidates_table, np, group_root_np, order, generator_np, first_names, bulk_names))
+                         partial(_candidates_table, np, group_root_np, order, generator_np, first_names, bulk_names),
+                         tuple(self.conflicts), partial(_ref_edge_list, g, self.ref_inputs))
+
+
+def _ref_edges(graph: Graph, ref_inputs: list[tuple[int, tuple[int, ...]]]) -> Iterator[tuple[int, int]]:
+    """(producer, consumer) of each data edge into a ref or resource input port, consumers in the
+    order of ``ref_inputs`` (:attr:`_Placer.ref_inputs`: node-id order), as step 2 joins them.
+    Ports count data inputs only (control inputs come last in a NodeDef, and are skipped)."""
+    in_start, in_src, in_slot = graph.in_start, graph.in_src, graph.in_slot
+    for dst, ref_ports in ref_inputs:
+        port = -1
+        for k in range(in_start[dst], in_start[dst + 1]):
+            if in_slot[k] == CONTROL:
+                continue
+            port += 1
+            if port in ref_ports:
+                yield in_src[k], dst
+
+
+def _ref_edge_list(graph: Graph, ref_inputs: list[tuple[int, tuple[int, ...]]]) -> list[tuple[int, int]]:
+    """:attr:`Placement.ref_edges`: :func:`_ref_edges` as a list."""
+    return list(_ref_edges(graph, ref_inputs))
 
 
 def _candidates_table(np: ModuleType, group_root: IdArray, order: IdArray, generator: Mask,

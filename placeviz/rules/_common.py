@@ -109,29 +109,73 @@ def effective_devices(ctx) -> list[str]:
         return cache["effective_devices"]
     devices = ctx.devices
     if devices is None:
-        devices = _soft_placement(ctx) or list(ctx.graph.devices)
+        soft = placer_result(ctx)
+        devices = soft.devices if soft is not None else list(ctx.graph.devices)
     cache["effective_devices"] = devices
     return devices
 
 
-def _soft_placement(ctx) -> list[str] | None:
+def placer_result(ctx):
+    """The placer's :class:`placeviz.placement.placer.Placement` of ``ctx.graph`` (node ids are
+    the graph's): the pipeline's when placement ran; when TF's placer rejects the graph, the
+    placement TF makes with ``allow_soft_placement=True`` on the cluster the graph names (as
+    :func:`effective_devices` says); None when there is neither. Made once per context."""
+    pipe = ctx.pipeline
+    if pipe.placement is not None:
+        return pipe.placement.placement
+    cache = _cache(ctx)
+    if "soft_placement" not in cache:
+        cache["soft_placement"] = _place(ctx, soft=True) if _placeable(ctx) else None
+    result = cache["soft_placement"]
+    return result if not isinstance(result, Exception) else None
+
+
+def colocation_conflicts(ctx) -> tuple:
+    """The ``_class`` joins TF's placer fails on (:class:`placeviz.placement.placer.
+    ColocationConflict`), as the placer recorded them: the pipeline's placement (with soft
+    placement) or its error; when placement did not run, the placer is run here on ``ctx.graph``
+    (the session's ``--soft-placement`` setting, the cluster the graph names). Empty when none."""
+    pipe = ctx.pipeline
+    if pipe.placement is not None:
+        return pipe.placement.placement.conflicts
+    if pipe.placement_error is not None:
+        return pipe.placement_conflicts
+    cache = _cache(ctx)
+    if "colocation_conflicts" not in cache:
+        graph = ctx.graph
+        if not graph.colocated_names or len(set(graph.devices) - {""}) < 2:
+            # No merge of device requests can fail without two different ones (the import rewrite
+            # only copies or canonicalises them): the placer is not run for nothing.
+            cache["colocation_conflicts"] = ()
+        else:
+            result = _place(ctx, soft=ctx.soft_placement)
+            cache["colocation_conflicts"] = getattr(result, "conflicts", ())  # a Placement or a PlacementError
+    return cache["colocation_conflicts"]
+
+
+def _placeable(ctx) -> bool:
+    from placeviz.placement import is_placed
+
+    return is_placed(ctx.graph)
+
+
+def _place(ctx, soft: bool):
+    """TF's placer on ``ctx.graph`` and the cluster it names (or the one the user gave): the
+    :class:`placeviz.placement.placer.Placement`, or the :class:`placeviz.errors.PlacevizError`
+    that rejected the graph."""
+    from placeviz.devices import DeviceSet
     from placeviz.errors import PlacevizError
-    from placeviz.placement import PlacementOptions, cluster_for, is_placed
+    from placeviz.placement import PlacementOptions, cluster_for
     from placeviz.placement.placer import PlacerConfig, place
 
     graph = ctx.graph
-    if not is_placed(graph):
-        return None
     try:
-        from placeviz.devices import DeviceSet
-
-        options = PlacementOptions(placer=PlacerConfig(allow_soft_placement=True))
+        options = PlacementOptions(placer=PlacerConfig(allow_soft_placement=soft))
         cluster = ctx.cluster if ctx.cluster is not None else cluster_for(graph, options)
         master = "/job:worker/replica:0/task:0" if "worker" in cluster.jobs else None
-        result = place(graph, DeviceSet(cluster), PlacerConfig(allow_soft_placement=True, master_task=master))
-    except PlacevizError:
-        return None
-    return result.devices
+        return place(graph, DeviceSet(cluster), PlacerConfig(allow_soft_placement=soft, master_task=master))
+    except PlacevizError as e:
+        return e
 
 
 def is_distributed(ctx) -> bool:

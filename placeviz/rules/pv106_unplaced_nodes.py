@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from placeviz.graph import CONTROL
 from placeviz.lint import Rule
-from placeviz.ops import DT_RESOURCE, REF_OFFSET
-from placeviz.rules._common import effective_devices, is_distributed, nodes_by_device
+from placeviz.rules._common import effective_devices, is_distributed, nodes_by_device, placer_result
 
 RULE = Rule(
     id="PV106",
@@ -26,9 +25,13 @@ session and what they are connected to, not on the program. It usually means the
 outside the `replica_device_setter` scope (see PV201 for variables).
 
 ## How it is detected
-Stateful (op-facts table) or without data inputs; empty requested device; the node's `_class` names only itself, and no consumer with a device
-is bound to it by a ref or resource edge (TF colocates a variable or TensorArray handle with the
-ops that use it); ops reading a ref or resource are never reported, their variable is. The message gives the device TF picks for it.
+Stateful (op-facts table) or without data inputs; empty requested device; the node's `_class`
+names only itself, and no consumer with a device is bound to it by a ref or resource edge (TF
+colocates a variable or TensorArray handle with the ops that use it); ops reading a ref or
+resource through such an edge are never reported, their variable is. The edges are the ones
+placeviz's copy of TF's placer joined: a data edge into a ref or resource input, except into
+the ops that only forward a resource (`StatefulPartitionedCall`, `PartitionedCall`, `IdentityN`,
+dataset ops), which TF places on their own. The message gives the device TF picks for it.
 
 ## Example
 ```python
@@ -39,29 +42,35 @@ bias = tf.compat.v1.get_variable("bias", [10])      # before `with tf.device(set
 Create the op inside the device scope, or pin it explicitly.
 
 ## References
-- `tensorflow/core/common_runtime/placer.cc`
+- `tensorflow/core/common_runtime/placer.cc`;
+  `tensorflow/core/common_runtime/colocation_graph.cc` (`ColocateResourceAndRefEdges`);
+  `tensorflow/core/common_runtime/input_colocation_exemption_registry.cc`
 """,
 )
 
 
-def _stateful_slots(ctx, table, i: int) -> set[int]:
-    try:
-        types = table.output_types(ctx.graph.node_def(i))
-    except Exception:  # noqa: BLE001 - unknown op: cannot tell
-        return set()
-    return {k for k, t in enumerate(types or ()) if t == DT_RESOURCE or t > REF_OFFSET}
+def _ref_edge_ends(ctx) -> tuple[set[int], set[int]]:
+    """(consumers, anchored producers) of the ref and resource edges TF's placer colocates, as
+    placeviz's placer found them (:attr:`placeviz.placement.placer.Placement.ref_edges`: placer.cc
+    joins both ends of a data edge into a ref or resource input, except into the ops of
+    ``EXEMPT_FROM_RESOURCE_COLOCATION``): every consumer, and the producers with a consumer that
+    has a device. Both empty when there is no placement to read (TF's placer rejects the graph
+    even with soft placement)."""
+    cache = ctx.rule_cache
+    if "PV106.ref_edges" not in cache:
+        placement = placer_result(ctx)
+        edges = placement.ref_edges if placement is not None else []
+        devices = ctx.graph.devices
+        cache["PV106.ref_edges"] = ({dst for _, dst in edges}, {src for src, dst in edges if devices[dst]})
+    return cache["PV106.ref_edges"]
 
 
-def _anchored(ctx, table, i: int) -> bool:
+def _anchored(ctx, i: int) -> bool:
     """True when TF's placer decides node ``i``'s device through a ref or resource edge: an op
     reading a ref or resource goes where the variable (or handle) is, so only the variable is
     reported; a variable or TensorArray handle goes where a placed op using it is."""
-    g = ctx.graph
-    for src, slot in g.inputs_of(i):
-        if slot != CONTROL and slot in _stateful_slots(ctx, table, src):
-            return True
-    slots = _stateful_slots(ctx, table, i)
-    return bool(slots) and any(slot in slots and g.devices[c] for c, slot in g.consumers_of(i))
+    consumers, anchored = _ref_edge_ends(ctx)
+    return i in consumers or i in anchored
 
 
 def check(ctx):
@@ -81,7 +90,7 @@ def check(ctx):
             continue  # colocated: reported at the node it follows (if that one is unplaced)
         if not (table.is_stateful(g.ops[i]) or not any(slot != CONTROL for _, slot in g.inputs_of(i))):
             continue  # a stateless op with inputs: where it runs is decided per step, it holds nothing
-        if _anchored(ctx, table, i):
+        if _anchored(ctx, i):
             continue
         where = devices[i] or "a device chosen at session start"
         yield ctx.finding(
