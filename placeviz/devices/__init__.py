@@ -21,8 +21,9 @@ type ``"cpu"`` and only maps the legacy ``/cpu:N`` / ``/gpu:N`` pieces to ``CPU`
 (``device_name_utils`` tells what the placer makes of that).
 
 Imports go one way: ``errors`` <- ``device_spec``, ``device_name_utils``; ``cluster_spec`` needs
-neither grammar; ``device_set`` <- ``device_name_utils``, ``cluster_spec``. Every public name is
-re-exported here: import them as ``from placeviz.devices import X``.
+neither grammar; ``device_set`` <- ``device_name_utils``, ``device_spec`` (a NodeDef's device as the
+placer reads it, :func:`~placeviz.devices.device_set.requested_device`), ``cluster_spec``. Every
+public name is re-exported here: import them as ``from placeviz.devices import X``.
 """
 
 from placeviz.devices.cluster_spec import ClusterError, ClusterSpec, TaskSpec, check_cluster_bounds
@@ -51,6 +52,7 @@ from placeviz.devices.device_set import (
     Device,
     DeviceSet,
     device_type_priority,
+    requested_device,
     sort_devices,
 )
 from placeviz.devices.device_spec import (
@@ -69,6 +71,6 @@ __all__ = [
     "is_specification", "is_complete_specification", "are_compatible", "merge_dev_names",
     "merge_override_dev_names", "merge_unset_dev_names", "is_same_address_space",
     "is_different_address_space", "address_space", "split_device_name", "names_for_device_mappings",
-    "ClusterSpec", "TaskSpec", "Device", "DeviceSet", "sort_devices", "device_type_priority",
+    "ClusterSpec", "TaskSpec", "Device", "DeviceSet", "sort_devices", "device_type_priority", "requested_device",
     "check_cluster_bounds",
 ]
