@@ -51,6 +51,7 @@ from placeviz.devices import (
     parse_local_name,
     sort_devices,
     split_device_name,
+    task_of,
 )
 from placeviz.errors import PlacevizError
 
@@ -503,6 +504,22 @@ def test_cpp_address_spaces():
     assert not is_different_address_space(N("/job:a"), N("/task:2"))
     assert address_space(N("/job:a/replica:0/task:1/device:GPU:0")) == N("/job:a/replica:0/task:1")
     assert N("/job:a/replica:0/task:1/device:GPU:0").address_space() == N("/job:a/replica:0/task:1")
+
+
+def test_task_of_is_the_task_part_reports_show():
+    """``task_of``: the one task splitter of the reports (traffic, render), the rules and the
+    agreement check. With ``replica``, a complete name's text before ``/device:`` (what the traffic
+    report printed); without, ``/job:J/task:T`` with the task TF fills in (what the rules printed)."""
+    cluster = ClusterSpec.from_dict({"ps": ["a:1", "b:1"], "worker": ["c:1"]})
+    for device in DeviceSet(cluster, 2, 1).devices:
+        assert task_of(device.name, replica=True) == device.name.split("/device:", 1)[0]
+        assert task_of(device.name) == f"/job:{device.parsed.job}/task:{device.parsed.task}"
+    assert task_of("/job:ps/task:1/device:CPU:0", replica=True) == "/job:ps/task:1"  # unset replica left out
+    assert task_of("/job:ps/device:CPU:0") == "/job:ps/task:0"
+    assert task_of("/device:CPU:0", replica=True) == "" and task_of("", replica=True) == ""
+    assert task_of("/device:CPU:0") is None and task_of("") is None
+    assert task_of("/job:ps/tsk:0") is None and task_of("/job:ps/tsk:0", replica=True) is None
+    assert task_of("/job:ps/task:0/cpu:0", replica=True) == split_device_name("/job:ps/task:0/cpu:0")[0]
 
 
 def test_cpp_split_and_mappings():

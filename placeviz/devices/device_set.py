@@ -46,6 +46,14 @@ def device_type_priority(device_type: str, table: Mapping[str, int] | None = Non
     return (DEVICE_TYPE_PRIORITY if table is None else table).get(device_type, -1)
 
 
+def prioritized_device_types(types: Iterable[str], table: Mapping[str, int] | None = None) -> list[str]:
+    """``DeviceSet::PrioritizedDeviceTypeList``'s order (device_set.cc): higher
+    :func:`device_type_priority` first, then by name (GPU, CPU, XLA_CPU, XLA_GPU, then types without
+    a factory). The one device-type order: :meth:`DeviceSet.device_types` and the op table's
+    default types (``placeviz.ops.OpTable.default_device_types``) use it."""
+    return sorted(types, key=lambda t: (-device_type_priority(t, table), t))
+
+
 def requested_device(device: str, python_import: bool = True) -> ParsedName | None:
     """The device a NodeDef's ``device`` string asks TF's placer for, parsed (None: TF cannot parse it).
 
@@ -197,8 +205,7 @@ class DeviceSet:
 
     def device_types(self, type_priority: Mapping[str, int] | None = None) -> list[str]:
         """``PrioritizedDeviceTypeList``: the types present, higher priority first, then by name."""
-        types = {d.device_type for d in self.devices}
-        return sorted(types, key=lambda t: (-device_type_priority(t, type_priority), t))
+        return prioritized_device_types({d.device_type for d in self.devices}, type_priority)
 
     def sorted(self, kernel_priority_by_type: Mapping[str, int] | None = None,
                master_task: ParsedName | str | None = None,
