@@ -1105,17 +1105,15 @@ class _GroupRewrite:
     def _keys_before(self, prefix: str, root: int) -> list[tuple[int, str]]:
         """``(node, key)`` for the nodes before ``root`` whose lower-cased name starts with
         ``prefix``: ``key`` is that name up to the end of the component ``prefix`` ends in (the
-        name, or the name scope TF marked in use when it opened it)."""
+        name, or the name scope TF marked in use when it opened it).
+
+        Searched in one string of the names, lower-cased, one a line (made once per split, up to
+        the last root that needs names); a hit's node is its line, checked against its name (a
+        name holding a newline is not TF's: then name by name)."""
         if self._lowered is None:
             last = max(root for root, plan in self.plans.items() if len(plan) > 1)
-            names = self.graph.names[:last]
-            text = "\n" + "\n".join(names).lower() + "\n"
-            # one line per name (a name holding a newline is not TF's; then name by name)
-            self._lowered = text if text.count("\n") == len(names) + 1 else ""
-        text = self._lowered
-        if not text:
-            found = ((i, name.lower()) for i, name in enumerate(self.graph.names[:root]))
-            return [(i, _component(key, len(prefix))) for i, key in found if key.startswith(prefix)]
+            self._lowered = "\n" + "\n".join(self.graph.names[:last]).lower() + "\n"
+        text, names = self._lowered, self.graph.names
         out = []
         needle = "\n" + prefix
         pos, line, counted = text.find(needle), 0, 0
@@ -1125,7 +1123,11 @@ class _GroupRewrite:
             if line >= root:
                 break
             end = text.find("\n", pos + 1)
-            out.append((line, _component(text[pos + 1:end], len(prefix))))
+            key = text[pos + 1:end]
+            if names[line].lower() != key:  # lines and nodes out of step: a newline in a name
+                found = ((i, name.lower()) for i, name in enumerate(names[:root]))
+                return [(i, _component(key, len(prefix))) for i, key in found if key.startswith(prefix)]
+            out.append((line, _component(key, len(prefix))))
             pos = text.find(needle, end)
         return out
 
