@@ -1010,10 +1010,9 @@ class _Rewrite:
         self.ready = self.report_uninitialized(self.added, sc, gvars, self.w_dev)
 
     def scoped(self, base: str) -> str:
-        """An op under ``ops.name_scope(None, self._name)`` (``sync_replicas/...``)."""
-        k = self.counters.get(base, 0)
-        self.counters[base] = k + 1
-        return f"{self.sr}/{base}" if k == 0 else f"{self.sr}/{base}_{k}"
+        """An op under ``ops.name_scope(None, self._name)`` (``sync_replicas/...``): ``unique_name``
+        in that scope."""
+        return self.names.new(f"{self.sr}/{base}")
 
     def read_step(self, out: list[NodeDef], var_handle: str, ref_read: str | None, device: str,
                   cast: bool = True) -> str:
@@ -1038,7 +1037,6 @@ class _Rewrite:
         (``train_ops``) and ``take_grad(replicas_to_aggregate)`` (the aggregated gradient)."""
         b, added, ls = self.b, self.added, self.ls
         self.sr = self.new_op(self.scope_name)
-        self.counters: dict[str, int] = {}
         ls_ref_read = None if self.gs_resource else f"{ls}/read"
         self.applies: list[str] = []
         self.accums: list[tuple[str, bool]] = []
