@@ -990,7 +990,7 @@ class _GroupRewrite:
         self.noop_colocation: list[tuple[int, tuple[str, ...]]] = []
         self._added_names: set[str] = set()  # names of the new NoOps
         self.name_clashes: list[str] = []  # names TF gives a new NoOp that a later node holds
-        self._lowered: str | None = None  # the names, lower-cased, one a line (_keys_before)
+        self._noop_keys: dict[str, list[tuple[int, str]]] | None = None  # _scan_noop_keys, on first use
         self.specials = sorted(dropped | plans.keys())
         start = 0
         for i in self.specials:
@@ -1105,30 +1105,52 @@ class _GroupRewrite:
     def _keys_before(self, prefix: str, root: int) -> list[tuple[int, str]]:
         """``(node, key)`` for the nodes before ``root`` whose lower-cased name starts with
         ``prefix``: ``key`` is that name up to the end of the component ``prefix`` ends in (the
-        name, or the name scope TF marked in use when it opened it).
+        name, or the name scope TF marked in use when it opened it)."""
+        if self._noop_keys is None:
+            self._noop_keys = self._scan_noop_keys()
+        return [(i, key) for i, key in self._noop_keys.get(prefix, ()) if i < root]
 
-        Searched in one string of the names, lower-cased, one a line (made once per split, up to
-        the last root that needs names); a hit's node is its line, checked against its name (a
-        name holding a newline is not TF's: then name by name)."""
-        if self._lowered is None:
-            last = max(root for root, plan in self.plans.items() if len(plan) > 1)
-            self._lowered = "\n" + "\n".join(self.graph.names[:last]).lower() + "\n"
-        text, names = self._lowered, self.graph.names
-        out = []
-        needle = "\n" + prefix
-        pos, line, counted = text.find(needle), 0, 0
-        while pos >= 0:
-            line += text.count("\n", counted, pos)  # the node whose name starts at pos + 1
-            counted = pos
-            if line >= root:
-                break
-            end = text.find("\n", pos + 1)
-            key = text[pos + 1:end]
-            if names[line].lower() != key:  # lines and nodes out of step: a newline in a name
-                found = ((i, name.lower()) for i, name in enumerate(names[:root]))
-                return [(i, _component(key, len(prefix))) for i, key in found if key.startswith(prefix)]
-            out.append((line, _component(key, len(prefix))))
-            pos = text.find(needle, end)
+    def _scan_noop_keys(self) -> dict[str, list[tuple[int, str]]]:
+        """For every ``<root>/noop`` (lower-cased) of a root that gets per-device NoOps: the nodes
+        before the last such root whose lower-cased names start with it, and their keys.
+
+        One pass for all roots: the names, lower-cased, joined one a line in blocks (a few hundred
+        KB each, so the memory is reused), searched for ``/noop``; each hit's name is matched
+        against the prefixes. A hit's node is its line, checked against its name (a name holding
+        a newline is not TF's: then name by name)."""
+        names = self.graph.names
+        roots = [root for root, plan in self.plans.items() if len(plan) > 1]
+        prefixes = {(names[root] + "/NoOp").lower() for root in roots}
+        out: dict[str, list[tuple[int, str]]] = {}
+        last = max(roots)
+        for lo in range(0, last, _NAME_BLOCK):
+            text = "\n".join(names[lo:min(lo + _NAME_BLOCK, last)]).lower()
+            pos, line, counted = text.find("/noop"), lo, 0
+            while pos >= 0:
+                start = text.rfind("\n", 0, pos) + 1
+                end = text.find("\n", pos)
+                end = len(text) if end < 0 else end
+                line += text.count("\n", counted, start)
+                counted = start
+                lowered = text[start:end]
+                if names[line].lower() != lowered:  # lines and nodes out of step: a newline in a name
+                    return self._noop_keys_by_name(prefixes, last)
+                k = lowered.find("/noop")
+                while k >= 0:
+                    if lowered[:k + 5] in prefixes:
+                        out.setdefault(lowered[:k + 5], []).append((line, _component(lowered, k + 5)))
+                    k = lowered.find("/noop", k + 1)
+                pos = text.find("/noop", end)
+        return out
+
+    def _noop_keys_by_name(self, prefixes: set[str], last: int) -> dict[str, list[tuple[int, str]]]:
+        """:meth:`_scan_noop_keys` name by name."""
+        out: dict[str, list[tuple[int, str]]] = {}
+        for i, name in enumerate(self.graph.names[:last]):
+            lowered = name.lower()
+            for prefix in prefixes:
+                if lowered.startswith(prefix):
+                    out.setdefault(prefix, []).append((i, _component(lowered, len(prefix))))
         return out
 
     def result(self, reference: dict[int, int], strategy_calls: list[int]) -> _Split:
@@ -1364,6 +1386,10 @@ def _group_key_node(graph: Graph, m: int) -> int:
         if inputs and inputs[0][1] != CONTROL:
             return inputs[0][0]
     return m
+
+
+_NAME_BLOCK = 8192
+"""Names per block of :meth:`_GroupRewrite._scan_noop_keys`."""
 
 
 def _component(key: str, start: int) -> str:
