@@ -35,7 +35,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from placeviz.devices import parse_full_name
+from placeviz.devices import requested_device, task_of
 from placeviz.op_kinds import ACCUMULATOR_OPS, QUEUE_OPS, VARIABLE_OPS
 from placeviz.protos import dtype_name
 
@@ -115,24 +115,17 @@ def task_view(pipe, task: int, source: str = "") -> TaskView:
             continue  # TF makes a queue or accumulator without a shared_name private to its kernel
         device = devices[i]
         res = Resource(kind=kind, name=shared or node, container=container, node=node, op=op, device=device,
-                       requested=graph.devices[i], own=own_task is not None and _task_of(device) == own_task,
+                       requested=graph.devices[i], own=own_task is not None and task_of(device) == own_task,
                        attrs=tuple((k, _attr_text(attr[k])) for k in _COMPARED_ATTRS[kind] if k in attr))
         view.resources.setdefault(res.key, res)
         view.by_node.setdefault((kind, node), res)
     return view
 
 
-def _task_of(device: str) -> str | None:
-    p = parse_full_name(device) if device else None
-    if p is None or p.job is None:
-        return None
-    return f"/job:{p.job}/task:{p.task or 0}"
-
-
 def _own_task(devices: list[str]) -> str | None:
     counts: dict[str, int] = {}
     for d in devices:
-        t = _task_of(d)
+        t = task_of(d)
         if t is not None and t.split("/")[1][4:] in WORKER_JOBS:
             counts[t] = counts.get(t, 0) + 1
     return max(counts, key=lambda t: (counts[t], t)) if counts else None
@@ -140,11 +133,12 @@ def _own_task(devices: list[str]) -> str | None:
 
 def _canonical(device: str) -> tuple:
     """A device as TF's resource manager tells them apart: (job, replica, task, type, id), with the
-    defaults a placer fills in (for a task whose placement failed and kept its requested device)."""
-    p = parse_full_name(device) if device else None
+    defaults a placer fills in (for a task whose placement failed and kept its requested device),
+    its type as TF's placer reads it (:func:`~placeviz.devices.device_set.requested_device`)."""
+    p = requested_device(device) if device else None
     if p is None:
         return (device,)
-    return p.job, p.replica or 0, p.task or 0, (p.type or "CPU").upper(), p.id or 0
+    return p.job, p.replica or 0, p.task or 0, p.type or "CPU", p.id or 0
 
 
 def _attr_text(value) -> str:

@@ -64,10 +64,6 @@ REF_OFFSET = 100
 DEFAULT_DEVICE_TYPE = "DEFAULT"
 _ENV_PATH = "PLACEVIZ_OP_FACTS"
 
-# TF's device-type order for ties in kernel priority (DeviceFactory priorities: GPU before CPU).
-_DEVICE_TYPE_ORDER = ("GPU", "CPU")
-
-
 class OpFactsError(PlacevizError):
     """The op-facts table is missing, unreadable, or a node cannot be interpreted with it."""
 
@@ -283,10 +279,12 @@ class OpTable:
         self._op_defs: dict[str, Any] = {}
         self._io_cache: dict[tuple, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._dev_cache: dict[tuple, list[tuple[str, int]]] = {}
+        from placeviz.devices.device_set import prioritized_device_types
+
+        # TF's device-type order (DeviceSet::PrioritizedDeviceTypeList): the order ties in kernel
+        # priority keep.
         seen = self.kernel_device_types_seen - {DEFAULT_DEVICE_TYPE}
-        self.default_device_types: tuple[str, ...] = tuple(
-            [t for t in _DEVICE_TYPE_ORDER if t in seen] + sorted(seen - set(_DEVICE_TYPE_ORDER))
-        )
+        self.default_device_types: tuple[str, ...] = tuple(prioritized_device_types(seen))
 
     # -- lookups ---------------------------------------------------------------------------------
 
@@ -439,7 +437,8 @@ class OpTable:
         (highest first, stable in the order of ``device_types``).
 
         ``device_types``: the device types present (in TF's preference order, e.g. ``("GPU",
-        "CPU")``); default :attr:`default_device_types` (every concrete type seen, GPU first).
+        "CPU")``); default :attr:`default_device_types` (every concrete type seen, in TF's device-type
+        order: GPU, CPU, XLA_CPU, XLA_GPU, then by name).
         A matching DEFAULT kernel counts for a device type that has no matching kernel of its own
         (TF's fallback), with the DEFAULT kernel's priority. ``"DEFAULT"`` itself is never returned
         unless asked for. Returns None if the op is unknown (TF would treat an op missing from its

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from functools import cache
 
+from placeviz.devices import task_of as device_task
 from placeviz.graph import CONTROL, Graph
 from placeviz.limits import overflows, tensor_bytes
 from placeviz.op_kinds import VARIABLE_OPS, VARIABLE_READ_OPS
@@ -19,10 +20,6 @@ from placeviz.protos import DTYPE_SIZE, dtype_name
 TOP_TRANSFERS = 10
 _READ_OPS = VARIABLE_READ_OPS | {"Enter", "RefEnter", "Switch", "RefSwitch"}
 """A variable's reads, and the control-flow ops that pass its value into a loop or a branch."""
-
-
-def _task(device: str) -> str:
-    return device.split("/device:", 1)[0]
 
 
 def variable_behind(graph: Graph, name: str) -> str | None:
@@ -112,7 +109,8 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
     for src_device, dst_device in by_devices:
         for d in (src_device, dst_device):
             if d not in task_of:
-                task_of[d] = _task(d)
+                task = device_task(d, replica=True)
+                task_of[d] = d if task is None else task  # d: a string TF cannot parse
     for (src_device, dst_device), (count, n_control, nbytes, n_unknown, n_assumed) in by_devices.items():
         src, dst = task_of[src_device], task_of[dst_device]
         row = pairs.get((src, dst))

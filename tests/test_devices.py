@@ -51,6 +51,7 @@ from placeviz.devices import (
     parse_local_name,
     sort_devices,
     split_device_name,
+    task_of,
 )
 from placeviz.errors import PlacevizError
 
@@ -505,6 +506,22 @@ def test_cpp_address_spaces():
     assert N("/job:a/replica:0/task:1/device:GPU:0").address_space() == N("/job:a/replica:0/task:1")
 
 
+def test_task_of_is_the_task_part_reports_show():
+    """``task_of``: the one task splitter of the reports (traffic, render), the rules and the
+    agreement check. With ``replica``, a complete name's text before ``/device:`` (what the traffic
+    report printed); without, ``/job:J/task:T`` with the task TF fills in (what the rules printed)."""
+    cluster = ClusterSpec.from_dict({"ps": ["a:1", "b:1"], "worker": ["c:1"]})
+    for device in DeviceSet(cluster, 2, 1).devices:
+        assert task_of(device.name, replica=True) == device.name.split("/device:", 1)[0]
+        assert task_of(device.name) == f"/job:{device.parsed.job}/task:{device.parsed.task}"
+    assert task_of("/job:ps/task:1/device:CPU:0", replica=True) == "/job:ps/task:1"  # unset replica left out
+    assert task_of("/job:ps/device:CPU:0") == "/job:ps/task:0"
+    assert task_of("/device:CPU:0", replica=True) == "" and task_of("", replica=True) == ""
+    assert task_of("/device:CPU:0") is None and task_of("") is None
+    assert task_of("/job:ps/tsk:0") is None and task_of("/job:ps/tsk:0", replica=True) is None
+    assert task_of("/job:ps/task:0/cpu:0", replica=True) == split_device_name("/job:ps/task:0/cpu:0")[0]
+
+
 def test_cpp_split_and_mappings():
     assert split_device_name("/job:foo/replica:1/task:2/cpu:1") == ("/job:foo/replica:1/task:2", "CPU:1")
     assert split_device_name("/job:foo/cpu:1/task:2/replica:1") == ("/job:foo/replica:1/task:2", "CPU:1")
@@ -870,6 +887,42 @@ def test_placer_lowercase_types(tf):
     assert isinstance(err, str) and str(ours.value) in err
 
 
+_TYPE_CASES = ["/device:cpu:1", "/device:Cpu:1", "/device:cPU:1", "/device:CPU:1", "/cpu:1", "/Cpu:1",
+               "/device:cpu:5", "/device:CPU:*"]
+
+
+def _built_in_python(tf, device):
+    """A Const built under ``tf.device(device)`` in Python, run: {node: device} or TF's error."""
+    g = tf.Graph()
+    with g.as_default(), tf.compat.v1.device(device):
+        tf.constant(1.0, name="a")
+        tf.identity(g.get_tensor_by_name("a:0"), name="b")
+    nodes = [dict(name=n.name, op=n.op, inputs=list(n.input), device=n.device) for n in g.as_graph_def().node]
+    return _run_direct_session(tf, nodes, ["b"], soft=False, raw=False)
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("device", _TYPE_CASES)
+def test_requested_device_types_match_tf(tf, device):
+    """Device types: TF's placer (``device_count {CPU: 3}``) runs a node pinned to ``device`` exactly
+    when :meth:`DeviceSet.requested` names a device, and on that device: built in Python, read with
+    ``import_graph_def`` (both through DeviceSpec: ``cpu`` upper-cased, ``Cpu`` not) and raw
+    (``python_import=False``: ``cpu`` is a type of its own). PV103 reads devices this way."""
+    devices = DeviceSet.local(cpus=3)
+    nodes = [dict(name="a", op="Const", device=device), dict(name="b", op="Identity", inputs=["a"], device=device)]
+    for python_import, ran in ((True, _built_in_python(tf, device)),
+                               (True, _run_direct_session(tf, nodes, ["b"], soft=False, raw=False)),
+                               (False, _run_direct_session(tf, nodes, ["b"], soft=False, raw=True))):
+        ours = devices.requested(device, python_import)
+        if ours is None:  # TF cannot parse it (raw /Cpu:1: ParseFullName knows /cpu: and /CPU: only)
+            assert isinstance(ran, str) and f"Malformed device specification '{device}'" in ran, ran
+        elif isinstance(ran, str):  # TF: no device matches
+            assert "was explicitly assigned to" in ran, ran
+            assert ours == [], (device, python_import)
+        else:
+            assert ran["b"] in [d.name for d in ours], (device, python_import)
+
+
 @pytest.mark.tf
 def test_placer_soft_merge_of_class_groups(tf):
     """docs/tf-behaviours.md, "The placer": b (CPU:1) joined by ``_class`` to a (CPU:0) and zz (CPU:2)."""
@@ -905,7 +958,9 @@ def test_device_modules_import_one_way():
 
     The Python grammar (``device_spec``) and the C++ one (``device_name_utils``) never import each
     other; both sit on ``errors``; ``cluster_spec`` needs neither; ``device_set`` builds on the C++
-    grammar and the cluster. Read with ``ast``, so a violation fails here, not as an import cycle.
+    grammar and the cluster, and reads a NodeDef's device through the Python one first
+    (``requested_device``: what reaches the placer from Python). Read with ``ast``, so a violation
+    fails here, not as an import cycle.
     """
     import ast
     from pathlib import Path
@@ -913,7 +968,7 @@ def test_device_modules_import_one_way():
     import placeviz.devices
 
     allowed = {"errors": set(), "device_spec": {"errors"}, "device_name_utils": {"errors"},
-               "cluster_spec": set(), "device_set": {"errors", "device_name_utils", "cluster_spec"}}
+               "cluster_spec": set(), "device_set": {"errors", "device_name_utils", "device_spec", "cluster_spec"}}
     package = Path(placeviz.devices.__file__).parent
     assert {p.stem for p in package.glob("*.py")} == set(allowed) | {"__init__"}
     for name, may_import in allowed.items():

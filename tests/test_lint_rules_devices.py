@@ -57,6 +57,23 @@ def test_pv103_gpu_pin_on_cpu_only_cluster():
     assert lint(model, cluster_spec=cluster(), thresholds={"gpus-per-worker": 1}) == set()
 
 
+def _cpu_pin(device: str):
+    def body(t, x, h):
+        with t.compat.v1.device(device):
+            return h + t.reduce_sum(x, name="pinned_sum")
+
+    return body
+
+
+def test_pv103_device_types_are_compared_as_tf_compares_them():
+    """``/device:cpu:0`` is ``CPU:0`` once Python's DeviceSpec has read it; ``/device:Cpu:0`` names
+    no device, and TF's placer refuses it (``tests/test_devices.py::test_requested_device_types_match_tf``
+    runs both). PV103 used to upper-case every type and let the second pass."""
+    for device, expected in (("/device:cpu:0", set()), ("/device:Cpu:0", {("PV103", "Const")})):
+        model = _mlp(f"pv1-type-{device.replace('/', '_').replace(':', '_')}", _cpu_pin(device))
+        assert lint(model, cluster_spec=cluster()) == expected, device
+
+
 def _colocated(conflict: bool):
     def body(t, x, h):
         with t.compat.v1.device("/job:ps/task:0"):

@@ -544,3 +544,22 @@ def test_a_switch_shares_a_group_that_names_no_op():
         assert_native_is_the_spec(graph, REPLAY_CONFIGS[name])
     native, _ = both_replays(graph, REPLAY_CONFIGS["ps2"])
     assert native[2][graph.index["cond/Switch"]] == graph.index["h2"]  # colocated with its data input
+
+
+def test_group_noop_names_do_not_depend_on_a_newline_in_a_name():
+    """The NoOp names are searched in the names joined one a line; a name holding a newline (not
+    TF's, but a GraphDef may carry one) puts lines and nodes out of step, and the search then goes
+    name by name: same names either way. (The names themselves are checked against TF in
+    ``tests/test_setter_options.py::test_group_noops_are_named_by_unique_name_in_creation_order``.)"""
+    out = []
+    for other in ("bad\nname", "ok"):
+        g = GraphDef()
+        for var in ("a", "b"):
+            g.node.add(name=var, op="VariableV2").attr["dtype"].type = 1
+        for name in (other, "INIT/NoOp", "init/NoOp_1/c"):
+            g.node.add(name=name, op="NoOp")
+        g.node.add(name="init", op="NoOp", input=["^a", "^b"])
+        result = run_setter(Graph(g), SetterConfig(ps_tasks=2), OP_TABLE)
+        out.append([n for n in result.graph.names if n != other])
+    assert out[0] == out[1]
+    assert [n for n in out[0] if n.startswith("init/NoOp_")][-2:] == ["init/NoOp_2", "init/NoOp_3"]

@@ -145,3 +145,44 @@ def test_group_built_for_two_ps_tasks_replayed_on_one_removes_its_noops(tmp_path
     assert code == 0, err
     assert f"the setter replay removed {loaded - placed:,} node(s)" in out_json
     assert "added -" not in out_json
+
+
+NAMES = textwrap.dedent("""
+    import os, sys
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import tensorflow as tf
+    tf.compat.v1.disable_v2_behavior()
+    for placed in (False, True):
+        g = tf.Graph()
+        with g.as_default():
+            setter = tf.compat.v1.train.replica_device_setter(ps_tasks=2) if placed else None
+            with tf.compat.v1.device(setter):
+                a = tf.compat.v1.get_variable("a", [2], initializer=tf.compat.v1.zeros_initializer())
+                b = tf.compat.v1.get_variable("b", [2], initializer=tf.compat.v1.ones_initializer())
+                tf.no_op(name="init/noop")                   # lower case: takes the key init/NoOp
+                tf.group(a.initializer, b.initializer, name="init")
+                with tf.compat.v1.name_scope("grp/NoOp_1"):  # a scope: takes the key grp/NoOp_1
+                    tf.constant(1.0, name="c")
+                tf.group(a.initializer, b.initializer, name="grp")
+        name = "placed" if placed else "unplaced"
+        with open(os.path.join(sys.argv[1], name + ".pb"), "wb") as f:
+            f.write(g.as_graph_def().SerializeToString())
+""")
+
+
+def test_group_noops_are_named_by_unique_name_in_creation_order(tmp_path, capsys, kernel_mode):
+    """``group``'s per-device NoOps take TF's ``Graph.unique_name`` of ``<root>/NoOp`` over the
+    names made before them, lower-cased, scopes included (ops.py): with ``init/noop`` in the graph
+    TF names them ``init/NoOp_1``, ``init/NoOp_2``; after a scope ``grp/NoOp_1/``, ``grp/NoOp``,
+    ``grp/NoOp_2``. Node for node (names, order, devices), with and without the C kernels."""
+    pytest.importorskip("tensorflow")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    subprocess.run([sys.executable, "-c", NAMES, str(tmp_path)], check=True, env=env, capture_output=True,
+                   timeout=300)
+    out = tmp_path / "out.pb"
+    code, _, err = run_cli(["place", tmp_path / "unplaced.pb", "--ps-tasks", "2", "--stage", "setter", "-o", out],
+                           capsys)
+    assert code == 0, err
+    tf_names = list(_devices(tmp_path / "placed.pb"))
+    assert {"init/NoOp_1", "init/NoOp_2", "grp/NoOp", "grp/NoOp_2"} <= set(tf_names)  # the case is the one meant
+    assert list(_devices(out).items()) == list(_devices(tmp_path / "placed.pb").items())

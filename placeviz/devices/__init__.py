@@ -21,8 +21,9 @@ type ``"cpu"`` and only maps the legacy ``/cpu:N`` / ``/gpu:N`` pieces to ``CPU`
 (``device_name_utils`` tells what the placer makes of that).
 
 Imports go one way: ``errors`` <- ``device_spec``, ``device_name_utils``; ``cluster_spec`` needs
-neither grammar; ``device_set`` <- ``device_name_utils``, ``cluster_spec``. Every public name is
-re-exported here: import them as ``from placeviz.devices import X``.
+neither grammar; ``device_set`` <- ``device_name_utils``, ``device_spec`` (a NodeDef's device as the
+placer reads it, :func:`~placeviz.devices.device_set.requested_device`), ``cluster_spec``. Every
+public name is re-exported here: import them as ``from placeviz.devices import X``.
 """
 
 from placeviz.devices.cluster_spec import ClusterError, ClusterSpec, TaskSpec, check_cluster_bounds
@@ -45,12 +46,15 @@ from placeviz.devices.device_name_utils import (
     parse_full_or_local,
     parse_local_name,
     split_device_name,
+    task_of,
 )
 from placeviz.devices.device_set import (
     DEVICE_TYPE_PRIORITY,
     Device,
     DeviceSet,
     device_type_priority,
+    prioritized_device_types,
+    requested_device,
     sort_devices,
 )
 from placeviz.devices.device_spec import (
@@ -68,7 +72,8 @@ __all__ = [
     "ParsedName", "parse_full_name", "parse_local_name", "parse_full_or_local", "full_name", "local_name",
     "is_specification", "is_complete_specification", "are_compatible", "merge_dev_names",
     "merge_override_dev_names", "merge_unset_dev_names", "is_same_address_space",
-    "is_different_address_space", "address_space", "split_device_name", "names_for_device_mappings",
-    "ClusterSpec", "TaskSpec", "Device", "DeviceSet", "sort_devices", "device_type_priority",
+    "is_different_address_space", "address_space", "split_device_name", "names_for_device_mappings", "task_of",
+    "ClusterSpec", "TaskSpec", "Device", "DeviceSet", "sort_devices", "device_type_priority", "requested_device",
+    "prioritized_device_types",
     "check_cluster_bounds",
 ]

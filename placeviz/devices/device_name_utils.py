@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from placeviz.devices.errors import CACHE_LIMIT, DeviceSpecError
@@ -300,6 +301,23 @@ def split_device_name(name: str) -> tuple[str, str] | None:
     if pn is None or pn.type is None or pn.id is None:
         return None
     return address_space(pn).to_string(), f"{pn.type}:{pn.id}"
+
+
+@lru_cache(maxsize=CACHE_LIMIT)
+def task_of(device: str, replica: bool = False) -> str | None:
+    """The task a device string belongs to, written once for every report, label and rule that
+    groups devices by task: ``/job:J/task:T`` (an unset task reads as 0, the task TF fills in;
+    None without a job), or with ``replica`` the name's task part, ``AddressSpace`` spelt by
+    ``ParsedNameToString`` (``/job:J/replica:R/task:T``, unset fields left out; for a complete
+    name, the text before ``/device:``). None where ``ParseFullName`` rejects the string. Cached
+    per string: rules ask once per node.
+    """
+    pn = parse_full_name(device) if device else (ParsedName() if replica else None)
+    if pn is None:
+        return None
+    if replica:
+        return address_space(pn).to_string()
+    return None if pn.job is None else f"/job:{pn.job}/task:{pn.task or 0}"
 
 
 def as_parsed(name: ParsedName | str) -> ParsedName:

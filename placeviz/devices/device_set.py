@@ -26,7 +26,9 @@ from placeviz.devices.device_name_utils import (
     is_complete_specification,
     is_job_name,
     names_for_device_mappings,
+    parse_full_name,
 )
+from placeviz.devices.device_spec import canonical_device
 from placeviz.devices.errors import DeviceSpecError
 
 DEVICE_TYPE_PRIORITY: dict[str, int] = {"GPU": 210, "CPU": 60, "XLA_CPU": 50, "XLA_GPU": 50}
@@ -42,6 +44,44 @@ registered without a priority (``XLA_CPU``, ``XLA_GPU``) get 50. A type without 
 def device_type_priority(device_type: str, table: Mapping[str, int] | None = None) -> int:
     """``DeviceSet::DeviceTypeOrder`` = ``DeviceFactory::DevicePriority``: -1 for unknown types."""
     return (DEVICE_TYPE_PRIORITY if table is None else table).get(device_type, -1)
+
+
+def prioritized_device_types(types: Iterable[str], table: Mapping[str, int] | None = None) -> list[str]:
+    """``DeviceSet::PrioritizedDeviceTypeList``'s order (device_set.cc): higher
+    :func:`device_type_priority` first, then by name (GPU, CPU, XLA_CPU, XLA_GPU, then types without
+    a factory). The one device-type order: :meth:`DeviceSet.device_types` and the op table's
+    default types (``placeviz.ops.OpTable.default_device_types``) use it."""
+    return sorted(types, key=lambda t: (-device_type_priority(t, table), t))
+
+
+def requested_device(device: str, python_import: bool = True) -> ParsedName | None:
+    """The device a NodeDef's ``device`` string asks TF's placer for, parsed (None: TF cannot parse it).
+
+    The one rule for device types: TF compares them exactly, case included. ``DeviceSet::
+    FindMatchingDevices`` (tensorflow/core/common_runtime/device_set.cc) keeps the devices that
+    ``DeviceNameUtils::IsCompleteSpecification`` accepts, which compares the ``type`` strings with
+    ``==`` (xla/tsl/util/device_name_utils.cc, also ``IsSpecification``): ``/device:Cpu:0`` names
+    no device. Only the string the placer gets depends on the path the graph took:
+
+    * from Python (``python_import``, the usual case: a graph built under ``tf.device``, or read
+      with ``import_graph_def``/``import_meta_graph``, whose importer re-applies each device through
+      ``tf.device``), every device went through ``DeviceSpec`` first
+      (tensorflow/python/framework/device_spec.py ``_string_to_components``,
+      ``_as_device_str_or_none``): the legacy ``/cpu:N``/``/Gpu:N`` pieces and the exact types
+      ``cpu`` and ``gpu`` of ``/device:cpu:0`` become upper case; ``/device:Cpu:0`` stays ``Cpu``
+      (:func:`~placeviz.devices.device_spec.canonical_device`);
+    * raw, as the C++ runtime loads a GraphDef (``python_import=False``), ``ParseFullName`` upper-cases
+      only the legacy pieces: ``/device:cpu:0`` is a type ``cpu`` that no device has.
+
+    Checked with TF's placer on CPU (``tests/test_devices.py::test_requested_device_types_match_tf``,
+    ``::test_placer_lowercase_types``). Matched with :meth:`DeviceSet.requested`.
+    """
+    if python_import:
+        try:
+            device = canonical_device(device)
+        except DeviceSpecError:
+            return None
+    return parse_full_name(device)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +191,21 @@ class DeviceSet:
         return self._by_name.get(name)
 
     def matching(self, pattern: ParsedName | str) -> list[Device]:
-        """``FindMatchingDevices``: devices (in set order) that complete ``pattern``."""
+        """``FindMatchingDevices``: devices (in set order) that complete ``pattern`` (device types
+        compared exactly, case included: :func:`requested_device`)."""
         pattern = as_parsed(pattern)
         return [d for d in self.devices if is_complete_specification(pattern, d.parsed)]
 
+    def requested(self, device: str, python_import: bool = True) -> list[Device] | None:
+        """The devices (in set order) a NodeDef's ``device`` string names for TF's placer: the
+        string read as :func:`requested_device` reads it, then :meth:`matching`. None when TF
+        cannot parse it."""
+        pattern = requested_device(device, python_import)
+        return None if pattern is None else self.matching(pattern)
+
     def device_types(self, type_priority: Mapping[str, int] | None = None) -> list[str]:
         """``PrioritizedDeviceTypeList``: the types present, higher priority first, then by name."""
-        types = {d.device_type for d in self.devices}
-        return sorted(types, key=lambda t: (-device_type_priority(t, type_priority), t))
+        return prioritized_device_types({d.device_type for d in self.devices}, type_priority)
 
     def sorted(self, kernel_priority_by_type: Mapping[str, int] | None = None,
                master_task: ParsedName | str | None = None,

@@ -22,8 +22,10 @@ it, placeviz reconstructs what it would have written into every ``NodeDef.device
   recognises those ops and tells the replay which node's device each one was built under.
 * ``control_flow_ops.group`` (an optimizer's ``update``, ``init``, ``group_deps``) makes one NoOp
   per device of its inputs when they are on several devices. An unplaced build has a single NoOp
-  there, so the replay adds the per-device NoOps TF would have built (names ``<group>/NoOp``,
-  ``<group>/NoOp_1``, ... in sorted device order) and rewires the group onto them.
+  there, so the replay adds the per-device NoOps TF would have built (in sorted device order, named
+  as ``Graph.unique_name("<group>/NoOp")`` names them over the names made before the group:
+  ``<group>/NoOp``, ``<group>/NoOp_1``, ... unless some are taken, :func:`placeviz.names.unique_name`)
+  and rewires the group onto them.
 
 What an unplaced GraphDef cannot show is taken from options, or assumed and said in
 ``SetterResult.notes``:
@@ -73,6 +75,7 @@ from placeviz.errors import PlacevizError
 from placeviz.gcpause import gc_paused
 from placeviz.graph import CONTROL, AttrKeys, Graph, RemappedNodeDefs, _located_names
 from placeviz.limits import MAX_TENSOR_BYTES
+from placeviz.names import unique_name
 from placeviz.native import kernels
 from placeviz.op_kinds import ASSIGN_VARIABLE_OPS
 from placeviz.ops import DT_RESOURCE, REF_OFFSET
@@ -346,14 +349,19 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table: OpTable, attr_keys
     plain_device = _PlainDevice(worker_spec, config.merge_devices, inside if inside < n else None)
     plain_noops = PLAIN_NOOP_NAMES | config.plain_noops
     assumed: list[str] = []  # NoOps with no library name taken for a group and split per device
+    clashes: list[str] = []  # names TF gives a group's NoOp that a node made later holds
     new_graph, new_rules, new_refs, calls = _split_groups(graph, result_devices, rule, reference,
                                                           strategy_calls, plain_device, op_index, plain_noops,
-                                                          assumed)
+                                                          assumed, clashes)
     notes = _scope_notes(graph, config)
     if assumed:
         shown = ", ".join(assumed[:5]) + (f" and {len(assumed) - 5} more" if len(assumed) > 5 else "")
         notes.append(f"took the NoOp(s) {shown} for tf.group and split them per device, as group does; a NoOp "
                      f"built with tf.no_op under control_dependencies is not split: pass --plain-noop NAME")
+    if clashes:
+        shown = ", ".join(clashes[:5]) + (f" and {len(clashes) - 5} more" if len(clashes) > 5 else "")
+        notes.append(f"TF names a per-device NoOp of tf.group {shown} and renames the node made later under that "
+                     "name; that node keeps its name here and the NoOp takes the next free one")
     return SetterResult(new_graph, new_rules, new_refs, calls, ps_tasks, notes)
 
 
@@ -854,7 +862,7 @@ class _PlainDevice:
 def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: dict[int, int],
                   strategy_calls: list[int], plain_device: _PlainDevice, op_index: scopes.OpIndex,
                   plain_noops: frozenset[str] = frozenset(),
-                  group_assumptions: list[str] | None = None) -> _Split:
+                  group_assumptions: list[str] | None = None, name_clashes: list[str] | None = None) -> _Split:
     """Rebuild ``control_flow_ops.group`` NoOps for the devices their grouped ops now have.
 
     TF's ``group`` makes one NoOp per device of the grouped ops (sorted by device string) under the
@@ -910,8 +918,10 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
                     outer = PyDeviceSpec.parse(scope).merged_with(PyDeviceSpec.parse(outer)).to_string()
                 devices[root] = plain_device.at(root, outer)
         dropped.update(children)
-    return _GroupRewrite(graph, devices, rule, plans, dropped, plain_device, outer_deps).result(reference,
-                                                                                                 strategy_calls)
+    rewrite = _GroupRewrite(graph, devices, rule, plans, dropped, plain_device, outer_deps)
+    if name_clashes is not None:
+        name_clashes += rewrite.name_clashes
+    return rewrite.result(reference, strategy_calls)
 
 
 
@@ -984,6 +994,8 @@ class _GroupRewrite:
         self.noop_ids: list[int] = []  # new id of the k-th new NoOp
         self.noop_colocation: list[tuple[int, tuple[str, ...]]] = []
         self._added_names: set[str] = set()  # names of the new NoOps
+        self.name_clashes: list[str] = []  # names TF gives a new NoOp that a later node holds
+        self._noop_keys: dict[str, list[tuple[int, str]]] | None = None  # _scan_noop_keys, on first use
         self.specials = sorted(dropped | plans.keys())
         start = 0
         for i in self.specials:
@@ -1037,9 +1049,8 @@ class _GroupRewrite:
             controls = plan[0][1] + outer
         else:
             controls = []
-            for device, grouped in plan:
+            for (device, grouped), name in zip(plan, self._noop_names(root, len(plan)), strict=True):
                 members = grouped + outer  # the enclosing block's control inputs on every NoOp
-                name = _unique_name(g.names[root] + "/NoOp", self._name_taken)
                 self._added_names.add(name)
                 noop = self.noops.node.add(name=name, op="NoOp")
                 noop.input.extend(map("^".__add__, map(g.names.__getitem__, members)))
@@ -1070,10 +1081,82 @@ class _GroupRewrite:
         """The names of the new per-device NoOps, in order."""
         return [node.name for node in self.noops.node]
 
-    def _name_taken(self, name: str) -> bool:
-        """Whether a node of the new graph already has this name (kept old nodes, new NoOps)."""
-        i = self.graph.index.get(name)
-        return (i is not None and i not in self.dropped) or name in self._added_names
+    def _noop_names(self, root: int, count: int) -> list[str]:
+        """The names ``group`` gives the ``count`` per-device NoOps of ``root``: ``Graph.unique_name(
+        "<root>/NoOp")`` once per device (:func:`placeviz.names.unique_name`), over the names TF
+        had made by then: the nodes before ``root`` (creation order) that the replay keeps, and the
+        NoOps it added for earlier roots (control_flow_ops.py ``group``, ``_GroupControlDeps``).
+
+        Only the keys ``<root>/noop...`` can change the answer (lower-cased: ``init/noop`` takes
+        ``init/NoOp``, a scope ``init/NoOp_1/`` takes ``init/NoOp_1``), so only those are looked up.
+        A node made *after* the root that holds the name TF gives (the unplaced build had no NoOp
+        there) was renamed by TF; the replay cannot rename it and skips that name instead, saying so
+        in ``name_clashes``.
+        """
+        base = self.graph.names[root] + "/NoOp"
+        prefix = base.lower()
+        used = {key: 1 for i, key in self._keys_before(prefix, root) if i not in self.dropped}
+        used.update((key, 1) for key in map(str.lower, self._added_names) if key.startswith(prefix))
+        out = []
+        index, dropped = self.graph.index, self.dropped
+        for _ in range(count):
+            name = unique_name(used, base)
+            while (later := index.get(name)) is not None and later > root and later not in dropped:
+                self.name_clashes.append(name)
+                name = unique_name(used, base)
+            out.append(name)
+        return out
+
+    def _keys_before(self, prefix: str, root: int) -> list[tuple[int, str]]:
+        """``(node, key)`` for the nodes before ``root`` whose lower-cased name starts with
+        ``prefix``: ``key`` is that name up to the end of the component ``prefix`` ends in (the
+        name, or the name scope TF marked in use when it opened it)."""
+        if self._noop_keys is None:
+            self._noop_keys = self._scan_noop_keys()
+        return [(i, key) for i, key in self._noop_keys.get(prefix, ()) if i < root]
+
+    def _scan_noop_keys(self) -> dict[str, list[tuple[int, str]]]:
+        """For every ``<root>/noop`` (lower-cased) of a root that gets per-device NoOps: the nodes
+        before the last such root whose lower-cased names start with it, and their keys.
+
+        One pass for all roots: the names, lower-cased, joined one a line in blocks (a few hundred
+        KB each, so the memory is reused), searched for ``/noop``; each hit's name is matched
+        against the prefixes. A hit's node is its line, checked against its name (a name holding
+        a newline is not TF's: then name by name)."""
+        names = self.graph.names
+        roots = [root for root, plan in self.plans.items() if len(plan) > 1]
+        prefixes = {(names[root] + "/NoOp").lower() for root in roots}
+        out: dict[str, list[tuple[int, str]]] = {}
+        last = max(roots)
+        for lo in range(0, last, _NAME_BLOCK):
+            text = "\n".join(names[lo:min(lo + _NAME_BLOCK, last)]).lower()
+            pos, line, counted = text.find("/noop"), lo, 0
+            while pos >= 0:
+                start = text.rfind("\n", 0, pos) + 1
+                end = text.find("\n", pos)
+                end = len(text) if end < 0 else end
+                line += text.count("\n", counted, start)
+                counted = start
+                lowered = text[start:end]
+                if names[line].lower() != lowered:  # lines and nodes out of step: a newline in a name
+                    return self._noop_keys_by_name(prefixes, last)
+                k = lowered.find("/noop")
+                while k >= 0:
+                    if lowered[:k + 5] in prefixes:
+                        out.setdefault(lowered[:k + 5], []).append((line, _component(lowered, k + 5)))
+                    k = lowered.find("/noop", k + 1)
+                pos = text.find("/noop", end)
+        return out
+
+    def _noop_keys_by_name(self, prefixes: set[str], last: int) -> dict[str, list[tuple[int, str]]]:
+        """:meth:`_scan_noop_keys` name by name."""
+        out: dict[str, list[tuple[int, str]]] = {}
+        for i, name in enumerate(self.graph.names[:last]):
+            lowered = name.lower()
+            for prefix in prefixes:
+                if lowered.startswith(prefix):
+                    out.setdefault(prefix, []).append((i, _component(lowered, len(prefix))))
+        return out
 
     def result(self, reference: dict[int, int], strategy_calls: list[int]) -> _Split:
         import numpy as np
@@ -1310,11 +1393,11 @@ def _group_key_node(graph: Graph, m: int) -> int:
     return m
 
 
-def _unique_name(base: str, taken: Callable[[str], bool]) -> str:
-    """TF's Graph.unique_name: ``base``, then ``base_1``, ``base_2``, ... (the first not ``taken``)."""
-    name = base
-    k = 0
-    while taken(name):
-        k += 1
-        name = f"{base}_{k}"
-    return name
+_NAME_BLOCK = 8192
+"""Names per block of :meth:`_GroupRewrite._scan_noop_keys`."""
+
+
+def _component(key: str, start: int) -> str:
+    """``key`` up to the end of its name component that holds position ``start`` (a scope's name)."""
+    slash = key.find("/", start)
+    return key if slash < 0 else key[:slash]

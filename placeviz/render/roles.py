@@ -124,11 +124,6 @@ def short_device(device: str) -> str:
     return " ".join(x for x in (head, dev) if x) or device
 
 
-def task_of(device: str) -> str:
-    """The task part of a full device name (``/job:ps/replica:0/task:1``); the name itself otherwise."""
-    return device.split("/device:", 1)[0] if device else ""
-
-
 def job_of(device: str) -> str:
     for part in device.strip("/").split("/"):
         if part.startswith("job:"):

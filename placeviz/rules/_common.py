@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-from placeviz.devices import parse_full_name
+from placeviz.devices import parse_full_name, task_of
 from placeviz.graph import CONTROL
 from placeviz.op_kinds import FORWARD_ANY_INPUT_OPS, FORWARD_INPUT0_OPS, VARIABLE_OPS, VARIABLE_READ_OPS
 from placeviz.sync.reach import forward_through
@@ -45,10 +45,9 @@ def parsed(device: str):
 
 
 _JOBS: dict[str, str | None] = {}
-_TASKS: dict[str, str | None] = {}
 _MEMO_LIMIT = 100_000
-"""Distinct device strings remembered by :func:`job_of`/:func:`task_of` (a graph has a handful;
-rules ask once per node)."""
+"""Distinct device strings remembered by :func:`job_of` (a graph has a handful; rules ask once per
+node). ``task_of`` is :func:`placeviz.devices.task_of`, re-exported for the rules."""
 
 
 def job_of(device: str) -> str | None:
@@ -62,20 +61,6 @@ def job_of(device: str) -> str | None:
         _JOBS.clear()
     _JOBS[device] = job
     return job
-
-
-def task_of(device: str) -> str | None:
-    """``/job:J/task:T`` of a device (None without a job; a missing task index reads as 0)."""
-    try:
-        return _TASKS[device]
-    except KeyError:
-        pass
-    p = parsed(device)
-    task = None if p is None or p.job is None else f"/job:{p.job}/task:{p.task or 0}"
-    if len(_TASKS) >= _MEMO_LIMIT:
-        _TASKS.clear()
-    _TASKS[device] = task
-    return task
 
 
 def nodes_by_device(ctx, devices: list[str]) -> dict[str, list[int]]:

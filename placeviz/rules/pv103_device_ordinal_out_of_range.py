@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from placeviz.devices import ParsedName, requested_device
 from placeviz.lint import Rule
-from placeviz.rules._common import parsed
 
 RULE = Rule(
     id="PV103",
@@ -27,7 +27,9 @@ GPU machine deployed on CPU-only workers, `gpu:N` chosen per worker index on 1-G
 The devices of the cluster: the placer's device set when placement ran (the cluster spec plus
 `--gpus-per-worker`), else the cluster spec with one CPU per task and the threshold
 `gpus-per-worker` GPUs on each worker task. A device matches when some task matching the request's
-job/task has a device of that type and index.
+job/task has a device of that type and index. Types are compared as TF's placer compares them:
+exactly, after Python's `DeviceSpec` has upper-cased the lower-case `cpu`/`gpu` (`/device:gpu:0` is
+`GPU:0`, `/device:Gpu:0` names no device).
 
 Thresholds:
 - `gpus-per-worker` (default `0`): GPUs of each worker task, used only when placement did not run.
@@ -59,7 +61,7 @@ def _device_set(ctx):
 
 def check(ctx):
     g = ctx.graph
-    available = [d.parsed for d in _device_set(ctx).devices]
+    device_set = _device_set(ctx)
     first: dict[str, int] = {}
     count: dict[str, int] = {}
     for i, d in enumerate(g.devices):
@@ -67,17 +69,15 @@ def check(ctx):
             first.setdefault(d, i)
             count[d] = count.get(d, 0) + 1
     for device, i in first.items():
-        p = parsed(device)
+        # As TF's placer reads it: types compared exactly, after Python's DeviceSpec (requested_device).
+        p = requested_device(device)
         if p is None or p.type is None or p.job is not None and p.job not in ctx.cluster.jobs:
             continue  # unparsable (PV101) or unknown job (PV102)
-        dtype = p.type.upper()
-        hosts = [a for a in available if (p.job is None or a.job == p.job) and (p.task is None or a.task == p.task)
-                 and (p.replica is None or a.replica == p.replica)]
-        if not hosts:
+        hosts = device_set.matching(ParsedName(job=p.job, replica=p.replica, task=p.task))
+        if not hosts or device_set.matching(p):
             continue
-        if any(a.type.upper() == dtype and (p.id is None or a.id == p.id) for a in hosts):
-            continue
-        have = sorted({f"{a.type}:{a.id}" for a in hosts if a.type.upper() == dtype})
+        dtype = p.type
+        have = sorted({f"{a.device_type}:{a.parsed.id}" for a in hosts if a.device_type == dtype})
         where = f"/job:{p.job}" + (f"/task:{p.task}" if p.task is not None else "") if p.job else "any task"
         yield ctx.finding(
             RULE, i,

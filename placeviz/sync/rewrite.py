@@ -119,6 +119,7 @@ from typing import Literal, NoReturn
 
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph
+from placeviz.names import unique_name
 from placeviz.op_kinds import (
     ACCUMULATOR_OPS,
     RESOURCE_VARIABLE_OPS,
@@ -375,34 +376,6 @@ def _int_values(t) -> list[int]:
     return vals
 
 
-def _tf_unique(used: dict[str, int], name: str) -> str:
-    """``Graph.unique_name`` of TF (keys compared lowercase)."""
-    key = name.lower()
-    i = used.get(key, 0)
-    used[key] = i + 1
-    if i > 0:
-        base = key
-        while key in used:
-            key = f"{base}_{i}"
-            i += 1
-        used[key] = 1
-        name = f"{name}_{i - 1}"
-    return name
-
-
-def _tf_peek(used: dict[str, int], name: str) -> str:
-    """What ``Graph.unique_name(name, mark_as_used=False)`` would return."""
-    key = name.lower()
-    i = used.get(key, 0)
-    if i == 0:
-        return name
-    base = key
-    while key in used:
-        key = f"{base}_{i}"
-        i += 1
-    return f"{name}_{i - 1}"
-
-
 _MARK = "\x00"
 """Prefix of an input, in a plain node, that already names a node of the new build."""
 
@@ -416,6 +389,7 @@ class _Names:
     component's requested name is recovered from the plain counters (``foo_1`` was asked as
     ``foo`` when ``foo`` was in use and ``unique_name('foo')`` gives ``foo_1``), then asked again
     of the new build under its parent's new name. ``map``: plain full name -> new full name.
+    Each ask is :func:`placeviz.names.unique_name` (the setter's ``group`` NoOps use it too).
     """
 
     def __init__(self):
@@ -443,10 +417,10 @@ class _Names:
         m = re.fullmatch(r"(.+)_(\d+)", comp)
         if m:
             base = f"{parent}/{m[1]}" if parent else m[1]
-            if base.lower() in self.plain and _tf_peek(self.plain, base) == old:
+            if base.lower() in self.plain and unique_name(self.plain, base, mark_as_used=False) == old:
                 req = m[1]
         full_req = f"{parent}/{req}" if parent else req
-        if _tf_unique(self.plain, full_req) != old:  # an explicit name that unique_name altered
+        if unique_name(self.plain, full_req) != old:  # an explicit name that unique_name altered
             self.plain[old.lower()] = self.plain.get(old.lower(), 0) + 1
             req = comp
         self.reqs[old] = req
@@ -465,13 +439,13 @@ class _Names:
         else:
             new_parent = self.claim(parent, moved_from) if parent else ""
         req = self.requested(old)
-        result = _tf_unique(self.new_used, f"{new_parent}/{req}" if new_parent else req)
+        result = unique_name(self.new_used, f"{new_parent}/{req}" if new_parent else req)
         self.map[old] = result
         return result
 
     def new(self, name: str) -> str:
         """``unique_name`` of an op the SyncReplicas build adds."""
-        return _tf_unique(self.new_used, name)
+        return unique_name(self.new_used, name)
 
     def rename(self, old: str) -> str:
         """The new name of a plain name (an unclaimed one follows its closest claimed scope)."""
@@ -1036,10 +1010,9 @@ class _Rewrite:
         self.ready = self.report_uninitialized(self.added, sc, gvars, self.w_dev)
 
     def scoped(self, base: str) -> str:
-        """An op under ``ops.name_scope(None, self._name)`` (``sync_replicas/...``)."""
-        k = self.counters.get(base, 0)
-        self.counters[base] = k + 1
-        return f"{self.sr}/{base}" if k == 0 else f"{self.sr}/{base}_{k}"
+        """An op under ``ops.name_scope(None, self._name)`` (``sync_replicas/...``): ``unique_name``
+        in that scope."""
+        return self.names.new(f"{self.sr}/{base}")
 
     def read_step(self, out: list[NodeDef], var_handle: str, ref_read: str | None, device: str,
                   cast: bool = True) -> str:
@@ -1064,7 +1037,6 @@ class _Rewrite:
         (``train_ops``) and ``take_grad(replicas_to_aggregate)`` (the aggregated gradient)."""
         b, added, ls = self.b, self.added, self.ls
         self.sr = self.new_op(self.scope_name)
-        self.counters: dict[str, int] = {}
         ls_ref_read = None if self.gs_resource else f"{ls}/read"
         self.applies: list[str] = []
         self.accums: list[tuple[str, bool]] = []
