@@ -23,14 +23,15 @@ TESTS = Path(__file__).parent
 def kernel_mode(request, monkeypatch) -> str:
     """Run the test with the C kernels (skipped where they are not built), then with every module on
     its Python loops, as ``PLACEVIZ_NO_KERNELS=1`` gives (``placeviz/native.py``)."""
+    import placeviz.closure
     import placeviz.graph
     import placeviz.io
     import placeviz.nodewire
-    from placeviz.partition import base, graph_partition, subgraph
+    from placeviz.partition import base, graph_partition
     from placeviz.placement import placer, setter
 
     slots = [(placeviz.graph, "_wire"), (placeviz.io, "_wire"), (placeviz.nodewire, "_wire"), (base, "_kernels"),
-             (subgraph, "_kernels"), (graph_partition, "_kernels"), (setter, "_kernels"), (placer, "_kernels")]
+             (placeviz.closure, "_kernels"), (graph_partition, "_kernels"), (setter, "_kernels"), (placer, "_kernels")]
     if request.param == "python":
         for module, name in slots:
             monkeypatch.setattr(module, name, None)
