@@ -29,6 +29,9 @@ Speed: per-edge work happens only for edges that cross partitions. That loop
 specification) runs as one whole C function when ``placeviz._partition_kernels`` is built: it
 returns the level's whole result or declines before doing anything, and the Python runs from the
 start (``_kernels = None`` in this module runs the Python code, ``docs/architecture.md`` section 3).
+It calls nothing back: the facts of the edges' ends (io types, memory types, shapes) are tables
+the methods below make first (:meth:`_GraphPartition._cut_tables`), nodes with the same op, op-fact
+attrs and device type sharing one row (``memory_types._MemoryTypes.fact_table``).
 
 Each transfer also carries its static shape and bytes per step (:meth:`_GraphPartition.shape`:
 ``_output_shapes``, a Const's value, a variable's or placeholder's ``shape`` attr, through
