@@ -16,13 +16,16 @@
  * declines (None) before doing anything, on an argument of another kind or a destination that a
  * while loop's control loop gates; then the Python function runs from its start.
  *
- * Facts that need protobufs or the op table (io types, op specs, kernels' memory types, shapes from
- * attrs, dtype sizes and names) come from the same Python methods the specification calls, each
- * answer kept in the call's own memo (never the partitioner's caches); the shape of pass-through
- * ops (Identity...) is followed to their input as _Partitioner.shape does.
+ * Facts that need protobufs or the op table come as tables made once per call by the Python
+ * methods the specification calls, and read here without calling back into Python: per node of
+ * the edges' ends a row (row_of, rows: _MemoryTypes.fact_row: io types, memory type of each input
+ * and output), the static shape of each (origin, slot) a transfer can name (shapes:
+ * _GraphPartition.shape), and the dtype sizes and names (DTYPE_SIZE, dtype_name). The rules
+ * stay in Python; what is left here is the loop (and out_host of an added node, three lines of
+ * placeviz/partition/memory_types.py).
  *
  * Three small helpers: index_codes and attr_ints (int32 arrays of dict values / attributes, for
- * np.fromiter over 1M items) and reach (prune_mask's reverse walk, placeviz/partition/subgraph.py,
+ * np.fromiter over 1M items) and reach (the reverse walk of a run, placeviz/closure.py reverse_closure,
  * a whole function too: it returns the mask or False).
  *
  * The results equal the Python code's, field for field (tests/test_partition_kernels.py compares
@@ -43,8 +46,8 @@
 static PyObject *s_dev, *s_inputs, *s_name, *s_origin, *s_oslot, *s_dtype;
 static PyObject *s_send_op, *s_hostsend_op, *s_recv_op, *s_hostrecv_op, *s_const_op, *s_identity_op;
 static PyObject *s_kind_send, *s_kind_recv, *s_ctrl_const, *s_ctrl_identity;
-static PyObject *s_apply;
-static PyObject *s_control, *s_device, *s_task, *s_host_in, *s_host_out, *s_kernel_known;
+static PyObject *s_kind, *s_copy_of, *s_op, *s_replicate;
+static PyObject *s_control, *s_device, *s_task;
 static PyObject *k_src, *k_slot, *k_src_device, *k_dst_device, *k_dtype, *k_shape, *k_bytes, *k_level;
 static PyObject *k_send, *k_recv, *k_send_op, *k_recv_op, *k_tensor_name, *k_dst;
 /* A transfer dict with its keys in the Python loop's order; each transfer is a copy of it. */
@@ -55,18 +58,15 @@ typedef struct {
     PyObject *pos_l, *src_l, *slot_l, *dst_l; /* the cut edges into original nodes, in order */
     Py_ssize_t n, level;
     PyObject *part, *is_cpu, *dev_task, *dev_names, *dev_type, *dev_l, *names, *ops, *old_added, *cloops;
-    PyObject *types_of, *in_type_of, *spec_of, *mem_types_of, *shape_fn, *out_host_of, *in_host_of;
-    PyObject *dtype_size, *dtype_name, *new_type, *suffix;
-    PyObject *pass_ops, *const_ops, *shape_attr_ops; /* for the shapes (see shape_of) */
+    PyObject *rows, *shapes, *dtype_sizes, *dtype_names; /* the fact tables (see fact_row, shape_of) */
+    PyObject *new_type, *suffix;
+    Py_buffer row_of; /* int32 per original node: its row in rows, -1 none */
     Py_buffer rank, in_start; /* int64 client order per node; int32 CSR input starts */
     Py_buffer e_src, e_slot; /* int32 current inputs of every edge (a ref group reads them all) */
-    Py_buffer g_in_src, g_in_slot; /* the graph's own inputs (int32), as _input_shape reads them */
-    int output_shapes;
     PyObject *counters_in, *new_args, *new_constants; /* copied or read once, never changed */
     Py_ssize_t base; /* len(old_added): the first new node is n + base */
-    /* owned by the call: its result, and its own memos of the Python methods' answers */
+    /* owned by the call: its result */
     PyObject *added, *transfers, *counters, *w_pos, *w_src, *w_slot, *dup, *recheck;
-    PyObject *types_cache, *shapes_cache, *specs, *node_mem, *dtype_names;
     int new_fast; /* see add_node and new_slots */
     PyObject *new_slots[NEW_FIELDS], *new_values;
 } Ctx;
@@ -107,153 +107,79 @@ static int append_ssize(PyObject *list, Py_ssize_t v)
     return append_new_ref(list, PyLong_FromSsize_t(v));
 }
 
-static PyObject *call2(PyObject *f, PyObject *a, PyObject *b)
+/* The fact row of original node i (_MemoryTypes.fact_row): a 4-tuple of tuples (input types,
+ * output types, input memory, output memory). Borrowed; NULL with an exception when i has no row
+ * (the caller's table lacks a node it had to hold) or the row is of another kind. */
+static PyObject *fact_row(Ctx *c, Py_ssize_t i)
 {
-    PyObject *args[2] = {a, b};
-    return PyObject_Vectorcall(f, args, 2, NULL);
+    if (i < 0 || i >= c->n || i >= c->row_of.len / 4) {
+        PyErr_SetString(PyExc_IndexError, "_partition_kernels: node out of range");
+        return NULL;
+    }
+    int32_t r = ((const int32_t *)c->row_of.buf)[i];
+    if (r < 0 || r >= PyList_GET_SIZE(c->rows)) {
+        PyErr_Format(PyExc_ValueError, "_partition_kernels: node %zd has no fact row", i);
+        return NULL;
+    }
+    PyObject *row = PyList_GET_ITEM(c->rows, r);
+    int ok = PyTuple_CheckExact(row) && PyTuple_GET_SIZE(row) == 4;
+    for (Py_ssize_t f = 0; ok && f < 4; f++)
+        ok = PyTuple_CheckExact(PyTuple_GET_ITEM(row, f));
+    if (!ok) {
+        PyErr_SetString(PyExc_TypeError, "_partition_kernels: a fact row is not four tuples");
+        return NULL;
+    }
+    return row;
 }
 
-static PyObject *call3(PyObject *f, PyObject *a, PyObject *b, PyObject *c)
+/* Field f of node i's fact row at position k: borrowed; Py_None when k is beyond the field; NULL
+ * on error. */
+static PyObject *row_item(Ctx *c, Py_ssize_t i, Py_ssize_t f, Py_ssize_t k)
 {
-    PyObject *args[3] = {a, b, c};
-    return PyObject_Vectorcall(f, args, 3, NULL);
-}
-
-/* truth of f(a, b) or f(a, b, c); -1 on error */
-static int call_truth(PyObject *res)
-{
-    if (res == NULL)
-        return -1;
-    int t = PyObject_IsTrue(res);
-    Py_DECREF(res);
-    return t;
+    PyObject *row = fact_row(c, i);
+    if (row == NULL)
+        return NULL;
+    PyObject *field = PyTuple_GET_ITEM(row, f);
+    return k >= 0 && k < PyTuple_GET_SIZE(field) ? PyTuple_GET_ITEM(field, k) : Py_None;
 }
 
 /* _Partitioner.out_type(i, slot) for a data edge: an added node's dtype, else output `slot` of
- * the node's io types (_Partitioner.types(i), asked once per node and kept in this call's memo),
- * 0 when the op is unknown or has no such output. New reference. */
+ * the node's io types, 0 when the op is unknown or has no such output. New reference. */
 static PyObject *out_type(Ctx *c, PyObject *src, Py_ssize_t i, PyObject *slot, Py_ssize_t sl)
 {
+    (void)src;
+    (void)slot;
     if (i >= c->n) {
         PyObject *a = added_node(c, i - c->n);
         return a == NULL ? NULL : PyObject_GetAttr(a, s_dtype);
     }
-    PyObject *io = PyDict_GetItemWithError(c->types_cache, src);
-    if (io == NULL) {
-        if (PyErr_Occurred() || (io = PyObject_CallOneArg(c->types_of, src)) == NULL)
-            return NULL;
-        int rc = PyDict_SetItem(c->types_cache, src, io);
-        Py_DECREF(io); /* the memo holds it */
-        if (rc < 0)
-            return NULL;
-    }
-    if (io == Py_None || sl < 0)
-        return PyLong_FromLong(0);
-    PyObject *outs = PySequence_GetItem(io, 1);
-    if (outs == NULL)
+    PyObject *t = row_item(c, i, 1, sl);
+    if (t == NULL)
         return NULL;
-    Py_ssize_t len = PySequence_Size(outs);
-    PyObject *t = len < 0 ? NULL : sl >= len ? PyLong_FromLong(0) : PySequence_GetItem(outs, sl);
-    Py_DECREF(outs);
-    return t;
+    return t == Py_None ? PyLong_FromLong(0) : Py_NewRef(t);
 }
 
-/* _Partitioner.shape(i, slot, depth), transliterated for what needs no protobuf: the cached
- * value, an op without a static shape (None), and the pass-through ops (Identity, Apply*:0...),
- * which take their first data input's shape, followed here. Everything else (Consts, variables,
- * placeholders, _output_shapes, VarHandleOp inputs, added nodes) is the method's. New reference. */
-static PyObject *shape_of(Ctx *c, PyObject *i_o, Py_ssize_t i, PyObject *slot_o, Py_ssize_t depth)
+/* _Partitioner.in_type(i, idx) of an original node: input idx of its io types, 0 when unknown. New
+ * reference. */
+static PyObject *in_type(Ctx *c, Py_ssize_t i, Py_ssize_t idx)
 {
-    if (i < 0 || i >= c->n || c->output_shapes || depth >= 32)
-        goto python;
-    PyObject *key = PyTuple_Pack(2, i_o, slot_o);
+    PyObject *t = row_item(c, i, 0, idx);
+    if (t == NULL)
+        return NULL;
+    return t == Py_None ? PyLong_FromLong(0) : Py_NewRef(t);
+}
+
+/* _GraphPartition.shape(origin, oslot), from the table the caller made of it. New reference. */
+static PyObject *shape_of(Ctx *c, PyObject *origin, PyObject *oslot)
+{
+    PyObject *key = PyTuple_Pack(2, origin, oslot);
     if (key == NULL)
         return NULL;
-    PyObject *v = PyDict_GetItemWithError(c->shapes_cache, key);
-    if (v != NULL || PyErr_Occurred()) {
-        Py_DECREF(key);
-        Py_XINCREF(v);
-        return v;
-    }
-    PyObject *op = item(c->ops, i);
-    Py_ssize_t slot = PyLong_AsSsize_t(slot_o);
-    if (op == NULL || (slot == -1 && PyErr_Occurred())) {
-        Py_DECREF(key);
-        return NULL;
-    }
-    int from_attrs = PySet_Contains(c->const_ops, op), pass = 0;
-    if (from_attrs == 0)
-        from_attrs = PySet_Contains(c->shape_attr_ops, op);
-    if (from_attrs == 0) {
-        pass = PySet_Contains(c->pass_ops, op);
-        if (pass == 0 && PyUnicode_CheckExact(op)) {
-            pass = PyUnicode_CompareWithASCIIString(op, "ReadVariableOp") == 0;
-            if (!pass && slot == 0)
-                pass = PyUnicode_Tailmatch(op, s_apply, 0, PY_SSIZE_T_MAX, -1);
-        }
-    }
-    if (from_attrs != 0 || pass < 0 || (pass == 0 && !PyUnicode_CheckExact(op))) {
-        Py_DECREF(key);
-        if (from_attrs < 0 || pass < 0)
-            return NULL;
-        goto python;
-    }
-    PyObject *result = Py_None;
-    Py_INCREF(result);
-    if (pass) { /* result = _known_first(self._input_shape(i, depth), None) */
-        const int32_t *in_start = c->in_start.buf, *g_src = c->g_in_src.buf, *g_slot = c->g_in_slot.buf;
-        Py_ssize_t lo = in_start[i], hi = in_start[i + 1];
-        if (lo < hi && (lo < 0 || hi > c->g_in_src.len / 4 || hi > c->g_in_slot.len / 4)) {
-            PyErr_SetString(PyExc_IndexError, "_partition_kernels: input out of range");
-            Py_DECREF(key);
-            Py_DECREF(result);
-            return NULL;
-        }
-        if (lo < hi && g_slot[lo] != CONTROL) {
-            PyObject *src_op = item(c->ops, g_src[lo]);
-            if (src_op == NULL) {
-                Py_DECREF(key);
-                Py_DECREF(result);
-                return NULL;
-            }
-            if (!PyUnicode_CheckExact(src_op) || PyUnicode_CompareWithASCIIString(src_op, "VarHandleOp") == 0) {
-                Py_DECREF(key);
-                Py_DECREF(result);
-                goto python; /* its shape attr */
-            }
-            PyObject *src_o = PyLong_FromLong(g_src[lo]), *sl_o = PyLong_FromLong(g_slot[lo]), *inner = NULL;
-            if (src_o != NULL && sl_o != NULL)
-                inner = shape_of(c, src_o, g_src[lo], sl_o, depth + 1);
-            Py_XDECREF(src_o);
-            Py_XDECREF(sl_o);
-            if (inner == NULL) {
-                Py_DECREF(key);
-                Py_DECREF(result);
-                return NULL;
-            }
-            Py_SETREF(result, inner); /* _known_first(inner, None): a scalar's [] is known too */
-        }
-    }
-    int rc = PyDict_SetItem(c->shapes_cache, key, result);
+    PyObject *v = PyDict_GetItemWithError(c->shapes, key);
+    if (v == NULL && !PyErr_Occurred())
+        PyErr_Format(PyExc_KeyError, "_partition_kernels: no shape for %R", key);
     Py_DECREF(key);
-    if (rc < 0) {
-        Py_DECREF(result);
-        return NULL;
-    }
-    return result;
-python:;
-    PyObject *depth_o = PyLong_FromSsize_t(depth);
-    if (depth_o == NULL)
-        return NULL;
-    PyObject *res = call3(c->shape_fn, i_o, slot_o, depth_o);
-    Py_DECREF(depth_o);
-    return res;
-}
-
-/* getattr(o, name) is true: 1, 0, or -1 on error. */
-static int attr_true(PyObject *o, PyObject *name)
-{
-    return call_truth(PyObject_GetAttr(o, name));
+    return Py_XNewRef(v);
 }
 
 /* dtype in _ALWAYS_ON_HOST (DT_STRING, its ref, DT_RESOURCE): 1, 0, or -1 on error. */
@@ -265,83 +191,76 @@ static int always_on_host(PyObject *dtype)
     return t == 7 || t == 107 || t == 20;
 }
 
-/* memo[key], else f(args...) stored in memo[key]. Borrowed (the memo holds it); NULL on error. */
-static PyObject *memo_call(PyObject *memo, PyObject *key, PyObject *f, PyObject *const *args, size_t nargs)
+/* _MemoryTypes.out_host(i, slot) (out = 1) or in_host(i, idx, dtype) (out = 0): 1, 0, -1 on error.
+ * An original node's from its fact row (input memory 2: the edge's dtype `type` decides, as beyond
+ * the row); an added node's output as out_host says: a replicated Const's is its original's, a
+ * _HostRecv off the CPU is on the host, else its dtype decides. The C cut never asks for the input
+ * memory of an added node (its destinations are original nodes). */
+static int host_of(Ctx *c, int out, Py_ssize_t i, Py_ssize_t pos, PyObject *type)
 {
-    PyObject *v = PyDict_GetItemWithError(memo, key);
-    if (v != NULL || PyErr_Occurred())
-        return v;
-    if ((v = PyObject_Vectorcall(f, args, nargs, NULL)) == NULL)
-        return NULL;
-    int rc = PyDict_SetItem(memo, key, v);
-    Py_DECREF(v);
-    return rc < 0 ? NULL : v;
-}
-
-/* _Partitioner.out_host(i, slot) (out = 1) or in_host(i, idx, dtype) (out = 0) of an original
- * node, from its op spec (_Partitioner.spec) and memory types (_Partitioner._node_mem_types),
- * each asked once and kept in this call's memos: 1, 0, -1 on error, -2 when the Python method
- * must decide (no spec: an op the table does not know). `type` is the edge's dtype for an input,
- * NULL for an output (then out_type gives it). */
-static int host_of(Ctx *c, int out, PyObject *i_o, Py_ssize_t i, PyObject *pos_o, Py_ssize_t pos, PyObject *type)
-{
-    if (i < 0 || i >= c->n || pos < 0)
-        return -2;
-    PyObject *op = item(c->ops, i);
-    Py_ssize_t dev = item_index(c->dev_l, i);
-    if (op == NULL || (dev == -1 && PyErr_Occurred()))
-        return -1;
-    PyObject *dev_type = item(c->dev_type, dev);
-    if (dev_type == NULL)
-        return -1;
-    PyObject *key = PyTuple_Pack(2, op, dev_type);
-    if (key == NULL)
-        return -1;
-    PyObject *spec_args[2] = {op, dev_type};
-    PyObject *sp = memo_call(c->specs, key, c->spec_of, spec_args, 2); /* spec(op, device type) */
-    Py_DECREF(key);
-    if (sp == NULL)
-        return -1;
-    if (sp == Py_None)
-        return -2;
-    int on_host = attr_true(sp, out ? s_host_out : s_host_in), known = attr_true(sp, s_kernel_known);
-    if (on_host < 0 || known < 0)
-        return -1;
-    int rc;
-    PyObject *t = type;
-    if (!on_host && known) { /* the kernel has no HostMemory arg on this side: the dtype decides */
-        if (out)
-            t = out_type(c, i_o, i, pos_o, pos);
-        else
-            Py_INCREF(t);
-        rc = t == NULL ? -1 : always_on_host(t);
+    if (i >= c->n) {
+        PyObject *a = added_node(c, i - c->n);
+        if (a == NULL)
+            return -1;
+        if (!out) {
+            PyErr_SetString(PyExc_SystemError, "_partition_kernels: input memory of an added node");
+            return -1;
+        }
+        PyObject *kind = PyObject_GetAttr(a, s_kind);
+        if (kind == NULL)
+            return -1;
+        int replica = PyObject_RichCompareBool(kind, s_replicate, Py_EQ);
+        Py_DECREF(kind);
+        if (replica < 0)
+            return -1;
+        if (replica) {
+            PyObject *of = PyObject_GetAttr(a, s_copy_of);
+            Py_ssize_t of_i = of == NULL ? -1 : PyLong_AsSsize_t(of);
+            Py_XDECREF(of);
+            if (of_i == -1 && PyErr_Occurred())
+                return -1;
+            return host_of(c, 1, of_i, pos, NULL);
+        }
+        PyObject *dev = PyObject_GetAttr(a, s_dev), *op = NULL;
+        Py_ssize_t dev_i = dev == NULL ? -1 : PyLong_AsSsize_t(dev);
+        Py_XDECREF(dev);
+        PyObject *cpu = dev_i == -1 && PyErr_Occurred() ? NULL : item(c->is_cpu, dev_i);
+        if (cpu == NULL)
+            return -1;
+        if (cpu != Py_True) {
+            if ((op = PyObject_GetAttr(a, s_op)) == NULL)
+                return -1;
+            int hostrecv = PyObject_RichCompareBool(op, s_hostrecv_op, Py_EQ);
+            Py_DECREF(op);
+            if (hostrecv != 0)
+                return hostrecv;
+        }
+        PyObject *t = PyObject_GetAttr(a, s_dtype);
+        int rc = t == NULL ? -1 : always_on_host(t);
         Py_XDECREF(t);
         return rc;
     }
-    PyObject *res = memo_call(c->node_mem, i_o, c->mem_types_of, &i_o, 1);
-    if (res == NULL)
+    PyObject *v = row_item(c, i, out ? 3 : 2, pos);
+    if (v == NULL)
         return -1;
-    PyObject *side = PySequence_GetItem(res, out);
-    if (side == NULL)
+    if (v == Py_None) /* beyond the row: an output of type 0 is not on the host; an input's dtype decides */
+        return out ? 0 : always_on_host(type);
+    long t = PyLong_AsLong(v);
+    if (t == -1 && PyErr_Occurred())
         return -1;
-    Py_ssize_t len = PySequence_Size(side);
-    if (len < 0) {
-        Py_DECREF(side);
-        return -1;
+    return !out && t == 2 ? always_on_host(type) : t != 0;
+}
+
+/* [0]: the shape of a control transfer. New reference. */
+static PyObject *zero_shape(void)
+{
+    PyObject *zero = PyLong_FromLong(0), *shape = zero == NULL ? NULL : PyList_New(1);
+    if (shape == NULL) {
+        Py_XDECREF(zero);
+        return NULL;
     }
-    if (pos < len) {
-        PyObject *v = PySequence_GetItem(side, pos);
-        Py_DECREF(side);
-        return call_truth(v);
-    }
-    Py_DECREF(side);
-    if (out)
-        t = out_type(c, i_o, i, pos_o, pos);
-    else
-        Py_INCREF(t);
-    rc = t == NULL ? -1 : always_on_host(t);
-    Py_XDECREF(t);
-    return rc;
+    PyList_SET_ITEM(shape, 0, zero);
+    return shape;
 }
 
 /* bytes per step: size * prod(shape) in Python's exact ints, or None when the shape or size is unknown
@@ -612,11 +531,7 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
         if (truth < 0)
             goto done;
         if (!truth) { /* dtype = self.in_type(dst, idx) or DT_FLOAT */
-            PyObject *idx_o = PyLong_FromSsize_t(idx);
-            if (idx_o == NULL)
-                goto done;
-            PyObject *t = call2(c->in_type_of, dst, idx_o);
-            Py_DECREF(idx_o);
+            PyObject *t = in_type(c, dst_i, idx);
             if (t == NULL)
                 goto done;
             truth = PyObject_IsTrue(t);
@@ -633,13 +548,7 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
                     goto done;
             }
         }
-        PyObject *idx_o = PyLong_FromSsize_t(idx);
-        if (idx_o == NULL)
-            goto done;
-        host_recv = host_of(c, 0, dst, dst_i, idx_o, idx, dtype);
-        if (host_recv == -2)
-            host_recv = call_truth(call3(c->in_host_of, dst, idx_o, dtype));
-        Py_DECREF(idx_o);
+        host_recv = host_of(c, 0, dst_i, idx, dtype);
         if (host_recv < 0)
             goto done;
     }
@@ -717,9 +626,7 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
     if (same_part < 0)
         goto done;
     if (data) {
-        int host_send = host_of(c, 1, src, src_i, slot, sl, NULL);
-        if (host_send == -2)
-            host_send = call_truth(call2(c->out_host_of, src, slot));
+        int host_send = host_of(c, 1, src_i, sl, NULL);
         if (host_send < 0)
             goto done;
         send_op = host_send ? s_hostsend_op : s_send_op;
@@ -744,13 +651,28 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
             goto done;
         if (append_ssize(c->w_slot, 0) < 0)
             goto done;
-        if ((shape = shape_of(c, origin, origin_i, oslot, 0)) == NULL)
+        Py_ssize_t oslot_i = PyLong_AsSsize_t(oslot);
+        if (oslot_i == -1 && PyErr_Occurred())
             goto done;
-        if ((size = PyObject_CallOneArg(c->dtype_size, dtype)) == NULL)
-            goto done;
-        if ((nbytes = nbytes_of(shape, size)) == NULL)
-            goto done;
-        slot_out = oslot;
+        if (oslot_i == CONTROL) { /* the output of a control transfer's node: _transfer's control case */
+            if ((shape = zero_shape()) == NULL || (nbytes = PyLong_FromLong(0)) == NULL)
+                goto done;
+            slot_out = s_control;
+        } else {
+            /* dtype_size: DTYPE_SIZE of the base type */
+            long dt = PyLong_AsLong(dtype);
+            PyObject *base = dt == -1 && PyErr_Occurred() ? NULL : PyLong_FromLong(dt > REF_OFFSET ? dt - REF_OFFSET : dt);
+            if (base == NULL)
+                goto done;
+            size = PyDict_GetItemWithError(c->dtype_sizes, base);
+            Py_DECREF(base);
+            if (size == NULL && PyErr_Occurred())
+                goto done;
+            size = Py_NewRef(size != NULL ? size : Py_None);
+            if ((shape = shape_of(c, origin, oslot)) == NULL || (nbytes = nbytes_of(shape, size)) == NULL)
+                goto done;
+            slot_out = oslot;
+        }
     } else {
         PyObject *const_name = name_num(src_name, "/ctrl", c->suffix, cnt);
         send_name = name_num(src_name, "", c->suffix, cnt + 1);
@@ -796,13 +718,8 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
             goto done;
         if (PyList_Append(c->w_slot, slot) < 0)
             goto done;
-        shape = PyList_New(1);
-        if (shape == NULL)
+        if ((shape = zero_shape()) == NULL)
             goto done;
-        PyObject *zero = PyLong_FromLong(0);
-        if (zero == NULL)
-            goto done;
-        PyList_SET_ITEM(shape, 0, zero);
         nbytes = PyLong_FromLong(0);
         if (nbytes == NULL)
             goto done;
@@ -823,13 +740,12 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
         goto done;
     *out_ref = Py_NewRef(out);
 
-    /* dname = _DTYPE_NAMES.get(dtype), computed (dtype_name) and cached when missing */
+    /* dtype_name(dtype): the table of every DataType value and its ref, else "dtype_<n>" */
     dname = PyDict_GetItemWithError(c->dtype_names, dtype);
     if (dname != NULL) {
         Py_INCREF(dname);
     } else {
-        if (PyErr_Occurred() || (dname = PyObject_CallOneArg(c->dtype_name, dtype)) == NULL ||
-            PyDict_SetItem(c->dtype_names, dtype, dname) < 0)
+        if (PyErr_Occurred() || (dname = PyUnicode_FromFormat("dtype_%S", dtype)) == NULL)
             goto done;
     }
     if (origin_i < c->n) {
@@ -913,20 +829,19 @@ static void release_ctx(Ctx *c)
     PyBuffer_Release(&c->in_start);
     PyBuffer_Release(&c->e_src);
     PyBuffer_Release(&c->e_slot);
-    PyBuffer_Release(&c->g_in_src);
-    PyBuffer_Release(&c->g_in_slot);
+    PyBuffer_Release(&c->row_of);
     PyObject **owned[] = {&c->added, &c->transfers, &c->counters, &c->w_pos, &c->w_src, &c->w_slot, &c->dup,
-                          &c->recheck, &c->types_cache, &c->shapes_cache, &c->specs, &c->node_mem, &c->dtype_names};
+                          &c->recheck};
     for (size_t k = 0; k < sizeof(owned) / sizeof(owned[0]); k++)
         Py_CLEAR(*owned[k]);
 }
 
 /* The keywords of split_originals and where each goes in the Ctx (one table, read in one place). */
-enum { K_LIST, K_DICT, K_SET, K_CALL, K_INT, K_BOOL, K_STR, K_TYPE, K_TUPLE, K_I32, K_I64 };
+enum { K_LIST, K_DICT, K_INT, K_STR, K_TYPE, K_TUPLE, K_I32, K_I64 };
 typedef struct {
     const char *name;
     int kind;
-    size_t offset; /* PyObject * field, Py_ssize_t field (K_INT), int (K_BOOL) or Py_buffer (K_I32/K_I64) */
+    size_t offset; /* PyObject * field, Py_ssize_t field (K_INT) or Py_buffer (K_I32/K_I64) */
 } Arg;
 #define ARG(name, kind, field) {name, kind, offsetof(Ctx, field)}
 static const Arg ARGS[] = {
@@ -934,14 +849,10 @@ static const Arg ARGS[] = {
     ARG("n", K_INT, n), ARG("level", K_INT, level), ARG("part", K_LIST, part), ARG("is_cpu", K_LIST, is_cpu),
     ARG("dev_task", K_LIST, dev_task), ARG("dev_names", K_LIST, dev_names), ARG("dev_type", K_LIST, dev_type),
     ARG("dev", K_LIST, dev_l), ARG("names", K_LIST, names), ARG("ops", K_LIST, ops), ARG("added", K_LIST, old_added),
-    ARG("cloops", K_DICT, cloops), ARG("types", K_CALL, types_of), ARG("in_type", K_CALL, in_type_of),
-    ARG("spec", K_CALL, spec_of), ARG("mem_types", K_CALL, mem_types_of), ARG("shape", K_CALL, shape_fn),
-    ARG("out_host", K_CALL, out_host_of), ARG("in_host", K_CALL, in_host_of), ARG("dtype_size", K_CALL, dtype_size),
-    ARG("dtype_name", K_CALL, dtype_name), ARG("new_type", K_TYPE, new_type), ARG("suffix", K_STR, suffix),
-    ARG("pass_ops", K_SET, pass_ops), ARG("const_ops", K_SET, const_ops),
-    ARG("shape_attr_ops", K_SET, shape_attr_ops), ARG("rank", K_I64, rank), ARG("in_start", K_I32, in_start),
-    ARG("e_src", K_I32, e_src), ARG("e_slot", K_I32, e_slot), ARG("graph_in_src", K_I32, g_in_src),
-    ARG("graph_in_slot", K_I32, g_in_slot), ARG("output_shapes", K_BOOL, output_shapes),
+    ARG("cloops", K_DICT, cloops), ARG("row_of", K_I32, row_of), ARG("rows", K_LIST, rows),
+    ARG("shapes", K_DICT, shapes), ARG("dtype_sizes", K_DICT, dtype_sizes), ARG("dtype_names", K_DICT, dtype_names),
+    ARG("new_type", K_TYPE, new_type), ARG("suffix", K_STR, suffix), ARG("rank", K_I64, rank),
+    ARG("in_start", K_I32, in_start), ARG("e_src", K_I32, e_src), ARG("e_slot", K_I32, e_slot),
     ARG("counters", K_DICT, counters_in), ARG("new_args", K_TUPLE, new_args),
     ARG("new_constants", K_TUPLE, new_constants),
 };
@@ -967,8 +878,6 @@ static int parse_args(PyObject *kw, Ctx *c)
         switch (ARGS[k].kind) {
         case K_LIST: ok = PyList_CheckExact(v); break;
         case K_DICT: ok = PyDict_CheckExact(v); break;
-        case K_SET: ok = PyAnySet_Check(v); break;
-        case K_CALL: ok = PyCallable_Check(v); break;
         case K_STR: ok = PyUnicode_CheckExact(v); break;
         case K_TYPE: ok = PyType_Check(v); break;
         case K_TUPLE: ok = PyTuple_CheckExact(v); break;
@@ -980,11 +889,6 @@ static int parse_args(PyObject *kw, Ctx *c)
                 PyErr_Clear();
                 return 0;
             }
-            continue;
-        case K_BOOL:
-            if (!PyBool_Check(v))
-                return 0;
-            *(int *)field = v == Py_True;
             continue;
         case K_I32:
         case K_I64:
@@ -1003,6 +907,7 @@ static int parse_args(PyObject *kw, Ctx *c)
     Py_ssize_t total = PyList_GET_SIZE(c->pos_l);
     if (PyList_GET_SIZE(c->src_l) != total || PyList_GET_SIZE(c->slot_l) != total ||
         PyList_GET_SIZE(c->dst_l) != total || c->n < 0 || c->rank.len / 8 < c->n || c->in_start.len / 4 < c->n + 1 ||
+        c->row_of.len / 4 < c->n ||
         c->e_slot.len != c->e_src.len)
         return 0;
     c->new_fast = new_slots(c, c->new_args, c->new_constants);
@@ -1210,14 +1115,12 @@ static PyObject *split_originals(PyObject *self, PyObject *args, PyObject *kw)
     c.base = PyList_GET_SIZE(c.old_added);
     c.counters = PyDict_Copy(c.counters_in);
     c.added = PyList_New(0), c.transfers = PyList_New(0), c.w_pos = PyList_New(0), c.w_src = PyList_New(0);
-    c.w_slot = PyList_New(0), c.dup = PyDict_New(), c.recheck = PyList_New(0), c.types_cache = PyDict_New();
-    c.shapes_cache = PyDict_New(), c.specs = PyDict_New(), c.node_mem = PyDict_New(), c.dtype_names = PyDict_New();
+    c.w_slot = PyList_New(0), c.dup = PyDict_New(), c.recheck = PyList_New(0);
     PyObject **types = NULL; /* out types of the current group's edges (0 for control edges) */
     PyObject *result = NULL;
     Py_ssize_t cap = 0, k = 0;
     if (c.counters == NULL || c.added == NULL || c.transfers == NULL || c.w_pos == NULL || c.w_src == NULL ||
-        c.w_slot == NULL || c.dup == NULL || c.recheck == NULL || c.types_cache == NULL || c.shapes_cache == NULL ||
-        c.specs == NULL || c.node_mem == NULL || c.dtype_names == NULL)
+        c.w_slot == NULL || c.dup == NULL || c.recheck == NULL)
         goto error;
     while (k < total) {
         PyObject *dst = PyList_GET_ITEM(c.dst_l, k);
@@ -1385,7 +1288,7 @@ PyDoc_STRVAR(reach_doc,
 "Mark in mask (a writable buffer of one byte per node, zeroed) every node that the node ids in\n"
 "starts reach backwards over the graph's input edges (in CSR form: int32 in_start, n + 1 of them,\n"
 "and int32 in_src), using only the edges whose byte in edge_ok is nonzero (None: all). This is\n"
-"prune_mask's walk (placeviz/partition/subgraph.py). False, with the mask unspecified, when the arrays are not\n"
+"the reverse walk of placeviz/closure.py (reverse_closure). False, with the mask unspecified, when the arrays are not\n"
 "of those kinds or an id is out of range: the caller then runs its Python walk.");
 
 static PyObject *reach(PyObject *self, PyObject *args)
@@ -1513,10 +1416,10 @@ PyMODINIT_FUNC PyInit__partition_kernels(void)
     INTERN(s_control, "control");
     INTERN(s_device, "device");
     INTERN(s_task, "task");
-    INTERN(s_host_in, "host_in");
-    INTERN(s_host_out, "host_out");
-    INTERN(s_kernel_known, "kernel_known");
-    INTERN(s_apply, "Apply");
+    INTERN(s_kind, "kind");
+    INTERN(s_copy_of, "copy_of");
+    INTERN(s_op, "op");
+    INTERN(s_replicate, "replicate");
     INTERN(k_src, "src");
     INTERN(k_slot, "slot");
     INTERN(k_src_device, "src_device");

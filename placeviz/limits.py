@@ -139,10 +139,12 @@ def read_regular_file(path: str | os.PathLike, source: str, limit: int | None = 
                                        f"regular file{also}")
         if st.st_size > limit:
             raise InputRefused(source, _too_big(st.st_size, limit, what, option))
+        # The whole file in one read when its size is right (then no chunk is copied again by the
+        # join: 40 MB at 200k nodes, 10% of the protobuf parse), one more read to see its end.
         chunks: list[bytes] = []
         total = 0
         while total <= limit:
-            chunk = os.read(fd, min(1 << 24, limit + 1 - total))
+            chunk = os.read(fd, min(max(1 << 24, st.st_size + 1 - total), limit + 1 - total))
             if not chunk:
                 break
             chunks.append(chunk)

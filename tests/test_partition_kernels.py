@@ -467,13 +467,96 @@ def test_split_originals_declines_arguments_of_other_kinds(monkeypatch):
     kw = _captured_arguments(monkeypatch)
     assert kernels.split_originals(**kw) is not None
     for key, odd in (("pos", tuple(kw["pos"])), ("rank", array("i", [0] * (kw["n"] + 1))), ("level", 1.0),
-                     ("output_shapes", 1), ("types", None), ("counters", list(kw["counters"].items())),
+                     ("rows", tuple(kw["rows"])), ("row_of", kw["row_of"][:-1]), ("row_of", list(kw["row_of"])),
+                     ("shapes", list(kw["shapes"].items())), ("counters", list(kw["counters"].items())),
                      ("e_src", list(kw["e_src"]))):
         assert kernels.split_originals(**dict(kw, **{key: odd})) is None, key
     with pytest.raises(TypeError):
         kernels.split_originals(**dict(kw, unknown=1))
     # a destination that a control loop gates: declined before anything is made
     assert kernels.split_originals(**dict(kw, cloops={kw["dst"][-1]: [kw["n"], 1]})) is None
+
+
+def test_split_originals_reads_tables_and_calls_nothing_back(monkeypatch):
+    """The facts come as tables (no function among the arguments: no call back into Python per
+    edge); a node missing from them is the caller's mistake and raises, never a guess."""
+    import numpy as np
+
+    kw = _captured_arguments(monkeypatch)
+    assert not [key for key, value in kw.items() if callable(value) and value is not base_mod._New]
+    with pytest.raises(ValueError, match="no fact row"):
+        kernels.split_originals(**dict(kw, row_of=np.full(kw["n"], -1, dtype=np.int32)))
+    with pytest.raises(TypeError, match="fact row"):
+        kernels.split_originals(**dict(kw, rows=[("not", "rows")] * len(kw["rows"])))
+    if any(slot >= 0 for slot in kw["slot"]):
+        with pytest.raises(KeyError):
+            kernels.split_originals(**dict(kw, shapes={}))
+
+
+def _all_fact_answers(b, i: int) -> tuple:
+    """What the specification's methods say of original node ``i`` (per input, the memory type for
+    a plain, a string and a resource edge; per output; one position past each end)."""
+    io = b.types(i)
+    in_t, out_t = io if io is not None else ((), ())
+    ins = tuple(b.in_host(i, k, t) for k in range(len(in_t) + 1) for t in (DT_FLOAT, DT_STRING, 20))
+    outs = tuple(b.out_host(i, k) for k in range(len(out_t) + 1))
+    return (in_t, out_t), ins, outs, tuple(b.in_type(i, k) for k in range(len(in_t) + 1))
+
+
+def _row_answers(row, dtype_decides) -> tuple:
+    in_t, out_t, in_mem, out_mem = row
+    ins = tuple(dtype_decides(t) if (in_mem[k] if k < len(in_mem) else 2) == 2 else bool(in_mem[k])
+                for k in range(len(in_t) + 1) for t in (DT_FLOAT, DT_STRING, 20))
+    outs = tuple(bool(out_mem[k]) if k < len(out_mem) else False for k in range(len(out_t) + 1))
+    return (in_t, out_t), ins, outs, tuple(in_t[k] if k < len(in_t) else 0 for k in range(len(in_t) + 1))
+
+
+def test_fact_table_rows_are_every_nodes_own_answers(tf_cases):
+    """Nodes share a row of the C cut's table by (op, op-fact attr key, device type): each node's
+    row, read as the kernel reads it, says what the Python methods say of that node itself, on
+    TF-built graphs with devices shuffled (GPUs: kernels' HostMemory args, int32 and string host
+    memory, ref types), and on graphs without cached attr keys (a row per node)."""
+    from placeviz.partition.memory_types import _ALWAYS_ON_HOST
+
+    def dtype_decides(t):
+        return t in _ALWAYS_ON_HOST
+
+    shared = 0
+    for k, (label, case) in enumerate(sorted(tf_cases.items())):
+        graph, devices = _placed(case)
+        for moved in (devices, _reassigned(graph, devices, k, 0.3)):
+            try:
+                b = partition(graph, moved)._builder
+            except PlacevizError:
+                continue
+            nodes = list(range(b.n))
+            row_of, rows = b.fact_table(nodes)
+            shared += len(nodes) - len(rows)
+            for i in nodes:
+                assert _row_answers(rows[row_of[i]], dtype_decides) == _all_fact_answers(b, i), (label, b.names[i])
+    assert shared > 1000  # rows are shared, not one per node
+    graph, devices, _run = random_graph(3)  # built from a GraphDef: no attr keys read, a row per node
+    b = partition(graph, devices)._builder
+    row_of, rows = b.fact_table(list(range(b.n)))
+    assert len(rows) == b.n
+    for i in range(b.n):
+        assert _row_answers(rows[row_of[i]], dtype_decides) == _all_fact_answers(b, i)
+
+
+def test_unknown_dtypes_are_named_and_sized_as_python_does(monkeypatch):
+    """A dtype outside TF's enum (and its ref) crosses devices: the kernel's names and sizes (its
+    tables, ``dtype_<n>`` beyond them) equal :func:`placeviz.protos.dtype_name`/``dtype_size``."""
+    gd = GraphDef()
+    for k, dtype in enumerate((77, 250, DT_FLOAT, DT_INT32)):  # 250: a ref of 150 (its transfer: 150)
+        gd.node.extend([_node(f"c{k}", "Placeholder", [], PS0, dtype=dtype, shape=[3]),
+                        _node(f"i{k}", "Identity", [f"c{k}"], W0, T=dtype)])
+    graph = Graph(gd)
+    devices = [nd.device for nd in gd.node]
+    calls: dict[str, int] = {}
+    outcome, done = assert_same(monkeypatch, graph, devices, "dtypes", calls_made=calls)
+    assert done.get("split_originals") == calls["split_originals"]
+    names = {t["dtype"] for t in outcome[1]["json"]["transfers"]}
+    assert {"dtype_77", "dtype_150", "float32", "int32"} <= names
 
 
 # ------------------------------------------------------------------------------ benchmark graph

@@ -29,6 +29,9 @@ Speed: per-edge work happens only for edges that cross partitions. That loop
 specification) runs as one whole C function when ``placeviz._partition_kernels`` is built: it
 returns the level's whole result or declines before doing anything, and the Python runs from the
 start (``_kernels = None`` in this module runs the Python code, ``docs/architecture.md`` section 3).
+It calls nothing back: the facts of the edges' ends (io types, memory types, shapes) are tables
+the methods below make first (:meth:`_GraphPartition._cut_tables`), nodes with the same op, op-fact
+attrs and device type sharing one row (``memory_types._MemoryTypes.fact_table``).
 
 Each transfer also carries its static shape and bytes per step (:meth:`_GraphPartition.shape`:
 ``_output_shapes``, a Const's value, a variable's or placeholder's ``shape`` attr, through
@@ -38,6 +41,7 @@ pass-through ops), placeviz's own estimate: TF's partitioner does not need one.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from itertools import chain
 from typing import TYPE_CHECKING, cast
 
@@ -57,13 +61,14 @@ from placeviz.partition.base import (
     _New,
 )
 from placeviz.partition.control_flow import _ControlFlowInfo
-from placeviz.partition.memory_types import _MemoryTypes
-from placeviz.protos import dtype_name, dtype_size
+from placeviz.partition.memory_types import FactRow, _MemoryTypes
+from placeviz.protos import DTYPE_SIZE, DataType, dtype_name, dtype_size
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from placeviz.partition.base import I32Array
     from placeviz.protos import TensorShapeProto
 
 Write = Callable[[int, int, int], None]  # rewire input `ref` to (source, slot)
@@ -74,6 +79,13 @@ _kernels = kernels("_partition_kernels")  # the cut-edge loop as one C function 
 _MOVED_CF_OPS = SWITCH_OPS | EXIT_OPS | ENTER_OPS | NEXT_ITERATION_OPS
 KIND_SEND, KIND_RECV = "send", "recv"
 _DTYPE_NAMES: dict[int, str] = {}  # dtype -> dtype_name, as transfers name them
+
+
+@cache
+def _dtype_names() -> dict[int, str]:
+    """:func:`dtype_name` of every DataType value and of its ref type: the C cut's table (it names
+    any other value ``dtype_<n>``, as :func:`dtype_name` does)."""
+    return {d: dtype_name(d) for t in DataType.values() for d in (t, t + REF_OFFSET)}
 
 
 def _known_first(shape: Shape, fallback: Shape) -> Shape:
@@ -339,9 +351,6 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         src_l = self.e_src[pos].tolist()
         slot_l = self.e_slot[pos].tolist()
         dst_l = self.e_dst[pos].tolist()
-        # Their io types are read from their NodeDefs: parsed together when the graph's bytes were not.
-        n = self.n
-        self.graph.prefetch_node_defs({i for i in chain(src_l, dst_l) if i < n})
         w_pos, w_src, w_slot = writes
 
         def write(ref: int, s: int, sl: int) -> None:
@@ -349,8 +358,11 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             w_src.append(s)
             w_slot.append(sl)
 
-        if _kernels is not None and pos_l and self._split_originals_c(pos_l, src_l, slot_l, dst_l, writes):
+        if _kernels is not None and pos_l and self._split_originals_c(pos, pos_l, src_l, slot_l, dst_l, writes):
             return
+        # Their io types are read from their NodeDefs: parsed together when the graph's bytes were not.
+        n = self.n
+        self.graph.prefetch_node_defs({i for i in chain(src_l, dst_l) if i < n})
         in_start = self.in_start
         k, total = 0, len(pos_l)
         while k < total:
@@ -362,27 +374,25 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             self._cut_dst(dst, [(pos_l[q], src_l[q], slot_l[q], pos_l[q] - base) for q in range(k, j)], write)
             k = j
 
-    def _split_originals_c(self, pos_l: list[int], src_l: list[int], slot_l: list[int], dst_l: list[int],
-                           writes: Writes) -> bool:
+    def _split_originals_c(self, pos: npt.NDArray[np.intp], pos_l: list[int], src_l: list[int], slot_l: list[int],
+                           dst_l: list[int], writes: Writes) -> bool:
         """The whole Python loop of :meth:`_split_originals` in C
         (``placeviz._partition_kernels.split_originals``): the same groups through the same steps
-        as :meth:`_cut_dst`, asking the same methods for io types, op specs, memory types and
-        shapes (each answer kept in the call's own memo). It returns everything it made and
+        as :meth:`_cut_dst`. What those steps ask of the methods here (io types, memory types,
+        shapes, dtype sizes and names) it reads from tables made first by the same methods
+        (:meth:`_cut_tables`), never calling back into Python. It returns everything it made and
         changes nothing given; False when it declines (an argument of another kind, a destination
         gated by a control loop), before doing anything."""
         devs = self.devs
         assert _kernels is not None  # the caller checks
+        row_of, rows, shapes = self._cut_tables(pos)
         res = _kernels.split_originals(
             pos=pos_l, src=src_l, slot=slot_l, dst=dst_l, n=self.n, level=self.level, part=self.part,
             is_cpu=devs.is_cpu, dev_task=devs.task, dev_names=devs.names, dev_type=devs.type, dev=self.dev_l,
-            names=self.names, ops=self.ops, added=self.added, cloops=self.cloop_ctrl, types=self.types,
-            in_type=self.in_type, spec=self.spec, mem_types=self._node_mem_types, shape=self.shape,
-            out_host=self.out_host, in_host=self.in_host, dtype_size=dtype_size, dtype_name=dtype_name,
-            new_type=_New, new_args=_NEW_ARGS, new_constants=_NEW_CONSTANTS,
-            suffix="/_" if self.level == 2 else ("_S" if self.level == 0 else "_G"),
-            pass_ops=_PASS_THROUGH_OPS, const_ops=CONST_OPS, shape_attr_ops=_SHAPE_ATTR_OPS, rank=self.rank,
-            in_start=self.in_start, e_src=self.e_src, e_slot=self.e_slot, graph_in_src=self.graph.in_src,
-            graph_in_slot=self.graph.in_slot, output_shapes=bool(self.output_shapes), counters=self._counter_g,
+            names=self.names, ops=self.ops, added=self.added, cloops=self.cloop_ctrl, row_of=row_of, rows=rows,
+            shapes=shapes, dtype_sizes=DTYPE_SIZE, dtype_names=_dtype_names(), new_type=_New, new_args=_NEW_ARGS,
+            new_constants=_NEW_CONSTANTS, suffix="/_" if self.level == 2 else ("_S" if self.level == 0 else "_G"),
+            rank=self.rank, in_start=self.in_start, e_src=self.e_src, e_slot=self.e_slot, counters=self._counter_g,
             seq=self._seq, counter_s=self._counter_s, edge_id=self.edge_id)
         if res is None:
             return False
@@ -395,6 +405,54 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         self._seq, self._counter_s, self.edge_id = res["seq"], res["counter_s"], res["edge_id"]
         self.recheck.extend(res["recheck"])
         return True
+
+    def _cut_tables(self, pos: npt.NDArray[np.intp]) -> tuple[I32Array, list[FactRow], dict[tuple[int, int], Shape]]:
+        """What the C cut reads of the cut edges ``pos`` (edge positions into original nodes): the
+        fact rows (:meth:`fact_table`) of every original node whose facts it may ask for (both
+        ends of each data edge, the other data inputs of a destination that a ref-typed source's
+        group reads, the original of a replicated Const), and :meth:`shape` of every (origin,
+        slot) a data transfer can name (an added source stands for its origin, as in
+        :meth:`_cut_dst`)."""
+        import numpy as np
+
+        n = self.n
+        data = self.e_slot[pos] != CONTROL  # control edges ask for no facts
+        src, slot, dst = self.e_src[pos][data], self.e_slot[pos][data], self.e_dst[pos][data]
+        from_added = np.unique(src[src >= n])
+        stands = [self.added[s - n] for s in from_added.tolist()]
+        copies = np.asarray([a.copy_of for a in stands if a.copy_of >= 0], dtype=np.int32)
+        nodes = np.unique(np.concatenate([src[src < n], dst, copies]))
+        row_of, rows = self.fact_table(nodes.tolist())
+        # A group with a ref-typed source reads the types of all of its destination's inputs.
+        ref_row = np.asarray([max(row[1], default=0) > REF_OFFSET for row in rows] + [False])
+        ref_edge = ref_row[row_of[np.minimum(src, n - 1)]] & (src < n)
+        if stands:
+            ref_added = from_added[np.asarray([a.dtype > REF_OFFSET for a in stands])]
+            ref_edge |= np.isin(src, ref_added)
+        if ref_edge.any():
+            ref_dst = np.unique(dst[ref_edge])
+            lo, hi = self.in_start_np[ref_dst].astype(np.int64), self.in_start_np[ref_dst + 1].astype(np.int64)
+            counts = hi - lo
+            inputs = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+            in_src = self.e_src[inputs][self.e_slot[inputs] != CONTROL]
+            more = np.setdiff1d(in_src[in_src < n], nodes)
+            if len(more):
+                row_of, rows = self.fact_table(np.concatenate([nodes, more]).tolist())
+        origin, oslot = src.astype(np.int64), slot.astype(np.int64)
+        if stands:  # an added source with an origin stands for it (_cut_dst)
+            at = np.flatnonzero(origin >= n)
+            k = np.searchsorted(from_added, origin[at])
+            a_origin = np.asarray([a.origin for a in stands], dtype=np.int64)[k]
+            a_oslot = np.asarray([a.oslot for a in stands], dtype=np.int64)[k]
+            has = a_origin >= 0
+            origin[at[has]] = a_origin[has]
+            oslot[at[has]] = a_oslot[has]
+        named = oslot != CONTROL
+        pairs = np.unique((origin[named] << 32) | oslot[named])
+        shape = self.shape
+        shapes = {(o, s): shape(o, s) for o, s in zip((pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist(),
+                                                      strict=True)}
+        return row_of, rows, shapes
 
     def _need_same_device(self, p: int) -> bool:
         s, d = int(self.e_src[p]), int(self.e_dst[p])

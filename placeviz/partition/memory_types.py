@@ -28,10 +28,14 @@ from placeviz.partition.base import DT_INT32, DT_STRING, _PartitionerBase
 
 if TYPE_CHECKING:
     from placeviz.ops import ArgSpec, OpFacts, OpTable
+    from placeviz.partition.base import I32Array
     from placeviz.protos import AttrValue, NodeDef
 
 # Per position of a node's inputs and of its outputs: whether it is in host memory.
 MemTypes = tuple[tuple[bool, ...], tuple[bool, ...]]
+# A node's facts as the C cut reads them (_MemoryTypes.fact_row): input types, output types,
+# input memory (0 device, 1 host, 2 the edge's dtype decides), output memory (0 device, 1 host).
+FactRow = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
 _ALWAYS_ON_HOST = frozenset({DT_STRING, DT_STRING + REF_OFFSET, DT_RESOURCE})
 _FUNCTION_CALL_OPS = frozenset({"SymbolicGradient", "PartitionedCall", "StatefulPartitionedCall",
@@ -197,9 +201,75 @@ class _MemoryTypes(_PartitionerBase):
             if not self.devs.is_cpu[a.dev] and a.op == "_HostSend":
                 return True
             return dtype in _ALWAYS_ON_HOST
+        rule = self._in_host_rule(i, idx)
+        return dtype in _ALWAYS_ON_HOST if rule is None else rule
+
+    def _in_host_rule(self, i: int, idx: int) -> bool | None:
+        """Input ``idx`` of original node ``i``: in host memory (True), not (False), or None when the
+        edge's dtype decides (a kernel without HostMemory inputs, or no memory type for ``idx``)."""
         sp = self.spec(self.ops[i], self.devs.type[self.dev_l[i]])
         if sp is not None and not sp.host_in and sp.kernel_known:
-            return dtype in _ALWAYS_ON_HOST
+            return None
         ins = self._node_mem_types(i)[0]
-        return ins[idx] if idx < len(ins) else dtype in _ALWAYS_ON_HOST
+        return ins[idx] if idx < len(ins) else None
+
+    # ---------------------------------------------------------------------------- the C cut's table
+    def fact_row(self, i: int) -> FactRow:
+        """What the C cut (``placeviz._partition_kernels.split_originals``) reads of original node
+        ``i``, from the methods above: (input types, output types, input memory, output memory).
+        Input memory per position: 1 host, 0 device, 2 the edge's dtype decides (:meth:`in_host`
+        beyond the row too); output memory per slot: 1 host, 0 device (:meth:`out_host` is False
+        beyond the node's outputs: their type is 0)."""
+        io = self.types(i)
+        in_t, out_t = io if io is not None else ((), ())
+        in_mem = tuple(2 if (rule := self._in_host_rule(i, k)) is None else int(rule) for k in range(len(in_t)))
+        out_mem = tuple(int(self.out_host(i, s)) for s in range(len(out_t)))
+        return in_t, out_t, in_mem, out_mem
+
+    def fact_table(self, nodes: list[int]) -> tuple[I32Array, list[FactRow]]:
+        """:meth:`fact_row` of each of ``nodes`` (distinct original ids), as a table: per node id the
+        index of its row (-1 for the others), and the rows.
+
+        Why a table: the C cut then reads the facts of its edges' ends without calling back into
+        Python per edge, and nodes with the same facts share a row, computed once from the first
+        of them. The facts of a node depend only on its op, the values of the attrs its op facts
+        depend on (:func:`placeviz.ops.key_attrs_of_facts`: io types, kernel constraints,
+        ``_kernel``; ``memory_types.cc`` reads no other) and its device type, so nodes are grouped by
+        those when the graph has these attr values at hand (:meth:`Graph.cached_attr_keys`, read
+        for the placer) for this table's attrs; otherwise, and with ``_input_hostmem`` or
+        ``_output_hostmem`` in the graph (per-node overrides), each node has a row of its own.
+        """
+        import numpy as np
+
+        row_of = np.full(self.n, -1, dtype=np.int32)
+        keys = self._fact_keys(nodes)
+        first = dict(zip(reversed(keys), reversed(nodes), strict=True))  # each key's first node
+        index = {key: k for k, key in enumerate(first)}
+        self.graph.prefetch_node_defs(first.values())  # their NodeDefs parsed together (a graph read from bytes)
+        rows = [self.fact_row(i) for i in first.values()]
+        if nodes:
+            row_of[np.asarray(nodes, dtype=np.int64)] = np.fromiter(map(index.__getitem__, keys), dtype=np.int32,
+                                                                    count=len(keys))
+        return row_of, rows
+
+    def _fact_keys(self, nodes: list[int]) -> list[object]:
+        """Per node of ``nodes``: (op, attr key, device type), or its id when it has a row of its own
+        (see :meth:`fact_table`)."""
+        cached = self.graph.cached_attr_keys()
+        if cached is None or self.hostmem_attrs or len(cached[1]) != self.n:
+            return list(nodes)
+        from placeviz.ops import key_attrs_of_facts
+
+        key_attrs, values = cached
+        node_ops = list(map(self.ops.__getitem__, nodes))
+        usable: dict[str, bool] = {}
+        for op in set(node_ops):
+            facts = self.table.get(op)
+            usable[op] = facts is not None and key_attrs.get(op) == key_attrs_of_facts(facts)
+        keys: list[object] = list(zip(node_ops, map(values.__getitem__, nodes),
+                                      map(self.devs.type.__getitem__, map(self.dev_l.__getitem__, nodes)),
+                                      strict=True))
+        if not all(usable.values()):
+            keys = [k if usable[op] else i for k, op, i in zip(keys, node_ops, nodes, strict=True)]
+        return keys
 
