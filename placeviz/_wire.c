@@ -1690,6 +1690,151 @@ done:
 }
 
 
+/* ------------------------------------------------------------------ json_records */
+
+/* JSON text of the values json's C encoder writes for a partition's index.json (placeviz/jsontext.py:
+ * compact, ensure_ascii), appended to `b`. 1: written; 0: a Python error; -1: a value not handled
+ * here (a dict, a subclass, an int beyond 64 bits, ...): the caller lets json encode the whole. */
+static int json_value(Buf *b, PyObject *v, PyObject *escape, int depth)
+{
+    if (v == Py_None || v == Py_True || v == Py_False) {
+        const char *s = v == Py_None ? "null" : v == Py_True ? "true" : "false";
+        size_t n = strlen(s);
+        if (!buf_room(b, n)) return 0;
+        buf_raw(b, s, n);
+        return 1;
+    }
+    if (PyUnicode_CheckExact(v)) {
+        if (PyUnicode_IS_ASCII(v)) {
+            const char *s = (const char *)PyUnicode_DATA(v);
+            Py_ssize_t n = PyUnicode_GET_LENGTH(v), k;
+            for (k = 0; k < n; k++) {
+                unsigned char c = (unsigned char)s[k];
+                if (c < 0x20 || c == '"' || c == '\\' || c == 0x7f) break;
+            }
+            if (k == n) {  /* nothing to escape: the string between quotes */
+                if (!buf_room(b, (size_t)n + 2)) return 0;
+                b->p[b->len++] = '"';
+                buf_raw(b, s, (size_t)n);
+                b->p[b->len++] = '"';
+                return 1;
+            }
+        }
+        /* escapes: json's own encode_basestring_ascii writes them */
+        PyObject *text = PyObject_CallOneArg(escape, v);
+        if (!text) return 0;
+        if (!PyUnicode_CheckExact(text) || !PyUnicode_IS_ASCII(text)) {
+            Py_DECREF(text);
+            return -1;
+        }
+        size_t n = (size_t)PyUnicode_GET_LENGTH(text);
+        int ok = buf_room(b, n);
+        if (ok) buf_raw(b, PyUnicode_DATA(text), n);
+        Py_DECREF(text);
+        return ok;
+    }
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow) return -1;
+        if (x == -1 && PyErr_Occurred()) return 0;
+        if (!buf_room(b, 24)) return 0;
+        b->len += (size_t)snprintf((char *)b->p + b->len, 24, "%lld", x);
+        return 1;
+    }
+    if ((PyList_CheckExact(v) || PyTuple_CheckExact(v)) && depth < 8) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+        if (!buf_room(b, 2)) return 0;
+        b->p[b->len++] = '[';
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (k) {
+                if (!buf_room(b, 1)) return 0;
+                b->p[b->len++] = ',';
+            }
+            int r = json_value(b, PySequence_Fast_GET_ITEM(v, k), escape, depth + 1);
+            if (r != 1) return r;
+            if (n != PySequence_Fast_GET_SIZE(v)) return -1;  /* changed under us (cannot, here) */
+        }
+        if (!buf_room(b, 1)) return 0;
+        b->p[b->len++] = ']';
+        return 1;
+    }
+    return -1;  /* floats, dicts, subclasses, anything else: json's encoder decides */
+}
+
+PyDoc_STRVAR(json_records_doc,
+"json_records(items, escape) -> bytes | None\n\n"
+"The items of the list `items`, each a dict with the same str keys in the same order, as\n"
+"compact JSON joined by ',' (json.dumps(items, separators=(',', ':'))[1:-1], ASCII): the\n"
+"transfers of a partition's index.json. escape: json.encoder.encode_basestring_ascii, called for\n"
+"the keys and for any string holding a character to escape. Values: str, int (64-bit), None,\n"
+"bool and lists/tuples of them; None for anything else (a float, a dict value, a subclass, an\n"
+"item that is not such a dict): the caller encodes with json (placeviz.jsontext.compact_items).");
+
+static PyObject *json_records(PyObject *self, PyObject *args)
+{
+    PyObject *items, *escape;
+    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &items, &escape)) return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(items);
+    if (m == 0 || !PyDict_CheckExact(PyList_GET_ITEM(items, 0))) Py_RETURN_NONE;
+    PyObject *first = PyList_GET_ITEM(items, 0);
+    Py_ssize_t nkeys = PyDict_GET_SIZE(first);
+    PyObject *keys = PyList_New(nkeys);  /* the first item's keys, in order */
+    PyObject *heads = PyList_New(nkeys);  /* "key": as json writes it (',' before all but the first) */
+    PyObject *result = NULL;
+    Buf b = {NULL, 0, 0};
+    if (!keys || !heads) goto done;
+    Py_ssize_t pos = 0, k = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(first, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) { result = Py_None; Py_INCREF(result); goto done; }
+        PyObject *text = PyObject_CallOneArg(escape, key);
+        if (!text) goto done;
+        PyObject *head = PyUnicode_FromFormat("%s%U:", k ? "," : "", text);
+        Py_DECREF(text);
+        if (!head) goto done;
+        PyObject *head_bytes = PyUnicode_AsASCIIString(head);
+        Py_DECREF(head);
+        if (!head_bytes) goto done;
+        Py_INCREF(key);
+        PyList_SET_ITEM(keys, k, key);
+        PyList_SET_ITEM(heads, k, head_bytes);
+        k++;
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (!PyDict_CheckExact(item) || PyDict_GET_SIZE(item) != nkeys) { result = Py_None; Py_INCREF(result); goto done; }
+        if (!buf_room(&b, 2)) goto done;
+        if (i) b.p[b.len++] = ',';
+        b.p[b.len++] = '{';
+        pos = 0;
+        k = 0;
+        while (PyDict_Next(item, &pos, &key, &value)) {
+            PyObject *want = PyList_GET_ITEM(keys, k);
+            if (key != want) {
+                int same = PyUnicode_CheckExact(key) ? PyUnicode_Compare(key, want) : 1;
+                if (same == -1 && PyErr_Occurred()) goto done;
+                if (same != 0) { result = Py_None; Py_INCREF(result); goto done; }
+            }
+            PyObject *head = PyList_GET_ITEM(heads, k);
+            if (!buf_room(&b, (size_t)PyBytes_GET_SIZE(head))) goto done;
+            buf_raw(&b, PyBytes_AS_STRING(head), (size_t)PyBytes_GET_SIZE(head));
+            int r = json_value(&b, value, escape, 0);
+            if (r == 0) goto done;
+            if (r < 0) { result = Py_None; Py_INCREF(result); goto done; }
+            k++;
+        }
+        if (!buf_room(&b, 1)) goto done;
+        b.p[b.len++] = '}';
+    }
+    result = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.len);
+done:
+    PyMem_Free(b.p);
+    Py_XDECREF(keys);
+    Py_XDECREF(heads);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_graph", scan_graph, METH_O, scan_graph_doc},
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
@@ -1700,6 +1845,7 @@ static PyMethodDef methods[] = {
     {"splice_nodes", splice_nodes, METH_VARARGS, splice_nodes_doc},
     {"encode_added", encode_added, METH_VARARGS, encode_added_doc},
     {"rebuild_nodes", rebuild_nodes, METH_VARARGS, rebuild_nodes_doc},
+    {"json_records", json_records, METH_VARARGS, json_records_doc},
     {NULL, NULL, 0, NULL},
 };
 
