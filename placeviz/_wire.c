@@ -1117,6 +1117,26 @@ done:
     return out;
 }
 
+/* Copy the NodeDef fields at [p, end) but `device` to `q`, in runs between device fields (one
+ * memcpy for a node without one); the bytes were checked by without_device. Returns the end. */
+static uint8_t *copy_without_device(const uint8_t *p, const uint8_t *end, uint8_t *q)
+{
+    const uint8_t *run = p;
+    while (p < end) {
+        const uint8_t *start = p;
+        uint32_t field;
+        int wt;
+        if (!read_tag(&p, end, &field, &wt) || !skip_value(&p, end, wt)) break;  /* checked: cannot */
+        if (field == 4) {
+            memcpy(q, run, (size_t)(start - run));
+            q += start - run;
+            run = p;
+        }
+    }
+    memcpy(q, run, (size_t)(end - run));
+    return q + (end - run);
+}
+
 static Py_ssize_t without_device(const uint8_t *p, const uint8_t *end, uint8_t *out)
 {
     Py_ssize_t kept = 0;
@@ -1149,6 +1169,7 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
         return NULL;
     Py_buffer buf = {0}, ob = {0}, lb = {0}, db = {0};
     PyObject *result = NULL;
+    Py_ssize_t *kept_len = NULL;
     if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
     if (PyObject_GetBuffer(offsets_obj, &ob, PyBUF_SIMPLE) < 0) goto done;
     if (PyObject_GetBuffer(lengths_obj, &lb, PyBUF_SIMPLE) < 0) goto done;
@@ -1167,9 +1188,12 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_TypeError, "device_names must be bytes");
             goto done;
         }
-    /* Pass 1: sizes. */
+    /* Pass 1: sizes (each node's kept bytes remembered for pass 2, which then scans a node's fields
+     * only when it has a device field to leave out). */
     size_t total = 0;
     Py_ssize_t next_extra = 0;
+    kept_len = PyMem_Malloc((size_t)(m ? m : 1) * sizeof(Py_ssize_t));
+    if (!kept_len) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t k = 0; k < m; k++) {
         size_t body;
         if (offsets[k] < 0) {
@@ -1187,6 +1211,7 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
             const uint8_t *p = base + offsets[k];
             Py_ssize_t kept = without_device(p, p + lengths[k], NULL);
             if (kept < 0) { result = Py_None; Py_INCREF(result); goto done; }
+            kept_len[k] = kept;
             size_t dn = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(dev_names, devs[k]));
             body = (size_t)kept + 1 + varint_size(dn) + dn;
         }
@@ -1210,10 +1235,14 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
             const uint8_t *p = base + offsets[k];
             PyObject *dev = PyList_GET_ITEM(dev_names, devs[k]);
             size_t dn = (size_t)PyBytes_GET_SIZE(dev);
-            Py_ssize_t kept = without_device(p, p + lengths[k], NULL);
+            Py_ssize_t kept = kept_len[k];
             q = put_varint(q, (size_t)kept + 1 + varint_size(dn) + dn);
-            without_device(p, p + lengths[k], q);
-            q += kept;
+            if (kept == lengths[k]) {
+                memcpy(q, p, (size_t)kept);
+                q += kept;
+            } else {
+                q = copy_without_device(p, p + lengths[k], q);
+            }
             *q++ = 0x22; /* field 4 (device), length-delimited */
             q = put_varint(q, dn);
             memcpy(q, PyBytes_AS_STRING(dev), dn);
@@ -1222,6 +1251,7 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
     }
     if (tail) memcpy(q, PyBytes_AS_STRING(tail), (size_t)PyBytes_GET_SIZE(tail));
 done:
+    PyMem_Free(kept_len);
     if (ob.obj) PyBuffer_Release(&ob);
     if (lb.obj) PyBuffer_Release(&lb);
     if (db.obj) PyBuffer_Release(&db);
