@@ -393,8 +393,11 @@ class _GraphDefs(_PartitionerBase):
 
 _TRANSFER_OPS = frozenset({"_Send", "_HostSend", "_Recv", "_HostRecv"})
 _NAME = attrgetter("name")
-_CHUNK_NODES = 1 << 16
-"""Nodes per piece of a written partition (:meth:`_GraphDefs.serialize`): tens of MB at most."""
+_CHUNK_NODES = 1 << 12
+"""Nodes per piece of a written partition (:meth:`_GraphDefs.serialize`): about 1.5 MB on the
+benchmark graphs, so that write(2) copies a piece into the page cache while it is still in the
+CPU's cache, and no piece needs fresh pages (at 1 << 16, 25 MB pieces: the write side took about
+8% more CPU, ``benchmarks/README.md``)."""
 
 
 class _NamesIn:
