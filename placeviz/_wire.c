@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <structmember.h>
 
 /* ------------------------------------------------------------------ wire format */
 
@@ -1358,6 +1359,49 @@ static int buf_string_attr(Buf *b, const char *key, const char *s, size_t len)
 /* Slot names of placeviz.partition.base._New, interned at import. */
 static PyObject *str_name, *str_op, *str_kind, *str_inputs, *str_meta, *str_dev, *str_dtype, *str_copy_of;
 
+/* Those slots read straight from an instance: a hundred thousand added nodes, about ten slots each,
+ * and PyObject_GetAttr's generic lookup (type, descriptor, member) costs more than the encoding.
+ * The offsets are those of the member descriptors __slots__ makes, taken from the type of the
+ * first added node when a kernel starts (learn_slots); an object of any other type, a slot that
+ * is not a plain __slots__ member, or an empty slot goes through PyObject_GetAttr (so the
+ * AttributeError is Python's). */
+static PyObject **slot_names[] = {&str_name, &str_op, &str_kind, &str_inputs, &str_meta, &str_dev, &str_dtype,
+                                  &str_copy_of};
+#define N_SLOTS ((int)(sizeof slot_names / sizeof slot_names[0]))
+static PyTypeObject *slots_type;  /* borrowed, during one kernel call: the type whose offsets these are */
+static Py_ssize_t slot_offsets[sizeof slot_names / sizeof slot_names[0]];
+
+static void learn_slots(PyObject *added)
+{
+    slots_type = NULL;
+    if (!PyList_GET_SIZE(added)) return;
+    PyTypeObject *t = Py_TYPE(PyList_GET_ITEM(added, 0));
+    if (t->tp_getattro != PyObject_GenericGetAttr) return;
+    for (int k = 0; k < N_SLOTS; k++) {
+        PyObject *d = _PyType_Lookup(t, *slot_names[k]);  /* borrowed */
+        if (!d || !Py_IS_TYPE(d, &PyMemberDescr_Type)) return;
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || m->offset <= 0) return;
+        slot_offsets[k] = m->offset;
+    }
+    slots_type = t;
+}
+
+enum { A_NAME, A_OP, A_KIND, A_INPUTS, A_META, A_DEV, A_DTYPE, A_COPY_OF };
+
+/* Attribute `which` of an added node (a new reference, or NULL with an exception). */
+static PyObject *attr_of(PyObject *a, int which)
+{
+    if (Py_TYPE(a) == slots_type) {
+        PyObject *v = *(PyObject **)((char *)a + slot_offsets[which]);
+        if (v) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(a, *slot_names[which]);
+}
+
 static const char *utf8_of(PyObject *s, Py_ssize_t *len)
 {
     if (!PyUnicode_Check(s)) {
@@ -1373,7 +1417,7 @@ static const char *node_name(PyObject *names, PyObject *added, Py_ssize_t n, lon
 {
     if (s >= 0 && s < n && s < PyList_GET_SIZE(names)) return utf8_of(PyList_GET_ITEM(names, s), len);
     if (s >= n && s - n < PyList_GET_SIZE(added)) {
-        PyObject *name = PyObject_GetAttr(PyList_GET_ITEM(added, s - n), str_name);
+        PyObject *name = attr_of(PyList_GET_ITEM(added, s - n), A_NAME);
         if (!name) return NULL;
         const char *p = utf8_of(name, len);
         Py_DECREF(name);
@@ -1383,9 +1427,9 @@ static const char *node_name(PyObject *names, PyObject *added, Py_ssize_t n, lon
     return NULL;
 }
 
-static long long_attr(PyObject *obj, PyObject *attr, int *ok)
+static long long_attr(PyObject *obj, int which, int *ok)
 {
-    PyObject *v = PyObject_GetAttr(obj, attr);
+    PyObject *v = attr_of(obj, which);
     if (!v) { *ok = 0; return 0; }
     long x = PyLong_AsLong(v);
     Py_DECREF(v);
@@ -1400,13 +1444,13 @@ enum { ADDED_OTHER, ADDED_SEND, ADDED_RECV, ADDED_CTRL_CONST, ADDED_CTRL_IDENTIT
 static int added_kind(PyObject *a, int *kind)
 {
     int ok = 1;
-    long copy_of = long_attr(a, str_copy_of, &ok);
+    long copy_of = long_attr(a, A_COPY_OF, &ok);
     if (!ok) return 0;
     *kind = ADDED_OTHER;
     if (copy_of >= 0) return 1;
-    PyObject *op = PyObject_GetAttr(a, str_op);
+    PyObject *op = attr_of(a, A_OP);
     if (!op) return 0;
-    PyObject *k = PyObject_GetAttr(a, str_kind);
+    PyObject *k = attr_of(a, A_KIND);
     if (!k) { Py_DECREF(op); return 0; }
     if (PyUnicode_Check(op) && PyUnicode_Check(k)) {
         if (!PyUnicode_CompareWithASCIIString(op, "_Send") || !PyUnicode_CompareWithASCIIString(op, "_HostSend"))
@@ -1428,19 +1472,19 @@ static int buf_head(Buf *b, PyObject *a, PyObject *names, PyObject *added, Py_ss
 {
     Py_ssize_t len;
     int ok = 1;
-    PyObject *v = PyObject_GetAttr(a, str_name);
+    PyObject *v = attr_of(a, A_NAME);
     if (!v) return 0;
     const char *s = utf8_of(v, &len);
     ok = s && buf_name_field(b, 0x0a, "", 0, 1, s, (size_t)len, "", 0);
     Py_DECREF(v);
     if (!ok) return 0;
-    v = PyObject_GetAttr(a, str_op);
+    v = attr_of(a, A_OP);
     if (!v) return 0;
     s = utf8_of(v, &len);
     ok = s && buf_name_field(b, 0x12, "", 0, 0, s, (size_t)len, "", 0);
     Py_DECREF(v);
     if (!ok) return 0;
-    v = PyObject_GetAttr(a, str_inputs);
+    v = attr_of(a, A_INPUTS);
     if (!v) return 0;
     PyObject *inputs = PySequence_Fast(v, "inputs must be a sequence");
     Py_DECREF(v);
@@ -1467,7 +1511,7 @@ static int buf_head(Buf *b, PyObject *a, PyObject *names, PyObject *added, Py_ss
     }
     Py_DECREF(inputs);
     if (!ok) return 0;
-    long dev = long_attr(a, str_dev, &ok);
+    long dev = long_attr(a, A_DEV, &ok);
     if (!ok) return 0;
     if (dev < 0 || dev >= PyList_GET_SIZE(dev_names)) {
         PyErr_SetString(PyExc_IndexError, "a device index out of range");
@@ -1493,7 +1537,7 @@ static int buf_str_attr_obj(Buf *b, const char *key, PyObject *s)
 static int buf_transfer_attrs(Buf *b, PyObject *a, int is_send, PyObject *dev_names, PyObject *incarnations)
 {
     int ok = 1;
-    PyObject *meta = PyObject_GetAttr(a, str_meta);
+    PyObject *meta = attr_of(a, A_META);
     if (!meta) return 0;
     if (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) != 6) {
         PyErr_SetString(PyExc_ValueError, "a transfer's meta must be a 6-tuple");
@@ -1503,7 +1547,7 @@ static int buf_transfer_attrs(Buf *b, PyObject *a, int is_send, PyObject *dev_na
     PyObject *tname = PyTuple_GET_ITEM(meta, 0), *src = PyTuple_GET_ITEM(meta, 3), *dst = PyTuple_GET_ITEM(meta, 4);
     long sdev = PyLong_AsLong(PyTuple_GET_ITEM(meta, 1)), rdev = PyLong_AsLong(PyTuple_GET_ITEM(meta, 2));
     int client = PyObject_IsTrue(PyTuple_GET_ITEM(meta, 5));
-    long dtype = long_attr(a, str_dtype, &ok);
+    long dtype = long_attr(a, A_DTYPE, &ok);
     Py_ssize_t n_dev = PyList_GET_SIZE(dev_names);
     if (!ok || client < 0 || PyErr_Occurred()) goto fail;
     if (sdev < 0 || sdev >= n_dev || rdev < 0 || rdev >= n_dev || sdev >= PyList_GET_SIZE(incarnations)) {
@@ -1560,6 +1604,7 @@ static PyObject *encode_added(PyObject *self, PyObject *args)
     PyObject *out = PyList_New(m);
     if (!out) return NULL;
     Buf b = {NULL, 0, 0};
+    learn_slots(added);
     for (Py_ssize_t k = 0; k < m; k++) {
         PyObject *id = PyList_GET_ITEM(ids, k);
         long i = PyLong_AsLong(id);
@@ -1636,6 +1681,7 @@ static PyObject *rebuild_nodes(PyObject *self, PyObject *args)
         goto done;
     Py_ssize_t n = PyList_GET_SIZE(names);
     Py_ssize_t n_edges = eb.len / (Py_ssize_t)sizeof(int32_t);
+    learn_slots(added);
     const int64_t *offsets = ob.buf, *lengths = lb.buf;
     const uint8_t *rewrite = rb.buf, *base = buf.buf;
     const int32_t *in_start = sb.buf, *e_src = eb.buf, *e_slot = tb.buf, *devs = db.buf;
