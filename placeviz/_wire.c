@@ -1781,6 +1781,9 @@ static int json_value(Buf *b, PyObject *v, PyObject *escape, int depth)
         return 1;
     }
     if (PyUnicode_CheckExact(v)) {
+#if PY_VERSION_HEX < 0x030C0000
+        if (PyUnicode_READY(v) < 0) return 0;  /* a legacy string (3.11 and older): its data made first */
+#endif
         if (PyUnicode_IS_ASCII(v)) {
             const char *s = (const char *)PyUnicode_DATA(v);
             Py_ssize_t n = PyUnicode_GET_LENGTH(v), k;
