@@ -6,7 +6,7 @@ anything unusual, which the Python path then handles. When no C compiler is at h
 skips them and placeviz runs on the Python paths only, slower.
 
 * ``placeviz._wire``: reads the graph IR's fields straight from a serialized GraphDef, checks that
-  bytes surely parse, and writes the partitions' NodeDef bytes.
+  bytes surely parse, and writes the partitions' NodeDef bytes and index.json's transfers.
 * ``placeviz.placement._setter_kernels``: the setter's replay (``setter``), one whole function.
 * ``placeviz.placement._placer_kernels``: the placer's run (``place``, ``imported_colocation``).
 * ``placeviz._partition_kernels``: the partitioner's cut of one level (``split_originals``) and

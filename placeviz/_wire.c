@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <structmember.h>
 
 /* ------------------------------------------------------------------ wire format */
 
@@ -1117,6 +1118,26 @@ done:
     return out;
 }
 
+/* Copy the NodeDef fields at [p, end) but `device` to `q`, in runs between device fields (one
+ * memcpy for a node without one); the bytes were checked by without_device. Returns the end. */
+static uint8_t *copy_without_device(const uint8_t *p, const uint8_t *end, uint8_t *q)
+{
+    const uint8_t *run = p;
+    while (p < end) {
+        const uint8_t *start = p;
+        uint32_t field;
+        int wt;
+        if (!read_tag(&p, end, &field, &wt) || !skip_value(&p, end, wt)) break;  /* checked: cannot */
+        if (field == 4) {
+            memcpy(q, run, (size_t)(start - run));
+            q += start - run;
+            run = p;
+        }
+    }
+    memcpy(q, run, (size_t)(end - run));
+    return q + (end - run);
+}
+
 static Py_ssize_t without_device(const uint8_t *p, const uint8_t *end, uint8_t *out)
 {
     Py_ssize_t kept = 0;
@@ -1149,6 +1170,7 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
         return NULL;
     Py_buffer buf = {0}, ob = {0}, lb = {0}, db = {0};
     PyObject *result = NULL;
+    Py_ssize_t *kept_len = NULL;
     if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
     if (PyObject_GetBuffer(offsets_obj, &ob, PyBUF_SIMPLE) < 0) goto done;
     if (PyObject_GetBuffer(lengths_obj, &lb, PyBUF_SIMPLE) < 0) goto done;
@@ -1167,9 +1189,12 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_TypeError, "device_names must be bytes");
             goto done;
         }
-    /* Pass 1: sizes. */
+    /* Pass 1: sizes (each node's kept bytes remembered for pass 2, which then scans a node's fields
+     * only when it has a device field to leave out). */
     size_t total = 0;
     Py_ssize_t next_extra = 0;
+    kept_len = PyMem_Malloc((size_t)(m ? m : 1) * sizeof(Py_ssize_t));
+    if (!kept_len) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t k = 0; k < m; k++) {
         size_t body;
         if (offsets[k] < 0) {
@@ -1187,6 +1212,7 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
             const uint8_t *p = base + offsets[k];
             Py_ssize_t kept = without_device(p, p + lengths[k], NULL);
             if (kept < 0) { result = Py_None; Py_INCREF(result); goto done; }
+            kept_len[k] = kept;
             size_t dn = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(dev_names, devs[k]));
             body = (size_t)kept + 1 + varint_size(dn) + dn;
         }
@@ -1210,10 +1236,14 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
             const uint8_t *p = base + offsets[k];
             PyObject *dev = PyList_GET_ITEM(dev_names, devs[k]);
             size_t dn = (size_t)PyBytes_GET_SIZE(dev);
-            Py_ssize_t kept = without_device(p, p + lengths[k], NULL);
+            Py_ssize_t kept = kept_len[k];
             q = put_varint(q, (size_t)kept + 1 + varint_size(dn) + dn);
-            without_device(p, p + lengths[k], q);
-            q += kept;
+            if (kept == lengths[k]) {
+                memcpy(q, p, (size_t)kept);
+                q += kept;
+            } else {
+                q = copy_without_device(p, p + lengths[k], q);
+            }
             *q++ = 0x22; /* field 4 (device), length-delimited */
             q = put_varint(q, dn);
             memcpy(q, PyBytes_AS_STRING(dev), dn);
@@ -1222,6 +1252,7 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
     }
     if (tail) memcpy(q, PyBytes_AS_STRING(tail), (size_t)PyBytes_GET_SIZE(tail));
 done:
+    PyMem_Free(kept_len);
     if (ob.obj) PyBuffer_Release(&ob);
     if (lb.obj) PyBuffer_Release(&lb);
     if (db.obj) PyBuffer_Release(&db);
@@ -1328,6 +1359,49 @@ static int buf_string_attr(Buf *b, const char *key, const char *s, size_t len)
 /* Slot names of placeviz.partition.base._New, interned at import. */
 static PyObject *str_name, *str_op, *str_kind, *str_inputs, *str_meta, *str_dev, *str_dtype, *str_copy_of;
 
+/* Those slots read straight from an instance: a hundred thousand added nodes, about ten slots each,
+ * and PyObject_GetAttr's generic lookup (type, descriptor, member) costs more than the encoding.
+ * The offsets are those of the member descriptors __slots__ makes, taken from the type of the
+ * first added node when a kernel starts (learn_slots); an object of any other type, a slot that
+ * is not a plain __slots__ member, or an empty slot goes through PyObject_GetAttr (so the
+ * AttributeError is Python's). */
+static PyObject **slot_names[] = {&str_name, &str_op, &str_kind, &str_inputs, &str_meta, &str_dev, &str_dtype,
+                                  &str_copy_of};
+#define N_SLOTS ((int)(sizeof slot_names / sizeof slot_names[0]))
+static PyTypeObject *slots_type;  /* borrowed, during one kernel call: the type whose offsets these are */
+static Py_ssize_t slot_offsets[sizeof slot_names / sizeof slot_names[0]];
+
+static void learn_slots(PyObject *added)
+{
+    slots_type = NULL;
+    if (!PyList_GET_SIZE(added)) return;
+    PyTypeObject *t = Py_TYPE(PyList_GET_ITEM(added, 0));
+    if (t->tp_getattro != PyObject_GenericGetAttr) return;
+    for (int k = 0; k < N_SLOTS; k++) {
+        PyObject *d = _PyType_Lookup(t, *slot_names[k]);  /* borrowed */
+        if (!d || !Py_IS_TYPE(d, &PyMemberDescr_Type)) return;
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || m->offset <= 0) return;
+        slot_offsets[k] = m->offset;
+    }
+    slots_type = t;
+}
+
+enum { A_NAME, A_OP, A_KIND, A_INPUTS, A_META, A_DEV, A_DTYPE, A_COPY_OF };
+
+/* Attribute `which` of an added node (a new reference, or NULL with an exception). */
+static PyObject *attr_of(PyObject *a, int which)
+{
+    if (Py_TYPE(a) == slots_type) {
+        PyObject *v = *(PyObject **)((char *)a + slot_offsets[which]);
+        if (v) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(a, *slot_names[which]);
+}
+
 static const char *utf8_of(PyObject *s, Py_ssize_t *len)
 {
     if (!PyUnicode_Check(s)) {
@@ -1343,7 +1417,7 @@ static const char *node_name(PyObject *names, PyObject *added, Py_ssize_t n, lon
 {
     if (s >= 0 && s < n && s < PyList_GET_SIZE(names)) return utf8_of(PyList_GET_ITEM(names, s), len);
     if (s >= n && s - n < PyList_GET_SIZE(added)) {
-        PyObject *name = PyObject_GetAttr(PyList_GET_ITEM(added, s - n), str_name);
+        PyObject *name = attr_of(PyList_GET_ITEM(added, s - n), A_NAME);
         if (!name) return NULL;
         const char *p = utf8_of(name, len);
         Py_DECREF(name);
@@ -1353,9 +1427,9 @@ static const char *node_name(PyObject *names, PyObject *added, Py_ssize_t n, lon
     return NULL;
 }
 
-static long long_attr(PyObject *obj, PyObject *attr, int *ok)
+static long long_attr(PyObject *obj, int which, int *ok)
 {
-    PyObject *v = PyObject_GetAttr(obj, attr);
+    PyObject *v = attr_of(obj, which);
     if (!v) { *ok = 0; return 0; }
     long x = PyLong_AsLong(v);
     Py_DECREF(v);
@@ -1370,13 +1444,13 @@ enum { ADDED_OTHER, ADDED_SEND, ADDED_RECV, ADDED_CTRL_CONST, ADDED_CTRL_IDENTIT
 static int added_kind(PyObject *a, int *kind)
 {
     int ok = 1;
-    long copy_of = long_attr(a, str_copy_of, &ok);
+    long copy_of = long_attr(a, A_COPY_OF, &ok);
     if (!ok) return 0;
     *kind = ADDED_OTHER;
     if (copy_of >= 0) return 1;
-    PyObject *op = PyObject_GetAttr(a, str_op);
+    PyObject *op = attr_of(a, A_OP);
     if (!op) return 0;
-    PyObject *k = PyObject_GetAttr(a, str_kind);
+    PyObject *k = attr_of(a, A_KIND);
     if (!k) { Py_DECREF(op); return 0; }
     if (PyUnicode_Check(op) && PyUnicode_Check(k)) {
         if (!PyUnicode_CompareWithASCIIString(op, "_Send") || !PyUnicode_CompareWithASCIIString(op, "_HostSend"))
@@ -1398,19 +1472,19 @@ static int buf_head(Buf *b, PyObject *a, PyObject *names, PyObject *added, Py_ss
 {
     Py_ssize_t len;
     int ok = 1;
-    PyObject *v = PyObject_GetAttr(a, str_name);
+    PyObject *v = attr_of(a, A_NAME);
     if (!v) return 0;
     const char *s = utf8_of(v, &len);
     ok = s && buf_name_field(b, 0x0a, "", 0, 1, s, (size_t)len, "", 0);
     Py_DECREF(v);
     if (!ok) return 0;
-    v = PyObject_GetAttr(a, str_op);
+    v = attr_of(a, A_OP);
     if (!v) return 0;
     s = utf8_of(v, &len);
     ok = s && buf_name_field(b, 0x12, "", 0, 0, s, (size_t)len, "", 0);
     Py_DECREF(v);
     if (!ok) return 0;
-    v = PyObject_GetAttr(a, str_inputs);
+    v = attr_of(a, A_INPUTS);
     if (!v) return 0;
     PyObject *inputs = PySequence_Fast(v, "inputs must be a sequence");
     Py_DECREF(v);
@@ -1437,7 +1511,7 @@ static int buf_head(Buf *b, PyObject *a, PyObject *names, PyObject *added, Py_ss
     }
     Py_DECREF(inputs);
     if (!ok) return 0;
-    long dev = long_attr(a, str_dev, &ok);
+    long dev = long_attr(a, A_DEV, &ok);
     if (!ok) return 0;
     if (dev < 0 || dev >= PyList_GET_SIZE(dev_names)) {
         PyErr_SetString(PyExc_IndexError, "a device index out of range");
@@ -1463,7 +1537,7 @@ static int buf_str_attr_obj(Buf *b, const char *key, PyObject *s)
 static int buf_transfer_attrs(Buf *b, PyObject *a, int is_send, PyObject *dev_names, PyObject *incarnations)
 {
     int ok = 1;
-    PyObject *meta = PyObject_GetAttr(a, str_meta);
+    PyObject *meta = attr_of(a, A_META);
     if (!meta) return 0;
     if (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) != 6) {
         PyErr_SetString(PyExc_ValueError, "a transfer's meta must be a 6-tuple");
@@ -1473,7 +1547,7 @@ static int buf_transfer_attrs(Buf *b, PyObject *a, int is_send, PyObject *dev_na
     PyObject *tname = PyTuple_GET_ITEM(meta, 0), *src = PyTuple_GET_ITEM(meta, 3), *dst = PyTuple_GET_ITEM(meta, 4);
     long sdev = PyLong_AsLong(PyTuple_GET_ITEM(meta, 1)), rdev = PyLong_AsLong(PyTuple_GET_ITEM(meta, 2));
     int client = PyObject_IsTrue(PyTuple_GET_ITEM(meta, 5));
-    long dtype = long_attr(a, str_dtype, &ok);
+    long dtype = long_attr(a, A_DTYPE, &ok);
     Py_ssize_t n_dev = PyList_GET_SIZE(dev_names);
     if (!ok || client < 0 || PyErr_Occurred()) goto fail;
     if (sdev < 0 || sdev >= n_dev || rdev < 0 || rdev >= n_dev || sdev >= PyList_GET_SIZE(incarnations)) {
@@ -1530,6 +1604,7 @@ static PyObject *encode_added(PyObject *self, PyObject *args)
     PyObject *out = PyList_New(m);
     if (!out) return NULL;
     Buf b = {NULL, 0, 0};
+    learn_slots(added);
     for (Py_ssize_t k = 0; k < m; k++) {
         PyObject *id = PyList_GET_ITEM(ids, k);
         long i = PyLong_AsLong(id);
@@ -1606,6 +1681,7 @@ static PyObject *rebuild_nodes(PyObject *self, PyObject *args)
         goto done;
     Py_ssize_t n = PyList_GET_SIZE(names);
     Py_ssize_t n_edges = eb.len / (Py_ssize_t)sizeof(int32_t);
+    learn_slots(added);
     const int64_t *offsets = ob.buf, *lengths = lb.buf;
     const uint8_t *rewrite = rb.buf, *base = buf.buf;
     const int32_t *in_start = sb.buf, *e_src = eb.buf, *e_slot = tb.buf, *devs = db.buf;
@@ -1690,6 +1766,154 @@ done:
 }
 
 
+/* ------------------------------------------------------------------ json_records */
+
+/* JSON text of the values json's C encoder writes for a partition's index.json (placeviz/jsontext.py:
+ * compact, ensure_ascii), appended to `b`. 1: written; 0: a Python error; -1: a value not handled
+ * here (a dict, a subclass, an int beyond 64 bits, ...): the caller lets json encode the whole. */
+static int json_value(Buf *b, PyObject *v, PyObject *escape, int depth)
+{
+    if (v == Py_None || v == Py_True || v == Py_False) {
+        const char *s = v == Py_None ? "null" : v == Py_True ? "true" : "false";
+        size_t n = strlen(s);
+        if (!buf_room(b, n)) return 0;
+        buf_raw(b, s, n);
+        return 1;
+    }
+    if (PyUnicode_CheckExact(v)) {
+#if PY_VERSION_HEX < 0x030C0000
+        if (PyUnicode_READY(v) < 0) return 0;  /* a legacy string (3.11 and older): its data made first */
+#endif
+        if (PyUnicode_IS_ASCII(v)) {
+            const char *s = (const char *)PyUnicode_DATA(v);
+            Py_ssize_t n = PyUnicode_GET_LENGTH(v), k;
+            for (k = 0; k < n; k++) {
+                unsigned char c = (unsigned char)s[k];
+                if (c < 0x20 || c == '"' || c == '\\' || c == 0x7f) break;
+            }
+            if (k == n) {  /* nothing to escape: the string between quotes */
+                if (!buf_room(b, (size_t)n + 2)) return 0;
+                b->p[b->len++] = '"';
+                buf_raw(b, s, (size_t)n);
+                b->p[b->len++] = '"';
+                return 1;
+            }
+        }
+        /* escapes: json's own encode_basestring_ascii writes them */
+        PyObject *text = PyObject_CallOneArg(escape, v);
+        if (!text) return 0;
+        if (!PyUnicode_CheckExact(text) || !PyUnicode_IS_ASCII(text)) {
+            Py_DECREF(text);
+            return -1;
+        }
+        size_t n = (size_t)PyUnicode_GET_LENGTH(text);
+        int ok = buf_room(b, n);
+        if (ok) buf_raw(b, PyUnicode_DATA(text), n);
+        Py_DECREF(text);
+        return ok;
+    }
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow) return -1;
+        if (x == -1 && PyErr_Occurred()) return 0;
+        if (!buf_room(b, 24)) return 0;
+        b->len += (size_t)snprintf((char *)b->p + b->len, 24, "%lld", x);
+        return 1;
+    }
+    if ((PyList_CheckExact(v) || PyTuple_CheckExact(v)) && depth < 8) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+        if (!buf_room(b, 2)) return 0;
+        b->p[b->len++] = '[';
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (k) {
+                if (!buf_room(b, 1)) return 0;
+                b->p[b->len++] = ',';
+            }
+            int r = json_value(b, PySequence_Fast_GET_ITEM(v, k), escape, depth + 1);
+            if (r != 1) return r;
+            if (n != PySequence_Fast_GET_SIZE(v)) return -1;  /* changed under us (cannot, here) */
+        }
+        if (!buf_room(b, 1)) return 0;
+        b->p[b->len++] = ']';
+        return 1;
+    }
+    return -1;  /* floats, dicts, subclasses, anything else: json's encoder decides */
+}
+
+PyDoc_STRVAR(json_records_doc,
+"json_records(items, escape) -> bytes | None\n\n"
+"The items of the list `items`, each a dict with the same str keys in the same order, as\n"
+"compact JSON joined by ',' (json.dumps(items, separators=(',', ':'))[1:-1], ASCII): the\n"
+"transfers of a partition's index.json. escape: json.encoder.encode_basestring_ascii, called for\n"
+"the keys and for any string holding a character to escape. Values: str, int (64-bit), None,\n"
+"bool and lists/tuples of them; None for anything else (a float, a dict value, a subclass, an\n"
+"item that is not such a dict): the caller encodes with json (placeviz.jsontext.compact_items).");
+
+static PyObject *json_records(PyObject *self, PyObject *args)
+{
+    PyObject *items, *escape;
+    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &items, &escape)) return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(items);
+    if (m == 0 || !PyDict_CheckExact(PyList_GET_ITEM(items, 0))) Py_RETURN_NONE;
+    PyObject *first = PyList_GET_ITEM(items, 0);
+    Py_ssize_t nkeys = PyDict_GET_SIZE(first);
+    PyObject *keys = PyList_New(nkeys);  /* the first item's keys, in order */
+    PyObject *heads = PyList_New(nkeys);  /* "key": as json writes it (',' before all but the first) */
+    PyObject *result = NULL;
+    Buf b = {NULL, 0, 0};
+    if (!keys || !heads) goto done;
+    Py_ssize_t pos = 0, k = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(first, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) { result = Py_None; Py_INCREF(result); goto done; }
+        PyObject *text = PyObject_CallOneArg(escape, key);
+        if (!text) goto done;
+        PyObject *head = PyUnicode_FromFormat("%s%U:", k ? "," : "", text);
+        Py_DECREF(text);
+        if (!head) goto done;
+        PyObject *head_bytes = PyUnicode_AsASCIIString(head);
+        Py_DECREF(head);
+        if (!head_bytes) goto done;
+        Py_INCREF(key);
+        PyList_SET_ITEM(keys, k, key);
+        PyList_SET_ITEM(heads, k, head_bytes);
+        k++;
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (!PyDict_CheckExact(item) || PyDict_GET_SIZE(item) != nkeys) { result = Py_None; Py_INCREF(result); goto done; }
+        if (!buf_room(&b, 2)) goto done;
+        if (i) b.p[b.len++] = ',';
+        b.p[b.len++] = '{';
+        pos = 0;
+        k = 0;
+        while (PyDict_Next(item, &pos, &key, &value)) {
+            PyObject *want = PyList_GET_ITEM(keys, k);
+            if (key != want) {
+                int same = PyUnicode_CheckExact(key) ? PyUnicode_Compare(key, want) : 1;
+                if (same == -1 && PyErr_Occurred()) goto done;
+                if (same != 0) { result = Py_None; Py_INCREF(result); goto done; }
+            }
+            PyObject *head = PyList_GET_ITEM(heads, k);
+            if (!buf_room(&b, (size_t)PyBytes_GET_SIZE(head))) goto done;
+            buf_raw(&b, PyBytes_AS_STRING(head), (size_t)PyBytes_GET_SIZE(head));
+            int r = json_value(&b, value, escape, 0);
+            if (r == 0) goto done;
+            if (r < 0) { result = Py_None; Py_INCREF(result); goto done; }
+            k++;
+        }
+        if (!buf_room(&b, 1)) goto done;
+        b.p[b.len++] = '}';
+    }
+    result = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.len);
+done:
+    PyMem_Free(b.p);
+    Py_XDECREF(keys);
+    Py_XDECREF(heads);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_graph", scan_graph, METH_O, scan_graph_doc},
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
@@ -1700,6 +1924,7 @@ static PyMethodDef methods[] = {
     {"splice_nodes", splice_nodes, METH_VARARGS, splice_nodes_doc},
     {"encode_added", encode_added, METH_VARARGS, encode_added_doc},
     {"rebuild_nodes", rebuild_nodes, METH_VARARGS, rebuild_nodes_doc},
+    {"json_records", json_records, METH_VARARGS, json_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,7 +22,7 @@ list it cannot be sure of) hands the whole document to ``json.dumps``, so the ou
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from json.encoder import encode_basestring_ascii as _string
 
 _INT = int.__repr__
@@ -41,6 +41,39 @@ def compact_json(value) -> str:
     of its time on a partition's ``index.json``): the documents are trees built for the output,
     and a cycle would still fail, as a RecursionError instead of a ValueError."""
     return json.dumps(value, separators=COMPACT_SEPARATORS, check_circular=False)
+
+
+def compact_items(items: list) -> bytes:
+    """The items of ``items`` as compact JSON joined by ``,`` (``compact_json(items)[1:-1]``), as
+    UTF-8 bytes: a slice of ``index.json``'s ``transfers`` (:func:`placeviz.commands.output.
+    to_json_pieces`).
+
+    Why: that list holds a dict of 14 keys per transfer (tens of thousands at 200k nodes), and
+    json's C encoder escapes every key of every dict again: 4-5 us a dict, a quarter of the
+    write side of ``placeviz partition``. ``placeviz._wire.json_records`` writes the same text
+    from dicts that share their keys, the keys escaped once, strings without a character to escape
+    copied as they are, everything else handed to json's own ``encode_basestring_ascii``; it
+    declines (None) any item or value it does not write exactly as json would (a float, a nested
+    dict, a subclass, a 65-bit int), and this function then asks json. Without the kernel
+    (``PLACEVIZ_NO_KERNELS``), json always: the reference (``tests/test_jsontext.py`` compares them)."""
+    global _records
+    if _records is None:
+        from placeviz.native import kernels
+
+        wire = kernels("_wire")
+        _records = getattr(wire, "json_records", None) or _no_records
+    text: bytes | None = _records(items, _string)  # a C kernel's result: untyped
+    if text is None:
+        return compact_json(items)[1:-1].encode("utf-8")
+    return text
+
+
+def _no_records(items: list, escape: Callable[[str], str]) -> None:
+    return None
+
+
+_records: Callable[[list, Callable[[str], str]], bytes | None] | None = None
+"""``placeviz._wire.json_records``, or :func:`_no_records`: found on the first call."""
 
 
 def json_text(document, *, pretty: bool = False) -> str:

@@ -104,3 +104,57 @@ def test_the_two_output_forms_hold_the_same_content(seed):
     assert json.loads(compact) == json.loads(pretty)
     assert compact.isascii() and pretty.isascii()
     assert "\n" not in compact[:-1]  # one line: strings' newlines are escaped
+
+
+def _records_cases():
+    """Lists of dicts as ``index.json``'s ``transfers`` (str, int, None, bool, lists of them), with
+    strings that need escapes, and the lists the kernel must decline (floats, nested dicts,
+    subclasses, big ints, items with other keys or another key order)."""
+    rng = random.Random(7)
+    plain = [{"src": rng.choice(STRINGS) + str(k), "slot": rng.choice([0, 3, "control", -1]), "shape":
+              rng.choice([None, [], [k, None], (2, [3, True])]), "bytes": rng.choice([None, 0, 2**63 - 1, -2**63]),
+              "client": rng.choice([True, False]), "\u00e9 \"key\"\n%s": "\x7f\x00~ "} for k in range(50)]
+    declined = [
+        [{"a": 1.5}], [{"a": {"b": 1}}], [{"a": 2**64}], [{"a": 1}, {"b": 1}], [{"a": 1, "b": 2}, {"b": 2, "a": 1}],
+        [{"a": 1}, {"a": 1, "b": 2}], [OrderedDict(a=1)], [{"a": 1}, Counter(a=1)], [{"a": IntEnum("E", "x").x}],
+        [{1: "a"}], [{"a": 1}, {1: "a"}], [{"a": [float("nan")]}], [[1, 2]], [], [{"a": "x"}, "y"],
+    ]
+    return [plain, [{}], [{}, {}], [{"a": None}] * 3] + declined
+
+
+@pytest.mark.parametrize("items", _records_cases())
+@pytest.mark.parametrize("kernel", [True, False])
+def test_compact_items_is_json(items, kernel, monkeypatch):
+    """``compact_items`` (a slice of ``index.json``'s transfers) is the compact JSON of the items, with
+    the C kernel and without it; what the kernel declines, json writes."""
+    from placeviz import jsontext
+
+    if kernel:
+        from placeviz.native import kernels
+
+        wire = kernels("_wire")
+        if wire is None:
+            pytest.skip("placeviz._wire is not built")
+        monkeypatch.setattr(jsontext, "_records", wire.json_records)
+    else:
+        monkeypatch.setattr(jsontext, "_records", jsontext._no_records)
+    expected = json.dumps(items, separators=(",", ":"))[1:-1].encode("utf-8")
+    assert jsontext.compact_items(items) == expected
+
+
+def test_the_kernel_writes_transfers_and_declines_the_rest():
+    """The kernel itself: bytes for the plain lists (so the fast path is taken), None for each
+    declined one (so the test above compared json with json there)."""
+    from json.encoder import encode_basestring_ascii
+
+    from placeviz.native import kernels
+
+    wire = kernels("_wire")
+    if wire is None:
+        pytest.skip("placeviz._wire is not built")
+    cases = _records_cases()
+    for items in cases[:4]:
+        assert wire.json_records(items, encode_basestring_ascii) == \
+            json.dumps(items, separators=(",", ":"))[1:-1].encode("utf-8")
+    for items in cases[4:]:
+        assert wire.json_records(items, encode_basestring_ascii) is None, items

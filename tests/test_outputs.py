@@ -27,6 +27,7 @@ from conftest import run_cli
 
 import placeviz.io as pio
 from placeviz.commands.partition import is_partition_output, partition_file_names
+from placeviz.partition import SCHEMA
 from placeviz.protos import GraphDef, MetaGraphDef, SavedModel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -429,6 +430,31 @@ def test_partition_refuses_a_directory_it_did_not_write(model, tmp_path, capsys,
     empty.mkdir()
     assert run_cli(["partition", model, "--ps-tasks", "2", "-o", empty], capsys)[0] == 0
     assert (empty / "index.json").is_file()
+
+
+def test_an_index_is_read_once_until_it_changes(model, tmp_path, capsys, monkeypatch):
+    """``partition`` asks whether DIR is its output before the long part and again when it
+    replaces it: the index is parsed once, and read again whenever it is rewritten (same size,
+    other content: not ours any more), or listed files of another kind (an unhashable ``file``)."""
+    from placeviz.commands import partition as command
+
+    out = tmp_path / "parts"
+    assert run_cli(["partition", model, "--ps-tasks", "2", "-o", out], capsys)[0] == 0
+    parsed = []
+    real = command.json.loads
+    monkeypatch.setattr(command.json, "loads",  # json itself: count the indexes read, not other documents
+                        lambda data, *a, **k: ("placeviz.partition/" in str(data[:40]) and parsed.append(1))
+                        or real(data, *a, **k))
+    assert run_cli(["partition", model, "--ps-tasks", "2", "-o", out], capsys)[0] == 0
+    assert len(parsed) == 1 and is_partition_output(out) and len(parsed) == 2  # a new index: read again
+    assert is_partition_output(out) and len(parsed) == 2
+    index = (out / "index.json").read_text()
+    (out / "index.json").write_text(index.replace(SCHEMA, SCHEMA[:-1] + "0"))  # same size
+    assert not is_partition_output(out) and len(parsed) == 3
+    doc = json.loads(index)
+    doc["partitions"][0]["file"] = [doc["partitions"][0]["file"]]
+    (out / "index.json").write_text(json.dumps(doc))
+    assert not is_partition_output(out)  # its first partition's file is no longer listed
 
 
 def _fail_after(count: int, exc: BaseException):

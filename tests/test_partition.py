@@ -647,6 +647,43 @@ def test_written_partitions_fix_leading_underscore_names(monkeypatch):
     assert _written(graph)[0] == out
 
 
+def test_added_nodes_are_written_alike_whatever_object_holds_them(monkeypatch):
+    """``_wire.encode_added`` reads the added nodes' slots straight from ``_New`` instances (their
+    ``__slots__`` offsets); nodes held by any other object (no such slots, or a different type
+    after the first) are read through ``getattr``, with the same bytes."""
+    from types import SimpleNamespace
+
+    from placeviz import nodewire
+
+    wire = pytest.importorskip("placeviz._wire")
+    gd = GraphDef()
+    gd.node.extend([const("A1"), node("B1", "Identity", "A1", T=DT_FLOAT), node("A2", "Identity", "B1", T=DT_FLOAT),
+                    noop("B2"), _colocated(noop("A3"), "B2")])
+    graph = model_from_bytes_graph(gd)
+    calls = []
+    real = nodewire.encode_added
+    monkeypatch.setattr(nodewire, "encode_added", lambda *args: calls.append(args) or real(*args))
+    _written(graph)
+    assert calls and any(args[2] for args in calls)
+    slots = ("name", "op", "dev", "inputs", "kind", "origin", "oslot", "dtype", "major", "minor", "meta", "frame",
+             "copy_of")
+    for ids, n, added, *rest in calls:
+        want = wire.encode_added(ids, n, added, *rest)
+        plain = [SimpleNamespace(**{k: getattr(a, k) for k in slots}) for a in added]
+        assert wire.encode_added(ids, n, plain, *rest) == want
+        if added:
+            assert wire.encode_added(ids, n, [added[0], *plain[1:]], *rest) == want
+            assert wire.encode_added(ids, n, [plain[0], *added[1:]], *rest) == want
+
+
+def model_from_bytes_graph(gd: GraphDef) -> Graph:
+    from placeviz.io import model_from_bytes
+
+    graph = model_from_bytes("g", gd.SerializeToString()).graph
+    assert graph.node_wire is not None
+    return graph
+
+
 # ---------------------------------------------------------------- the command, through the pipeline
 PLAIN_MLP = Path(__file__).parent / "golden" / "render" / "mlp_plain.pbtxt"
 """``sample:mlp`` as TensorFlow built it, without a device setter or SyncReplicas (tests/golden/render)."""

@@ -151,8 +151,8 @@ class _GraphDefs(_PartitionerBase):
         all_offsets = np.frombuffer(wire.offsets, dtype=np.int64)
         build = rewrite | (all_offsets < 0)
         part_of = np.full(n, -1, dtype=np.int64)  # partition number of each original node it holds
-        for code, ids in enumerate(node_lists.values()):
-            ids_np = np.asarray(ids, dtype=np.int64)
+        id_arrays = [np.asarray(ids, dtype=np.int64) for ids in node_lists.values()]  # made once, cut in pieces
+        for code, ids_np in enumerate(id_arrays):
             part_of[ids_np[ids_np < n]] = code
         elsewhere = self._located_elsewhere(part_of, list(node_lists.values()))
         build |= elsewhere  # their _class is trimmed
@@ -170,7 +170,7 @@ class _GraphDefs(_PartitionerBase):
                   np.ascontiguousarray(self.e_slot, dtype=np.int32), self.names, self.added, device_fields,
                   np.ascontiguousarray(self.dev_np, dtype=np.int32))
 
-        def chunks(code: int, ids: list[int]) -> Iterator[bytes]:
+        def chunks(code: int, ids: list[int], all_ids: I64Array) -> Iterator[bytes]:
             here = _NamesIn(self, ids, part_of, code)
 
             def node_bytes(i: int) -> bytes:
@@ -180,15 +180,12 @@ class _GraphDefs(_PartitionerBase):
                 originals = slow_ids[slow_ids < n]
                 rebuilt = self._rebuilt_originals(wire, originals[from_bytes[originals]].tolist(), arrays, here,
                                                   elsewhere)
-                if rebuilt:
-                    def fallback(i: int) -> bytes:
-                        return rebuilt.pop(i, b"") or node_bytes(i)  # a NodeDef's bytes are never empty
-                else:
-                    fallback = node_bytes
+                # the rebuilt ones by a C-level dict lookup; any other (built) by node_bytes
+                fallback = _Made(rebuilt, node_bytes).__getitem__ if rebuilt else node_bytes
                 return self._nodes_bytes(slow_ids.tolist(), fallback, device_fields, incarnations)
 
             for lo in range(0, max(len(ids), 1), _CHUNK_NODES):
-                ids_np = np.asarray(ids[lo:lo + _CHUNK_NODES], dtype=np.int64)
+                ids_np = all_ids[lo:lo + _CHUNK_NODES]
                 end = tail if lo + _CHUNK_NODES >= len(ids) else b""
                 original = ids_np < n
                 slow = ~original
@@ -208,7 +205,7 @@ class _GraphDefs(_PartitionerBase):
                 del data  # before the next chunk's
 
         for code, (key, ids) in enumerate(node_lists.items()):
-            yield key, chunks(code, ids)
+            yield key, chunks(code, ids, id_arrays[code])
 
     def _rebuilt_originals(self, wire: NodeWire, ids: list[int], arrays: RebuildArgs, here: _NamesIn,
                            elsewhere: BoolArray) -> dict[int, bytes]:
@@ -219,20 +216,29 @@ class _GraphDefs(_PartitionerBase):
         ``_class`` trim, so the bytes are those of :meth:`_node_bytes`. The trim runs only on the
         nodes ``elsewhere`` marks (:meth:`_located_elsewhere`: a ``_class`` entry naming a node
         outside the partition); on the others it keeps every entry, and asking costs a Python
-        loop per node (20k rewired nodes with ``_class`` at 200k). Empty without the kernel (or
-        without such nodes): then :meth:`_node_bytes` builds them."""
+        loop per node (20k rewired nodes with ``_class`` at 200k). The GraphDef holding them is
+        serialized at once and cut at its ``node`` fields: a repeated field's items are written
+        one after the other, each as it is alone (``GraphDef.node`` is field 1 of GraphDef, and
+        protobuf writes a repeated message item as tag, length, the item's own bytes), so each
+        piece is the node's ``SerializeToString(deterministic=True)``, without a Python object
+        and a call per node (28k at 200k). Empty without the kernel (or without such nodes):
+        then :meth:`_node_bytes` builds them."""
         if not ids:
             return {}
         blob = nodewire.rebuild_nodes(wire.data, arrays[0], arrays[1], ids, *arrays[2:])
         if blob is None:
             return {}
-        trim = elsewhere[ids].tolist()
-        out: dict[int, bytes] = {}
-        for i, nd, trimmed in zip(ids, GraphDef.FromString(blob).node, trim, strict=True):
-            if trimmed and "_class" in nd.attr:
+        import numpy as np
+
+        graph = GraphDef.FromString(blob)
+        nodes = graph.node
+        for k in np.flatnonzero(elsewhere[ids]).tolist():
+            nd = nodes[k]
+            if "_class" in nd.attr:
                 _keep_local_colocation(nd, here)
-            out[i] = nd.SerializeToString(deterministic=True)
-        return out
+        data: bytes = graph.SerializeToString(deterministic=True)
+        spans = nodewire.field_spans(data, nodewire.NODE_FIELD)
+        return {i: data[o:o + size] for i, (o, size) in zip(ids, spans, strict=True)}
 
     def _nodes_bytes(self, ids: list[int], node_bytes: Callable[[int], bytes], device_fields: list[bytes],
                      incarnations: list[int]) -> list[bytes]:
@@ -393,8 +399,24 @@ class _GraphDefs(_PartitionerBase):
 
 _TRANSFER_OPS = frozenset({"_Send", "_HostSend", "_Recv", "_HostRecv"})
 _NAME = attrgetter("name")
-_CHUNK_NODES = 1 << 16
-"""Nodes per piece of a written partition (:meth:`_GraphDefs.serialize`): tens of MB at most."""
+_CHUNK_NODES = 1 << 12
+"""Nodes per piece of a written partition (:meth:`_GraphDefs.serialize`): about 1.5 MB on the
+benchmark graphs, so that write(2) copies a piece into the page cache while it is still in the
+CPU's cache, and no piece needs fresh pages (at 1 << 16, 25 MB pieces: the write side took about
+8% more CPU, ``benchmarks/README.md``)."""
+
+
+class _Made(dict[int, bytes]):
+    """Serialized NodeDefs by node id; a missing one is made by ``make`` (and not kept)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, made: dict[int, bytes], make: Callable[[int], bytes]) -> None:
+        super().__init__(made)
+        self.make = make
+
+    def __missing__(self, i: int) -> bytes:
+        return self.make(i)
 
 
 class _NamesIn:
