@@ -40,9 +40,9 @@ def _run(args: list[str], no_kernels: bool) -> subprocess.CompletedProcess:
 
 
 def test_every_module_runs_its_python_loops_when_switched_off():
-    probe = ("import placeviz.graph, placeviz.io, placeviz.partition.base as b, placeviz.partition.subgraph as sg, "
+    probe = ("import placeviz.graph, placeviz.io, placeviz.partition.base as b, placeviz.closure as cl, "
              "placeviz.partition.graph_partition as gp, placeviz.placement.setter as s, placeviz.placement.placer as p; "
-             "print([m is None for m in (placeviz.graph._wire, placeviz.io._wire, b._kernels, sg._kernels, "
+             "print([m is None for m in (placeviz.graph._wire, placeviz.io._wire, b._kernels, cl._kernels, "
              "gp._kernels, s._kernels, p._kernels)])")
     assert _run(["-c", probe], no_kernels=True).stdout.strip() == str([True] * 7)
     assert _run(["-c", probe], no_kernels=False).stdout.strip() == str([False] * 7)
