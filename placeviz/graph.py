@@ -747,6 +747,26 @@ class Graph:
         if isinstance(nodes, WireNodeDefs):
             nodes.prefetch(ids)
 
+    def wire_attr_values(self, ids: list[int], names: tuple[str, ...]) -> list[tuple[bytes | None, ...]] | None:
+        """Per node of ``ids``, the serialized AttrValue of each attr of ``names`` (None: the node
+        has no such attr), read by the C reader from the bytes the graph was read from, without
+        parsing a NodeDef; or None when it cannot (the graph was not read from bytes, or let go
+        of them, or is derived; the kernels are not built; an attr map of an odd form): then read
+        ``node_def(i).attr``, which holds the same values.
+
+        Why: a pass that needs two attrs of a few thousand nodes (``analyze``'s variables: dtype
+        and shape) otherwise parses each of those NodeDefs whole, every attr and its map object;
+        equal values come back as one bytes object, so a caller can key its work by them.
+        """
+        data, spans, nodes = self._wire_data, self._wire_spans, self._attr_nodes
+        if data is None and isinstance(nodes, WireNodeDefs):  # the bytes it reads until the whole parse
+            data = nodes.data
+        if _wire is None or data is None or spans is None or len(spans) != 8 * len(self.names):
+            return None
+        values: list[tuple[bytes | None, ...]] | None = _wire.attr_values(
+            data, spans, ids, tuple(name.encode() for name in names))
+        return values
+
     def inputs_of(self, i: int) -> list[tuple[int, int]]:
         """(source id, slot) pairs of node ``i`` in NodeDef order; slot ``CONTROL`` for control."""
         lo, hi = self.in_start[i], self.in_start[i + 1]
@@ -946,6 +966,11 @@ class WireNodeDefs:
         self._nodes = graph_def.node
         self._data = None
         self._one_by_one.clear()
+
+    @property
+    def data(self) -> memoryview | None:
+        """The bytes the NodeDefs are read from; None once the whole GraphDef was made."""
+        return self._data
 
     def __len__(self) -> int:
         return len(self._spans) // 2
