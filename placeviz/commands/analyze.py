@@ -14,6 +14,7 @@ from placeviz.analysis import Analysis
 from placeviz.commands.output import emit, render_rich, to_json
 from placeviz.errors import PlacevizError
 from placeviz.escape import terminal_text
+from placeviz.gcpause import keep_until_exit
 from placeviz.pipeline import Options, run_pipeline
 from placeviz.placement.explain import explain_lines, explain_node
 from placeviz.sizes import bar, bytes_at_least, human_bytes, traffic_total
@@ -52,6 +53,7 @@ def run(model_spec: str, options: Options, *, fmt: str, output: str | None, expl
             raise PlacevizError(pipe.placement_error)
         report.explain = [explain_node(pipe.placement, name) for name in explain]
     emit(to_json(report.to_json(), pretty=pretty) if fmt == "json" else format_text(report), output)
+    keep_until_exit(model, pipe, report)
     return report
 
 
