@@ -763,6 +763,72 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ fields_spans */
+
+#define MAX_TOP_FIELDS 8
+
+PyDoc_STRVAR(fields_spans_doc,
+"fields_spans(data, fields) -> tuple[list[(offset, length)], ...]\n\n"
+"field_spans of each top-level field number of `fields` (a tuple of ints), in one pass over the\n"
+"message: one list per field, in the order of `fields`. Every list is empty if the message has an\n"
+"odd wire form.");
+
+static PyObject *fields_spans(PyObject *self, PyObject *args)
+{
+    PyObject *data, *fields;
+    if (!PyArg_ParseTuple(args, "OO!", &data, &PyTuple_Type, &fields)) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(fields);
+    if (count > MAX_TOP_FIELDS) {
+        PyErr_SetString(PyExc_ValueError, "too many fields");
+        return NULL;
+    }
+    uint32_t wanted[MAX_TOP_FIELDS];
+    for (Py_ssize_t j = 0; j < count; j++) {
+        unsigned long f = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(fields, j));
+        if (f == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+        wanted[j] = (uint32_t)f;
+    }
+    Py_buffer buf;
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = PyTuple_New(count);
+    int odd = 0;
+    for (Py_ssize_t j = 0; out && j < count; j++) {
+        PyObject *list = PyList_New(0);
+        if (!list) Py_CLEAR(out);
+        else PyTuple_SET_ITEM(out, j, list);
+    }
+    const uint8_t *base = buf.buf, *p = base, *end = base + buf.len;
+    while (out && p < end) {
+        uint32_t field;
+        int wt;
+        const uint8_t *v;
+        uint32_t n;
+        if (!read_tag(&p, end, &field, &wt)) { odd = 1; break; }
+        Py_ssize_t j = 0;
+        while (j < count && (wanted[j] != field || wt != 2)) j++;
+        if (j < count) {
+            if (!read_len(&p, end, &v, &n)) { odd = 1; break; }
+            PyObject *span = Py_BuildValue("(nI)", (Py_ssize_t)(v - base), n);
+            if (!span || PyList_Append(PyTuple_GET_ITEM(out, j), span) < 0) Py_CLEAR(out);
+            Py_XDECREF(span);
+        } else if (!skip_value(&p, end, wt)) {
+            odd = 1;
+            break;
+        }
+    }
+    PyBuffer_Release(&buf);
+    if (out && odd) {
+        for (Py_ssize_t j = 0; j < count; j++) {
+            PyObject *empty = PyList_New(0);
+            if (!empty) { Py_CLEAR(out); break; }
+            PyObject *old = PyTuple_GET_ITEM(out, j);
+            PyTuple_SET_ITEM(out, j, empty);
+            Py_DECREF(old);
+        }
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------------ attr_values */
 
 #define MAX_VALUE_ATTRS 8
@@ -1820,6 +1886,7 @@ static PyMethodDef methods[] = {
     {"attr_values", attr_values, METH_VARARGS, attr_values_doc},
     {"valid_node_names", valid_node_names, METH_O, valid_node_names_doc},
     {"field_spans", field_spans, METH_VARARGS, field_spans_doc},
+    {"fields_spans", fields_spans, METH_VARARGS, fields_spans_doc},
     {"parses", parses, METH_VARARGS, parses_doc},
     {"node_records", node_records, METH_VARARGS, node_records_doc},
     {"splice_nodes", splice_nodes, METH_VARARGS, splice_nodes_doc},

@@ -271,7 +271,7 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
     overflowed: list[str] = []
     variable_ids = list(compress(range(n), map(VARIABLE_OPS.__contains__, graph.ops)))
     variables = _variable_infos(graph, variable_ids, trainable, model.collections.partitioned, overflowed)
-    _link_slots(variables, find_slots(graph, [v.name for v in variables]))
+    _link_slots(variables, find_slots(graph, variable_ids))
     other_state = [{"name": graph.names[i], "op": graph.ops[i], "device": graph.devices[i]}
                    for i in compress(range(n), map(OTHER_STATE_OPS.__contains__, graph.ops))]
     sync = detect_and_prove(graph, model.collections if model.collections.present else None) if with_sync else None
@@ -316,7 +316,7 @@ def detect_and_prove(graph: Graph, collections=None) -> SyncStage | None:
     return SyncStage(machinery, prove(graph, machinery, trainable=trainable or None))
 
 
-def find_slots(graph: Graph, variables: list[str]) -> dict[str, tuple[str, str]]:
+def find_slots(graph: Graph, variables: list[int]) -> dict[str, tuple[str, str]]:
     """Optimizer slot variables: slot name -> (its primary variable, the slot's own name).
 
     TF builds a slot under ``colocate_with(primary)`` in the name scope ``primary.op.name + "/"``
@@ -325,14 +325,19 @@ def find_slots(graph: Graph, variables: list[str]) -> dict[str, tuple[str, str]]
     (``w/Adagrad``, ``w/Adam``, ``w/Adam_1``, ``w/Momentum``, ``w/ExponentialMovingAverage``).
     Adam's ``beta1_power`` is colocated with a variable too but is not named under it: it is the
     optimizer's own (non-slot) variable and stays a variable of its own.
+
+    ``variables``: the variables' node ids (their ``_class`` groups are read by id: a look-up in
+    the name index of a million-node graph costs a cache miss per variable).
     """
-    names = set(variables)
+    all_names = graph.names
+    names = {all_names[i] for i in variables}
     out: dict[str, tuple[str, str]] = {}
-    colocation, index = graph.colocation, graph.index
-    for name in variables:
-        groups = colocation.get(index[name])
+    get_groups = graph.colocation.get
+    for i in variables:
+        groups = get_groups(i)
         if not groups:
             continue
+        name = all_names[i]
         for group in groups:
             primary = group[5:] if group.startswith("loc:@") else group
             if primary != name and primary in names and name.startswith(primary + "/"):
