@@ -55,7 +55,7 @@ def keep_until_exit(*objects: object) -> None:
     ``placeviz`` program's entry point, which then ends with ``os._exit``); else do nothing.
 
     Why: a command's model, pipeline and report are millions of small objects, freed one by one
-    when the command returns (0.15 s CPU of ``analyze`` at 200k nodes, 6% of the command) just
+    when the command returns (0.11-0.15 s CPU of ``analyze`` at 200k nodes, 0.6 s at 1M) just
     before the process ends and the OS takes the memory back whole. Held here, they never are.
     Tests run commands in-process through ``placeviz.cli.main``, where nothing is held.
     """
