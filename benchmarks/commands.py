@@ -175,6 +175,7 @@ def table(results: list[dict]) -> str:
 AB_COMMANDS = {
     "partition": ["partition", "{graph}", "--ps-tasks", str(PS_TASKS), "-o", "{out}/parts"],
     "lint": ["lint", "{graph}", "-o", "{out}/lint.txt"],
+    "analyze": ["analyze", "{graph}", "--ps-tasks", str(PS_TASKS), "--format", "json", "-o", "{out}/analyze.json"],
     "render": ["render", "{graph}", "--view", "devices", "-o", "{out}/x.svg"],
 }
 """The commands ``--ab`` names (``lint`` of a small graph is the cold start), as placeviz arguments:

@@ -764,6 +764,196 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ fields_spans */
+
+#define MAX_TOP_FIELDS 8
+
+PyDoc_STRVAR(fields_spans_doc,
+"fields_spans(data, fields) -> tuple[list[(offset, length)], ...]\n\n"
+"field_spans of each top-level field number of `fields` (a tuple of ints), in one pass over the\n"
+"message: one list per field, in the order of `fields`. Every list is empty if the message has an\n"
+"odd wire form.");
+
+static PyObject *fields_spans(PyObject *self, PyObject *args)
+{
+    PyObject *data, *fields;
+    if (!PyArg_ParseTuple(args, "OO!", &data, &PyTuple_Type, &fields)) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(fields);
+    if (count > MAX_TOP_FIELDS) {
+        PyErr_SetString(PyExc_ValueError, "too many fields");
+        return NULL;
+    }
+    uint32_t wanted[MAX_TOP_FIELDS];
+    for (Py_ssize_t j = 0; j < count; j++) {
+        unsigned long f = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(fields, j));
+        if (f == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+        wanted[j] = (uint32_t)f;
+    }
+    Py_buffer buf;
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = PyTuple_New(count);
+    int odd = 0;
+    for (Py_ssize_t j = 0; out && j < count; j++) {
+        PyObject *list = PyList_New(0);
+        if (!list) Py_CLEAR(out);
+        else PyTuple_SET_ITEM(out, j, list);
+    }
+    const uint8_t *base = buf.buf, *p = base, *end = base + buf.len;
+    while (out && p < end) {
+        uint32_t field;
+        int wt;
+        const uint8_t *v;
+        uint32_t n;
+        if (!read_tag(&p, end, &field, &wt)) { odd = 1; break; }
+        Py_ssize_t j = 0;
+        while (j < count && (wanted[j] != field || wt != 2)) j++;
+        if (j < count) {
+            if (!read_len(&p, end, &v, &n)) { odd = 1; break; }
+            PyObject *span = Py_BuildValue("(nI)", (Py_ssize_t)(v - base), n);
+            if (!span || PyList_Append(PyTuple_GET_ITEM(out, j), span) < 0) Py_CLEAR(out);
+            Py_XDECREF(span);
+        } else if (!skip_value(&p, end, wt)) {
+            odd = 1;
+            break;
+        }
+    }
+    PyBuffer_Release(&buf);
+    if (out && odd) {
+        for (Py_ssize_t j = 0; j < count; j++) {
+            PyObject *empty = PyList_New(0);
+            if (!empty) { Py_CLEAR(out); break; }
+            PyObject *old = PyTuple_GET_ITEM(out, j);
+            PyTuple_SET_ITEM(out, j, empty);
+            Py_DECREF(old);
+        }
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------ attr_values */
+
+#define MAX_VALUE_ATTRS 8
+
+PyDoc_STRVAR(attr_values_doc,
+"attr_values(data, spans, ids, names) -> list[tuple] | None\n\n"
+"For each node of `ids` (a list of ints, each < len(spans) / 8; spans as scan_graph gives), a\n"
+"tuple with one item per attr name of `names` (a tuple of bytes): the serialized AttrValue of\n"
+"that attr in the node's attr map (the last entry with that key, as the parse keeps it), or None\n"
+"when the map has no such key. Equal raw values are one bytes object. None when an attr map\n"
+"entry has an odd form (a repeated key or value, another field): the caller reads the NodeDefs.");
+
+static PyObject *attr_values(PyObject *self, PyObject *args)
+{
+    PyObject *data, *spans, *ids, *names;
+    if (!PyArg_ParseTuple(args, "OOO!O!", &data, &spans, &PyList_Type, &ids, &PyTuple_Type, &names)) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(names);
+    if (count > MAX_VALUE_ATTRS) {
+        PyErr_SetString(PyExc_ValueError, "too many attr names");
+        return NULL;
+    }
+    const char *want[MAX_VALUE_ATTRS];
+    Py_ssize_t want_len[MAX_VALUE_ATTRS];
+    for (Py_ssize_t j = 0; j < count; j++) {
+        PyObject *name = PyTuple_GET_ITEM(names, j);
+        if (!PyBytes_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "attr names must be bytes");
+            return NULL;
+        }
+        want[j] = PyBytes_AS_STRING(name);
+        want_len[j] = PyBytes_GET_SIZE(name);
+    }
+    Py_buffer buf, sbuf;
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(spans, &sbuf, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    const Span *sp = sbuf.buf;
+    Py_ssize_t nspans = sbuf.len / (Py_ssize_t)sizeof(Span), n = PyList_GET_SIZE(ids);
+    PyObject *out = PyList_New(n), *memo = PyDict_New(), *result = NULL;
+    int plain = 1;
+    if (!out || !memo) goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(ids, k));
+        if (i == -1 && PyErr_Occurred()) goto done;
+        if (i < 0 || i >= nspans || (uint64_t)sp[i].off + sp[i].len > (uint64_t)buf.len) {
+            PyErr_SetString(PyExc_IndexError, "node id out of range");
+            goto done;
+        }
+        const uint8_t *found[MAX_VALUE_ATTRS];
+        uint32_t found_len[MAX_VALUE_ATTRS];
+        for (Py_ssize_t j = 0; j < count; j++) found[j] = NULL;
+        const uint8_t *p = (const uint8_t *)buf.buf + sp[i].off, *end = p + sp[i].len;
+        uint32_t field;
+        int wt;
+        while (p < end) {
+            if (!read_tag(&p, end, &field, &wt)) { plain = 0; goto done; }
+            if (field != 5) {
+                if (!skip_value(&p, end, wt)) { plain = 0; goto done; }
+                continue;
+            }
+            const uint8_t *entry, *q, *entry_end;
+            uint32_t entry_len;
+            if (wt != 2 || !read_len(&p, end, &entry, &entry_len)) { plain = 0; goto done; }
+            /* A map entry: key = 1, value = 2, each at most once (a repeated value would merge). */
+            const uint8_t *key = (const uint8_t *)"", *value = (const uint8_t *)"";
+            uint32_t key_len = 0, value_len = 0;
+            int keys = 0, vals = 0;
+            q = entry;
+            entry_end = entry + entry_len;
+            while (q < entry_end) {
+                uint32_t f;
+                int w;
+                if (!read_tag(&q, entry_end, &f, &w)) { plain = 0; goto done; }
+                if (f == 1 && w == 2) {
+                    if (!read_len(&q, entry_end, &key, &key_len)) { plain = 0; goto done; }
+                    keys++;
+                } else if (f == 2 && w == 2) {
+                    if (!read_len(&q, entry_end, &value, &value_len)) { plain = 0; goto done; }
+                    vals++;
+                } else {
+                    plain = 0;
+                    goto done;
+                }
+            }
+            if (keys > 1 || vals > 1) { plain = 0; goto done; }
+            for (Py_ssize_t j = 0; j < count; j++) {
+                if ((Py_ssize_t)key_len == want_len[j] && memcmp(key, want[j], key_len) == 0) {
+                    found[j] = value;
+                    found_len[j] = value_len;
+                }
+            }
+        }
+        PyObject *row = PyTuple_New(count);
+        if (!row) goto done;
+        PyList_SET_ITEM(out, k, row);
+        for (Py_ssize_t j = 0; j < count; j++) {
+            PyObject *v = Py_None;
+            if (found[j]) {
+                PyObject *raw = bytes_of(found[j], found_len[j]);
+                if (!raw) goto done;
+                v = PyDict_SetDefault(memo, raw, raw); /* borrowed: the first equal bytes */
+                Py_DECREF(raw);
+                if (!v) goto done;
+            }
+            Py_INCREF(v);
+            PyTuple_SET_ITEM(row, j, v);
+        }
+    }
+    result = out;
+    out = NULL;
+done:
+    if (!result && !plain && !PyErr_Occurred()) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    Py_XDECREF(out);
+    Py_XDECREF(memo);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&sbuf);
+    return result;
+}
+
 PyDoc_STRVAR(valid_node_names_doc,
 "valid_node_names(names) -> bool\n\n"
 "True if every name matches TF's node-name rule [A-Za-z0-9.][A-Za-z0-9_.\\-/>]* exactly (ASCII,\n"
@@ -1917,8 +2107,10 @@ done:
 static PyMethodDef methods[] = {
     {"scan_graph", scan_graph, METH_O, scan_graph_doc},
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
+    {"attr_values", attr_values, METH_VARARGS, attr_values_doc},
     {"valid_node_names", valid_node_names, METH_O, valid_node_names_doc},
     {"field_spans", field_spans, METH_VARARGS, field_spans_doc},
+    {"fields_spans", fields_spans, METH_VARARGS, fields_spans_doc},
     {"parses", parses, METH_VARARGS, parses_doc},
     {"node_records", node_records, METH_VARARGS, node_records_doc},
     {"splice_nodes", splice_nodes, METH_VARARGS, splice_nodes_doc},

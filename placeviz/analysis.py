@@ -25,7 +25,7 @@ from placeviz.graph import CONTROL, Graph
 from placeviz.io import Model
 from placeviz.limits import overflows, tensor_bytes
 from placeviz.op_kinds import OTHER_STATE_OPS, VARIABLE_OPS
-from placeviz.protos import dtype_name, dtype_size
+from placeviz.protos import AttrValue, dtype_name, dtype_size
 
 if TYPE_CHECKING:  # the later stages' result types (those modules import this one's users)
     from placeviz.agreement import Agreement
@@ -270,9 +270,8 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
     trainable = set(model.collections.trainable_variables) if model.collections.present else None
     overflowed: list[str] = []
     variable_ids = list(compress(range(n), map(VARIABLE_OPS.__contains__, graph.ops)))
-    graph.prefetch_node_defs(variable_ids)  # their attrs are read: in one parse if the file was not parsed
     variables = _variable_infos(graph, variable_ids, trainable, model.collections.partitioned, overflowed)
-    _link_slots(variables, find_slots(graph, [v.name for v in variables]))
+    _link_slots(variables, find_slots(graph, variable_ids))
     other_state = [{"name": graph.names[i], "op": graph.ops[i], "device": graph.devices[i]}
                    for i in compress(range(n), map(OTHER_STATE_OPS.__contains__, graph.ops))]
     sync = detect_and_prove(graph, model.collections if model.collections.present else None) if with_sync else None
@@ -317,7 +316,7 @@ def detect_and_prove(graph: Graph, collections=None) -> SyncStage | None:
     return SyncStage(machinery, prove(graph, machinery, trainable=trainable or None))
 
 
-def find_slots(graph: Graph, variables: list[str]) -> dict[str, tuple[str, str]]:
+def find_slots(graph: Graph, variables: list[int]) -> dict[str, tuple[str, str]]:
     """Optimizer slot variables: slot name -> (its primary variable, the slot's own name).
 
     TF builds a slot under ``colocate_with(primary)`` in the name scope ``primary.op.name + "/"``
@@ -326,14 +325,19 @@ def find_slots(graph: Graph, variables: list[str]) -> dict[str, tuple[str, str]]
     (``w/Adagrad``, ``w/Adam``, ``w/Adam_1``, ``w/Momentum``, ``w/ExponentialMovingAverage``).
     Adam's ``beta1_power`` is colocated with a variable too but is not named under it: it is the
     optimizer's own (non-slot) variable and stays a variable of its own.
+
+    ``variables``: the variables' node ids (their ``_class`` groups are read by id: a look-up in
+    the name index of a million-node graph costs a cache miss per variable).
     """
-    names = set(variables)
+    all_names = graph.names
+    names = {all_names[i] for i in variables}
     out: dict[str, tuple[str, str]] = {}
-    colocation, index = graph.colocation, graph.index
-    for name in variables:
-        groups = colocation.get(index[name])
+    get_groups = graph.colocation.get
+    for i in variables:
+        groups = get_groups(i)
         if not groups:
             continue
+        name = all_names[i]
         for group in groups:
             primary = group[5:] if group.startswith("loc:@") else group
             if primary != name and primary in names and name.startswith(primary + "/"):
@@ -385,32 +389,16 @@ def _producer(graph) -> int:
     return versions.producer if versions is not None else 0
 
 
-def _variable_infos(graph: Graph, ids, trainable: set[str] | None, partitioned: dict,
+def _variable_infos(graph: Graph, ids: list[int], trainable: set[str] | None, partitioned: dict,
                     overflowed: list[str]) -> list[VariableInfo]:
     """The :class:`VariableInfo` of nodes ``ids`` (variables), in that order.
 
     ``overflowed``: gets the name of every variable whose byte count is beyond int64.
-
-    A graph's variables share few (dtype, shape) pairs (a model repeats its layers; a 200k-node
-    graph's 15k variables have three), and reading a shape's dims out of the NodeDef costs more
-    than serializing its ``shape`` AttrValue: the facts of each distinct (dtype, serialized
-    shape) are worked out once (:func:`_declared_facts`); equal bytes are an equal value.
     """
-    nodes = graph.attr_nodes
     names, ops, devices = graph.names, graph.ops, graph.devices
-    known: dict[tuple[int, bytes | None], tuple] = {}
     out: list[VariableInfo] = []
     append = out.append
-    for i in ids:
-        attr = nodes[i].attr
-        dtype_av = attr.get("dtype")
-        dtype = dtype_av.type if dtype_av is not None else 0
-        shape_av = attr.get("shape")
-        key = (dtype, shape_av.SerializeToString() if shape_av is not None else None)
-        facts = known.get(key)
-        if facts is None:
-            facts = known[key] = _declared_facts(dtype, shape_av)
-        dname, shape, nbytes, over = facts
+    for i, (dname, shape, nbytes, over) in zip(ids, _variables_declared(graph, ids), strict=True):
         name = names[i]
         if over:
             overflowed.append(name)
@@ -424,6 +412,52 @@ def _variable_infos(graph: Graph, ids, trainable: set[str] | None, partitioned: 
             device=devices[i],
             partition_of=partitioned.get(name),
         ))
+    return out
+
+
+_DECLARED_ATTRS = ("dtype", "shape")
+"""The attrs a variable op declares its value with (``VariableV2``, ``VarHandleOp``...:
+``tensorflow/core/ops/state_ops.cc``, ``resource_variable_ops.cc``)."""
+
+
+def _variables_declared(graph: Graph, ids: list[int]) -> list[tuple]:
+    """:func:`_declared_facts` of each variable of ``ids``, in that order.
+
+    A graph's variables share few (dtype, shape) pairs (a model repeats its layers; a 200k-node
+    graph's 15k variables have three), so the facts of each distinct pair are worked out once;
+    equal serialized AttrValues are equal values. The two attrs are read from the file's bytes by
+    the C reader when it can (:meth:`Graph.wire_attr_values`: no NodeDef is parsed, which was
+    most of this pass's time), else from the NodeDefs (parsed in one call when the file was not:
+    :meth:`Graph.prefetch_node_defs`); reading a shape's dims out of a NodeDef costs more than
+    serializing its ``shape`` AttrValue, hence the key.
+    """
+    known: dict[tuple, tuple] = {}
+    get = known.get
+    out: list[tuple] = []
+    append = out.append
+    raw = graph.wire_attr_values(ids, _DECLARED_ATTRS)
+    if raw is not None:
+        for key in raw:
+            facts = get(key)
+            if facts is None:
+                dtype_raw, shape_raw = key
+                dtype = AttrValue.FromString(dtype_raw).type if dtype_raw is not None else 0
+                shape_av = AttrValue.FromString(shape_raw) if shape_raw is not None else None
+                facts = known[key] = _declared_facts(dtype, shape_av)
+            append(facts)
+        return out
+    graph.prefetch_node_defs(ids)
+    nodes = graph.attr_nodes
+    for i in ids:
+        attr = nodes[i].attr
+        dtype_av = attr.get("dtype")
+        dtype = dtype_av.type if dtype_av is not None else 0
+        shape_av = attr.get("shape")
+        node_key = (dtype, shape_av.SerializeToString() if shape_av is not None else None)
+        facts = get(node_key)
+        if facts is None:
+            facts = known[node_key] = _declared_facts(dtype, shape_av)
+        append(facts)
     return out
 
 

@@ -585,13 +585,17 @@ def run() -> None:
     Why: after the last line of output CPython still frees every module and object one by one
     (numpy, protobuf, click, the op table, the rules): about 0.05 s CPU of a cold ``lint`` of a
     100-node graph, a sixth of it (``benchmarks/README.md``, "Lint at pipeline speed"), which
-    nobody waits for usefully. What a normal exit does that a user can see still happens: the
+    nobody waits for usefully; for the same reason the big results of a command are held to the end
+    (:func:`placeviz.gcpause.keep_until_exit`). What a normal exit does that a user can see still happens: the
     ``atexit`` handlers run and stdout/stderr are flushed. The normal exit runs instead when
     TensorFlow was imported (its threads and exit handlers), another thread that is not a daemon
     is alive, or the exit status is not a number. Tests call :func:`main` in-process, never this.
     """
     import threading
 
+    from placeviz.gcpause import hold_until_exit
+
+    hold_until_exit()  # the commands' results are not freed one by one before os._exit
     code: int | None = 0
     try:
         main()

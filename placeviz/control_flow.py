@@ -79,8 +79,11 @@ class ControlFlowInfo:
 
 def build_control_flow_info(g: Graph) -> ControlFlowInfo:
     """The frames of every node of ``g``, as ``BuildControlFlowInfo`` (control_flow.cc) finds them
-    (what :attr:`placeviz.graph.Graph.control_flow` keeps)."""
-    return frames_of(g.ops, g.names, g.attr_nodes, g.in_start, g.in_src, out_edges=g.consumers[:2])
+    (what :attr:`placeviz.graph.Graph.control_flow` keeps). The graph's consumer lists are made
+    (and kept) only when some ``Enter`` needs the walk: the report's traffic view asks every graph
+    for its frames, and most training graphs have no while loop."""
+    loops = g.computed("consumers") or not ENTER_OPS.isdisjoint(g.ops)
+    return frames_of(g.ops, g.names, g.attr_nodes, g.in_start, g.in_src, out_edges=g.consumers[:2] if loops else None)
 
 
 def frames_of(ops: Sequence[str], names: Sequence[str], nodes: NodeDefs, in_start: IntArray,

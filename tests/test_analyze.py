@@ -44,3 +44,23 @@ def test_graphdef_without_collections_says_trainable_is_unknown(tf_models):
     doc = report.to_json()
     assert doc["schema"] == "placeviz.analysis/1"
     assert doc["variable_bytes"]["total"] == sum(v.bytes for v in report.variables)
+
+
+def test_variables_read_from_the_file_bytes_match_tf_and_the_parsed_node_defs(tf_models, tf_truth, monkeypatch):
+    # A binary GraphDef is not parsed on load: the variables' dtype and shape attrs come from the
+    # C reader (Graph.wire_attr_values). They must be TF's, and what the parsed NodeDefs give.
+    from placeviz import io
+
+    model = load(tf_models / "setter.pb")
+    ids = [model.graph.index[name] for name in tf_truth["variable_shapes"]]
+    if io._wire is not None:
+        assert model.graph.wire_attr_values(ids, ("dtype", "shape")) is not None
+    report = analyze(model)
+    variables = {v.name: v for v in report.variables}
+    for name, shape in tf_truth["variable_shapes"].items():
+        assert variables[name].shape == shape
+        assert variables[name].dtype.removesuffix("_ref") == tf_truth["variable_dtypes"][name]
+    monkeypatch.setattr(io, "LAZY_PARSE", False)
+    eager = load(tf_models / "setter.pb")  # parsed whole, its bytes let go: the NodeDefs are read
+    assert eager.graph.wire_attr_values(ids, ("dtype", "shape")) is None
+    assert analyze(eager).to_json() == report.to_json()

@@ -27,14 +27,16 @@ SCRIPT = """
 import sys
 from placeviz.cli import main
 try:
-    main(["lint", sys.argv[1]])
+    main([*sys.argv[3:], sys.argv[1]])
 except SystemExit as e:
     assert e.code in (0, 1), e.code
 print(repr(sorted(m for m in sys.modules if m in sys.argv[2].split(","))))
 """
 
 
-def test_a_cold_lint_imports_only_what_it_uses(tmp_path):
+@pytest.mark.parametrize("command", [["lint"], ["analyze", "--format", "json"]])
+def test_a_cold_lint_imports_only_what_it_uses(tmp_path, command):
+    """... and so does ``analyze --format json`` (rich draws only the text report)."""
     g = GraphDef()
     c = g.node.add(name="c", op="Const", device="/job:ps/task:0")
     c.attr["dtype"].type = 1  # DT_FLOAT
@@ -46,7 +48,7 @@ def test_a_cold_lint_imports_only_what_it_uses(tmp_path):
     path.write_bytes(g.SerializeToString())
     env = dict(os.environ, PYTHONPATH=str(REPO))
     # cwd: a directory without pyproject.toml, as a model's directory in CI usually is
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(path), ",".join(DEFERRED)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(path), ",".join(DEFERRED), *command], capture_output=True,
                           text=True, timeout=120, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout

@@ -32,3 +32,44 @@ def test_a_builder_runs_with_the_collector_on_inside_a_paused_run(tmp_path):
         load(f"{tmp_path / 'b.py'}:build")
     assert seen.read_text() == "True"
     assert gc.isenabled()
+
+
+class _Result:
+    """Something a command computed (weakly referenceable, unlike ``object()``)."""
+
+
+def test_results_are_held_to_the_end_only_in_the_program(monkeypatch):
+    import weakref
+
+    from placeviz import gcpause
+
+    monkeypatch.setattr(gcpause, "_kept", None)  # in-process (tests, placeviz.cli.main): nothing held
+    result = _Result()
+    ref = weakref.ref(result)
+    gcpause.keep_until_exit(result)
+    del result
+    assert ref() is None
+    gcpause.hold_until_exit()  # what placeviz.cli.run, the program, does first
+    result = _Result()
+    ref = weakref.ref(result)
+    gcpause.keep_until_exit(result, None)
+    del result
+    assert ref() is not None
+
+
+@pytest.mark.parametrize("command", [["analyze", "--format", "json"], ["lint", "--format", "json"]])
+def test_analyze_and_lint_hold_their_model_and_pipeline(monkeypatch, tmp_path, command):
+    from importlib.resources import files
+
+    from placeviz import gcpause
+    from placeviz.cli import main
+    from placeviz.graph import Graph
+    from placeviz.pipeline import Pipeline
+
+    monkeypatch.setattr(gcpause, "_kept", [])
+    graph = str(files("placeviz") / "data" / "misconfigured.pb")
+    with pytest.raises(SystemExit):
+        main([command[0], graph, "--ps-tasks", "2", *command[1:], "-o", str(tmp_path / "out.json")])
+    held = [x for objects in gcpause._kept for x in objects]
+    assert any(isinstance(x, Pipeline) for x in held)
+    assert any(getattr(x, "graph", None).__class__ is Graph for x in held)  # the model

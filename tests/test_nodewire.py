@@ -99,6 +99,20 @@ def test_field_spans_decline_odd_forms_alike():
         assert _wire.field_spans(data, 1) == nodewire.field_spans_py(data, 1), data
 
 
+def test_fields_spans_are_field_spans_of_each_field_in_one_pass():
+    """``_wire.fields_spans`` (the GraphDef's library and versions found together) gives, field by
+    field, what ``field_spans_py`` gives: on a graph with several records of each, and on odd forms."""
+    rng = random.Random(3)
+    nodes = [_field(1, _random_node(rng, k).SerializeToString()) for k in range(20)]
+    versions = _field(4, GraphDef(versions={"producer": 7}).versions.SerializeToString())
+    library = _field(2, b"")
+    graph = b"".join(nodes[:5]) + versions + b"".join(nodes[5:]) + library + versions + _field(2, b"\x0a\x00")
+    for data in (graph, b"\x0a\x05ab", b"\x0b", b"\x00", b"\x0a\x01a\x12\x00", b"\x12\x00\x20\x01", b""):
+        fields = (2, 4, 1)
+        assert _wire.fields_spans(data, fields) == tuple(nodewire.field_spans_py(data, f) for f in fields), data
+    assert [len(spans) for spans in _wire.fields_spans(graph, (2, 4))] == [2, 2]
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError):
         _wire.splice_nodes(b"\x0a\x00", array("q", [0, 0]), array("q", [0]), array("i", [0]), [b"d"], [])

@@ -17,10 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from placeviz import graph as graph_module
+from placeviz import nodewire
 from placeviz.errors import GraphError
 from placeviz.graph import Graph
 from placeviz.io import _default_fact_key_attrs, load
-from placeviz.protos import GraphDef, MetaGraphDef
+from placeviz.protos import AttrValue, GraphDef, MetaGraphDef
 from tests.test_fuzz_load import realistic_graph
 
 
@@ -65,7 +66,59 @@ def assert_same(graph_def: GraphDef, data: bytes | None = None, key_attrs_for=_d
     have = got.attr_keys(key_attrs)
     assert have == want
     assert [type(v) for v in have] == [type(v) for v in want]
+    assert_same_attr_values(got, graph_def, data)
     return "equal"
+
+
+_VALUE_ATTRS = ("dtype", "shape", "T", "_class", "missing")
+
+
+def assert_same_attr_values(graph: Graph, graph_def: GraphDef, data: bytes) -> None:
+    """``Graph.wire_attr_values`` (the C reader) holds, node by node, the AttrValues the parsed
+    NodeDefs hold (None: the attr is absent); when the graph was read from ``data``, it declines
+    (None) exactly when some attr map entry there is not one key and one value."""
+    ids = list(range(len(graph)))[::-1]  # any order, each id as asked
+    values = graph.wire_attr_values(ids, _VALUE_ATTRS)
+    read = graph.node_sizes() is not None  # the C reader read the graph from ``data``
+    if values is None:
+        assert not read or _odd_attr_entries(data)
+        return
+    assert read and not _odd_attr_entries(data)
+    assert len(values) == len(ids)
+    for i, row in zip(ids, values, strict=True):
+        attr = graph_def.node[i].attr
+        assert len(row) == len(_VALUE_ATTRS)
+        for name, raw in zip(_VALUE_ATTRS, row, strict=True):
+            if name not in attr:
+                assert raw is None, (i, name)
+            else:
+                assert AttrValue.FromString(raw) == attr[name], (i, name)
+
+
+def _fields(data: bytes) -> list[tuple[int, bytes | None]]:
+    """(field number, payload or None for a non-length-delimited value) of a serialized message."""
+    view, p, out = memoryview(data), 0, []
+    while p < len(view):
+        tag, p = nodewire._varint(view, p, len(view))
+        if tag & 7 == 2:
+            n, p = nodewire._varint(view, p, len(view))
+            out.append((tag >> 3, bytes(view[p:p + n])))
+            p += n
+        else:
+            p = nodewire._skip(view, p, len(view), tag & 7)
+            out.append((tag >> 3, None))
+    return out
+
+
+def _odd_attr_entries(data: bytes) -> bool:
+    """Some NodeDef's attr map entry in ``data`` is not at most one key (1) and one value (2)."""
+    for number, node in _fields(data):
+        for field, entry in _fields(node or b"") if number == 1 else ():
+            if field == 5:
+                numbers = [f for f, _ in _fields(entry or b"")]
+                if set(numbers) - {1, 2} or numbers.count(1) > 1 or numbers.count(2) > 1:
+                    return True
+    return False
 
 
 def test_tf_built_graphs(tf_models):

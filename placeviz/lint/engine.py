@@ -90,9 +90,10 @@ def run_lint(specs: list[str], selected: list[LoadedRule], options: LintOptions,
     report = LintReport(rules=selected, models=[], fail_on=fail_on, config=config_path)
     findings: list[Finding] = []
     with stage("linting", total=len(specs), unit="models") as progress:  # its steps: the rules (runner)
-        for spec in specs:
+        for k, spec in enumerate(specs):
             pipe = (pipelines or {}).get(spec)
-            result = lint_model(spec, selected, options) if pipe is None else lint_pipeline(pipe, selected, options)
+            result = (lint_model(spec, selected, options, last=k == len(specs) - 1) if pipe is None
+                      else lint_pipeline(pipe, selected, options))
             model = display_path(spec)
             report.models.append(model)
             for r in result.ran:

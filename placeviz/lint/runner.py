@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from placeviz.errors import GraphError, LoadError, PlacevizError
+from placeviz.gcpause import keep_until_exit
 from placeviz.limits import InputRefused
 from placeviz.lint.api import SEVERITIES, Finding, LintContext
 from placeviz.lint.contain import DEFAULT_TIMEOUT, run_contained
@@ -120,8 +121,13 @@ def display_path(spec: str) -> str:
         return Path(spec).as_posix()
 
 
-def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> ModelResult:
-    """Run ``rules`` on one model; see the module docstring."""
+def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions, *, last: bool = False) -> ModelResult:
+    """Run ``rules`` on one model; see the module docstring.
+
+    ``last``: no other model follows in this process, so the model, its pipeline and the rules'
+    context are held to the end (:func:`placeviz.gcpause.keep_until_exit`) rather than freed one
+    object at a time; an earlier model's are freed before the next one is read.
+    """
     from placeviz.io import load
 
     model_path = display_path(spec)
@@ -166,8 +172,10 @@ def lint_model(spec: str, rules: list[LoadedRule], options: LintOptions) -> Mode
         pipes, sources = task_pipelines(model, pipe, spec, options.worker_graphs, options.pipeline,
                                         workers=options.workers)
         agreement = check_agreement(pipes, sources)
-    return _locate(_run_rules(_context(model_path, pipe, raw, options, agreement), rules, result, timeout),
-                   model.sources)
+    ctx = _context(model_path, pipe, raw, options, agreement)
+    if last:
+        keep_until_exit(model, pipe, raw, ctx)
+    return _locate(_run_rules(ctx, rules, result, timeout), model.sources)
 
 
 def model_pipeline(model, rules: list[LoadedRule], options: LintOptions):
