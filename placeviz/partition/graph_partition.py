@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 from itertools import chain
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from placeviz.graph import CONTROL
 from placeviz.limits import MAX_TENSOR_BYTES
@@ -86,6 +86,15 @@ def _dtype_names() -> dict[int, str]:
     """:func:`dtype_name` of every DataType value and of its ref type: the C cut's table (it names
     any other value ``dtype_<n>``, as :func:`dtype_name` does)."""
     return {d: dtype_name(d) for t in DataType.values() for d in (t, t + REF_OFFSET)}
+
+
+def _unique(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``np.unique`` of a 1-d integer array, sorted, without its import of ``numpy.ma`` (it asks
+    ``np.ma.is_masked``: 10-20 ms of a small graph's cold ``lint``, ``tests/test_coldstart.py``)."""
+    import numpy as np
+
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if len(ordered) else ordered
 
 
 def _known_first(shape: Shape, fallback: Shape) -> Shape:
@@ -418,24 +427,29 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         n = self.n
         data = self.e_slot[pos] != CONTROL  # control edges ask for no facts
         src, slot, dst = self.e_src[pos][data], self.e_slot[pos][data], self.e_dst[pos][data]
-        from_added = np.unique(src[src >= n])
+        from_added = _unique(src[src >= n])
         stands = [self.added[s - n] for s in from_added.tolist()]
         copies = np.asarray([a.copy_of for a in stands if a.copy_of >= 0], dtype=np.int32)
-        nodes = np.unique(np.concatenate([src[src < n], dst, copies]))
+        nodes = _unique(np.concatenate([src[src < n], dst, copies]))
         row_of, rows = self.fact_table(nodes.tolist())
         # A group with a ref-typed source reads the types of all of its destination's inputs.
         ref_row = np.asarray([max(row[1], default=0) > REF_OFFSET for row in rows] + [False])
         ref_edge = ref_row[row_of[np.minimum(src, n - 1)]] & (src < n)
         if stands:
             ref_added = from_added[np.asarray([a.dtype > REF_OFFSET for a in stands])]
-            ref_edge |= np.isin(src, ref_added)
+            is_ref_added = np.zeros(n + len(self.added), dtype=bool)
+            is_ref_added[ref_added] = True
+            ref_edge |= is_ref_added[src]
         if ref_edge.any():
-            ref_dst = np.unique(dst[ref_edge])
+            ref_dst = _unique(dst[ref_edge])
             lo, hi = self.in_start_np[ref_dst].astype(np.int64), self.in_start_np[ref_dst + 1].astype(np.int64)
             counts = hi - lo
             inputs = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
             in_src = self.e_src[inputs][self.e_slot[inputs] != CONTROL]
-            more = np.setdiff1d(in_src[in_src < n], nodes)
+            wanted = np.zeros(n, dtype=bool)
+            wanted[in_src[in_src < n]] = True
+            wanted[nodes] = False
+            more = np.flatnonzero(wanted)
             if len(more):
                 row_of, rows = self.fact_table(np.concatenate([nodes, more]).tolist())
         origin, oslot = src.astype(np.int64), slot.astype(np.int64)
@@ -448,7 +462,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             origin[at[has]] = a_origin[has]
             oslot[at[has]] = a_oslot[has]
         named = oslot != CONTROL
-        pairs = np.unique((origin[named] << 32) | oslot[named])
+        pairs = _unique((origin[named] << 32) | oslot[named])
         shape = self.shape
         shapes = {(o, s): shape(o, s) for o, s in zip((pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist(),
                                                       strict=True)}
