@@ -114,7 +114,9 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal, NoReturn
 
 from placeviz.errors import PlacevizError
@@ -1410,14 +1412,24 @@ class _Rewrite:
         if len(by_dev) == 1:
             (d, ms), = by_dev.items()
             return [self.b.node(name, "NoOp", sorted(f"^{m}" for m in ms), device=d)]
+        out, kids = self.per_device_noops(name, {d: [f"^{m}" for m in ms] for d, ms in by_dev.items()}, str)
+        out.append(self.b.node(name, "NoOp", sorted(f"^{k}" for k in kids), device=root_device))
+        return out
+
+    def per_device_noops(self, name: str, by_dev: dict[str, list[str]], device_of: Callable[[str], str],
+                         key: Callable[[str], str] | None = None) -> tuple[list[NodeDef], list[str]]:
+        """The second level of ``control_flow_ops.group`` over several devices (control_flow_ops.py,
+        ``_GroupControlDeps`` per device, devices sorted): one NoOp per device, named
+        ``<name>/NoOp``, ``<name>/NoOp_1``, ... in the group's fresh name scope, holding that
+        device's control inputs (``by_dev``, sorted by ``key``), on ``device_of(device)``. Returns
+        the NoOps and their names (the root's control inputs)."""
         out, kids = [], []
         for k, d in enumerate(sorted(by_dev)):
             kid = f"{name}/NoOp" + (f"_{k}" if k else "")
-            out.append(self.b.node(kid, "NoOp", sorted(f"^{m}" for m in by_dev[d]), device=d,
+            out.append(self.b.node(kid, "NoOp", sorted(by_dev[d], key=key), device=device_of(d),
                                    manual_deps=True))  # a control input of the root
             kids.append(kid)
-        out.append(self.b.node(name, "NoOp", sorted(f"^{k}" for k in kids), device=root_device))
-        return out
+        return out, kids
 
     def worker_device(self) -> str:
         """The device context SyncReplicasOptimizer.apply_gradients runs in (``W``).
@@ -1646,13 +1658,9 @@ class _Rewrite:
                 m.device = _merge_device(ctx, d)
                 out.append(m)
                 continue
-            kids = []
-            for k, d in enumerate(sorted(by_dev)):
-                kid = f"{n.name}/NoOp" + (f"_{k}" if k else "")
-                out.append(self.b.node(kid, "NoOp", sorted(by_dev[d], key=key), device=_merge_device(ctx, d),
-                                       manual_deps=True))
-                kids.append(f"^{kid}")
-            m.input.extend(kids)
+            noops, kids = self.per_device_noops(n.name, by_dev, partial(_merge_device, ctx), key)
+            out.extend(noops)
+            m.input.extend(f"^{kid}" for kid in kids)
             m.device = ctx
             out.append(m)
         return out
