@@ -85,6 +85,39 @@ static int skip_value(const uint8_t **pp, const uint8_t *end, int wire_type)
     }
 }
 
+/* Read one map<string, AttrValue> entry of a NodeDef's attr field (field 5, wire type 2) at *pp:
+ * key = 1, value = 2, each at most once (a repeated value would merge, which only a full parse
+ * answers). 0 when the entry is not that plain form: the caller then declines. A missing key or
+ * value reads as empty, as protobuf's defaults. */
+static int read_attr_entry(const uint8_t **pp, const uint8_t *end, int wire_type, const uint8_t **key,
+                           uint32_t *key_len, const uint8_t **value, uint32_t *value_len)
+{
+    const uint8_t *entry, *q, *entry_end;
+    uint32_t entry_len;
+    if (wire_type != 2 || !read_len(pp, end, &entry, &entry_len)) return 0;
+    *key = (const uint8_t *)"";
+    *value = (const uint8_t *)"";
+    *key_len = *value_len = 0;
+    int keys = 0, vals = 0;
+    q = entry;
+    entry_end = entry + entry_len;
+    while (q < entry_end) {
+        uint32_t f;
+        int w;
+        if (!read_tag(&q, entry_end, &f, &w)) return 0;
+        if (f == 1 && w == 2) {
+            if (!read_len(&q, entry_end, key, key_len)) return 0;
+            keys++;
+        } else if (f == 2 && w == 2) {
+            if (!read_len(&q, entry_end, value, value_len)) return 0;
+            vals++;
+        } else {
+            return 0;
+        }
+    }
+    return keys <= 1 && vals <= 1;
+}
+
 /* ------------------------------------------------------------------ byte-string hash table */
 
 typedef struct {
@@ -658,31 +691,9 @@ static PyObject *read_attrs(PyObject *self, PyObject *args)
                 if (!skip_value(&p, end, wt)) { plain = 0; goto done; }
                 continue;
             }
-            const uint8_t *entry, *q, *entry_end;
-            uint32_t entry_len;
-            if (wt != 2 || !read_len(&p, end, &entry, &entry_len)) { plain = 0; goto done; }
-            /* A map entry: key = 1, value = 2; each at most once here (a repeated value would merge). */
-            const uint8_t *key = (const uint8_t *)"", *value = (const uint8_t *)"";
-            uint32_t key_len = 0, value_len = 0;
-            int keys = 0, vals = 0;
-            q = entry;
-            entry_end = entry + entry_len;
-            while (q < entry_end) {
-                uint32_t f;
-                int w;
-                if (!read_tag(&q, entry_end, &f, &w)) { plain = 0; goto done; }
-                if (f == 1 && w == 2) {
-                    if (!read_len(&q, entry_end, &key, &key_len)) { plain = 0; goto done; }
-                    keys++;
-                } else if (f == 2 && w == 2) {
-                    if (!read_len(&q, entry_end, &value, &value_len)) { plain = 0; goto done; }
-                    vals++;
-                } else {
-                    plain = 0;
-                    goto done;
-                }
-            }
-            if (keys > 1 || vals > 1) { plain = 0; goto done; }
+            const uint8_t *key, *value;
+            uint32_t key_len, value_len;
+            if (!read_attr_entry(&p, end, wt, &key, &key_len, &value, &value_len)) { plain = 0; goto done; }
             if (key_len == 6 && memcmp(key, "_class", 6) == 0) {
                 class_value = value;
                 class_len = value_len;
@@ -892,31 +903,9 @@ static PyObject *attr_values(PyObject *self, PyObject *args)
                 if (!skip_value(&p, end, wt)) { plain = 0; goto done; }
                 continue;
             }
-            const uint8_t *entry, *q, *entry_end;
-            uint32_t entry_len;
-            if (wt != 2 || !read_len(&p, end, &entry, &entry_len)) { plain = 0; goto done; }
-            /* A map entry: key = 1, value = 2, each at most once (a repeated value would merge). */
-            const uint8_t *key = (const uint8_t *)"", *value = (const uint8_t *)"";
-            uint32_t key_len = 0, value_len = 0;
-            int keys = 0, vals = 0;
-            q = entry;
-            entry_end = entry + entry_len;
-            while (q < entry_end) {
-                uint32_t f;
-                int w;
-                if (!read_tag(&q, entry_end, &f, &w)) { plain = 0; goto done; }
-                if (f == 1 && w == 2) {
-                    if (!read_len(&q, entry_end, &key, &key_len)) { plain = 0; goto done; }
-                    keys++;
-                } else if (f == 2 && w == 2) {
-                    if (!read_len(&q, entry_end, &value, &value_len)) { plain = 0; goto done; }
-                    vals++;
-                } else {
-                    plain = 0;
-                    goto done;
-                }
-            }
-            if (keys > 1 || vals > 1) { plain = 0; goto done; }
+            const uint8_t *key, *value;
+            uint32_t key_len, value_len;
+            if (!read_attr_entry(&p, end, wt, &key, &key_len, &value, &value_len)) { plain = 0; goto done; }
             for (Py_ssize_t j = 0; j < count; j++) {
                 if ((Py_ssize_t)key_len == want_len[j] && memcmp(key, want[j], key_len) == 0) {
                     found[j] = value;
