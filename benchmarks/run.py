@@ -313,13 +313,13 @@ def _placed_devices(ctx: Context):
 PROVIDERS.update(placed_devices=_placed_devices)
 
 
-def _train_targets(ctx: Context) -> list[str]:
-    import json
-
-    sidecar = json.loads(ctx.path.with_suffix(".json").read_text())
-    names = sidecar.get("train_op") or sidecar.get("train_ops") or []
+def _train_targets(ctx: Context, graph=None) -> list[str]:
+    """The generator's train op(s) (its sidecar, NAME.json, also for NAME.unplaced.pb) present in the graph."""
+    graph = graph if graph is not None else ctx.graph
+    facts = graph_facts(ctx.path)
+    names = facts.get("train_op") or facts.get("train_ops") or []
     names = [names] if isinstance(names, str) else list(names)
-    return [n for n in names if n in ctx.graph.index]
+    return [n for n in names if n in graph.index]
 
 
 @stage("partition", "prune + partition (one train step)", modules=("placeviz.partition",),
@@ -349,10 +349,7 @@ def e2e_stage(ctx: Context):
     options = PlacementOptions(setter=SetterConfig(ps_tasks=PS_TASKS, worker_device="/job:worker/task:0"))
     placed = place_graph(model.graph, options, op_table=ctx.get("op_table"))
     graph = placed.graph
-    sidecar = graph_facts(ctx.path)
-    names = sidecar.get("train_op") or sidecar.get("train_ops") or []
-    targets = [n for n in ([names] if isinstance(names, str) else names) if n in graph.index]
-    return partition(graph, placed.placement.devices, targets=targets, level="device",
+    return partition(graph, placed.placement.devices, targets=_train_targets(ctx, graph), level="device",
                      client_device=options.placer.client_device, op_table=ctx.get("op_table"))
 
 
