@@ -44,7 +44,7 @@ CONFIGS = {
     "resource": dict(ps_tasks=2, resource_variables=True),
 }
 CASES = [(s, c) for s in SAMPLES for c in CONFIGS]
-HAND_BUILT = ["loops", "moves"]
+HAND_BUILT = ["loops", "moves", "loopconst"]
 
 
 # ------------------------------------------------------------------------------ building
@@ -97,6 +97,27 @@ def _build_loops() -> dict:
         tf.compat.v1.global_variables_initializer()
     return {"graph_def": g.as_graph_def().SerializeToString(), "init": ["init"], "targets": [],
             "fetches": ["v", "s"], "feeds": {}, "cpus": 2, "soft": False}
+
+
+def _build_loop_const() -> dict:
+    """A small Const in a TF1 loop body (a control input from the loop's pivot) read on two tasks:
+    ReplicateConstantsPass copies it to each, and the copies stay in the loop's frame."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default(), tf.device("/job:worker/task:0"):
+        def body(i, x):
+            k = tf.constant([2.0, 3.0], name="k")
+            with tf.device("/job:ps/task:0"):
+                y = x * k
+            with tf.device("/job:ps/task:1"):
+                z = x + k
+            return i + 1, y + z
+
+        r = tf.compat.v1.while_loop(lambda i, x: i < 3, body, [tf.constant(0), tf.constant([1.0, 2.0])], name="lp")
+        tf.identity(r[1], name="out")
+    return {"graph_def": g.as_graph_def().SerializeToString(), "init": [], "targets": [],
+            "fetches": ["out"], "feeds": {}, "cpus": 2, "soft": False}
 
 
 def _build_moves() -> dict:
@@ -173,6 +194,7 @@ def cases() -> dict:
     try:
         built["loops ps2-2cpu"] = _build_loops()
         built["moves ps2-2cpu"] = _build_moves()
+        built["loopconst ps2-2cpu"] = _build_loop_const()
     finally:
         if was_v2:
             tf.compat.v1.enable_control_flow_v2()
@@ -283,10 +305,13 @@ def test_hand_built_partitions_match_tf_runtime(cases, name):
     _check_case(case, f"{name} ps2-2cpu")
     result = compare_run(*_placed(case), case["truth"], len(case["truth"].runs) - 1,
                          [f"{k}:0" for k in case["feeds"]])["result"]
-    if name == "loops":
-        # nested frames spanning ps:0, ps:1 and the worker: control loops on each remote device
+    if name in ("loops", "loopconst"):
+        # frames spanning ps:0, ps:1 and the worker: control loops on each remote device
         assert {lp["device"] for lp in result.control_loops} >= {
             "/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"}
+        if name == "loopconst":
+            assert result.replicated == {"lp/k": ["/job:ps/replica:0/task:0/device:CPU:0",
+                                                  "/job:ps/replica:0/task:1/device:CPU:0"]}
         cloops = collections.Counter(n["op"] for nodes in case["truth"].runs[-1]["partitions"].values()
                                      for n in nodes if n["name"].startswith("_cloop"))
         ours = collections.Counter(n.op for gd in result.graph_defs(importable=False).values() for n in gd.node

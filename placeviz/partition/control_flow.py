@@ -26,10 +26,14 @@ walked.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from placeviz.control_flow import DEFAULT_PARALLEL_ITERATIONS, ROOT, ControlFlowInfo, frames_of
 from placeviz.op_kinds import ENTER_OPS, EXIT_OPS
 from placeviz.partition.base import PartitionError, _PartitionerBase
+
+if TYPE_CHECKING:
+    from placeviz.partition.base import BoolArray, I32Array, I64Array
 
 # What ``_frames`` returns: frame_of(node), output_frame(node), input_frame(node), each frame's
 # parent frame, each frame's parallel_iterations.
@@ -43,7 +47,8 @@ class _ControlFlowInfo(_PartitionerBase):
         """Frame functions over the run's graph and the added nodes (module docstring)."""
         info = self._graph_frames()
         if info is None:
-            info = frames_of(self.ops, self.names, self.nodes_pb, self.in_start, self.e_src, keep=self.keep_np)
+            src, keep = self._copies_as_originals()
+            info = frames_of(self.ops, self.names, self.nodes_pb, self.in_start, src, keep=keep)
         if info.error is not None:
             raise PartitionError(info.error)
         names = info.names
@@ -57,6 +62,8 @@ class _ControlFlowInfo(_PartitionerBase):
             a = self.added[i - n]
             if a.kind == "cloop":
                 return a.frame
+            if a.copy_of >= 0:  # a replicated Const: its original's inputs, hence its frame
+                return names[frame[a.copy_of]]
             if not a.inputs:
                 return ""
             s = a.inputs[0][0]
@@ -72,6 +79,31 @@ class _ControlFlowInfo(_PartitionerBase):
             return parent.get(f, "") if self.op(i) in ENTER_OPS else f
 
         return frame_of, output_frame, input_frame, parent, parallel
+
+    def _copies_as_originals(self) -> tuple[I32Array | I64Array, BoolArray]:
+        """The run's edge sources and kept nodes as ``BuildControlFlowInfo`` meets them, with each
+        replicated ``Const``'s copies read as their original.
+
+        ``ReplicateConstantsPass`` gives every copy the original's (control) inputs
+        (``tensorflow/core/common_runtime/replicate_constants_pass.cc``), so TF finds a copy in its
+        original's frame: a small ``Const`` in a TF1 loop body carries a control input from the
+        loop's pivot, and its copies stay in the loop. The partitioner dropped the original and
+        points its consumers at the copies (outside the arrays, which ``frames_of`` puts at the
+        root); walking the original, kept, in their place gives the frames TF gives.
+        """
+        copy_of = [a.copy_of for a in self.added]
+        if not any(c >= 0 for c in copy_of):
+            return self.e_src, self.keep_np
+        import numpy as np
+
+        originals = np.asarray(copy_of, dtype=np.int64)
+        src = np.asarray(self.e_src, dtype=np.int64)
+        keep = np.array(self.keep_np, dtype=bool)
+        keep[originals[originals >= 0]] = True
+        added = np.flatnonzero(src >= self.n)
+        was = originals[src[added] - self.n]
+        src[added[was >= 0]] = was[was >= 0]
+        return src, keep
 
     def _graph_frames(self) -> ControlFlowInfo | None:
         """The graph's own frames (:attr:`placeviz.graph.Graph.control_flow`) when they are known and
