@@ -73,6 +73,11 @@ def profile_once(argv: list[str], cprofile: str | None = None) -> dict[str, floa
     import numpy  # noqa: F401 - every run imports it (the graph's edge arrays): counted here, not in a step
 
     from placeviz.cli import main
+    from placeviz.gcpause import hold_until_exit
+
+    # As the ``placeviz`` program does (placeviz.cli.run): the command's results are held to the
+    # end, not freed when it returns (else that teardown shows as the tottime of cli.analyze).
+    hold_until_exit()
 
     for dotted, attr, step in STEPS:
         owner = _resolve(dotted)

@@ -1947,9 +1947,10 @@ done:
 
 /* ------------------------------------------------------------------ json_records */
 
-/* JSON text of the values json's C encoder writes for a partition's index.json (placeviz/jsontext.py:
- * compact, ensure_ascii), appended to `b`. 1: written; 0: a Python error; -1: a value not handled
- * here (a dict, a subclass, an int beyond 64 bits, ...): the caller lets json encode the whole. */
+/* JSON text of the values json's C encoder writes for a partition's index.json and analyze's lists
+ * of records (placeviz/jsontext.py: compact, ensure_ascii), appended to `b`. 1: written; 0: a Python
+ * error; -1: a value not handled here (a float, a subclass, a dict with a key that is not a str, an
+ * int beyond 64 bits, ...): the caller lets json encode the whole. */
 static int json_value(Buf *b, PyObject *v, PyObject *escape, int depth)
 {
     if (v == Py_None || v == Py_True || v == Py_False) {
@@ -2017,7 +2018,30 @@ static int json_value(Buf *b, PyObject *v, PyObject *escape, int depth)
         b->p[b->len++] = ']';
         return 1;
     }
-    return -1;  /* floats, dicts, subclasses, anything else: json's encoder decides */
+    if (PyDict_CheckExact(v) && depth < 8) {  /* keys in insertion order, each written as a string value is */
+        Py_ssize_t pos = 0, n = PyDict_GET_SIZE(v), k = 0;
+        PyObject *key, *value;
+        if (!buf_room(b, 2)) return 0;
+        b->p[b->len++] = '{';
+        while (PyDict_Next(v, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key)) return -1;  /* json writes an int or None key as a string */
+            if (k++) {
+                if (!buf_room(b, 1)) return 0;
+                b->p[b->len++] = ',';
+            }
+            int r = json_value(b, key, escape, depth + 1);
+            if (r != 1) return r;
+            if (!buf_room(b, 1)) return 0;
+            b->p[b->len++] = ':';
+            r = json_value(b, value, escape, depth + 1);
+            if (r != 1) return r;
+            if (n != PyDict_GET_SIZE(v)) return -1;  /* changed under us (cannot, here) */
+        }
+        if (!buf_room(b, 1)) return 0;
+        b->p[b->len++] = '}';
+        return 1;
+    }
+    return -1;  /* floats, subclasses, anything else: json's encoder decides */
 }
 
 PyDoc_STRVAR(json_records_doc,
@@ -2026,8 +2050,9 @@ PyDoc_STRVAR(json_records_doc,
 "compact JSON joined by ',' (json.dumps(items, separators=(',', ':'))[1:-1], ASCII): the\n"
 "transfers of a partition's index.json. escape: json.encoder.encode_basestring_ascii, called for\n"
 "the keys and for any string holding a character to escape. Values: str, int (64-bit), None,\n"
-"bool and lists/tuples of them; None for anything else (a float, a dict value, a subclass, an\n"
-"item that is not such a dict): the caller encodes with json (placeviz.jsontext.compact_items).");
+"bool, lists/tuples of them and dicts of them with str keys; None for anything else (a float, a\n"
+"subclass, an item that is not such a dict): the caller encodes with json\n"
+"(placeviz.jsontext.compact_items).");
 
 static PyObject *json_records(PyObject *self, PyObject *args)
 {

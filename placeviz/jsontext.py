@@ -2,7 +2,8 @@
 
 Every JSON report (``analyze``, ``lint`` JSON and SARIF, ``verify``, ``compare-modes``,
 ``partition``'s ``index.json``) is written by :func:`json_text`: compact, through CPython's C
-encoder, unless the command's ``--pretty`` asks for the indented form, which is byte for byte
+encoder (its long lists of records through :func:`compact_items`: :func:`compact_tree`), unless
+the command's ``--pretty`` asks for the indented form, which is byte for byte
 ``json.dumps(document, indent=2)``. Both forms keep the document's key order (no ``sort_keys``:
 the documents are built in a fixed order, so the bytes depend only on the document, never on hash
 seeds) and escape non-ASCII characters (``ensure_ascii``), so the two forms hold the same content
@@ -46,15 +47,16 @@ def compact_json(value) -> str:
 def compact_items(items: list) -> bytes:
     """The items of ``items`` as compact JSON joined by ``,`` (``compact_json(items)[1:-1]``), as
     UTF-8 bytes: a slice of ``index.json``'s ``transfers`` (:func:`placeviz.commands.output.
-    to_json_pieces`).
+    to_json_pieces`), a report's list of records (:func:`compact_tree`).
 
     Why: that list holds a dict of 14 keys per transfer (tens of thousands at 200k nodes), and
     json's C encoder escapes every key of every dict again: 4-5 us a dict, a quarter of the
     write side of ``placeviz partition``. ``placeviz._wire.json_records`` writes the same text
     from dicts that share their keys, the keys escaped once, strings without a character to escape
     copied as they are, everything else handed to json's own ``encode_basestring_ascii``; it
-    declines (None) any item or value it does not write exactly as json would (a float, a nested
-    dict, a subclass, a 65-bit int), and this function then asks json. Without the kernel
+    declines (None) any item or value it does not write exactly as json would (a float, a
+    subclass, a dict with a key that is not a str, a 65-bit int), and this function then asks
+    json. Without the kernel
     (``PLACEVIZ_NO_KERNELS``), json always: the reference (``tests/test_jsontext.py`` compares them)."""
     global _records
     if _records is None:
@@ -82,7 +84,42 @@ def json_text(document, *, pretty: bool = False) -> str:
     with ``pretty`` indented by two spaces (:func:`pretty_json`, today's indented bytes exactly)."""
     if pretty:
         return pretty_json(document) + "\n"
-    return compact_json(document) + "\n"
+    return compact_tree(document) + "\n"
+
+
+RECORDS_MIN = 64
+"""A list of at least this many dicts is written by :func:`compact_items` in :func:`compact_tree`."""
+
+
+def compact_tree(document) -> str:
+    """:func:`compact_json` of ``document`` exactly, its long lists of dicts written by
+    :func:`compact_items`: the records of a report (``analyze``'s ``variables``, the partition
+    section's ``variable_reads``, the sync section's ``variables``: tens of thousands of dicts of
+    the same keys at 200k nodes, two thirds of its JSON text).
+
+    Why it is the same text: compact JSON has no whitespace, so a dict's text is ``{``, then each
+    ``"key":value`` joined by ``,``, then ``}``, whatever wrote each value. A dict with a key that
+    is not a str (json writes an int key as a string) goes to json whole."""
+    if type(document) is not dict:
+        return compact_json(document)
+    parts: list[str] = []
+    append = parts.append
+    for key, value in document.items():
+        if type(key) is not str:
+            return compact_json(document)
+        append(_string(key) + ":")
+        t = type(value)
+        if t is dict:
+            append(compact_tree(value))
+        elif t is list and len(value) >= RECORDS_MIN and type(value[0]) is dict:
+            append("[" + compact_items(value).decode("ascii") + "]")
+        else:
+            append(compact_json(value))
+        append(",")
+    if not parts:
+        return "{}"
+    parts[-1] = "}"
+    return "{" + "".join(parts)
 
 
 class _Unsupported(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import pytest
 
@@ -72,4 +73,21 @@ def test_analyze_and_lint_hold_their_model_and_pipeline(monkeypatch, tmp_path, c
         main([command[0], graph, "--ps-tasks", "2", *command[1:], "-o", str(tmp_path / "out.json")])
     held = [x for objects in gcpause._kept for x in objects]
     assert any(isinstance(x, Pipeline) for x in held)
+    assert any(getattr(x, "graph", None).__class__ is Graph for x in held)  # the model
+
+
+def test_partition_holds_its_model_and_partitions(monkeypatch, tmp_path):
+    """``partition`` holds what it wrote the partitions from (model, partitions) to the end too."""
+    from placeviz import gcpause
+    from placeviz.cli import main
+    from placeviz.graph import Graph
+    from placeviz.partition import PartitionResult
+
+    monkeypatch.setattr(gcpause, "_kept", [])
+    graph = str(Path(__file__).parent / "golden" / "render" / "mlp_sync.pbtxt")  # placed by TF
+    with pytest.raises(SystemExit) as exit_info:
+        main(["partition", graph, "-o", str(tmp_path / "parts")])
+    assert exit_info.value.code in (0, None)
+    held = [x for objects in gcpause._kept for x in objects]
+    assert any(isinstance(x, PartitionResult) for x in held)
     assert any(getattr(x, "graph", None).__class__ is Graph for x in held)  # the model

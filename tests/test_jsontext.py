@@ -107,19 +107,22 @@ def test_the_two_output_forms_hold_the_same_content(seed):
 
 
 def _records_cases():
-    """Lists of dicts as ``index.json``'s ``transfers`` (str, int, None, bool, lists of them), with
-    strings that need escapes, and the lists the kernel must decline (floats, nested dicts,
+    """Lists of dicts as ``index.json``'s ``transfers`` (str, int, None, bool, lists of them) and as
+    ``analyze``'s variables (nested lists and dicts of them), with strings and keys that need
+    escapes, and the lists the kernel must decline (floats, dicts with a key that is not a str,
     subclasses, big ints, items with other keys or another key order)."""
     rng = random.Random(7)
     plain = [{"src": rng.choice(STRINGS) + str(k), "slot": rng.choice([0, 3, "control", -1]), "shape":
               rng.choice([None, [], [k, None], (2, [3, True])]), "bytes": rng.choice([None, 0, 2**63 - 1, -2**63]),
               "client": rng.choice([True, False]), "\u00e9 \"key\"\n%s": "\x7f\x00~ "} for k in range(50)]
+    nested = [{"name": f"v{k}", "slots": [{"name": f"v{k}/Adam", "slot": "Adam", "bytes": k}] * (k % 3),
+               "meta": {"\u00e9\n": None, "x": {"y": [True, "\x00"]}, "z": {}}} for k in range(20)]
     declined = [
-        [{"a": 1.5}], [{"a": {"b": 1}}], [{"a": 2**64}], [{"a": 1}, {"b": 1}], [{"a": 1, "b": 2}, {"b": 2, "a": 1}],
+        [{"a": 1.5}], [{"a": {"b": 1.5}}], [{"a": {1: "b"}}], [{"a": {"b": OrderedDict(c=1)}}], [{"a": 2**64}], [{"a": 1}, {"b": 1}], [{"a": 1, "b": 2}, {"b": 2, "a": 1}],
         [{"a": 1}, {"a": 1, "b": 2}], [OrderedDict(a=1)], [{"a": 1}, Counter(a=1)], [{"a": IntEnum("E", "x").x}],
         [{1: "a"}], [{"a": 1}, {1: "a"}], [{"a": [float("nan")]}], [[1, 2]], [], [{"a": "x"}, "y"],
     ]
-    return [plain, [{}], [{}, {}], [{"a": None}] * 3] + declined
+    return [plain, nested, [{}], [{}, {}], [{"a": None}] * 3] + declined
 
 
 @pytest.mark.parametrize("items", _records_cases())
@@ -153,8 +156,46 @@ def test_the_kernel_writes_transfers_and_declines_the_rest():
     if wire is None:
         pytest.skip("placeviz._wire is not built")
     cases = _records_cases()
-    for items in cases[:4]:
+    for items in cases[:5]:
         assert wire.json_records(items, encode_basestring_ascii) == \
             json.dumps(items, separators=(",", ":"))[1:-1].encode("utf-8")
-    for items in cases[4:]:
+    for items in cases[5:]:
         assert wire.json_records(items, encode_basestring_ascii) is None, items
+
+
+def _records(rng: random.Random, plain: bool) -> list[dict]:
+    """A list of records as long as :func:`placeviz.jsontext.compact_tree` hands to ``compact_items``:
+    ``plain`` ones (values the kernel writes itself, as analyze's variables), or any values."""
+    from placeviz.jsontext import RECORDS_MIN
+
+    def value():
+        return ({"name": rng.choice(STRINGS), "slots": [{"bytes": rng.randrange(-2**63, 2**63)}] * rng.randrange(3)}
+                if plain else _random_value(rng, 2))
+
+    return [{"variable": rng.choice(STRINGS) + str(k), "value": value()} for k in range(RECORDS_MIN + rng.randrange(3))]
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("kernel", [True, False])
+def test_compact_tree_is_json(seed, kernel, monkeypatch):
+    """``compact_tree`` (every compact JSON report): ``json.dumps``'s compact text of documents whose
+    long lists of records, at the top or in nested dicts, ``compact_items`` writes, with the C
+    kernel and without it; a dict with a key that is not a str, a list the kernel declines and
+    anything that is not a dict are json's."""
+    from placeviz import jsontext
+    from placeviz.native import kernels
+
+    wire = kernels("_wire")
+    if kernel and wire is None:
+        pytest.skip("placeviz._wire is not built")
+    monkeypatch.setattr(jsontext, "_records", wire.json_records if kernel else jsontext._no_records)
+    rng = random.Random(seed)
+    documents = [
+        {"variables": _records(rng, True), "partition": {"level": "task", "variable_reads": _records(rng, True),
+                                                         "other": _random_value(rng, 0)},
+         "sync": {"variables": _records(rng, False)}, "notes": _random_value(rng, 0), "empty": {}},
+        {"a": {"b": {"c": _records(rng, True)}, 1: "int key"}, "d": [*_records(rng, True), "not a record"]},
+        {}, {"k": _random_value(rng, 0)}, _records(rng, True), Counter(a=1), {"c": OrderedDict(a=_records(rng, True))},
+    ]
+    for document in documents:
+        assert jsontext.compact_tree(document) == json.dumps(document, separators=(",", ":"))

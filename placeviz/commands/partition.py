@@ -20,6 +20,7 @@ from pathlib import Path
 from placeviz.commands.output import notice, progress, to_json_pieces
 from placeviz.coverage import refuse_serving_graph
 from placeviz.errors import PlacevizError
+from placeviz.gcpause import keep_until_exit
 from placeviz.io import check_directory_output, load, write_directory
 from placeviz.partition import SCHEMA
 from placeviz.pipeline import Options, run_pipeline
@@ -71,6 +72,7 @@ def run(model_spec: str, out_dir: str, options: Options, *, pretty: bool = False
     unknown = sum(1 for t in parts.transfers if t["slot"] != "control" and t["bytes"] is None)
     progress(f"wrote {len(names)} partitions and {INDEX} to {out_dir}: "
              f"{transfers_text(len(parts.transfers), total, unknown, control)}")
+    keep_until_exit(model, parts)  # not freed one by one just before the process ends (placeviz.gcpause)
 
 
 def partition_file_name(device: str) -> str:
