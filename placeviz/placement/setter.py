@@ -74,8 +74,8 @@ from placeviz.devices import ClusterSpec, PyDeviceSpec
 from placeviz.errors import PlacevizError
 from placeviz.gcpause import gc_paused
 from placeviz.graph import CONTROL, AttrKeys, Graph, RemappedNodeDefs, _located_names
+from placeviz.group import Kid, by_device, group_plan, noop_component, noop_key, noop_names
 from placeviz.limits import MAX_TENSOR_BYTES
-from placeviz.names import unique_name
 from placeviz.native import kernels
 from placeviz.op_kinds import ASSIGN_VARIABLE_OPS
 from placeviz.ops import DT_RESOURCE, REF_OFFSET
@@ -865,12 +865,14 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
                   group_assumptions: list[str] | None = None, name_clashes: list[str] | None = None) -> _Split:
     """Rebuild ``control_flow_ops.group`` NoOps for the devices their grouped ops now have.
 
-    TF's ``group`` makes one NoOp per device of the grouped ops (sorted by device string) under the
-    root NoOp when they span several devices, and none when they share one. An unplaced build made
-    its choice for the unplaced devices, so the per-device NoOps are made again here.
+    An unplaced build made ``group``'s choice for the unplaced devices; each group found
+    (:func:`scopes.group_roots`) is planned again over its members' new devices by
+    :func:`placeviz.group.group_plan` (TF's rule, written once) and rewired by
+    :class:`_GroupRewrite`. What is the setter's own: the device each member is filed under
+    (:func:`_group_key_node`), the caller's device context (:class:`_GroupContext`) and the names
+    in use before each group (:class:`_NoopNamer`).
     """
-    plans: dict[int, list[tuple[str, list[int]]]] = {}
-    dropped: set[int] = set()
+    plans: dict[int, list[Kid[int]]] = {}
     devices = list(devices)
     ops, names, assign_ops = graph.ops, graph.names, ASSIGN_VARIABLE_OPS
     noops = scopes.control_only_noops(graph, op_index)
@@ -882,53 +884,165 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
             del roots[r]
     outer_deps: dict[int, list[int]] = {}
     assumed = group_assumptions if group_assumptions is not None else []
+    dropped: set[int] = set()
     for root, (children, members) in roots.items():
+        dropped.update(children)
         if not children and len(members) >= 2:
             deps = _outer_control_deps(graph, root, members)
             if deps:
                 outer_deps[root] = deps
                 roots[root] = (children, [m for m in members if m not in deps])
     assign_nodes = frozenset(op_index.ids(ASSIGN_VARIABLE_OPS).tolist())
+    namer = _NoopNamer(graph, roots, dropped)
     for root, (children, members) in sorted(roots.items()):  # creation order
-        device = None if children else _one_device(members, devices, assign_nodes)
-        if device is not None:  # the usual root, settled without the per-device dict below
-            if rule[root] != RULE_COLOCATED:
-                devices[root] = plain_device.at(root, device)
-            continue
-        by_device: dict[str, list[int]] = {}
-        for m in members:
-            key = devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)]
-            by_device.setdefault(key, []).append(m)
-        if len(by_device) == 1:
-            # One device: TF builds the root itself under device(<that device>).
-            (device, _), = by_device.items()
-            if rule[root] != RULE_COLOCATED:
-                devices[root] = plain_device.at(root, device)
-            if not children:
-                continue
-            plans[root] = [(device, members)]
-        else:
-            plans[root] = sorted(by_device.items())
+        one = None if children else _one_device(members, devices, assign_nodes)
+        split = {one: members} if one is not None else by_device(
+            (m, devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)]) for m in members)
+        context = _GroupContext(graph, root, devices, rule, reference, plain_device, children, members)
+        plan = group_plan(names[root], split, context, partial(namer.names, root))
+        devices[root] = plan.root_device
+        if plan.kids:
+            plans[root] = plan.kids
             if not children and not _LIBRARY_GROUP.fullmatch(names[root]):
                 assumed.append(names[root])
-            if not children and rule[root] != RULE_COLOCATED:
-                outer = _outer_device(graph, root, members)
-                if root in reference:  # built under device(<that node's device>) (scopes.py)
-                    scope = devices[reference[root]] or ""
-                    outer = PyDeviceSpec.parse(scope).merged_with(PyDeviceSpec.parse(outer)).to_string()
-                devices[root] = plain_device.at(root, outer)
-        dropped.update(children)
-    rewrite = _GroupRewrite(graph, devices, rule, plans, dropped, plain_device, outer_deps)
+        elif children:  # was split, now on one device: the root holds the members itself
+            plans[root] = [Kid(names[root], plan.root_device, members)]
     if name_clashes is not None:
-        name_clashes += rewrite.name_clashes
+        name_clashes += namer.clashes
+    rewrite = _GroupRewrite(graph, devices, rule, plans, dropped, outer_deps)
     return rewrite.result(reference, strategy_calls)
 
 
+class _GroupContext:
+    """``place(dev)`` of :func:`placeviz.group.group_plan` for the setter: the device of a NoOp
+    built under ``ops.device(dev)`` in the context of ``group``'s call, under the setter.
+
+    A root built under ``colocate_with`` keeps its device and so do its NoOps (the colocation
+    decides). Otherwise the context is the device scope around the call (:func:`_outer_device`,
+    merged over the library scope :mod:`placeviz.placement.scopes` found, or, for a root that the
+    build already split, the root's own replayed device) under the setter's device function
+    (``_PlainDevice.at``); ``dev`` merges over it (dev's fields win) and ``""`` is the context
+    itself (a null merge, ops.py ``_UserDeviceSpec``). The context is only read when it can
+    matter: a root whose unplaced device is empty had none.
+    """
+
+    __slots__ = ("graph", "root", "devices", "rule", "reference", "plain_device", "children", "members", "_outer")
+
+    def __init__(self, graph: Graph, root: int, devices: list[str], rule: list[int], reference: dict[int, int],
+                 plain_device: _PlainDevice, children: list[int], members: list[int]):
+        self.graph, self.root, self.devices, self.rule, self.reference = graph, root, devices, rule, reference
+        self.plain_device, self.children, self.members = plain_device, children, members
+        self._outer: str | None = None
+
+    def outer(self) -> str:
+        if self._outer is None:
+            root = self.root
+            outer = "" if self.children else _outer_device(self.graph, root, self.members)
+            if root in self.reference:  # built under device(<that node's device>) (scopes.py)
+                scope = self.devices[self.reference[root]] or ""
+                outer = PyDeviceSpec.parse(scope).merged_with(PyDeviceSpec.parse(outer)).to_string()
+            self._outer = outer
+        return self._outer
+
+    def __call__(self, dev: str) -> str:
+        root = self.root
+        if self.rule[root] == RULE_COLOCATED:
+            return self.devices[root]
+        if not dev:
+            if self.children:  # the build split it: the root's own device is its context
+                return self.devices[root]
+            return self.plain_device.at(root, self.outer())
+        if self.graph.devices[root] or root in self.reference:
+            outer = self.outer()
+            if outer:
+                dev = PyDeviceSpec.parse(outer).merged_with(PyDeviceSpec.parse(dev)).to_string()
+        return self.plain_device.at(root, dev)
+
+
+class _NoopNamer:
+    """``names(base, count)`` of :func:`placeviz.group.group_plan` for the setter: TF's
+    ``Graph.unique_name`` over the names TF had made before the root: the nodes before it
+    (creation order) that the replay keeps, and the NoOps it added for earlier roots
+    (:func:`placeviz.group.noop_names`).
+
+    Only the keys ``<root>/noop...`` can change the answer (lower-cased: ``init/noop`` takes
+    ``init/NoOp``, a scope ``init/NoOp_1/`` takes ``init/NoOp_1``), so only those are looked up,
+    for every root at once on first use (:meth:`_scan_noop_keys`). A node made *after* the root
+    that holds the name TF gives (the unplaced build had no NoOp there) was renamed by TF; the
+    replay cannot rename it and skips that name instead, saying so in ``clashes``.
+    """
+
+    def __init__(self, graph: Graph, roots: Collection[int], dropped: set[int]):
+        self.graph, self.roots, self.dropped = graph, roots, dropped
+        self.added: list[str] = []  # names of the new NoOps, lower-cased
+        self.clashes: list[str] = []
+        self._keys: dict[str, list[tuple[int, str]]] | None = None
+
+    def names(self, root: int, base: str, count: int) -> list[str]:
+        prefix = base.lower()
+        if self._keys is None:
+            self._keys = self._scan_noop_keys()
+        dropped = self.dropped
+        used = {key: 1 for i, key in self._keys.get(prefix, ()) if i < root and i not in dropped}
+        used.update((key, 1) for key in self.added if key.startswith(prefix))
+        index = self.graph.index
+
+        def taken(name: str) -> bool:
+            later = index.get(name)
+            return later is not None and later > root and later not in dropped
+
+        out = noop_names(used, base, count, taken, self.clashes)
+        self.added += map(str.lower, out)
+        return out
+
+    def _scan_noop_keys(self) -> dict[str, list[tuple[int, str]]]:
+        """For every ``<root>/noop`` (lower-cased) of a group root: the nodes before the last root
+        whose lower-cased names start with it, and their keys (:func:`placeviz.group.noop_key`).
+
+        One pass for all roots: the names, lower-cased, joined one a line in blocks (a few hundred
+        KB each, so the memory is reused), searched for ``/noop``; each hit's name is matched
+        against the prefixes. A hit's node is its line, checked against its name (a name holding
+        a newline is not TF's: then name by name)."""
+        names = self.graph.names
+        prefixes = {(names[root] + "/NoOp").lower() for root in self.roots}
+        out: dict[str, list[tuple[int, str]]] = {}
+        last = max(self.roots)
+        for lo in range(0, last, _NAME_BLOCK):
+            text = "\n".join(names[lo:min(lo + _NAME_BLOCK, last)]).lower()
+            pos, line, counted = text.find("/noop"), lo, 0
+            while pos >= 0:
+                start = text.rfind("\n", 0, pos) + 1
+                end = text.find("\n", pos)
+                end = len(text) if end < 0 else end
+                line += text.count("\n", counted, start)
+                counted = start
+                lowered = text[start:end]
+                if names[line].lower() != lowered:  # lines and nodes out of step: a newline in a name
+                    return self._noop_keys_by_name(prefixes, last)
+                k = lowered.find("/noop")
+                while k >= 0:
+                    if lowered[:k + 5] in prefixes:
+                        out.setdefault(lowered[:k + 5], []).append((line, noop_component(lowered, k + 5)))
+                    k = lowered.find("/noop", k + 1)
+                pos = text.find("/noop", end)
+        return out
+
+    def _noop_keys_by_name(self, prefixes: set[str], last: int) -> dict[str, list[tuple[int, str]]]:
+        """:meth:`_scan_noop_keys` name by name."""
+        out: dict[str, list[tuple[int, str]]] = {}
+        for i, name in enumerate(self.graph.names[:last]):
+            lowered = name.lower()
+            for prefix in prefixes:
+                key = noop_key(lowered, prefix)
+                if key is not None:
+                    out.setdefault(prefix, []).append((i, key))
+        return out
+
 
 def _one_device(members: list[int], devices: list[str], assign_nodes: frozenset[int]) -> str | None:
-    """The device of a ``group``'s members when they all have one (TF then builds the root alone,
-    under ``device(<that device>)``), for the usual root: no assign op among them (``group`` files
-    an assign under its variable's device: :func:`_group_key_node`). None: ask the general loop."""
+    """The device of a ``group``'s members when they all have one, for the usual root: no assign
+    op among them (``group`` files an assign under its variable's device: :func:`_group_key_node`).
+    None: file them one by one (:func:`placeviz.group.by_device`)."""
     if not members or not assign_nodes.isdisjoint(members):
         return None
     on = set(map(devices.__getitem__, members))
@@ -972,8 +1086,7 @@ class _GroupRewrite:
     """
 
     def __init__(self, graph: Graph, devices: list[str], rule: list[int],
-                 plans: dict[int, list[tuple[str, list[int]]]], dropped: set[int],
-                 plain_device: _PlainDevice, outer_deps: dict[int, list[int]] | None = None):
+                 plans: dict[int, list[Kid[int]]], dropped: set[int], outer_deps: dict[int, list[int]] | None = None):
         self.graph, self.devices, self.rule = graph, devices, rule
         self.plans, self.dropped = plans, dropped
         self.outer_deps = outer_deps or {}  # root -> control inputs from an enclosing block
@@ -993,15 +1106,12 @@ class _GroupRewrite:
         self.in_start, self.in_src, self.in_slot = array("i", [0]), array("i"), array("i")
         self.noop_ids: list[int] = []  # new id of the k-th new NoOp
         self.noop_colocation: list[tuple[int, tuple[str, ...]]] = []
-        self._added_names: set[str] = set()  # names of the new NoOps
-        self.name_clashes: list[str] = []  # names TF gives a new NoOp that a later node holds
-        self._noop_keys: dict[str, list[tuple[int, str]]] | None = None  # _scan_noop_keys, on first use
         self.specials = sorted(dropped | plans.keys())
         start = 0
         for i in self.specials:
             self._copy(start, i)
             if i in plans:
-                self._rewire(i, plain_device)
+                self._rewire(i)
             start = i + 1
         self._copy(start, n)
         # source n + k is the k-th new NoOp
@@ -1041,30 +1151,26 @@ class _GroupRewrite:
         self.in_start.append(len(self.in_src))
         return len(self.names) - 1
 
-    def _rewire(self, root: int, plain_device: _PlainDevice) -> None:
-        """Root ``root``: its new per-device NoOps, then the root with control inputs on them."""
+    def _rewire(self, root: int) -> None:
+        """Root ``root``: its new per-device NoOps (:func:`placeviz.group.group_plan`'s kids), then
+        the root with control inputs on them."""
         g, plan = self.graph, self.plans[root]
         outer = self.outer_deps.get(root, [])
         if len(plan) == 1:
-            controls = plan[0][1] + outer
+            controls = plan[0].members + outer
         else:
             controls = []
-            for (device, grouped), name in zip(plan, self._noop_names(root, len(plan)), strict=True):
-                members = grouped + outer  # the enclosing block's control inputs on every NoOp
-                self._added_names.add(name)
-                noop = self.noops.node.add(name=name, op="NoOp")
+            for kid in plan:
+                members = kid.members + outer  # the enclosing block's control inputs on every NoOp
+                noop = self.noops.node.add(name=kid.name, op="NoOp", device=kid.device)
                 noop.input.extend(map("^".__add__, map(g.names.__getitem__, members)))
                 # TF 2.x marks ops used in control_dependencies([...]) (ops.py)
                 noop.attr["_has_manual_control_dependencies"].b = True
                 if root in self.colocated_roots:
                     # Built inside the root's colocate_with: the colocation decides the device.
-                    noop.device = self.devices[root]
                     noop.attr["_class"].CopyFrom(g.attr_nodes[root].attr["_class"])
-                else:
-                    # Built under device(<that device>) inside the setter scope.
-                    noop.device = plain_device.at(root, device)
                 k = len(self.noops.node) - 1
-                new = self._append(name, "NoOp", noop.device, RULE_GROUP, -1 - k, members,
+                new = self._append(kid.name, "NoOp", kid.device, RULE_GROUP, -1 - k, members,
                                    repeat(CONTROL, len(members)))
                 self.noop_ids.append(new)
                 if root in self.colocated_roots:
@@ -1080,83 +1186,6 @@ class _GroupRewrite:
     def names_added(self) -> list[str]:
         """The names of the new per-device NoOps, in order."""
         return [node.name for node in self.noops.node]
-
-    def _noop_names(self, root: int, count: int) -> list[str]:
-        """The names ``group`` gives the ``count`` per-device NoOps of ``root``: ``Graph.unique_name(
-        "<root>/NoOp")`` once per device (:func:`placeviz.names.unique_name`), over the names TF
-        had made by then: the nodes before ``root`` (creation order) that the replay keeps, and the
-        NoOps it added for earlier roots (control_flow_ops.py ``group``, ``_GroupControlDeps``).
-
-        Only the keys ``<root>/noop...`` can change the answer (lower-cased: ``init/noop`` takes
-        ``init/NoOp``, a scope ``init/NoOp_1/`` takes ``init/NoOp_1``), so only those are looked up.
-        A node made *after* the root that holds the name TF gives (the unplaced build had no NoOp
-        there) was renamed by TF; the replay cannot rename it and skips that name instead, saying so
-        in ``name_clashes``.
-        """
-        base = self.graph.names[root] + "/NoOp"
-        prefix = base.lower()
-        used = {key: 1 for i, key in self._keys_before(prefix, root) if i not in self.dropped}
-        used.update((key, 1) for key in map(str.lower, self._added_names) if key.startswith(prefix))
-        out = []
-        index, dropped = self.graph.index, self.dropped
-        for _ in range(count):
-            name = unique_name(used, base)
-            while (later := index.get(name)) is not None and later > root and later not in dropped:
-                self.name_clashes.append(name)
-                name = unique_name(used, base)
-            out.append(name)
-        return out
-
-    def _keys_before(self, prefix: str, root: int) -> list[tuple[int, str]]:
-        """``(node, key)`` for the nodes before ``root`` whose lower-cased name starts with
-        ``prefix``: ``key`` is that name up to the end of the component ``prefix`` ends in (the
-        name, or the name scope TF marked in use when it opened it)."""
-        if self._noop_keys is None:
-            self._noop_keys = self._scan_noop_keys()
-        return [(i, key) for i, key in self._noop_keys.get(prefix, ()) if i < root]
-
-    def _scan_noop_keys(self) -> dict[str, list[tuple[int, str]]]:
-        """For every ``<root>/noop`` (lower-cased) of a root that gets per-device NoOps: the nodes
-        before the last such root whose lower-cased names start with it, and their keys.
-
-        One pass for all roots: the names, lower-cased, joined one a line in blocks (a few hundred
-        KB each, so the memory is reused), searched for ``/noop``; each hit's name is matched
-        against the prefixes. A hit's node is its line, checked against its name (a name holding
-        a newline is not TF's: then name by name)."""
-        names = self.graph.names
-        roots = [root for root, plan in self.plans.items() if len(plan) > 1]
-        prefixes = {(names[root] + "/NoOp").lower() for root in roots}
-        out: dict[str, list[tuple[int, str]]] = {}
-        last = max(roots)
-        for lo in range(0, last, _NAME_BLOCK):
-            text = "\n".join(names[lo:min(lo + _NAME_BLOCK, last)]).lower()
-            pos, line, counted = text.find("/noop"), lo, 0
-            while pos >= 0:
-                start = text.rfind("\n", 0, pos) + 1
-                end = text.find("\n", pos)
-                end = len(text) if end < 0 else end
-                line += text.count("\n", counted, start)
-                counted = start
-                lowered = text[start:end]
-                if names[line].lower() != lowered:  # lines and nodes out of step: a newline in a name
-                    return self._noop_keys_by_name(prefixes, last)
-                k = lowered.find("/noop")
-                while k >= 0:
-                    if lowered[:k + 5] in prefixes:
-                        out.setdefault(lowered[:k + 5], []).append((line, _component(lowered, k + 5)))
-                    k = lowered.find("/noop", k + 1)
-                pos = text.find("/noop", end)
-        return out
-
-    def _noop_keys_by_name(self, prefixes: set[str], last: int) -> dict[str, list[tuple[int, str]]]:
-        """:meth:`_scan_noop_keys` name by name."""
-        out: dict[str, list[tuple[int, str]]] = {}
-        for i, name in enumerate(self.graph.names[:last]):
-            lowered = name.lower()
-            for prefix in prefixes:
-                if lowered.startswith(prefix):
-                    out.setdefault(prefix, []).append((i, _component(lowered, len(prefix))))
-        return out
 
     def result(self, reference: dict[int, int], strategy_calls: list[int]) -> _Split:
         import numpy as np
@@ -1394,10 +1423,5 @@ def _group_key_node(graph: Graph, m: int) -> int:
 
 
 _NAME_BLOCK = 8192
-"""Names per block of :meth:`_GroupRewrite._scan_noop_keys`."""
+"""Names per block of :meth:`_NoopNamer._scan_noop_keys`."""
 
-
-def _component(key: str, start: int) -> str:
-    """``key`` up to the end of its name component that holds position ``start`` (a scope's name)."""
-    slash = key.find("/", start)
-    return key if slash < 0 else key[:slash]

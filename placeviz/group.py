@@ -1,0 +1,116 @@
+"""TF's ``control_flow_ops.group`` device split, written once: which NoOps ``group`` builds, where.
+
+tensorflow/python/ops/control_flow_ops.py ``group`` files its inputs by ``inp.device`` (the op's
+device string; for an assign to a resource variable, the variable's: the caller says which
+device each member is filed under), then
+
+* one device ``dev``: the group is one NoOp, ``_GroupControlDeps(dev, deps, name)``, built under
+  ``ops.device(dev)`` in the caller's device context;
+* several devices: one NoOp per device, devices sorted (``""`` first), each
+  ``_GroupControlDeps(dev, deps)`` under ``ops.device(dev)`` and named ``NoOp`` inside the
+  group's fresh name scope, i.e. ``Graph.unique_name("<group>/NoOp")`` over every name made so
+  far (:func:`placeviz.names.unique_name`: ``init/noop`` already in the graph makes the first one
+  ``init/NoOp_1``); then the root NoOp, named ``<group>``, with a control input on each, in the
+  caller's device context (no ``ops.device`` of its own).
+
+``ops.device("")`` is a null merge (tensorflow/python/framework/ops.py ``_UserDeviceSpec``:
+``merge_device("")`` has ``is_null_merge``, and ``Graph._apply_device_functions`` skips it), so
+the NoOp of the members without a device gets the caller's context itself, as the root does;
+``ops.device(dev)`` otherwise merges ``dev`` over the context (dev's fields win). Both are what
+the caller's ``place(dev)`` answers: the device of an op built under ``ops.device(dev)`` there,
+``place("")`` being the context's own. Group NoOps under ``colocate_with`` answer their
+colocation's device whatever ``dev``.
+
+Used by the setter replay (:mod:`placeviz.placement.setter`, over the IR arrays) and by the
+SyncReplicas rewrite (:mod:`placeviz.sync.rewrite`, over NodeDefs). Never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Generic, NamedTuple, TypeVar
+
+from placeviz.names import unique_name
+
+__all__ = ["GroupPlan", "Kid", "by_device", "group_plan", "noop_key", "noop_names"]
+
+M = TypeVar("M")
+
+
+class Kid(NamedTuple, Generic[M]):
+    """One per-device NoOp of a group over several devices."""
+
+    name: str
+    device: str
+    members: list[M]
+
+
+class GroupPlan(NamedTuple, Generic[M]):
+    """What ``group`` builds: the per-device NoOps (none when the members share one device; then
+    the root holds the members itself) and the root's device."""
+
+    kids: list[Kid[M]]
+    root_device: str
+    members_device: str | None  # the members' one device (a 1-level group), else None
+
+
+def by_device(members: Iterable[tuple[M, str]]) -> dict[str, list[M]]:
+    """``group``'s ``ops_on_device``: members filed by device, in their given order."""
+    out: dict[str, list[M]] = {}
+    for m, d in members:
+        got = out.get(d)
+        if got is None:
+            out[d] = [m]
+        else:
+            got.append(m)
+    return out
+
+
+def group_plan(name: str, members: Iterable[tuple[M, str]] | dict[str, list[M]], place: Callable[[str], str],
+               names: Callable[[str, int], list[str]]) -> GroupPlan[M]:
+    """``control_flow_ops.group(*members, name=name)`` (module doc): ``members`` are ``(member,
+    device it is filed under)`` (or already :func:`by_device`), ``place(dev)`` the device of an op
+    built under ``ops.device(dev)`` in the caller's context, ``names(base, count)`` ``count``
+    names from the graph's ``unique_name(base)`` in creation order (:func:`noop_names`), asked
+    only when the group splits."""
+    split = members if isinstance(members, dict) else by_device(members)
+    if len(split) <= 1:
+        (dev, _), = split.items() if split else (("", []),)
+        return GroupPlan([], place(dev), dev)
+    devs = sorted(split)
+    kids = [Kid(kid, place(dev), split[dev]) for dev, kid in zip(devs, names(name + "/NoOp", len(devs)), strict=True)]
+    return GroupPlan(kids, place(""), None)
+
+
+def noop_names(used: dict[str, int], base: str, count: int, taken: Callable[[str], bool] | None = None,
+               clashes: list[str] | None = None) -> list[str]:
+    """``count`` answers of ``Graph.unique_name(base)`` over ``used`` (the names in use before the
+    group, lower-cased, as :func:`placeviz.names.unique_name` reads them; only keys starting with
+    ``base.lower()`` matter, :func:`noop_key`). ``taken(name)``: a node made *after* the group
+    holds that name (a build without these NoOps gave it out; TF would have renamed that node,
+    which a replay cannot): the name is skipped and listed in ``clashes``."""
+    out = []
+    for _ in range(count):
+        got = unique_name(used, base)
+        while taken is not None and taken(got):
+            if clashes is not None:
+                clashes.append(got)
+            got = unique_name(used, base)
+        out.append(got)
+    return out
+
+
+def noop_key(lowered: str, prefix: str) -> str | None:
+    """The key a name made before a group marks in ``unique_name``'s dict that can change the
+    names of its NoOps (``prefix``: ``"<group>/noop"``): ``lowered`` (a lower-cased name) up to the
+    end of the component ``prefix`` ends in (the op's name, or a name scope TF marked when it
+    opened it: a scope ``grp/NoOp_1/`` takes ``grp/NoOp_1``), or None when it does not start so."""
+    if not lowered.startswith(prefix):
+        return None
+    return noop_component(lowered, len(prefix))
+
+
+def noop_component(key: str, start: int) -> str:
+    """``key`` up to the end of its name component that holds position ``start``."""
+    slash = key.find("/", start)
+    return key if slash < 0 else key[:slash]
