@@ -27,12 +27,12 @@ SyncReplicas rewrite (:mod:`placeviz.sync.rewrite`, over NodeDefs). Never import
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Generic, NamedTuple, TypeVar
 
 from placeviz.names import unique_name
 
-__all__ = ["GroupPlan", "Kid", "by_device", "group_plan", "noop_key", "noop_names"]
+__all__ = ["GroupPlan", "Kid", "NoopNamer", "by_device", "group_plan", "noop_key", "noop_names"]
 
 M = TypeVar("M")
 
@@ -114,3 +114,91 @@ def noop_component(key: str, start: int) -> str:
     """``key`` up to the end of its name component that holds position ``start``."""
     slash = key.find("/", start)
     return key if slash < 0 else key[:slash]
+
+
+class NoopNamer:
+    """``names(root, base, count)`` (``partial(namer.names, root)`` is :func:`group_plan`'s
+    ``names``) for a graph rebuilt with ``group``'s NoOps made again: TF's ``Graph.unique_name``
+    over the names TF had made before the root: ``names`` before position ``root`` (creation
+    order) that the rebuild keeps (not in ``dropped``: the old per-device NoOps), and the NoOps it
+    added for earlier roots (:func:`noop_names`). ``index``: name -> position; ``roots``: the
+    positions of every group root that may be asked about.
+
+    Only the keys ``<root>/noop...`` can change the answer (lower-cased: ``init/noop`` takes
+    ``init/NoOp``, a scope ``init/NoOp_1/`` takes ``init/NoOp_1``), so only those are looked up,
+    for every root at once on first use (:meth:`_scan_noop_keys`). A node made *after* the root
+    that holds the name TF gives (the unplaced build had no NoOp there) was renamed by TF; the
+    replay cannot rename it and skips that name instead, saying so in ``clashes``.
+    """
+
+    def __init__(self, names: Sequence[str], index: Mapping[str, int], roots: Collection[int],
+                 dropped: Collection[int]):
+        self.names_in_order, self.index, self.roots, self.dropped = names, index, roots, dropped
+        self.added: list[str] = []  # names of the new NoOps, lower-cased
+        self.clashes: list[str] = []
+        self._keys: dict[str, list[tuple[int, str]]] | None = None
+
+    def names(self, root: int, base: str, count: int) -> list[str]:
+        prefix = base.lower()
+        if self._keys is None:
+            self._keys = self._scan_noop_keys()
+        dropped = self.dropped
+        used = {key: 1 for i, key in self._keys.get(prefix, ()) if i < root and i not in dropped}
+        used.update((key, 1) for key in self.added if key.startswith(prefix))
+        index = self.index
+
+        def taken(name: str) -> bool:
+            later = index.get(name)
+            return later is not None and later > root and later not in dropped
+
+        out = noop_names(used, base, count, taken, self.clashes)
+        self.added += map(str.lower, out)
+        return out
+
+    def _scan_noop_keys(self) -> dict[str, list[tuple[int, str]]]:
+        """For every ``<root>/noop`` (lower-cased) of a group root: the nodes before the last root
+        whose lower-cased names start with it, and their keys (:func:`noop_key`).
+
+        One pass for all roots: the names, lower-cased, joined one a line in blocks (a few hundred
+        KB each, so the memory is reused), searched for ``/noop``; each hit's name is matched
+        against the prefixes. A hit's node is its line, checked against its name (a name holding
+        a newline is not TF's: then name by name)."""
+        names = self.names_in_order
+        prefixes = {(names[root] + "/NoOp").lower() for root in self.roots}
+        out: dict[str, list[tuple[int, str]]] = {}
+        last = max(self.roots, default=0)
+        for lo in range(0, last, _NAME_BLOCK):
+            text = "\n".join(names[lo:min(lo + _NAME_BLOCK, last)]).lower()
+            pos, line, counted = text.find("/noop"), lo, 0
+            while pos >= 0:
+                start = text.rfind("\n", 0, pos) + 1
+                end = text.find("\n", pos)
+                end = len(text) if end < 0 else end
+                line += text.count("\n", counted, start)
+                counted = start
+                lowered = text[start:end]
+                if names[line].lower() != lowered:  # lines and nodes out of step: a newline in a name
+                    return self._noop_keys_by_name(prefixes, last)
+                k = lowered.find("/noop")
+                while k >= 0:
+                    if lowered[:k + 5] in prefixes:
+                        out.setdefault(lowered[:k + 5], []).append((line, noop_component(lowered, k + 5)))
+                    k = lowered.find("/noop", k + 1)
+                pos = text.find("/noop", end)
+        return out
+
+    def _noop_keys_by_name(self, prefixes: set[str], last: int) -> dict[str, list[tuple[int, str]]]:
+        """:meth:`_scan_noop_keys` name by name."""
+        names = self.names_in_order
+        out: dict[str, list[tuple[int, str]]] = {}
+        for i, name in enumerate(names[:last]):
+            lowered = name.lower()
+            for prefix in prefixes:
+                key = noop_key(lowered, prefix)
+                if key is not None:
+                    out.setdefault(prefix, []).append((i, key))
+        return out
+
+
+_NAME_BLOCK = 8192
+"""Names per block of :meth:`NoopNamer._scan_noop_keys`."""

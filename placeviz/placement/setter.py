@@ -74,7 +74,7 @@ from placeviz.devices import ClusterSpec, PyDeviceSpec
 from placeviz.errors import PlacevizError
 from placeviz.gcpause import gc_paused
 from placeviz.graph import CONTROL, AttrKeys, Graph, RemappedNodeDefs, _located_names
-from placeviz.group import Kid, by_device, group_plan, noop_component, noop_key, noop_names
+from placeviz.group import Kid, NoopNamer, by_device, group_plan
 from placeviz.limits import MAX_TENSOR_BYTES
 from placeviz.native import kernels
 from placeviz.op_kinds import ASSIGN_VARIABLE_OPS
@@ -870,7 +870,7 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
     :func:`placeviz.group.group_plan` (TF's rule, written once) and rewired by
     :class:`_GroupRewrite`. What is the setter's own: the device each member is filed under
     (:func:`_group_key_node`), the caller's device context (:class:`_GroupContext`) and the names
-    in use before each group (:class:`_NoopNamer`).
+    in use before each group (:class:`placeviz.group.NoopNamer`).
     """
     plans: dict[int, list[Kid[int]]] = {}
     devices = list(devices)
@@ -893,7 +893,7 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
                 outer_deps[root] = deps
                 roots[root] = (children, [m for m in members if m not in deps])
     assign_nodes = frozenset(op_index.ids(ASSIGN_VARIABLE_OPS).tolist())
-    namer = _NoopNamer(graph, roots, dropped)
+    namer = NoopNamer(graph.names, graph.index, roots, dropped)
     for root, (children, members) in sorted(roots.items()):  # creation order
         one = None if children else _one_device(members, devices, assign_nodes)
         split = {one: members} if one is not None else by_device(
@@ -957,86 +957,6 @@ class _GroupContext:
             if outer:
                 dev = PyDeviceSpec.parse(outer).merged_with(PyDeviceSpec.parse(dev)).to_string()
         return self.plain_device.at(root, dev)
-
-
-class _NoopNamer:
-    """``names(base, count)`` of :func:`placeviz.group.group_plan` for the setter: TF's
-    ``Graph.unique_name`` over the names TF had made before the root: the nodes before it
-    (creation order) that the replay keeps, and the NoOps it added for earlier roots
-    (:func:`placeviz.group.noop_names`).
-
-    Only the keys ``<root>/noop...`` can change the answer (lower-cased: ``init/noop`` takes
-    ``init/NoOp``, a scope ``init/NoOp_1/`` takes ``init/NoOp_1``), so only those are looked up,
-    for every root at once on first use (:meth:`_scan_noop_keys`). A node made *after* the root
-    that holds the name TF gives (the unplaced build had no NoOp there) was renamed by TF; the
-    replay cannot rename it and skips that name instead, saying so in ``clashes``.
-    """
-
-    def __init__(self, graph: Graph, roots: Collection[int], dropped: set[int]):
-        self.graph, self.roots, self.dropped = graph, roots, dropped
-        self.added: list[str] = []  # names of the new NoOps, lower-cased
-        self.clashes: list[str] = []
-        self._keys: dict[str, list[tuple[int, str]]] | None = None
-
-    def names(self, root: int, base: str, count: int) -> list[str]:
-        prefix = base.lower()
-        if self._keys is None:
-            self._keys = self._scan_noop_keys()
-        dropped = self.dropped
-        used = {key: 1 for i, key in self._keys.get(prefix, ()) if i < root and i not in dropped}
-        used.update((key, 1) for key in self.added if key.startswith(prefix))
-        index = self.graph.index
-
-        def taken(name: str) -> bool:
-            later = index.get(name)
-            return later is not None and later > root and later not in dropped
-
-        out = noop_names(used, base, count, taken, self.clashes)
-        self.added += map(str.lower, out)
-        return out
-
-    def _scan_noop_keys(self) -> dict[str, list[tuple[int, str]]]:
-        """For every ``<root>/noop`` (lower-cased) of a group root: the nodes before the last root
-        whose lower-cased names start with it, and their keys (:func:`placeviz.group.noop_key`).
-
-        One pass for all roots: the names, lower-cased, joined one a line in blocks (a few hundred
-        KB each, so the memory is reused), searched for ``/noop``; each hit's name is matched
-        against the prefixes. A hit's node is its line, checked against its name (a name holding
-        a newline is not TF's: then name by name)."""
-        names = self.graph.names
-        prefixes = {(names[root] + "/NoOp").lower() for root in self.roots}
-        out: dict[str, list[tuple[int, str]]] = {}
-        last = max(self.roots)
-        for lo in range(0, last, _NAME_BLOCK):
-            text = "\n".join(names[lo:min(lo + _NAME_BLOCK, last)]).lower()
-            pos, line, counted = text.find("/noop"), lo, 0
-            while pos >= 0:
-                start = text.rfind("\n", 0, pos) + 1
-                end = text.find("\n", pos)
-                end = len(text) if end < 0 else end
-                line += text.count("\n", counted, start)
-                counted = start
-                lowered = text[start:end]
-                if names[line].lower() != lowered:  # lines and nodes out of step: a newline in a name
-                    return self._noop_keys_by_name(prefixes, last)
-                k = lowered.find("/noop")
-                while k >= 0:
-                    if lowered[:k + 5] in prefixes:
-                        out.setdefault(lowered[:k + 5], []).append((line, noop_component(lowered, k + 5)))
-                    k = lowered.find("/noop", k + 1)
-                pos = text.find("/noop", end)
-        return out
-
-    def _noop_keys_by_name(self, prefixes: set[str], last: int) -> dict[str, list[tuple[int, str]]]:
-        """:meth:`_scan_noop_keys` name by name."""
-        out: dict[str, list[tuple[int, str]]] = {}
-        for i, name in enumerate(self.graph.names[:last]):
-            lowered = name.lower()
-            for prefix in prefixes:
-                key = noop_key(lowered, prefix)
-                if key is not None:
-                    out.setdefault(prefix, []).append((i, key))
-        return out
 
 
 def _one_device(members: list[int], devices: list[str], assign_nodes: frozenset[int]) -> str | None:
@@ -1420,8 +1340,3 @@ def _group_key_node(graph: Graph, m: int) -> int:
         if inputs and inputs[0][1] != CONTROL:
             return inputs[0][0]
     return m
-
-
-_NAME_BLOCK = 8192
-"""Names per block of :meth:`_NoopNamer._scan_noop_keys`."""
-
