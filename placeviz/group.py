@@ -32,7 +32,7 @@ from typing import Generic, NamedTuple, TypeVar
 
 from placeviz.names import unique_name
 
-__all__ = ["GroupPlan", "Kid", "NoopNamer", "by_device", "group_plan", "noop_key", "noop_names"]
+__all__ = ["GroupPlan", "Kid", "NoopNamer", "by_device", "group_plan", "noop_names"]
 
 M = TypeVar("M")
 
@@ -54,10 +54,11 @@ class GroupPlan(NamedTuple, Generic[M]):
     members_device: str | None  # the members' one device (a 1-level group), else None
 
 
-def by_device(members: Iterable[tuple[M, str]]) -> dict[str, list[M]]:
-    """``group``'s ``ops_on_device``: members filed by device, in their given order."""
+def by_device(members: Iterable[M], devices: Iterable[str]) -> dict[str, list[M]]:
+    """``group``'s ``ops_on_device``: ``members`` filed by their ``devices`` (one each, in step),
+    in their given order."""
     out: dict[str, list[M]] = {}
-    for m, d in members:
+    for m, d in zip(members, devices, strict=True):
         got = out.get(d)
         if got is None:
             out[d] = [m]
@@ -66,20 +67,22 @@ def by_device(members: Iterable[tuple[M, str]]) -> dict[str, list[M]]:
     return out
 
 
-def group_plan(name: str, members: Iterable[tuple[M, str]] | dict[str, list[M]], place: Callable[[str], str],
+def group_plan(name: str, split: dict[str, list[M]], place: Callable[[str], str],
                names: Callable[[str, int], list[str]]) -> GroupPlan[M]:
-    """``control_flow_ops.group(*members, name=name)`` (module doc): ``members`` are ``(member,
-    device it is filed under)`` (or already :func:`by_device`), ``place(dev)`` the device of an op
+    """``control_flow_ops.group(*members, name=name)`` (module doc): ``split`` the members filed by
+    the device ``group`` reads for each (:func:`by_device`), ``place(dev)`` the device of an op
     built under ``ops.device(dev)`` in the caller's context, ``names(base, count)`` ``count``
-    names from the graph's ``unique_name(base)`` in creation order (:func:`noop_names`), asked
-    only when the group splits."""
-    split = members if isinstance(members, dict) else by_device(members)
+    names from the graph's ``unique_name(base)`` in creation order (:class:`NoopNamer`,
+    :func:`noop_names`), asked only when the group splits."""
     if len(split) <= 1:
-        (dev, _), = split.items() if split else (("", []),)
-        return GroupPlan([], place(dev), dev)
+        dev = next(iter(split), "")  # no members: TF's bare no_op(name), in the caller's context
+        return GroupPlan(_NO_KIDS, place(dev), dev)
     devs = sorted(split)
     kids = [Kid(kid, place(dev), split[dev]) for dev, kid in zip(devs, names(name + "/NoOp", len(devs)), strict=True)]
     return GroupPlan(kids, place(""), None)
+
+
+_NO_KIDS: list[Kid] = []  # type: ignore[type-arg]  # shared by every 1-level plan; never changed
 
 
 def noop_names(used: dict[str, int], base: str, count: int, taken: Callable[[str], bool] | None = None,
@@ -100,18 +103,11 @@ def noop_names(used: dict[str, int], base: str, count: int, taken: Callable[[str
     return out
 
 
-def noop_key(lowered: str, prefix: str) -> str | None:
-    """The key a name made before a group marks in ``unique_name``'s dict that can change the
-    names of its NoOps (``prefix``: ``"<group>/noop"``): ``lowered`` (a lower-cased name) up to the
-    end of the component ``prefix`` ends in (the op's name, or a name scope TF marked when it
-    opened it: a scope ``grp/NoOp_1/`` takes ``grp/NoOp_1``), or None when it does not start so."""
-    if not lowered.startswith(prefix):
-        return None
-    return noop_component(lowered, len(prefix))
-
-
 def noop_component(key: str, start: int) -> str:
-    """``key`` up to the end of its name component that holds position ``start``."""
+    """``key`` up to the end of its name component that holds position ``start``: the key a name
+    made before a group marks in ``unique_name``'s dict that can change its NoOps' names (the
+    op's name, or a name scope TF marked when it opened it: a scope ``grp/NoOp_1/`` takes
+    ``grp/NoOp_1``)."""
     slash = key.find("/", start)
     return key if slash < 0 else key[:slash]
 
@@ -121,27 +117,27 @@ class NoopNamer:
     ``names``) for a graph rebuilt with ``group``'s NoOps made again: TF's ``Graph.unique_name``
     over the names TF had made before the root: ``names`` before position ``root`` (creation
     order) that the rebuild keeps (not in ``dropped``: the old per-device NoOps), and the NoOps it
-    added for earlier roots (:func:`noop_names`). ``index``: name -> position; ``roots``: the
-    positions of every group root that may be asked about.
+    added for earlier roots (:func:`noop_names`). ``index``: name -> position.
 
     Only the keys ``<root>/noop...`` can change the answer (lower-cased: ``init/noop`` takes
     ``init/NoOp``, a scope ``init/NoOp_1/`` takes ``init/NoOp_1``), so only those are looked up,
-    for every root at once on first use (:meth:`_scan_noop_keys`). A node made *after* the root
+    for every root at once, as far as the last root asked (:meth:`_scan`). A node made *after* the root
     that holds the name TF gives (the unplaced build had no NoOp there) was renamed by TF; the
     replay cannot rename it and skips that name instead, saying so in ``clashes``.
     """
 
-    def __init__(self, names: Sequence[str], index: Mapping[str, int], roots: Collection[int],
-                 dropped: Collection[int]):
-        self.names_in_order, self.index, self.roots, self.dropped = names, index, roots, dropped
+    def __init__(self, names: Sequence[str], index: Mapping[str, int], dropped: Collection[int]):
+        self.names_in_order, self.index, self.dropped = names, index, dropped
         self.added: list[str] = []  # names of the new NoOps, lower-cased
         self.clashes: list[str] = []
-        self._keys: dict[str, list[tuple[int, str]]] | None = None
+        self._keys: dict[str, list[tuple[int, str]]] = {}
+        self._scanned = 0  # the names before it are in _keys
+        self._by_name = False
 
     def names(self, root: int, base: str, count: int) -> list[str]:
         prefix = base.lower()
-        if self._keys is None:
-            self._keys = self._scan_noop_keys()
+        if root > self._scanned:
+            self._scan(root)
         dropped = self.dropped
         used = {key: 1 for i, key in self._keys.get(prefix, ()) if i < root and i not in dropped}
         used.update((key, 1) for key in self.added if key.startswith(prefix))
@@ -155,20 +151,23 @@ class NoopNamer:
         self.added += map(str.lower, out)
         return out
 
-    def _scan_noop_keys(self) -> dict[str, list[tuple[int, str]]]:
-        """For every ``<root>/noop`` (lower-cased) of a group root: the nodes before the last root
-        whose lower-cased names start with it, and their keys (:func:`noop_key`).
+    def _scan(self, stop: int) -> None:
+        """Enter in ``_keys`` the names from ``_scanned`` to ``stop`` that hold ``/noop`` (lower-cased),
+        filed under each ``<prefix>/noop`` they start with, with their keys (:func:`noop_component`): for
+        every root at once, so that the names are read once whichever root asks, and only as far
+        as the last root asked.
 
-        One pass for all roots: the names, lower-cased, joined one a line in blocks (a few hundred
-        KB each, so the memory is reused), searched for ``/noop``; each hit's name is matched
-        against the prefixes. A hit's node is its line, checked against its name (a name holding
-        a newline is not TF's: then name by name)."""
-        names = self.names_in_order
-        prefixes = {(names[root] + "/NoOp").lower() for root in self.roots}
-        out: dict[str, list[tuple[int, str]]] = {}
-        last = max(self.roots, default=0)
-        for lo in range(0, last, _NAME_BLOCK):
-            text = "\n".join(names[lo:min(lo + _NAME_BLOCK, last)]).lower()
+        The names, lower-cased, joined one a line in blocks (a few hundred KB each, so the memory
+        is reused), searched for ``/noop``; each hit's name is matched against the prefixes. A
+        hit's node is its line, checked against its name (a name holding a newline is not TF's:
+        then name by name, from the start)."""
+        names, out = self.names_in_order, self._keys
+        start_at, self._scanned = self._scanned, stop
+        if self._by_name:
+            self._scan_by_name(start_at, stop)
+            return
+        for lo in range(start_at, stop, _NAME_BLOCK):
+            text = "\n".join(names[lo:min(lo + _NAME_BLOCK, stop)]).lower()
             pos, line, counted = text.find("/noop"), lo, 0
             while pos >= 0:
                 start = text.rfind("\n", 0, pos) + 1
@@ -178,27 +177,26 @@ class NoopNamer:
                 counted = start
                 lowered = text[start:end]
                 if names[line].lower() != lowered:  # lines and nodes out of step: a newline in a name
-                    return self._noop_keys_by_name(prefixes, last)
+                    self._by_name = True
+                    out.clear()
+                    self._scan_by_name(0, stop)
+                    return
                 k = lowered.find("/noop")
                 while k >= 0:
-                    if lowered[:k + 5] in prefixes:
-                        out.setdefault(lowered[:k + 5], []).append((line, noop_component(lowered, k + 5)))
+                    out.setdefault(lowered[:k + 5], []).append((line, noop_component(lowered, k + 5)))
                     k = lowered.find("/noop", k + 1)
                 pos = text.find("/noop", end)
-        return out
 
-    def _noop_keys_by_name(self, prefixes: set[str], last: int) -> dict[str, list[tuple[int, str]]]:
-        """:meth:`_scan_noop_keys` name by name."""
-        names = self.names_in_order
-        out: dict[str, list[tuple[int, str]]] = {}
-        for i, name in enumerate(names[:last]):
-            lowered = name.lower()
-            for prefix in prefixes:
-                key = noop_key(lowered, prefix)
-                if key is not None:
-                    out.setdefault(prefix, []).append((i, key))
-        return out
+    def _scan_by_name(self, start: int, stop: int) -> None:
+        """:meth:`_scan` name by name."""
+        out = self._keys
+        for i in range(start, stop):
+            lowered = self.names_in_order[i].lower()
+            k = lowered.find("/noop")
+            while k >= 0:
+                out.setdefault(lowered[:k + 5], []).append((i, noop_component(lowered, k + 5)))
+                k = lowered.find("/noop", k + 1)
 
 
 _NAME_BLOCK = 8192
-"""Names per block of :meth:`NoopNamer._scan_noop_keys`."""
+"""Names per block of :meth:`NoopNamer._scan`."""

@@ -64,7 +64,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from operator import eq
 from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
@@ -893,13 +893,26 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
                 outer_deps[root] = deps
                 roots[root] = (children, [m for m in members if m not in deps])
     assign_nodes = frozenset(op_index.ids(ASSIGN_VARIABLE_OPS).tolist())
-    namer = NoopNamer(graph.names, graph.index, roots, dropped)
+    namer = NoopNamer(graph.names, graph.index, dropped)
+    context = _GroupContext(graph, devices, rule, reference, plain_device)
+    # A group on one device whose context is the setter's alone (no colocation, no device scope
+    # seen around it, built inside the setter's block) has the plan of every such group on that
+    # device: asked once per device.
+    own, inside = graph.devices, plain_device.inside if plain_device.inside is not None else len(graph)
+    same_context: dict[str, str] = {}
     for root, (children, members) in sorted(roots.items()):  # creation order
         one = None if children else _one_device(members, devices, assign_nodes)
-        split = {one: members} if one is not None else by_device(
-            (m, devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)]) for m in members)
-        context = _GroupContext(graph, root, devices, rule, reference, plain_device, children, members)
-        plan = group_plan(names[root], split, context, partial(namer.names, root))
+        if one is not None and root < inside and not own[root] and rule[root] != RULE_COLOCATED \
+                and root not in reference:
+            device = same_context.get(one)
+            if device is None:
+                device = same_context[one] = group_plan(names[root], {one: members},
+                                                        context.at(root, children, members), _no_names).root_device
+            devices[root] = device
+            continue
+        split = {one: members} if one is not None else by_device(members, [
+            devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)] for m in members])
+        plan = group_plan(names[root], split, context.at(root, children, members), partial(namer.names, root))
         devices[root] = plan.root_device
         if plan.kids:
             plans[root] = plan.kids
@@ -911,6 +924,10 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
         name_clashes += namer.clashes
     rewrite = _GroupRewrite(graph, devices, rule, plans, dropped, outer_deps)
     return rewrite.result(reference, strategy_calls)
+
+
+def _no_names(base: str, count: int) -> list[str]:
+    raise AssertionError("a group on one device names no NoOps")  # pragma: no cover
 
 
 class _GroupContext:
@@ -926,13 +943,21 @@ class _GroupContext:
     matter: a root whose unplaced device is empty had none.
     """
 
-    __slots__ = ("graph", "root", "devices", "rule", "reference", "plain_device", "children", "members", "_outer")
+    __slots__ = ("graph", "devices", "rule", "reference", "plain_device", "root", "children", "members", "_outer")
 
-    def __init__(self, graph: Graph, root: int, devices: list[str], rule: list[int], reference: dict[int, int],
-                 plain_device: _PlainDevice, children: list[int], members: list[int]):
-        self.graph, self.root, self.devices, self.rule, self.reference = graph, root, devices, rule, reference
-        self.plain_device, self.children, self.members = plain_device, children, members
+    def __init__(self, graph: Graph, devices: list[str], rule: list[int], reference: dict[int, int],
+                 plain_device: _PlainDevice):
+        self.graph, self.devices, self.rule, self.reference = graph, devices, rule, reference
+        self.plain_device = plain_device
+        self.root = -1
+        self.children: list[int] = []
+        self.members: list[int] = []
         self._outer: str | None = None
+
+    def at(self, root: int, children: list[int], members: list[int]) -> _GroupContext:
+        """This context for the group ``root`` (one object for every root: no allocation each)."""
+        self.root, self.children, self.members, self._outer = root, children, members, None
+        return self
 
     def outer(self) -> str:
         if self._outer is None:
@@ -1113,8 +1138,9 @@ class _GroupRewrite:
         g, new_id = self.graph, self.old_to_new  # by old id (new NoOps: n + k)
         in_src = array("i", new_id[np.frombuffer(self.in_src, dtype=np.int32)].tobytes())
         # ``colocation`` is made on first use (the placer reads only ``colocated_names``).
-        colocation = partial(_new_colocation, g.colocation, new_id, self.noop_colocation)
-        colocated_names = _renumbered(g.colocated_names, new_id, keys_only=True)
+        first = self.specials[0] if self.specials else len(g)  # ids below it keep their number
+        colocation = partial(_new_colocation, g.colocation, new_id, first, self.noop_colocation)
+        colocated_names = _renumbered(g.colocated_names, new_id, first, keys_only=True)
         # The names _class attrs name: the old graph's, when no dropped node named any (a new
         # NoOp names what its root names).
         located_names = None
@@ -1144,7 +1170,7 @@ class _GroupRewrite:
             located_names=located_names, source=g,
             node_wire=partial(_remapped_node_wire, g, self.attr_ids, frozenset(self.plans)), versions_present=True)
         calls = [c for c in new_id[np.asarray(strategy_calls, dtype=np.int64)].tolist() if c >= 0]
-        return new_graph, self.new_rules, partial(_renumbered, reference, new_id), calls
+        return new_graph, self.new_rules, partial(_renumbered, reference, new_id, first), calls
 
 def _remapped_node_wire(source: Graph, attr_ids: array[int], rewired: frozenset[int]) -> NodeWire | None:
     """The setter's result graph's :attr:`Graph.node_wire`: its old nodes' bytes in the source's,
@@ -1231,26 +1257,43 @@ def _rewritten_graph_def(source: Graph, names: list[str], devices: list[str], in
     return out
 
 
-def _renumbered(mapping: dict[int, _V], new_id: NDArray[np.int32], keys_only: bool = False) -> dict[int, _V]:
+def _renumbered(mapping: dict[int, _V], new_id: NDArray[np.int32], first: int,
+                keys_only: bool = False) -> dict[int, _V]:
     """``mapping`` with its node-id keys (and values, unless ``keys_only``) renumbered through
     ``new_id`` (a numpy int32 array: the new id of each old one); entries that name a dropped
-    node (new id -1) are left out. Order is kept."""
+    node (new id -1) are left out. Order is kept.
+
+    Ids below ``first`` (the first node the group split rewrote) keep their number, so the
+    leading entries that name only such ids are copied as they are (one C-level copy: the split's
+    NoOps usually sit near the end of a graph, after the model)."""
     import numpy as np
 
-    keys = new_id[np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))].tolist()
-    values = (list(mapping.values()) if keys_only else
-              new_id[np.fromiter(mapping.values(), dtype=np.int64, count=len(mapping))].tolist())
+    old_keys = np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))
+    moved = old_keys >= first
+    old_values = None
+    if not keys_only:
+        old_values = np.fromiter(mapping.values(), dtype=np.int64, count=len(mapping))
+        moved |= old_values >= first
+    cut = int(moved.argmax()) if moved.any() else len(mapping)
+    out = dict(islice(mapping.items(), cut))
+    if cut == len(mapping):
+        return out
+    keys = new_id[old_keys[cut:]].tolist()
+    values = (list(islice(mapping.values(), cut, None)) if old_values is None else
+              new_id[old_values[cut:]].tolist())
     pairs = zip(keys, values, strict=True)
     if -1 in keys or (not keys_only and -1 in values):  # entries naming a dropped node are left out
-        return {key: value for key, value in pairs if key >= 0 and (keys_only or value >= 0)}
-    return dict(pairs)
+        out.update((key, value) for key, value in pairs if key >= 0 and (keys_only or value >= 0))
+    else:
+        out.update(pairs)
+    return out
 
 
-def _new_colocation(colocation: dict[int, tuple[str, ...]], new_id: NDArray[np.int32],
+def _new_colocation(colocation: dict[int, tuple[str, ...]], new_id: NDArray[np.int32], first: int,
                     added: list[tuple[int, tuple[str, ...]]]) -> dict[int, tuple[str, ...]]:
-    """The setter's result graph's ``colocation``: the old one renumbered, with the ``_class`` of
-    the new NoOps (``added``) in id order."""
-    out = _renumbered(colocation, new_id, keys_only=True)
+    """The setter's result graph's ``colocation``: the old one renumbered (:func:`_renumbered`),
+    with the ``_class`` of the new NoOps (``added``) in id order."""
+    out = _renumbered(colocation, new_id, first, keys_only=True)
     return _with_entries(out, added) if added else out
 
 

@@ -114,7 +114,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal, NoReturn
@@ -1415,8 +1415,8 @@ class _Rewrite:
         """``control_flow_ops.group`` over ``(member, device)`` called in the device context
         ``root_device``: :func:`placeviz.group.group_plan`'s NoOps (the per-device ones, then the
         root). ``names``: the group's ``unique_name`` (default: the new build's, as made now)."""
-        plan, kids = self.group_noops(name, by_device((f"^{m}", d) for m, d in members), root_device,
-                                      names or partial(noop_names, self.names.new_used))
+        split = by_device([f"^{m}" for m, _d in members], [d for _m, d in members])
+        plan, kids = self.group_noops(name, split, root_device, names or partial(noop_names, self.names.new_used))
         inputs = [f"^{kid.name}" for kid in plan.kids] or [f"^{m}" for m, _d in members]
         return [*kids, self.b.node(name, "NoOp", sorted(inputs), device=plan.root_device)]
 
@@ -1638,7 +1638,7 @@ class _Rewrite:
                 continue
             plans[name] = ([], list(n.input), ctx)
         drop = {k for kids, _m, _c in plans.values() for k in kids}
-        namer = self.rest_namer(rest, plans, drop)
+        namer = self.rest_namer(rest, drop)
 
         def key(i: str) -> str:
             return i.replace(_MARK, "")
@@ -1651,7 +1651,7 @@ class _Rewrite:
                 out.append(n)
                 continue
             _kids, members, ctx = plans[n.name]
-            split = by_device((i, devices.get(i.replace("^", ""), "")) for i in members)
+            split = by_device(members, [devices.get(i.replace("^", ""), "") for i in members])
             plan, noops = self.group_noops(n.name, split, ctx, partial(namer.names, namer.index[n.name]), key)
             m = NodeDef.FromString(n.SerializeToString())
             del m.input[:]
@@ -1662,12 +1662,12 @@ class _Rewrite:
         return out
 
     @staticmethod
-    def rest_namer(rest: list[NodeDef], roots: Iterable[str], drop: set[str]) -> NoopNamer:
+    def rest_namer(rest: list[NodeDef], drop: set[str]) -> NoopNamer:
         """The ``unique_name`` of groups re-made in ``rest`` (in creation order, plain names):
         over the names before each root, its old per-device NoOps (``drop``) left out."""
         order = [n.name for n in rest]
         index = {name: k for k, name in enumerate(order)}
-        return NoopNamer(order, index, [index[r] for r in roots if r in index], {index[k] for k in drop if k in index})
+        return NoopNamer(order, index, {index[k] for k in drop if k in index})
 
     def regroup_local_init(self, rest: list[NodeDef], init: str, w_dev: str) -> list[NodeDef]:
         """Devices of ``local_variables_initializer()`` and the groups holding it, now that it
@@ -1691,7 +1691,7 @@ class _Rewrite:
             elif n.op == "NoOp" and f"^{init}" in n.input and all(i.startswith("^") for i in n.input):
                 members = [(i[1:], devices.get(i[1:], "")) for i in n.input]
                 if len({d for _m, d in members}) > 1:
-                    namer = self.rest_namer(rest, [n.name], set())
+                    namer = self.rest_namer(rest, set())
                     regrouped = self.group(n.name, members, n.device, partial(namer.names, namer.index[n.name]))
                     for k in regrouped[:-1]:
                         devices[k.name] = k.device
