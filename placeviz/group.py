@@ -32,7 +32,7 @@ from typing import Generic, NamedTuple, TypeVar
 
 from placeviz.names import unique_name
 
-__all__ = ["GroupPlan", "Kid", "NoopNamer", "by_device", "group_plan", "noop_names"]
+__all__ = ["GroupPlan", "Kid", "NoopNamer", "by_device", "group_plan", "is_noop_of", "noop_group", "noop_names"]
 
 M = TypeVar("M")
 
@@ -83,6 +83,23 @@ def group_plan(name: str, split: dict[str, list[M]], place: Callable[[str], str]
 
 
 _NO_KIDS: list[Kid] = []  # type: ignore[type-arg]  # shared by every 1-level plan; never changed
+
+
+def noop_group(name: str) -> str | None:
+    """The group a per-device NoOp of ``group`` belongs to, read from its name (``<group>/NoOp`` or
+    ``<group>/NoOp_<k>``, ``unique_name``'s answers for ``<group>/NoOp``: ``%d``, ASCII digits),
+    or None for another name. Whether the group is there is the caller's question."""
+    group, slash, last = name.rpartition("/")
+    if not slash or not group:
+        return None
+    if last == "NoOp" or (last.startswith("NoOp_") and last[5:].isdigit() and last[5:].isascii()):
+        return group
+    return None
+
+
+def is_noop_of(name: str, group: str) -> bool:
+    """Whether ``name`` is one of the names ``group`` gives its per-device NoOps (:func:`noop_group`)."""
+    return len(name) > len(group) and name[len(group)] == "/" and name.startswith(group) and noop_group(name) == group
 
 
 def noop_names(used: dict[str, int], base: str, count: int, taken: Callable[[str], bool] | None = None,

@@ -24,8 +24,8 @@ it, placeviz reconstructs what it would have written into every ``NodeDef.device
   per device of its inputs when they are on several devices. An unplaced build has a single NoOp
   there, so the replay adds the per-device NoOps TF would have built (in sorted device order, named
   as ``Graph.unique_name("<group>/NoOp")`` names them over the names made before the group:
-  ``<group>/NoOp``, ``<group>/NoOp_1``, ... unless some are taken, :func:`placeviz.names.unique_name`)
-  and rewires the group onto them.
+  ``<group>/NoOp``, ``<group>/NoOp_1``, ... unless some are taken) and rewires the group onto
+  them. TF's rule is :func:`placeviz.group.group_plan`, shared with the SyncReplicas rewrite.
 
 What an unplaced GraphDef cannot show is taken from options, or assumed and said in
 ``SetterResult.notes``:

@@ -121,7 +121,7 @@ from typing import Literal, NoReturn
 
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph
-from placeviz.group import GroupPlan, NoopNamer, by_device, group_plan, noop_names
+from placeviz.group import GroupPlan, NoopNamer, by_device, group_plan, is_noop_of, noop_group, noop_names
 from placeviz.names import unique_name
 from placeviz.op_kinds import (
     ACCUMULATOR_OPS,
@@ -1237,8 +1237,8 @@ class _Rewrite:
                 last_user = k
         # a per-device NoOp of ``group`` (control_flow_ops.py): its root is made in the same call
         post_pos = {n.name: k for k, n in enumerate(post)}
-        while last_user is not None and (noop := re.fullmatch(r"(.+)/NoOp(?:_\d+)?", post[last_user].name)):
-            root = post_pos.get(noop[1], -1)
+        while last_user is not None and (group := noop_group(post[last_user].name)) is not None:
+            root = post_pos.get(group, -1)
             if root <= last_user or f"^{post[last_user].name}" not in post[root].input:
                 break
             last_user = root
@@ -1472,7 +1472,7 @@ class _Rewrite:
         # under ``ops.device(dev)`` of their members (a full device: they keep it)
         roots = {n.name: {i[1:] for i in n.input if i.startswith("^")} for n in block if n.op == "NoOp"}
         kids = {k for root, ctrl in roots.items() for k in ctrl
-                if re.fullmatch(re.escape(root) + r"/NoOp(_\d+)?", k)}
+                if is_noop_of(k, root)}
         out: list[NodeDef] = []
         new_dev: dict[str, str] = {}
         for n in block:
@@ -1610,7 +1610,7 @@ class _Rewrite:
         def kids_of(root: NodeDef) -> list[str] | None:
             kids = [i[1:] for i in root.input]
             if kids and all(i.startswith("^") for i in root.input) and all(
-                    re.fullmatch(re.escape(root.name) + r"/NoOp(_\d+)?", k) and k in by_name for k in kids):
+                    is_noop_of(k, root.name) and k in by_name for k in kids):
                 return kids
             return None
 
@@ -1619,8 +1619,8 @@ class _Rewrite:
             n = by_name.get(name)
             if n is None or n.op != "NoOp" or any(not i.lstrip(_MARK).startswith("^") for i in n.input):
                 continue
-            noop = re.fullmatch(r"(.+)/NoOp(?:_\d+)?", name)
-            root = by_name.get(noop[1]) if noop else None
+            group = noop_group(name)
+            root = by_name.get(group) if group is not None else None
             if root is not None and (kids := kids_of(root)) is not None and name in kids:
                 members = [i for k in kids for i in by_name[k].input]
                 plans[root.name] = (kids, members, root.device)
