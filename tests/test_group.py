@@ -142,3 +142,24 @@ def test_sync_rewrite_regroups_as_tf_builds_it(placed, context):
     assert [o[0] for o in ours] == [t[0] for t in theirs]
     bad = [(t[0], o) for t, o in zip(theirs, ours, strict=True) if t != o]
     assert not bad, bad[:3]
+
+
+
+def test_noop_namer_reads_names_as_one_text_or_one_by_one():
+    """:class:`placeviz.group.NoopNamer` reads the names before a root as lines of one text, and
+    name by name when a name holds a newline (the lines would be out of step with the nodes): the
+    two give the same names, asked root by root in creation order (TF's cases, checked against TF
+    above: a lower-case name, a scope, a name made after the root)."""
+    from placeviz.group import NoopNamer
+
+    base = ["a", "init/noop", "grp/NoOp_1/c", "b", "init", "grp", "x", "init/NoOp_2", "grp/NoOp"]
+    answers = []
+    for first in ("plain", "new\nline"):
+        names = [first, *base]
+        index = {name: k for k, name in enumerate(names)}
+        namer = NoopNamer(names, index, {index["grp/NoOp"]})  # grp's old NoOp: dropped
+        got = [namer.names(index[root], f"{root}/NoOp", 3) for root in ("init", "grp")]
+        answers.append((got, namer.clashes, namer._by_name))
+    (one_text, clashes, by_name), (one_by_one, clashes2, by_name2) = answers
+    assert (by_name, by_name2) == (False, True)  # both ways were taken
+    assert one_text == one_by_one and clashes == clashes2 == ["init/NoOp_2"]
