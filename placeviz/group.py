@@ -51,7 +51,6 @@ class GroupPlan(NamedTuple, Generic[M]):
 
     kids: list[Kid[M]]
     root_device: str
-    members_device: str | None  # the members' one device (a 1-level group), else None
 
 
 def by_device(members: Iterable[M], devices: Iterable[str]) -> dict[str, list[M]]:
@@ -76,10 +75,10 @@ def group_plan(name: str, split: dict[str, list[M]], place: Callable[[str], str]
     :func:`noop_names`), asked only when the group splits."""
     if len(split) <= 1:
         dev = next(iter(split), "")  # no members: TF's bare no_op(name), in the caller's context
-        return GroupPlan(_NO_KIDS, place(dev), dev)
+        return GroupPlan(_NO_KIDS, place(dev))
     devs = sorted(split)
     kids = [Kid(kid, place(dev), split[dev]) for dev, kid in zip(devs, names(name + "/NoOp", len(devs)), strict=True)]
-    return GroupPlan(kids, place(""), None)
+    return GroupPlan(kids, place(""))
 
 
 _NO_KIDS: list[Kid] = []  # type: ignore[type-arg]  # shared by every 1-level plan; never changed
@@ -106,7 +105,7 @@ def noop_names(used: dict[str, int], base: str, count: int, taken: Callable[[str
                clashes: list[str] | None = None) -> list[str]:
     """``count`` answers of ``Graph.unique_name(base)`` over ``used`` (the names in use before the
     group, lower-cased, as :func:`placeviz.names.unique_name` reads them; only keys starting with
-    ``base.lower()`` matter, :func:`noop_key`). ``taken(name)``: a node made *after* the group
+    ``base.lower()`` matter, :func:`noop_component`). ``taken(name)``: a node made *after* the group
     holds that name (a build without these NoOps gave it out; TF would have renamed that node,
     which a replay cannot): the name is skipped and listed in ``clashes``."""
     out = []
