@@ -8,8 +8,9 @@ per key. Asked for ``name`` whose key has counter ``i > 0``, it tries ``<name>_<
 capitalisation. So the answer depends on every name made *before* the call, in creation order,
 and ``init/noop`` makes ``init/NoOp`` unavailable.
 
-Used by the setter replay (``group``'s per-device NoOps, :mod:`placeviz.placement.setter`) and by
-the SyncReplicas rewrite (:mod:`placeviz.sync.rewrite`). Never imports TensorFlow.
+Used by ``group``'s per-device NoOps (:mod:`placeviz.group`, for the setter replay and the
+SyncReplicas rewrite) and by the SyncReplicas rewrite's own names (:mod:`placeviz.sync.rewrite`).
+Never imports TensorFlow.
 """
 
 from __future__ import annotations

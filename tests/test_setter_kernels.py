@@ -383,14 +383,16 @@ def test_nodes_with_ops_and_its_name_filter():
 @given(st.data())
 def test_renumbered_is_a_renumbering(data):
     """``_renumbered`` against the plain definition: each key (and value) mapped through the new
-    ids, entries naming a dropped node (-1) left out, order kept, ints out."""
+    ids, entries naming a dropped node (-1) left out, order kept, ints out. The ids below
+    ``first`` keep their number (the group split rewrites nothing before its first root)."""
     import numpy as np
 
     n = data.draw(st.integers(1, 40))
-    # A renumbering: distinct new ids, -1 for dropped nodes.
-    kept = data.draw(st.lists(st.integers(0, 60), unique=True, min_size=n, max_size=n))
-    dropped = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
-    old_to_new = [-1 if drop else new for new, drop in zip(kept, dropped, strict=True)]
+    first = data.draw(st.integers(0, n))
+    # A renumbering: ids below ``first`` unchanged, then distinct new ids, -1 for dropped nodes.
+    kept = data.draw(st.lists(st.integers(first, 60), unique=True, min_size=n - first, max_size=n - first))
+    dropped = data.draw(st.lists(st.booleans(), min_size=n - first, max_size=n - first))
+    old_to_new = list(range(first)) + [-1 if drop else new for new, drop in zip(kept, dropped, strict=True)]
     keys = data.draw(st.lists(st.integers(0, n - 1), unique=True, max_size=n))
     values = data.draw(st.lists(st.integers(0, n - 1), min_size=len(keys), max_size=len(keys)))
     mapping = dict(zip(keys, values, strict=True))
@@ -398,7 +400,7 @@ def test_renumbered_is_a_renumbering(data):
     for keys_only in (False, True):
         expected = [(old_to_new[k], v if keys_only else old_to_new[v]) for k, v in mapping.items()]
         expected = [(k, v) for k, v in expected if k >= 0 and (keys_only or v >= 0)]
-        got = setter._renumbered(mapping, new_id, keys_only)
+        got = setter._renumbered(mapping, new_id, first, keys_only)
         assert list(got.items()) == expected
         assert all(type(k) is int and (keys_only or type(v) is int) for k, v in got.items())
 

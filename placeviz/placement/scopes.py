@@ -39,6 +39,7 @@ from itertools import compress, repeat
 from typing import TYPE_CHECKING, TypeAlias
 
 from placeviz.graph import CONTROL, Graph
+from placeviz.group import is_noop_of
 from placeviz.op_kinds import (
     ACCUMULATOR_OPS,
     ACCUMULATOR_SET_STEP_OPS,
@@ -388,12 +389,6 @@ def control_only_noops(graph: Graph, op_index: OpIndex | None = None) -> NoOps:
     return ids[keep], lo[keep], hi[keep]
 
 
-def _is_child_name(name: str, prefix: str) -> bool:
-    """``<root>/NoOp`` or ``<root>/NoOp_<k>`` (``prefix`` is ``<root>/NoOp``): the names
-    ``group`` gives its per-device NoOps (ops.py ``unique_name``)."""
-    return name == prefix or (name.startswith(prefix + "_") and name[len(prefix) + 1:].isdigit())
-
-
 def group_roots(graph: Graph, noops: NoOps | None = None) -> dict[int, tuple[list[int], list[int]]]:
     """NoOps built by ``control_flow_ops.group``: root -> (per-device NoOps, grouped ops).
 
@@ -427,7 +422,7 @@ def group_roots(graph: Graph, noops: NoOps | None = None) -> dict[int, tuple[lis
     among = np.flatnonzero(is_root[sources])  # an input that is itself a control-only NoOp
     maybe: dict[int, set[int]] = {}  # root -> its inputs named as its per-device NoOps
     for root, src in zip(np.repeat(roots, counts)[among].tolist(), sources[among].tolist(), strict=True):
-        if _is_child_name(names[src], names[root] + "/NoOp"):
+        if is_noop_of(names[src], names[root]):
             maybe.setdefault(root, set()).add(src)
     consumers = (np.bincount(np.frombuffer(in_src, dtype=np.int32), minlength=len(names))
                  if maybe else np.zeros(0, dtype=np.int64))

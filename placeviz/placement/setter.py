@@ -24,8 +24,8 @@ it, placeviz reconstructs what it would have written into every ``NodeDef.device
   per device of its inputs when they are on several devices. An unplaced build has a single NoOp
   there, so the replay adds the per-device NoOps TF would have built (in sorted device order, named
   as ``Graph.unique_name("<group>/NoOp")`` names them over the names made before the group:
-  ``<group>/NoOp``, ``<group>/NoOp_1``, ... unless some are taken, :func:`placeviz.names.unique_name`)
-  and rewires the group onto them.
+  ``<group>/NoOp``, ``<group>/NoOp_1``, ... unless some are taken) and rewires the group onto
+  them. TF's rule is :func:`placeviz.group.group_plan`, shared with the SyncReplicas rewrite.
 
 What an unplaced GraphDef cannot show is taken from options, or assumed and said in
 ``SetterResult.notes``:
@@ -64,7 +64,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from operator import eq
 from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
@@ -74,8 +74,8 @@ from placeviz.devices import ClusterSpec, PyDeviceSpec
 from placeviz.errors import PlacevizError
 from placeviz.gcpause import gc_paused
 from placeviz.graph import CONTROL, AttrKeys, Graph, RemappedNodeDefs, _located_names
+from placeviz.group import Kid, NoopNamer, by_device, group_plan
 from placeviz.limits import MAX_TENSOR_BYTES
-from placeviz.names import unique_name
 from placeviz.native import kernels
 from placeviz.op_kinds import ASSIGN_VARIABLE_OPS
 from placeviz.ops import DT_RESOURCE, REF_OFFSET
@@ -865,12 +865,14 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
                   group_assumptions: list[str] | None = None, name_clashes: list[str] | None = None) -> _Split:
     """Rebuild ``control_flow_ops.group`` NoOps for the devices their grouped ops now have.
 
-    TF's ``group`` makes one NoOp per device of the grouped ops (sorted by device string) under the
-    root NoOp when they span several devices, and none when they share one. An unplaced build made
-    its choice for the unplaced devices, so the per-device NoOps are made again here.
+    An unplaced build made ``group``'s choice for the unplaced devices; each group found
+    (:func:`scopes.group_roots`) is planned again over its members' new devices by
+    :func:`placeviz.group.group_plan` (TF's rule, written once) and rewired by
+    :class:`_GroupRewrite`. What is the setter's own: the device each member is filed under
+    (:func:`_group_key_node`), the caller's device context (:class:`_GroupContext`) and the names
+    in use before each group (:class:`placeviz.group.NoopNamer`).
     """
-    plans: dict[int, list[tuple[str, list[int]]]] = {}
-    dropped: set[int] = set()
+    plans: dict[int, list[Kid[int]]] = {}
     devices = list(devices)
     ops, names, assign_ops = graph.ops, graph.names, ASSIGN_VARIABLE_OPS
     noops = scopes.control_only_noops(graph, op_index)
@@ -882,53 +884,110 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
             del roots[r]
     outer_deps: dict[int, list[int]] = {}
     assumed = group_assumptions if group_assumptions is not None else []
+    dropped: set[int] = set()
     for root, (children, members) in roots.items():
+        dropped.update(children)
         if not children and len(members) >= 2:
             deps = _outer_control_deps(graph, root, members)
             if deps:
                 outer_deps[root] = deps
                 roots[root] = (children, [m for m in members if m not in deps])
     assign_nodes = frozenset(op_index.ids(ASSIGN_VARIABLE_OPS).tolist())
+    namer = NoopNamer(graph.names, graph.index, dropped)
+    context = _GroupContext(graph, devices, rule, reference, plain_device)
+    # A group on one device whose context is the setter's alone (no colocation, no device scope
+    # seen around it, built inside the setter's block) has the plan of every such group on that
+    # device: asked once per device.
+    own, inside = graph.devices, plain_device.inside if plain_device.inside is not None else len(graph)
+    same_context: dict[str, str] = {}
     for root, (children, members) in sorted(roots.items()):  # creation order
-        device = None if children else _one_device(members, devices, assign_nodes)
-        if device is not None:  # the usual root, settled without the per-device dict below
-            if rule[root] != RULE_COLOCATED:
-                devices[root] = plain_device.at(root, device)
+        one = None if children else _one_device(members, devices, assign_nodes)
+        if one is not None and root < inside and not own[root] and rule[root] != RULE_COLOCATED \
+                and root not in reference:
+            device = same_context.get(one)
+            if device is None:
+                device = same_context[one] = group_plan(names[root], {one: members},
+                                                        context.at(root, children, members), _no_names).root_device
+            devices[root] = device
             continue
-        by_device: dict[str, list[int]] = {}
-        for m in members:
-            key = devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)]
-            by_device.setdefault(key, []).append(m)
-        if len(by_device) == 1:
-            # One device: TF builds the root itself under device(<that device>).
-            (device, _), = by_device.items()
-            if rule[root] != RULE_COLOCATED:
-                devices[root] = plain_device.at(root, device)
-            if not children:
-                continue
-            plans[root] = [(device, members)]
-        else:
-            plans[root] = sorted(by_device.items())
+        split = {one: members} if one is not None else by_device(members, [
+            devices[m if ops[m] not in assign_ops else _group_key_node(graph, m)] for m in members])
+        plan = group_plan(names[root], split, context.at(root, children, members), partial(namer.names, root))
+        devices[root] = plan.root_device
+        if plan.kids:
+            plans[root] = plan.kids
             if not children and not _LIBRARY_GROUP.fullmatch(names[root]):
                 assumed.append(names[root])
-            if not children and rule[root] != RULE_COLOCATED:
-                outer = _outer_device(graph, root, members)
-                if root in reference:  # built under device(<that node's device>) (scopes.py)
-                    scope = devices[reference[root]] or ""
-                    outer = PyDeviceSpec.parse(scope).merged_with(PyDeviceSpec.parse(outer)).to_string()
-                devices[root] = plain_device.at(root, outer)
-        dropped.update(children)
-    rewrite = _GroupRewrite(graph, devices, rule, plans, dropped, plain_device, outer_deps)
+        elif children:  # was split, now on one device: the root holds the members itself
+            plans[root] = [Kid(names[root], plan.root_device, members)]
     if name_clashes is not None:
-        name_clashes += rewrite.name_clashes
+        name_clashes += namer.clashes
+    rewrite = _GroupRewrite(graph, devices, rule, plans, dropped, outer_deps)
     return rewrite.result(reference, strategy_calls)
 
 
+def _no_names(base: str, count: int) -> list[str]:
+    raise AssertionError("a group on one device names no NoOps")  # pragma: no cover
+
+
+class _GroupContext:
+    """``place(dev)`` of :func:`placeviz.group.group_plan` for the setter: the device of a NoOp
+    built under ``ops.device(dev)`` in the context of ``group``'s call, under the setter.
+
+    A root built under ``colocate_with`` keeps its device and so do its NoOps (the colocation
+    decides). Otherwise the context is the device scope around the call (:func:`_outer_device`,
+    merged over the library scope :mod:`placeviz.placement.scopes` found, or, for a root that the
+    build already split, the root's own replayed device) under the setter's device function
+    (``_PlainDevice.at``); ``dev`` merges over it (dev's fields win) and ``""`` is the context
+    itself (a null merge, ops.py ``_UserDeviceSpec``). The context is only read when it can
+    matter: a root whose unplaced device is empty had none.
+    """
+
+    __slots__ = ("graph", "devices", "rule", "reference", "plain_device", "root", "children", "members", "_outer")
+
+    def __init__(self, graph: Graph, devices: list[str], rule: list[int], reference: dict[int, int],
+                 plain_device: _PlainDevice):
+        self.graph, self.devices, self.rule, self.reference = graph, devices, rule, reference
+        self.plain_device = plain_device
+        self.root = -1
+        self.children: list[int] = []
+        self.members: list[int] = []
+        self._outer: str | None = None
+
+    def at(self, root: int, children: list[int], members: list[int]) -> _GroupContext:
+        """This context for the group ``root`` (one object for every root: no allocation each)."""
+        self.root, self.children, self.members, self._outer = root, children, members, None
+        return self
+
+    def outer(self) -> str:
+        if self._outer is None:
+            root = self.root
+            outer = "" if self.children else _outer_device(self.graph, root, self.members)
+            if root in self.reference:  # built under device(<that node's device>) (scopes.py)
+                scope = self.devices[self.reference[root]] or ""
+                outer = PyDeviceSpec.parse(scope).merged_with(PyDeviceSpec.parse(outer)).to_string()
+            self._outer = outer
+        return self._outer
+
+    def __call__(self, dev: str) -> str:
+        root = self.root
+        if self.rule[root] == RULE_COLOCATED:
+            return self.devices[root]
+        if not dev:
+            if self.children:  # the build split it: the root's own device is its context
+                return self.devices[root]
+            return self.plain_device.at(root, self.outer())
+        if self.graph.devices[root] or root in self.reference:
+            outer = self.outer()
+            if outer:
+                dev = PyDeviceSpec.parse(outer).merged_with(PyDeviceSpec.parse(dev)).to_string()
+        return self.plain_device.at(root, dev)
+
 
 def _one_device(members: list[int], devices: list[str], assign_nodes: frozenset[int]) -> str | None:
-    """The device of a ``group``'s members when they all have one (TF then builds the root alone,
-    under ``device(<that device>)``), for the usual root: no assign op among them (``group`` files
-    an assign under its variable's device: :func:`_group_key_node`). None: ask the general loop."""
+    """The device of a ``group``'s members when they all have one, for the usual root: no assign
+    op among them (``group`` files an assign under its variable's device: :func:`_group_key_node`).
+    None: file them one by one (:func:`placeviz.group.by_device`)."""
     if not members or not assign_nodes.isdisjoint(members):
         return None
     on = set(map(devices.__getitem__, members))
@@ -972,8 +1031,7 @@ class _GroupRewrite:
     """
 
     def __init__(self, graph: Graph, devices: list[str], rule: list[int],
-                 plans: dict[int, list[tuple[str, list[int]]]], dropped: set[int],
-                 plain_device: _PlainDevice, outer_deps: dict[int, list[int]] | None = None):
+                 plans: dict[int, list[Kid[int]]], dropped: set[int], outer_deps: dict[int, list[int]] | None = None):
         self.graph, self.devices, self.rule = graph, devices, rule
         self.plans, self.dropped = plans, dropped
         self.outer_deps = outer_deps or {}  # root -> control inputs from an enclosing block
@@ -993,15 +1051,12 @@ class _GroupRewrite:
         self.in_start, self.in_src, self.in_slot = array("i", [0]), array("i"), array("i")
         self.noop_ids: list[int] = []  # new id of the k-th new NoOp
         self.noop_colocation: list[tuple[int, tuple[str, ...]]] = []
-        self._added_names: set[str] = set()  # names of the new NoOps
-        self.name_clashes: list[str] = []  # names TF gives a new NoOp that a later node holds
-        self._noop_keys: dict[str, list[tuple[int, str]]] | None = None  # _scan_noop_keys, on first use
         self.specials = sorted(dropped | plans.keys())
         start = 0
         for i in self.specials:
             self._copy(start, i)
             if i in plans:
-                self._rewire(i, plain_device)
+                self._rewire(i)
             start = i + 1
         self._copy(start, n)
         # source n + k is the k-th new NoOp
@@ -1041,30 +1096,26 @@ class _GroupRewrite:
         self.in_start.append(len(self.in_src))
         return len(self.names) - 1
 
-    def _rewire(self, root: int, plain_device: _PlainDevice) -> None:
-        """Root ``root``: its new per-device NoOps, then the root with control inputs on them."""
+    def _rewire(self, root: int) -> None:
+        """Root ``root``: its new per-device NoOps (:func:`placeviz.group.group_plan`'s kids), then
+        the root with control inputs on them."""
         g, plan = self.graph, self.plans[root]
         outer = self.outer_deps.get(root, [])
         if len(plan) == 1:
-            controls = plan[0][1] + outer
+            controls = plan[0].members + outer
         else:
             controls = []
-            for (device, grouped), name in zip(plan, self._noop_names(root, len(plan)), strict=True):
-                members = grouped + outer  # the enclosing block's control inputs on every NoOp
-                self._added_names.add(name)
-                noop = self.noops.node.add(name=name, op="NoOp")
+            for kid in plan:
+                members = kid.members + outer  # the enclosing block's control inputs on every NoOp
+                noop = self.noops.node.add(name=kid.name, op="NoOp", device=kid.device)
                 noop.input.extend(map("^".__add__, map(g.names.__getitem__, members)))
                 # TF 2.x marks ops used in control_dependencies([...]) (ops.py)
                 noop.attr["_has_manual_control_dependencies"].b = True
                 if root in self.colocated_roots:
                     # Built inside the root's colocate_with: the colocation decides the device.
-                    noop.device = self.devices[root]
                     noop.attr["_class"].CopyFrom(g.attr_nodes[root].attr["_class"])
-                else:
-                    # Built under device(<that device>) inside the setter scope.
-                    noop.device = plain_device.at(root, device)
                 k = len(self.noops.node) - 1
-                new = self._append(name, "NoOp", noop.device, RULE_GROUP, -1 - k, members,
+                new = self._append(kid.name, "NoOp", kid.device, RULE_GROUP, -1 - k, members,
                                    repeat(CONTROL, len(members)))
                 self.noop_ids.append(new)
                 if root in self.colocated_roots:
@@ -1081,91 +1132,15 @@ class _GroupRewrite:
         """The names of the new per-device NoOps, in order."""
         return [node.name for node in self.noops.node]
 
-    def _noop_names(self, root: int, count: int) -> list[str]:
-        """The names ``group`` gives the ``count`` per-device NoOps of ``root``: ``Graph.unique_name(
-        "<root>/NoOp")`` once per device (:func:`placeviz.names.unique_name`), over the names TF
-        had made by then: the nodes before ``root`` (creation order) that the replay keeps, and the
-        NoOps it added for earlier roots (control_flow_ops.py ``group``, ``_GroupControlDeps``).
-
-        Only the keys ``<root>/noop...`` can change the answer (lower-cased: ``init/noop`` takes
-        ``init/NoOp``, a scope ``init/NoOp_1/`` takes ``init/NoOp_1``), so only those are looked up.
-        A node made *after* the root that holds the name TF gives (the unplaced build had no NoOp
-        there) was renamed by TF; the replay cannot rename it and skips that name instead, saying so
-        in ``name_clashes``.
-        """
-        base = self.graph.names[root] + "/NoOp"
-        prefix = base.lower()
-        used = {key: 1 for i, key in self._keys_before(prefix, root) if i not in self.dropped}
-        used.update((key, 1) for key in map(str.lower, self._added_names) if key.startswith(prefix))
-        out = []
-        index, dropped = self.graph.index, self.dropped
-        for _ in range(count):
-            name = unique_name(used, base)
-            while (later := index.get(name)) is not None and later > root and later not in dropped:
-                self.name_clashes.append(name)
-                name = unique_name(used, base)
-            out.append(name)
-        return out
-
-    def _keys_before(self, prefix: str, root: int) -> list[tuple[int, str]]:
-        """``(node, key)`` for the nodes before ``root`` whose lower-cased name starts with
-        ``prefix``: ``key`` is that name up to the end of the component ``prefix`` ends in (the
-        name, or the name scope TF marked in use when it opened it)."""
-        if self._noop_keys is None:
-            self._noop_keys = self._scan_noop_keys()
-        return [(i, key) for i, key in self._noop_keys.get(prefix, ()) if i < root]
-
-    def _scan_noop_keys(self) -> dict[str, list[tuple[int, str]]]:
-        """For every ``<root>/noop`` (lower-cased) of a root that gets per-device NoOps: the nodes
-        before the last such root whose lower-cased names start with it, and their keys.
-
-        One pass for all roots: the names, lower-cased, joined one a line in blocks (a few hundred
-        KB each, so the memory is reused), searched for ``/noop``; each hit's name is matched
-        against the prefixes. A hit's node is its line, checked against its name (a name holding
-        a newline is not TF's: then name by name)."""
-        names = self.graph.names
-        roots = [root for root, plan in self.plans.items() if len(plan) > 1]
-        prefixes = {(names[root] + "/NoOp").lower() for root in roots}
-        out: dict[str, list[tuple[int, str]]] = {}
-        last = max(roots)
-        for lo in range(0, last, _NAME_BLOCK):
-            text = "\n".join(names[lo:min(lo + _NAME_BLOCK, last)]).lower()
-            pos, line, counted = text.find("/noop"), lo, 0
-            while pos >= 0:
-                start = text.rfind("\n", 0, pos) + 1
-                end = text.find("\n", pos)
-                end = len(text) if end < 0 else end
-                line += text.count("\n", counted, start)
-                counted = start
-                lowered = text[start:end]
-                if names[line].lower() != lowered:  # lines and nodes out of step: a newline in a name
-                    return self._noop_keys_by_name(prefixes, last)
-                k = lowered.find("/noop")
-                while k >= 0:
-                    if lowered[:k + 5] in prefixes:
-                        out.setdefault(lowered[:k + 5], []).append((line, _component(lowered, k + 5)))
-                    k = lowered.find("/noop", k + 1)
-                pos = text.find("/noop", end)
-        return out
-
-    def _noop_keys_by_name(self, prefixes: set[str], last: int) -> dict[str, list[tuple[int, str]]]:
-        """:meth:`_scan_noop_keys` name by name."""
-        out: dict[str, list[tuple[int, str]]] = {}
-        for i, name in enumerate(self.graph.names[:last]):
-            lowered = name.lower()
-            for prefix in prefixes:
-                if lowered.startswith(prefix):
-                    out.setdefault(prefix, []).append((i, _component(lowered, len(prefix))))
-        return out
-
     def result(self, reference: dict[int, int], strategy_calls: list[int]) -> _Split:
         import numpy as np
 
         g, new_id = self.graph, self.old_to_new  # by old id (new NoOps: n + k)
         in_src = array("i", new_id[np.frombuffer(self.in_src, dtype=np.int32)].tobytes())
         # ``colocation`` is made on first use (the placer reads only ``colocated_names``).
-        colocation = partial(_new_colocation, g.colocation, new_id, self.noop_colocation)
-        colocated_names = _renumbered(g.colocated_names, new_id, keys_only=True)
+        first = self.specials[0] if self.specials else len(g)  # ids below it keep their number
+        colocation = partial(_new_colocation, g.colocation, new_id, first, self.noop_colocation)
+        colocated_names = _renumbered(g.colocated_names, new_id, first, keys_only=True)
         # The names _class attrs name: the old graph's, when no dropped node named any (a new
         # NoOp names what its root names).
         located_names = None
@@ -1195,7 +1170,7 @@ class _GroupRewrite:
             located_names=located_names, source=g,
             node_wire=partial(_remapped_node_wire, g, self.attr_ids, frozenset(self.plans)), versions_present=True)
         calls = [c for c in new_id[np.asarray(strategy_calls, dtype=np.int64)].tolist() if c >= 0]
-        return new_graph, self.new_rules, partial(_renumbered, reference, new_id), calls
+        return new_graph, self.new_rules, partial(_renumbered, reference, new_id, first), calls
 
 def _remapped_node_wire(source: Graph, attr_ids: array[int], rewired: frozenset[int]) -> NodeWire | None:
     """The setter's result graph's :attr:`Graph.node_wire`: its old nodes' bytes in the source's,
@@ -1282,26 +1257,43 @@ def _rewritten_graph_def(source: Graph, names: list[str], devices: list[str], in
     return out
 
 
-def _renumbered(mapping: dict[int, _V], new_id: NDArray[np.int32], keys_only: bool = False) -> dict[int, _V]:
+def _renumbered(mapping: dict[int, _V], new_id: NDArray[np.int32], first: int,
+                keys_only: bool = False) -> dict[int, _V]:
     """``mapping`` with its node-id keys (and values, unless ``keys_only``) renumbered through
     ``new_id`` (a numpy int32 array: the new id of each old one); entries that name a dropped
-    node (new id -1) are left out. Order is kept."""
+    node (new id -1) are left out. Order is kept.
+
+    Ids below ``first`` (the first node the group split rewrote) keep their number, so the
+    leading entries that name only such ids are copied as they are (one C-level copy: the split's
+    NoOps usually sit near the end of a graph, after the model)."""
     import numpy as np
 
-    keys = new_id[np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))].tolist()
-    values = (list(mapping.values()) if keys_only else
-              new_id[np.fromiter(mapping.values(), dtype=np.int64, count=len(mapping))].tolist())
+    old_keys = np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))
+    moved = old_keys >= first
+    old_values = None
+    if not keys_only:
+        old_values = np.fromiter(mapping.values(), dtype=np.int64, count=len(mapping))
+        moved |= old_values >= first
+    cut = int(moved.argmax()) if moved.any() else len(mapping)
+    out = dict(islice(mapping.items(), cut))
+    if cut == len(mapping):
+        return out
+    keys = new_id[old_keys[cut:]].tolist()
+    values = (list(islice(mapping.values(), cut, None)) if old_values is None else
+              new_id[old_values[cut:]].tolist())
     pairs = zip(keys, values, strict=True)
     if -1 in keys or (not keys_only and -1 in values):  # entries naming a dropped node are left out
-        return {key: value for key, value in pairs if key >= 0 and (keys_only or value >= 0)}
-    return dict(pairs)
+        out.update((key, value) for key, value in pairs if key >= 0 and (keys_only or value >= 0))
+    else:
+        out.update(pairs)
+    return out
 
 
-def _new_colocation(colocation: dict[int, tuple[str, ...]], new_id: NDArray[np.int32],
+def _new_colocation(colocation: dict[int, tuple[str, ...]], new_id: NDArray[np.int32], first: int,
                     added: list[tuple[int, tuple[str, ...]]]) -> dict[int, tuple[str, ...]]:
-    """The setter's result graph's ``colocation``: the old one renumbered, with the ``_class`` of
-    the new NoOps (``added``) in id order."""
-    out = _renumbered(colocation, new_id, keys_only=True)
+    """The setter's result graph's ``colocation``: the old one renumbered (:func:`_renumbered`),
+    with the ``_class`` of the new NoOps (``added``) in id order."""
+    out = _renumbered(colocation, new_id, first, keys_only=True)
     return _with_entries(out, added) if added else out
 
 
@@ -1391,13 +1383,3 @@ def _group_key_node(graph: Graph, m: int) -> int:
         if inputs and inputs[0][1] != CONTROL:
             return inputs[0][0]
     return m
-
-
-_NAME_BLOCK = 8192
-"""Names per block of :meth:`_GroupRewrite._scan_noop_keys`."""
-
-
-def _component(key: str, start: int) -> str:
-    """``key`` up to the end of its name component that holds position ``start`` (a scope's name)."""
-    slash = key.find("/", start)
-    return key if slash < 0 else key[:slash]

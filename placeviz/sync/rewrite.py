@@ -121,6 +121,7 @@ from typing import Literal, NoReturn
 
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph
+from placeviz.group import GroupPlan, NoopNamer, by_device, group_plan, is_noop_of, noop_group, noop_names
 from placeviz.names import unique_name
 from placeviz.op_kinds import (
     ACCUMULATOR_OPS,
@@ -282,6 +283,13 @@ def _out_shape(node: NodeDef | None, tensor: str) -> list[int] | None | Literal[
     k = int(tensor.partition(":")[2] or 0)
     shapes = node.attr["_output_shapes"].list.shape
     return _shape_of(shapes[k]) if k < len(shapes) else _NO_SHAPE
+
+
+def _in_context(context: str, dev: str) -> str:
+    """The device of an op built under ``ops.device(dev)`` in the device context ``context``:
+    ``dev`` merged over it, and ``ops.device("")`` a null merge, the context itself
+    (tensorflow/python/framework/ops.py ``_UserDeviceSpec.is_null_merge``)."""
+    return _merge_device(context, dev) if dev else context
 
 
 def _merge_device(outer: str, inner: str) -> str:
@@ -1229,8 +1237,8 @@ class _Rewrite:
                 last_user = k
         # a per-device NoOp of ``group`` (control_flow_ops.py): its root is made in the same call
         post_pos = {n.name: k for k, n in enumerate(post)}
-        while last_user is not None and (noop := re.fullmatch(r"(.+)/NoOp(?:_\d+)?", post[last_user].name)):
-            root = post_pos.get(noop[1], -1)
+        while last_user is not None and (group := noop_group(post[last_user].name)) is not None:
+            root = post_pos.get(group, -1)
             if root <= last_user or f"^{post[last_user].name}" not in post[root].input:
                 break
             last_user = root
@@ -1402,34 +1410,29 @@ class _Rewrite:
                             attrs={"T": _type(self.gs_dtype), "index_type": _type(_INT32)}))
         return fill, nodes
 
-    def group(self, name: str, members: list[tuple[str, str]], root_device: str = "") -> list[NodeDef]:
-        """``control_flow_ops.group``: one NoOp (``with ops.device(dev)``), or per-device NoOps
-        under a root made in the caller's device context (``root_device``) when members sit on
-        several devices (sorted by device)."""
-        by_dev: dict[str, list[str]] = {}
-        for m, d in members:
-            by_dev.setdefault(d, []).append(m)
-        if len(by_dev) == 1:
-            (d, ms), = by_dev.items()
-            return [self.b.node(name, "NoOp", sorted(f"^{m}" for m in ms), device=d)]
-        out, kids = self.per_device_noops(name, {d: [f"^{m}" for m in ms] for d, ms in by_dev.items()}, str)
-        out.append(self.b.node(name, "NoOp", sorted(f"^{k}" for k in kids), device=root_device))
-        return out
+    def group(self, name: str, members: list[tuple[str, str]], root_device: str = "",
+              names: Callable[[str, int], list[str]] | None = None) -> list[NodeDef]:
+        """``control_flow_ops.group`` over ``(member, device)`` called in the device context
+        ``root_device``: :func:`placeviz.group.group_plan`'s NoOps (the per-device ones, then the
+        root). ``names``: the group's ``unique_name`` (default: the new build's, as made now)."""
+        split = by_device([f"^{m}" for m, _d in members], [d for _m, d in members])
+        plan, kids = self.group_noops(name, split, root_device, names or partial(noop_names, self.names.new_used))
+        inputs = [f"^{kid.name}" for kid in plan.kids] or [f"^{m}" for m, _d in members]
+        return [*kids, self.b.node(name, "NoOp", sorted(inputs), device=plan.root_device)]
 
-    def per_device_noops(self, name: str, by_dev: dict[str, list[str]], device_of: Callable[[str], str],
-                         key: Callable[[str], str] | None = None) -> tuple[list[NodeDef], list[str]]:
-        """The second level of ``control_flow_ops.group`` over several devices (control_flow_ops.py,
-        ``_GroupControlDeps`` per device, devices sorted): one NoOp per device, named
-        ``<name>/NoOp``, ``<name>/NoOp_1``, ... in the group's fresh name scope, holding that
-        device's control inputs (``by_dev``, sorted by ``key``), on ``device_of(device)``. Returns
-        the NoOps and their names (the root's control inputs)."""
-        out, kids = [], []
-        for k, d in enumerate(sorted(by_dev)):
-            kid = f"{name}/NoOp" + (f"_{k}" if k else "")
-            out.append(self.b.node(kid, "NoOp", sorted(by_dev[d], key=key), device=device_of(d),
-                                   manual_deps=True))  # a control input of the root
-            kids.append(kid)
-        return out, kids
+    def group_noops(self, name: str, split: dict[str, list[str]], context: str,
+                    names: Callable[[str, int], list[str]],
+                    key: Callable[[str], str] | None = None) -> tuple[GroupPlan[str], list[NodeDef]]:
+        """:func:`placeviz.group.group_plan` of a group ``name`` over members filed by device
+        (``split``; members are control inputs, ``^<name>``) in the device context
+        ``context`` (the device of an op under ``ops.device(dev)`` there: ``dev`` merged over it,
+        ``""`` the context itself), and the per-device NoOps it makes (their inputs sorted by
+        ``key``), each a control input of the root."""
+        plan = group_plan(name, split, partial(_in_context, context), names)
+        kids = [self.b.node(kid.name, "NoOp", sorted(kid.members, key=key), device=kid.device,
+                            manual_deps=True)  # a control input of the root
+                for kid in plan.kids]
+        return plan, kids
 
     def worker_device(self) -> str:
         """The device context SyncReplicasOptimizer.apply_gradients runs in (``W``).
@@ -1469,7 +1472,7 @@ class _Rewrite:
         # under ``ops.device(dev)`` of their members (a full device: they keep it)
         roots = {n.name: {i[1:] for i in n.input if i.startswith("^")} for n in block if n.op == "NoOp"}
         kids = {k for root, ctrl in roots.items() for k in ctrl
-                if re.fullmatch(re.escape(root) + r"/NoOp(_\d+)?", k)}
+                if is_noop_of(k, root)}
         out: list[NodeDef] = []
         new_dev: dict[str, str] = {}
         for n in block:
@@ -1607,7 +1610,7 @@ class _Rewrite:
         def kids_of(root: NodeDef) -> list[str] | None:
             kids = [i[1:] for i in root.input]
             if kids and all(i.startswith("^") for i in root.input) and all(
-                    re.fullmatch(re.escape(root.name) + r"/NoOp(_\d+)?", k) and k in by_name for k in kids):
+                    is_noop_of(k, root.name) and k in by_name for k in kids):
                 return kids
             return None
 
@@ -1616,8 +1619,8 @@ class _Rewrite:
             n = by_name.get(name)
             if n is None or n.op != "NoOp" or any(not i.lstrip(_MARK).startswith("^") for i in n.input):
                 continue
-            noop = re.fullmatch(r"(.+)/NoOp(?:_\d+)?", name)
-            root = by_name.get(noop[1]) if noop else None
+            group = noop_group(name)
+            root = by_name.get(group) if group is not None else None
             if root is not None and (kids := kids_of(root)) is not None and name in kids:
                 members = [i for k in kids for i in by_name[k].input]
                 plans[root.name] = (kids, members, root.device)
@@ -1635,6 +1638,11 @@ class _Rewrite:
                 continue
             plans[name] = ([], list(n.input), ctx)
         drop = {k for kids, _m, _c in plans.values() for k in kids}
+        namer = self.rest_namer(rest, drop)
+
+        def key(i: str) -> str:
+            return i.replace(_MARK, "")
+
         out: list[NodeDef] = []
         for n in rest:
             if n.name in drop:
@@ -1643,27 +1651,23 @@ class _Rewrite:
                 out.append(n)
                 continue
             _kids, members, ctx = plans[n.name]
-            by_dev: dict[str, list[str]] = {}
-            for i in members:
-                by_dev.setdefault(devices.get(i.replace("^", ""), ""), []).append(i)
+            split = by_device(members, [devices.get(i.replace("^", ""), "") for i in members])
+            plan, noops = self.group_noops(n.name, split, ctx, partial(namer.names, namer.index[n.name]), key)
             m = NodeDef.FromString(n.SerializeToString())
             del m.input[:]
-
-            def key(i: str) -> str:
-                return i.replace(_MARK, "")
-
-            if len(by_dev) <= 1:
-                (d, ms), = by_dev.items() if by_dev else (("", []),)
-                m.input.extend(sorted(ms, key=key))
-                m.device = _merge_device(ctx, d)
-                out.append(m)
-                continue
-            noops, kids = self.per_device_noops(n.name, by_dev, partial(_merge_device, ctx), key)
+            m.input.extend([f"^{kid.name}" for kid in plan.kids] or sorted(members, key=key))
+            m.device = plan.root_device
             out.extend(noops)
-            m.input.extend(f"^{kid}" for kid in kids)
-            m.device = ctx
             out.append(m)
         return out
+
+    @staticmethod
+    def rest_namer(rest: list[NodeDef], drop: set[str]) -> NoopNamer:
+        """The ``unique_name`` of groups re-made in ``rest`` (in creation order, plain names):
+        over the names before each root, its old per-device NoOps (``drop``) left out."""
+        order = [n.name for n in rest]
+        index = {name: k for k, name in enumerate(order)}
+        return NoopNamer(order, index, {index[k] for k in drop if k in index})
 
     def regroup_local_init(self, rest: list[NodeDef], init: str, w_dev: str) -> list[NodeDef]:
         """Devices of ``local_variables_initializer()`` and the groups holding it, now that it
@@ -1687,7 +1691,8 @@ class _Rewrite:
             elif n.op == "NoOp" and f"^{init}" in n.input and all(i.startswith("^") for i in n.input):
                 members = [(i[1:], devices.get(i[1:], "")) for i in n.input]
                 if len({d for _m, d in members}) > 1:
-                    regrouped = self.group(n.name, members, "" if not n.device else n.device)
+                    namer = self.rest_namer(rest, set())
+                    regrouped = self.group(n.name, members, n.device, partial(namer.names, namer.index[n.name]))
                     for k in regrouped[:-1]:
                         devices[k.name] = k.device
                     root = regrouped[-1]
