@@ -25,11 +25,6 @@
 static int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
 {
     const uint8_t *p = *pp;
-    if (p < end && *p < 0x80) { /* one byte: most tags and lengths */
-        *out = *p;
-        *pp = p + 1;
-        return 1;
-    }
     uint64_t v = 0;
     for (int shift = 0; shift < 64 && p < end; shift += 7) {
         uint8_t b = *p++;
@@ -257,13 +252,13 @@ static void scan_free(Scan *s)
     free(s->inputs);
 }
 
-/* Start the record of the NodeDef at [p, end); NULL when out of memory. */
-static NodeRec *scan_begin(Scan *s, const uint8_t *base, const uint8_t *p, const uint8_t *end)
+/* 1 ok, 0 not the plain case (caller returns None), -1 out of memory. */
+static int scan_node(Scan *s, const uint8_t *base, const uint8_t *p, const uint8_t *end)
 {
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 1024;
         NodeRec *grown = realloc(s->nodes, cap * sizeof(NodeRec));
-        if (!grown) return NULL;
+        if (!grown) return -1;
         s->nodes = grown;
         s->cap = cap;
     }
@@ -272,44 +267,7 @@ static NodeRec *scan_begin(Scan *s, const uint8_t *base, const uint8_t *p, const
     r->node.off = (uint32_t)(p - base);
     r->node.len = (uint32_t)(end - p);
     r->first_input = (uint32_t)s->n_inputs;
-    return r;
-}
-
-/* Record field 1-4 (name, op, input, device) of the node being scanned, its payload [v, v + n).
- * 1 ok, 0 out of memory. */
-static int scan_field(Scan *s, NodeRec *r, const uint8_t *base, uint32_t field, const uint8_t *v, uint32_t n)
-{
-    Span sp = {(uint32_t)(v - base), n};
-    if (field == 1) r->name = sp;
-    else if (field == 2) r->op = sp;
-    else if (field == 4) r->device = sp;
-    else {
-        if (s->n_inputs == s->cap_inputs) {
-            size_t cap = s->cap_inputs ? s->cap_inputs * 2 : 4096;
-            Span *grown = realloc(s->inputs, cap * sizeof(Span));
-            if (!grown) return 0;
-            s->inputs = grown;
-            s->cap_inputs = cap;
-        }
-        s->inputs[s->n_inputs++] = sp;
-        r->num_inputs++;
-    }
-    return 1;
-}
-
-/* End the record: 1 when the node is the plain case (a name and an op), else 0. */
-static int scan_end(Scan *s, const NodeRec *r)
-{
-    if (r->name.len == 0 || r->op.len == 0) return 0;
-    s->n++;
-    return 1;
-}
-
-/* 1 ok, 0 not the plain case (caller returns None), -1 out of memory. */
-static int scan_node(Scan *s, const uint8_t *base, const uint8_t *p, const uint8_t *end)
-{
-    NodeRec *r = scan_begin(s, base, p, end);
-    if (!r) return -1;
+    int has_name = 0, has_op = 0;
     uint32_t field;
     int wt;
     while (p < end) {
@@ -318,12 +276,28 @@ static int scan_node(Scan *s, const uint8_t *base, const uint8_t *p, const uint8
             const uint8_t *v;
             uint32_t n;
             if (wt != 2 || !read_len(&p, end, &v, &n)) return 0;
-            if (!scan_field(s, r, base, field, v, n)) return -1;
+            Span sp = {(uint32_t)(v - base), n};
+            if (field == 1) { r->name = sp; has_name = 1; }
+            else if (field == 2) { r->op = sp; has_op = 1; }
+            else if (field == 4) r->device = sp;
+            else {
+                if (s->n_inputs == s->cap_inputs) {
+                    size_t cap = s->cap_inputs ? s->cap_inputs * 2 : 4096;
+                    Span *grown = realloc(s->inputs, cap * sizeof(Span));
+                    if (!grown) return -1;
+                    s->inputs = grown;
+                    s->cap_inputs = cap;
+                }
+                s->inputs[s->n_inputs++] = sp;
+                r->num_inputs++;
+            }
         } else if (!skip_value(&p, end, wt)) {
             return 0;
         }
     }
-    return scan_end(s, r);
+    if (!has_name || !has_op || r->name.len == 0 || r->op.len == 0) return 0;
+    s->n++;
+    return 1;
 }
 
 static PyObject *decode(const uint8_t *base, Span s)
@@ -624,9 +598,9 @@ static PyObject *decode_class_fast(const uint8_t *v, uint32_t n)
     if (!groups || !located) goto fail;
     Py_ssize_t k = 0, j = 0;
     for (q = list; q < list_end;) {
-        const uint8_t *e = q;
-        uint32_t e_len = 0;
-        read_tag(&q, list_end, &field, &wt); /* both checked by the loop above */
+        const uint8_t *e;
+        uint32_t e_len;
+        read_tag(&q, list_end, &field, &wt);
         read_len(&q, list_end, &e, &e_len);
         PyObject *g = PyUnicode_DecodeUTF8((const char *)e, e_len, "replace");
         if (!g) goto fail;
@@ -1170,11 +1144,6 @@ typedef struct {
 static int strict_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out, int max_bytes)
 {
     const uint8_t *p = *pp;
-    if (p < end && *p < 0x80) { /* one byte: most tags and lengths */
-        *out = *p;
-        *pp = p + 1;
-        return 1;
-    }
     uint64_t v = 0;
     for (int i = 0; i < max_bytes && p < end; i++) {
         uint8_t b = *p++;
@@ -1206,11 +1175,6 @@ static int utf8_ok(const uint8_t *s, uint32_t n)
 {
     const uint8_t *end = s + n;
     while (s < end) {
-        uint64_t w;
-        if (end - s >= 8 && (memcpy(&w, s, 8), !(w & 0x8080808080808080ULL))) { /* 8 ASCII bytes */
-            s += 8;
-            continue;
-        }
         uint8_t c = *s;
         if (c < 0x80) { s++; continue; }
         if (c >= 0xc2 && c <= 0xdf) {
@@ -1235,13 +1199,11 @@ static int utf8_ok(const uint8_t *s, uint32_t n)
 }
 
 typedef struct GraphRead GraphRead;
-static int walk_node(GraphRead *g, const Schema *S, Py_ssize_t m, const uint8_t *v, uint32_t n);
-static int scan_string(GraphRead *g, uint32_t field, const uint8_t *v, uint32_t n);
+static int read_node(GraphRead *g, const uint8_t *v, uint32_t n);
 
-/* Whether the message schema S->msgs[m] describes surely parses from [p, end). With `g`, read_graph
- * reads the GraphDef as it is walked: at depth 0 (the GraphDef) each node (field 1) is walked by
- * walk_node, at depth 1 (that NodeDef) its strings are handed to scan_string; their 0 stops the
- * walk (g says why). */
+/* Whether the message schema S->msgs[m] describes surely parses from [p, end). With `g` (only for
+ * a GraphDef, at depth 0), each node (field 1) that passes is handed to read_node as soon as it
+ * is walked, while its bytes are in the cache; read_node's 0 stops the walk (g says why). */
 static int parses_msg(const Schema *S, Py_ssize_t m, const uint8_t *p, const uint8_t *end, int depth,
                       GraphRead *g)
 {
@@ -1309,18 +1271,14 @@ static int parses_msg(const Schema *S, Py_ssize_t m, const uint8_t *p, const uin
         }
         case K_STRING:
             if (wt != 2 || !strict_len(&p, end, &s, &n) || !utf8_ok(s, n)) return 0;
-            if (g && depth == 1 && !scan_string(g, field, s, n)) return 0;
             break;
         case K_BYTES:
             if (wt != 2 || !strict_len(&p, end, &s, &n)) return 0;
             break;
         case K_MESSAGE:
             if (wt != 2 || !strict_len(&p, end, &s, &n) || sub >= S->n) return 0;
-            if (g && depth == 0 && field == 1) {
-                if (!walk_node(g, S, sub, s, n)) return 0;
-            } else if (!parses_msg(S, sub, s, s + n, depth + 1, NULL)) {
-                return 0;
-            }
+            if (!parses_msg(S, sub, s, s + n, depth + 1, NULL)) return 0;
+            if (g && field == 1 && !read_node(g, s, n)) return 0;
             break;
         default:
             return 0;
@@ -1406,38 +1364,26 @@ static PyObject *parses(PyObject *self, PyObject *args)
 struct GraphRead {
     const uint8_t *base;
     Scan scan;
-    NodeRec *node; /* the node being walked */
     Ops ops;
     AttrRead attrs;
     PyObject *plan_of; /* op (str) -> its plan (see read_attrs), or None: no plans */
     int attrs_ok, status;
 };
 
-/* A string field of the NodeDef being walked: its name, op, inputs and device are recorded as
- * scan_node records them (NodeDef's fields 1 to 4 are those strings). 0 when out of memory. */
-static int scan_string(GraphRead *g, uint32_t field, const uint8_t *v, uint32_t n)
+/* One NodeDef that parses_msg has just walked: scan_node's records, its op (a new one gets its
+ * plan from plan_of) and its attrs, from bytes still in the cache. 0 stops the walk: the node is
+ * not the plain case (status 0) or an error (status -1). */
+static int read_node(GraphRead *g, const uint8_t *v, uint32_t n)
 {
-    if (field > 4 || scan_field(&g->scan, g->node, g->base, field, v, n)) return 1;
-    PyErr_NoMemory();
-    g->status = -1;
-    return 0;
-}
-
-/* One NodeDef, schema S->msgs[m], at [v, v + n): checked and scanned in one walk (parses_msg at
- * depth 1 records what scan_node records), then its op (a new one gets its plan from plan_of)
- * and its attrs, from bytes still in the cache. 0 stops the walk: the node does not surely parse
- * or is not the plain case (status 0), or an error (status -1). */
-static int walk_node(GraphRead *g, const Schema *S, Py_ssize_t m, const uint8_t *v, uint32_t n)
-{
-    g->node = scan_begin(&g->scan, g->base, v, v + n);
-    if (!g->node) {
-        PyErr_NoMemory();
-        g->status = -1;
+    int rc = scan_node(&g->scan, g->base, v, v + n);
+    if (rc <= 0) {
+        if (rc < 0) {
+            PyErr_NoMemory();
+            g->status = -1;
+        }
         return 0;
     }
-    if (!parses_msg(S, m, v, v + n, 1, g) || !scan_end(&g->scan, g->node)) return 0;
     if (!g->attrs_ok) return 1;
-    int rc = 1;
     Py_ssize_t i = (Py_ssize_t)g->scan.n - 1;
     const NodeRec *r = &g->scan.nodes[i];
     int32_t op_id;
@@ -1471,8 +1417,8 @@ static int walk_node(GraphRead *g, const Schema *S, Py_ssize_t m, const uint8_t 
 PyDoc_STRVAR(read_graph_doc,
 "read_graph(data, schema, plan_of, canon, decode_class) -> (scanned, attrs) | None\n\n"
 "parses(data, schema), scan_graph(data) and read_attrs in one walk of the bytes: each NodeDef's\n"
-"name, op, inputs and device are recorded as they are checked, and its attr map is read right\n"
-"after, while its bytes are in the cache. schema: GraphDef's (see parses). plan_of(op) -> the op's plan (see read_attrs; None:\n"
+"fields are scanned and its attr map read right after it is checked, while its bytes are in the\n"
+"cache. schema: GraphDef's (see parses). plan_of(op) -> the op's plan (see read_attrs; None:\n"
 "no plan), called once per op, in first-seen order; plan_of may be None (no plans). Returns\n"
 "scan_graph's tuple and read_attrs' (None when it would decline), or None when parses would be\n"
 "False or scan_graph None: then parse the bytes for real.");
