@@ -329,163 +329,6 @@ static PyObject *bytes_of(const void *p, size_t n)
     return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
 }
 
-/* The ops met so far: their bytes (a table over the data) and their str objects, numbered in
- * first-seen order (the op ids). */
-typedef struct {
-    Table table;
-    PyObject *strings;
-} Ops;
-
-static int ops_init(Ops *o, const uint8_t *base)
-{
-    o->strings = PyList_New(0);
-    if (!o->strings) return 0;
-    if (!table_init(&o->table, base, 64)) {
-        PyErr_NoMemory();
-        return 0;
-    }
-    return 1;
-}
-
-static void ops_free(Ops *o)
-{
-    Py_XDECREF(o->strings);
-    table_free(&o->table);
-}
-
-/* scan_graph's tuple from the nodes `s` recorded. `o` may hold ops interned already (read_graph
- * interns each node's op during its walk); ids stay in first-seen order either way. NULL with
- * *plain = 0 when the graph is not the plain case, NULL with an exception on an error. */
-static PyObject *scan_result(Scan *s, const uint8_t *base, Ops *o, int *plain)
-{
-    PyObject *result = NULL, *names = NULL, *ops = NULL, *devices = NULL, *index = NULL;
-    PyObject *device_strings = NULL;
-    int32_t *in_start = NULL, *in_src = NULL, *in_slot = NULL, *op_ids = NULL;
-    uint64_t *hashes = NULL;
-    Span *node_spans = NULL;
-    Table name_table = {0}, device_table = {0};
-
-    size_t n = s->n;
-    if (n == 0 || n > 0x3fffffff) { *plain = 0; goto done; }
-
-    if (!table_init(&name_table, base, (int32_t)n) || !table_init(&device_table, base, 64)) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    names = PyList_New((Py_ssize_t)n);
-    ops = PyList_New((Py_ssize_t)n);
-    devices = PyList_New((Py_ssize_t)n);
-#if PY_VERSION_HEX < 0x030D0000
-    index = _PyDict_NewPresized((Py_ssize_t)n);
-#else
-    index = PyDict_New();
-#endif
-    device_strings = PyList_New(0);
-    op_ids = malloc(sizeof(int32_t) * n);
-    node_spans = malloc(sizeof(Span) * n);
-    if (!names || !ops || !devices || !index || !device_strings || !op_ids || !node_spans) {
-        if (!PyErr_Occurred()) PyErr_NoMemory();
-        goto done;
-    }
-    hashes = malloc(sizeof(uint64_t) * (n > s->n_inputs ? n : s->n_inputs) + 8);
-    if (!hashes) { PyErr_NoMemory(); goto done; }
-    for (size_t i = 0; i < n; i++)
-        hashes[i] = hash_bytes(base + s->nodes[i].name.off, s->nodes[i].name.len);
-    for (size_t i = 0; i < n; i++) {
-        NodeRec *r = &s->nodes[i];
-        const uint8_t *name = base + r->name.off;
-        if (memchr(name, ':', r->name.len) || memchr(name, '^', r->name.len)) { *plain = 0; goto done; }
-        if (i + 16 < n) table_prefetch(&name_table, hashes[i + 16], 0);
-        int added = 0;
-        int32_t e = table_find_hashed(&name_table, r->name.off, r->name.len, hashes[i], 1, &added);
-        if (e == -2) { PyErr_NoMemory(); goto done; }
-        if (!added) { *plain = 0; goto done; } /* duplicate name */
-        PyObject *str = decode(base, r->name);
-        if (!str) { PyErr_Clear(); *plain = 0; goto done; }
-        PyList_SET_ITEM(names, (Py_ssize_t)i, str);
-        PyObject *id = PyLong_FromSsize_t((Py_ssize_t)i);
-        if (!id || PyDict_SetItem(index, str, id) < 0) { Py_XDECREF(id); goto done; }
-        Py_DECREF(id);
-        PyObject *op = intern(&o->table, o->strings, base, r->op, &op_ids[i]);
-        if (!op) {
-            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); *plain = 0; }
-            goto done;
-        }
-        PyList_SET_ITEM(ops, (Py_ssize_t)i, op);
-        PyObject *device = intern(&device_table, device_strings, base, r->device, NULL);
-        if (!device) {
-            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); *plain = 0; }
-            goto done;
-        }
-        PyList_SET_ITEM(devices, (Py_ssize_t)i, device);
-        node_spans[i] = r->node;
-    }
-
-    size_t m = s->n_inputs;
-    in_start = malloc(sizeof(int32_t) * (n + 1));
-    in_src = malloc(sizeof(int32_t) * (m ? m : 1));
-    in_slot = malloc(sizeof(int32_t) * (m ? m : 1));
-    if (!in_start || !in_src || !in_slot) { PyErr_NoMemory(); goto done; }
-    for (size_t i = 0; i <= n; i++)
-        in_start[i] = i < n ? (int32_t)s->nodes[i].first_input : (int32_t)m;
-    /* Parse every input into (name span, slot) and hash the name; then look the names up, with
-     * the slots and name bytes of lookups a few steps ahead prefetched (the lookups are random
-     * accesses into tables larger than the cache). */
-    for (size_t k = 0; k < m; k++) {
-        Span *in = &s->inputs[k];
-        const uint8_t *t = base + in->off;
-        int32_t slot = 0;
-        if (in->len > 0 && t[0] == '^') {
-            in->off += 1;
-            in->len -= 1;
-            slot = -1;
-        } else {
-            const uint8_t *colon = memchr(t, ':', in->len);
-            if (colon) {
-                uint32_t name_len = (uint32_t)(colon - t), tail_len = in->len - name_len - 1;
-                if (tail_len == 0 || tail_len > 9) { *plain = 0; goto done; }
-                for (uint32_t j = 0; j < tail_len; j++) {
-                    uint8_t c = colon[1 + j];
-                    if (c < '0' || c > '9') { *plain = 0; goto done; }
-                    slot = slot * 10 + (c - '0');
-                }
-                in->len = name_len;
-            }
-        }
-        in_slot[k] = slot;
-        hashes[k] = hash_bytes(base + in->off, in->len);
-    }
-    for (size_t k = 0; k < m; k++) {
-        if (k + 16 < m) table_prefetch(&name_table, hashes[k + 16], 0);
-        if (k + 8 < m) table_prefetch(&name_table, hashes[k + 8], 1);
-        int added = 0;
-        int32_t src = table_find_hashed(&name_table, s->inputs[k].off, s->inputs[k].len, hashes[k], 0, &added);
-        if (src < 0) { *plain = 0; goto done; }
-        in_src[k] = src;
-    }
-    result = Py_BuildValue("(OOOONNNNNO)", names, ops, devices, index,
-                           bytes_of(in_start, sizeof(int32_t) * (n + 1)),
-                           bytes_of(in_src, sizeof(int32_t) * m), bytes_of(in_slot, sizeof(int32_t) * m),
-                           bytes_of(node_spans, sizeof(Span) * n), bytes_of(op_ids, sizeof(int32_t) * n),
-                           o->strings);
-
-done:
-    Py_XDECREF(names);
-    Py_XDECREF(ops);
-    Py_XDECREF(devices);
-    Py_XDECREF(index);
-    Py_XDECREF(device_strings);
-    free(hashes);
-    free(in_start);
-    free(in_src);
-    free(in_slot);
-    free(op_ids);
-    free(node_spans);
-    table_free(&name_table);
-    table_free(&device_table);
-    return result;
-}
-
 PyDoc_STRVAR(scan_graph_doc,
 "scan_graph(data) -> tuple | None\n\n"
 "Read a serialized GraphDef: (names, ops, devices, index, in_start, in_src, in_slot, spans,\n"
@@ -500,9 +343,13 @@ static PyObject *scan_graph(PyObject *self, PyObject *arg)
     Py_buffer buf;
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
     const uint8_t *base = buf.buf, *p = base, *end = base + buf.len;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *names = NULL, *ops = NULL, *devices = NULL, *index = NULL;
+    PyObject *op_strings = NULL, *device_strings = NULL;
+    int32_t *in_start = NULL, *in_src = NULL, *in_slot = NULL, *op_ids = NULL;
+    uint64_t *hashes = NULL;
+    Span *node_spans = NULL;
     Scan s = {0};
-    Ops o = {0};
+    Table name_table = {0}, op_table = {0}, device_table = {0};
     int plain = 1;
 
     if (buf.len >= 0x7fffffff) { plain = 0; goto done; }
@@ -522,14 +369,132 @@ static PyObject *scan_graph(PyObject *self, PyObject *arg)
             goto done;
         }
     }
-    if (ops_init(&o, base)) result = scan_result(&s, base, &o, &plain);
+    size_t n = s.n;
+    if (n == 0 || n > 0x3fffffff) { plain = 0; goto done; }
+
+    if (!table_init(&name_table, base, (int32_t)n) || !table_init(&op_table, base, 64) ||
+        !table_init(&device_table, base, 64)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    names = PyList_New((Py_ssize_t)n);
+    ops = PyList_New((Py_ssize_t)n);
+    devices = PyList_New((Py_ssize_t)n);
+#if PY_VERSION_HEX < 0x030D0000
+    index = _PyDict_NewPresized((Py_ssize_t)n);
+#else
+    index = PyDict_New();
+#endif
+    op_strings = PyList_New(0);
+    device_strings = PyList_New(0);
+    op_ids = malloc(sizeof(int32_t) * n);
+    node_spans = malloc(sizeof(Span) * n);
+    if (!names || !ops || !devices || !index || !op_strings || !device_strings || !op_ids || !node_spans) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    hashes = malloc(sizeof(uint64_t) * (n > s.n_inputs ? n : s.n_inputs) + 8);
+    if (!hashes) { PyErr_NoMemory(); goto done; }
+    for (size_t i = 0; i < n; i++)
+        hashes[i] = hash_bytes(base + s.nodes[i].name.off, s.nodes[i].name.len);
+    for (size_t i = 0; i < n; i++) {
+        NodeRec *r = &s.nodes[i];
+        const uint8_t *name = base + r->name.off;
+        if (memchr(name, ':', r->name.len) || memchr(name, '^', r->name.len)) { plain = 0; goto done; }
+        if (i + 16 < n) table_prefetch(&name_table, hashes[i + 16], 0);
+        int added = 0;
+        int32_t e = table_find_hashed(&name_table, r->name.off, r->name.len, hashes[i], 1, &added);
+        if (e == -2) { PyErr_NoMemory(); goto done; }
+        if (!added) { plain = 0; goto done; } /* duplicate name */
+        PyObject *str = decode(base, r->name);
+        if (!str) { PyErr_Clear(); plain = 0; goto done; }
+        PyList_SET_ITEM(names, (Py_ssize_t)i, str);
+        PyObject *id = PyLong_FromSsize_t((Py_ssize_t)i);
+        if (!id || PyDict_SetItem(index, str, id) < 0) { Py_XDECREF(id); goto done; }
+        Py_DECREF(id);
+        PyObject *op = intern(&op_table, op_strings, base, r->op, &op_ids[i]);
+        if (!op) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); plain = 0; }
+            goto done;
+        }
+        PyList_SET_ITEM(ops, (Py_ssize_t)i, op);
+        PyObject *device = intern(&device_table, device_strings, base, r->device, NULL);
+        if (!device) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); plain = 0; }
+            goto done;
+        }
+        PyList_SET_ITEM(devices, (Py_ssize_t)i, device);
+        node_spans[i] = r->node;
+    }
+
+    size_t m = s.n_inputs;
+    in_start = malloc(sizeof(int32_t) * (n + 1));
+    in_src = malloc(sizeof(int32_t) * (m ? m : 1));
+    in_slot = malloc(sizeof(int32_t) * (m ? m : 1));
+    if (!in_start || !in_src || !in_slot) { PyErr_NoMemory(); goto done; }
+    for (size_t i = 0; i <= n; i++)
+        in_start[i] = i < n ? (int32_t)s.nodes[i].first_input : (int32_t)m;
+    /* Parse every input into (name span, slot) and hash the name; then look the names up, with
+     * the slots and name bytes of lookups a few steps ahead prefetched (the lookups are random
+     * accesses into tables larger than the cache). */
+    for (size_t k = 0; k < m; k++) {
+        Span *in = &s.inputs[k];
+        const uint8_t *t = base + in->off;
+        int32_t slot = 0;
+        if (in->len > 0 && t[0] == '^') {
+            in->off += 1;
+            in->len -= 1;
+            slot = -1;
+        } else {
+            const uint8_t *colon = memchr(t, ':', in->len);
+            if (colon) {
+                uint32_t name_len = (uint32_t)(colon - t), tail_len = in->len - name_len - 1;
+                if (tail_len == 0 || tail_len > 9) { plain = 0; goto done; }
+                for (uint32_t j = 0; j < tail_len; j++) {
+                    uint8_t c = colon[1 + j];
+                    if (c < '0' || c > '9') { plain = 0; goto done; }
+                    slot = slot * 10 + (c - '0');
+                }
+                in->len = name_len;
+            }
+        }
+        in_slot[k] = slot;
+        hashes[k] = hash_bytes(base + in->off, in->len);
+    }
+    for (size_t k = 0; k < m; k++) {
+        if (k + 16 < m) table_prefetch(&name_table, hashes[k + 16], 0);
+        if (k + 8 < m) table_prefetch(&name_table, hashes[k + 8], 1);
+        int added = 0;
+        int32_t src = table_find_hashed(&name_table, s.inputs[k].off, s.inputs[k].len, hashes[k], 0, &added);
+        if (src < 0) { plain = 0; goto done; }
+        in_src[k] = src;
+    }
+    result = Py_BuildValue("(OOOONNNNNO)", names, ops, devices, index,
+                           bytes_of(in_start, sizeof(int32_t) * (n + 1)),
+                           bytes_of(in_src, sizeof(int32_t) * m), bytes_of(in_slot, sizeof(int32_t) * m),
+                           bytes_of(node_spans, sizeof(Span) * n), bytes_of(op_ids, sizeof(int32_t) * n),
+                           op_strings);
 
 done:
     if (!result && plain == 0 && !PyErr_Occurred()) {
         result = Py_None;
         Py_INCREF(result);
     }
-    ops_free(&o);
+    Py_XDECREF(names);
+    Py_XDECREF(ops);
+    Py_XDECREF(devices);
+    Py_XDECREF(index);
+    Py_XDECREF(op_strings);
+    Py_XDECREF(device_strings);
+    free(hashes);
+    free(in_start);
+    free(in_src);
+    free(in_slot);
+    free(op_ids);
+    free(node_spans);
+    table_free(&name_table);
+    table_free(&op_table);
+    table_free(&device_table);
     scan_free(&s);
     PyBuffer_Release(&buf);
     return result;
@@ -623,199 +588,6 @@ fail:
 
 #define MAX_KEY_ATTRS 16
 
-/* What one pass over the NodeDefs' attr maps keeps: per op id its plan (the attr names that key
- * its facts), the results so far, and the distinct `_class` values met, decoded once each. */
-typedef struct {
-    PyObject *plans;          /* per op id: a tuple of attr names (bytes), or None */
-    Py_ssize_t *first;        /* plan p's names are names[first[p]], ..., names[first[p + 1] - 1] */
-    const char **names;       /* borrowed from the bytes objects in `plans` */
-    Py_ssize_t *lens;
-    Py_ssize_t num_plans, cap_plans, num_names, cap_names;
-    PyObject *canon, *decode_class; /* borrowed */
-    PyObject *values, *colocation, *colocated, *key_memo;
-    Table class_table;        /* serialized `_class` values (spans of the data) -> class_decoded */
-    PyObject *class_decoded;  /* (groups, located names) per entry of class_table */
-} AttrRead;
-
-static int attrs_init(AttrRead *a, const uint8_t *base, PyObject *canon, PyObject *decode_class)
-{
-    memset(a, 0, sizeof(*a));
-    a->canon = canon;
-    a->decode_class = decode_class;
-    a->plans = PyList_New(0);
-    a->values = PyList_New(0);
-    a->colocation = PyDict_New();
-    a->colocated = PyDict_New();
-    a->key_memo = PyDict_New();
-    a->class_decoded = PyList_New(0);
-    a->first = malloc(sizeof(Py_ssize_t) * 16);
-    a->cap_plans = 15;
-    if (!a->plans || !a->values || !a->colocation || !a->colocated || !a->key_memo || !a->class_decoded)
-        return 0;
-    if (!a->first || !table_init(&a->class_table, base, 64)) {
-        PyErr_NoMemory();
-        return 0;
-    }
-    a->first[0] = 0;
-    return 1;
-}
-
-static void attrs_free(AttrRead *a)
-{
-    Py_XDECREF(a->plans);
-    Py_XDECREF(a->values);
-    Py_XDECREF(a->colocation);
-    Py_XDECREF(a->colocated);
-    Py_XDECREF(a->key_memo);
-    Py_XDECREF(a->class_decoded);
-    free(a->first);
-    free(a->names);
-    free(a->lens);
-    table_free(&a->class_table);
-}
-
-/* Add the plan of the next op id: None or a tuple of at most MAX_KEY_ATTRS bytes objects. 1 ok,
- * 0 a plan read_attrs declines (not a tuple, too long), -1 error. */
-static int attrs_add_plan(AttrRead *a, PyObject *plan)
-{
-    Py_ssize_t count = 0;
-    if (plan != Py_None) {
-        if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) > MAX_KEY_ATTRS) return 0;
-        count = PyTuple_GET_SIZE(plan);
-        for (Py_ssize_t j = 0; j < count; j++) {
-            if (!PyBytes_Check(PyTuple_GET_ITEM(plan, j))) {
-                PyErr_SetString(PyExc_TypeError, "plan names must be bytes");
-                return -1;
-            }
-        }
-    }
-    if (a->num_plans == a->cap_plans) {
-        Py_ssize_t cap = a->cap_plans * 2 + 1;
-        Py_ssize_t *first = realloc(a->first, sizeof(Py_ssize_t) * (size_t)(cap + 1));
-        if (!first) { PyErr_NoMemory(); return -1; }
-        a->first = first;
-        a->cap_plans = cap;
-    }
-    if (a->num_names + count > a->cap_names) {
-        Py_ssize_t cap = (a->cap_names + count) * 2;
-        const char **names = realloc(a->names, sizeof(char *) * (size_t)cap);
-        if (names) a->names = names;
-        Py_ssize_t *lens = realloc(a->lens, sizeof(Py_ssize_t) * (size_t)cap);
-        if (lens) a->lens = lens;
-        if (!names || !lens) { PyErr_NoMemory(); return -1; }
-        a->cap_names = cap;
-    }
-    if (PyList_Append(a->plans, plan) < 0) return -1;
-    for (Py_ssize_t j = 0; j < count; j++) {
-        PyObject *name = PyTuple_GET_ITEM(plan, j);
-        a->names[a->num_names] = PyBytes_AS_STRING(name);
-        a->lens[a->num_names] = PyBytes_GET_SIZE(name);
-        a->num_names++;
-    }
-    a->num_plans++;
-    a->first[a->num_plans] = a->num_names;
-    return 1;
-}
-
-/* The decoded `_class` value at [v, v + n), from the memo or decoded now (borrowed). */
-static PyObject *class_of(AttrRead *a, const uint8_t *v, uint32_t n)
-{
-    int added = 0;
-    int32_t e = table_find(&a->class_table, (uint32_t)(v - a->class_table.base), n, 1, &added);
-    if (e == -2) return PyErr_NoMemory();
-    if (!added) return PyList_GET_ITEM(a->class_decoded, e);
-    PyObject *decoded = decode_class_fast(v, n);
-    if (!decoded && !PyErr_Occurred()) {
-        PyObject *raw = bytes_of(v, n);
-        if (!raw) return NULL;
-        decoded = PyObject_CallOneArg(a->decode_class, raw);
-        Py_DECREF(raw);
-    }
-    if (!decoded) return NULL;
-    if (!PyTuple_Check(decoded) || PyTuple_GET_SIZE(decoded) != 2) {
-        Py_DECREF(decoded);
-        PyErr_SetString(PyExc_TypeError, "decode_class must return (groups, located)");
-        return NULL;
-    }
-    int rc = PyList_Append(a->class_decoded, decoded);
-    Py_DECREF(decoded);
-    return rc < 0 ? NULL : decoded;
-}
-
-/* Read node `i` (the NodeDef at [p, end), of op `op_id`): append its value to a->values and add
- * its `_class` groups to the colocation dicts. 1 ok, 0 an attr map entry of an odd form, -1 error. */
-static int attrs_of_node(AttrRead *a, const uint8_t *p, const uint8_t *end, int32_t op_id, Py_ssize_t i)
-{
-    if (op_id < 0 || op_id >= a->num_plans) {
-        PyErr_SetString(PyExc_ValueError, "op id out of range");
-        return -1;
-    }
-    Py_ssize_t first = a->first[op_id], count = a->first[op_id + 1] - first;
-    const uint8_t *found[MAX_KEY_ATTRS];
-    uint32_t found_len[MAX_KEY_ATTRS];
-    for (Py_ssize_t j = 0; j < count; j++) found[j] = NULL;
-    const uint8_t *class_value = NULL;
-    uint32_t class_len = 0;
-
-    uint32_t field;
-    int wt;
-    while (p < end) {
-        if (!read_tag(&p, end, &field, &wt)) return 0;
-        if (field != 5) {
-            if (!skip_value(&p, end, wt)) return 0;
-            continue;
-        }
-        const uint8_t *key, *value;
-        uint32_t key_len, value_len;
-        if (!read_attr_entry(&p, end, wt, &key, &key_len, &value, &value_len)) return 0;
-        if (key_len == 6 && memcmp(key, "_class", 6) == 0) {
-            class_value = value;
-            class_len = value_len;
-        }
-        for (Py_ssize_t j = 0; j < count; j++) {
-            if ((Py_ssize_t)key_len == a->lens[first + j] && memcmp(key, a->names[first + j], key_len) == 0) {
-                found[j] = value;
-                found_len[j] = value_len;
-            }
-        }
-    }
-
-    PyObject *v;
-    if (count == 0) {
-        v = Py_None;
-        Py_INCREF(v);
-    } else if (count == 1) {
-        v = found[0] ? value_key(found[0], found_len[0], a->canon, a->key_memo) : (Py_INCREF(Py_None), Py_None);
-        if (!v) return -1;
-    } else {
-        v = PyTuple_New(count);
-        if (!v) return -1;
-        for (Py_ssize_t j = 0; j < count; j++) {
-            PyObject *k = found[j] ? value_key(found[j], found_len[j], a->canon, a->key_memo)
-                                   : (Py_INCREF(Py_None), Py_None);
-            if (!k) { Py_DECREF(v); return -1; }
-            PyTuple_SET_ITEM(v, j, k);
-        }
-    }
-    int rc = PyList_Append(a->values, v);
-    Py_DECREF(v);
-    if (rc < 0) return -1;
-
-    if (class_value) {
-        PyObject *decoded = class_of(a, class_value, class_len);
-        if (!decoded) return -1;
-        PyObject *groups = PyTuple_GET_ITEM(decoded, 0), *located = PyTuple_GET_ITEM(decoded, 1);
-        if (PyObject_IsTrue(groups)) {
-            PyObject *id = PyLong_FromSsize_t(i);
-            rc = id ? PyDict_SetItem(a->colocation, id, groups) : -1;
-            if (rc == 0 && PyObject_IsTrue(located)) rc = PyDict_SetItem(a->colocated, id, located);
-            Py_XDECREF(id);
-            if (rc < 0) return -1;
-        }
-    }
-    return 1;
-}
-
 PyDoc_STRVAR(read_attrs_doc,
 "read_attrs(data, spans, op_ids, plans, canon, decode_class) -> tuple | None\n\n"
 "One pass over the NodeDefs' attr maps (spans and op_ids from scan_graph). plans[op id] is the\n"
@@ -846,30 +618,157 @@ static PyObject *read_attrs(PyObject *self, PyObject *args)
     const Span *spans = spans_buf.buf;
     const int32_t *op_ids = ids_buf.buf;
     size_t n = (size_t)spans_buf.len / sizeof(Span);
-    PyObject *result = NULL;
-    AttrRead a;
-    int rc = 1;
+    Py_ssize_t num_plans = PyList_GET_SIZE(plans);
+    PyObject *result = NULL, *values = NULL, *colocation = NULL, *colocated = NULL;
+    PyObject *key_memo = NULL, *class_memo = NULL;
+    int plain = 1;
+    /* The plans' names as raw bytes, flattened: plan p's names are [plan_first[p], plan_first[p+1]). */
+    Py_ssize_t *plan_first = NULL;
+    const char **plan_names = NULL;
+    Py_ssize_t *plan_lens = NULL;
 
-    if (!attrs_init(&a, base, canon, decode_class)) goto done;
     if ((size_t)ids_buf.len / sizeof(int32_t) != n) {
         PyErr_SetString(PyExc_ValueError, "spans and op_ids differ in length");
         goto done;
     }
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(plans) && rc > 0; k++)
-        rc = attrs_add_plan(&a, PyList_GET_ITEM(plans, k));
-    for (size_t i = 0; i < n && rc > 0; i++) {
-        if ((uint64_t)spans[i].off + spans[i].len > (uint64_t)buf.len) {
-            PyErr_SetString(PyExc_ValueError, "a span lies outside the data");
-            rc = -1;
-            break;
+    plan_first = malloc(sizeof(Py_ssize_t) * (size_t)(num_plans + 1));
+    Py_ssize_t total = 0;
+    for (Py_ssize_t k = 0; k < num_plans; k++) {
+        PyObject *plan = PyList_GET_ITEM(plans, k);
+        if (plan != Py_None) {
+            if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) > MAX_KEY_ATTRS) { plain = 0; goto done; }
+            total += PyTuple_GET_SIZE(plan);
         }
-        rc = attrs_of_node(&a, base + spans[i].off, base + spans[i].off + spans[i].len, op_ids[i], (Py_ssize_t)i);
     }
-    if (rc > 0) result = PyTuple_Pack(3, a.values, a.colocation, a.colocated);
-    else if (rc == 0) result = (Py_INCREF(Py_None), Py_None);
+    plan_names = malloc(sizeof(char *) * (size_t)(total + 1));
+    plan_lens = malloc(sizeof(Py_ssize_t) * (size_t)(total + 1));
+    if (!plan_first || !plan_names || !plan_lens) { PyErr_NoMemory(); goto done; }
+    total = 0;
+    for (Py_ssize_t k = 0; k < num_plans; k++) {
+        plan_first[k] = total;
+        PyObject *plan = PyList_GET_ITEM(plans, k);
+        if (plan == Py_None) continue;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(plan); j++) {
+            PyObject *name = PyTuple_GET_ITEM(plan, j);
+            if (!PyBytes_Check(name)) {
+                PyErr_SetString(PyExc_TypeError, "plan names must be bytes");
+                goto done;
+            }
+            plan_names[total] = PyBytes_AS_STRING(name);
+            plan_lens[total] = PyBytes_GET_SIZE(name);
+            total++;
+        }
+    }
+    plan_first[num_plans] = total;
+
+    values = PyList_New((Py_ssize_t)n);
+    colocation = PyDict_New();
+    colocated = PyDict_New();
+    key_memo = PyDict_New();
+    class_memo = PyDict_New();
+    if (!values || !colocation || !colocated || !key_memo || !class_memo) goto done;
+
+    for (size_t i = 0; i < n; i++) {
+        int32_t op_id = op_ids[i];
+        if (op_id < 0 || op_id >= num_plans) {
+            PyErr_SetString(PyExc_ValueError, "op id out of range");
+            goto done;
+        }
+        PyObject *plan = PyList_GET_ITEM(plans, op_id);
+        Py_ssize_t first = plan_first[op_id], count = plan == Py_None ? 0 : PyTuple_GET_SIZE(plan);
+        const uint8_t *found[MAX_KEY_ATTRS];
+        uint32_t found_len[MAX_KEY_ATTRS];
+        for (Py_ssize_t j = 0; j < count; j++) found[j] = NULL;
+        const uint8_t *class_value = NULL;
+        uint32_t class_len = 0;
+
+        const uint8_t *p = base + spans[i].off, *end = p + spans[i].len;
+        uint32_t field;
+        int wt;
+        while (p < end) {
+            if (!read_tag(&p, end, &field, &wt)) { plain = 0; goto done; }
+            if (field != 5) {
+                if (!skip_value(&p, end, wt)) { plain = 0; goto done; }
+                continue;
+            }
+            const uint8_t *key, *value;
+            uint32_t key_len, value_len;
+            if (!read_attr_entry(&p, end, wt, &key, &key_len, &value, &value_len)) { plain = 0; goto done; }
+            if (key_len == 6 && memcmp(key, "_class", 6) == 0) {
+                class_value = value;
+                class_len = value_len;
+            }
+            for (Py_ssize_t j = 0; j < count; j++) {
+                if ((Py_ssize_t)key_len == plan_lens[first + j] && memcmp(key, plan_names[first + j], key_len) == 0) {
+                    found[j] = value;
+                    found_len[j] = value_len;
+                }
+            }
+        }
+
+        PyObject *v;
+        if (count == 0) {
+            v = Py_None;
+            Py_INCREF(v);
+        } else if (count == 1) {
+            v = found[0] ? value_key(found[0], found_len[0], canon, key_memo) : (Py_INCREF(Py_None), Py_None);
+            if (!v) goto done;
+        } else {
+            v = PyTuple_New(count);
+            if (!v) goto done;
+            for (Py_ssize_t j = 0; j < count; j++) {
+                PyObject *k = found[j] ? value_key(found[j], found_len[j], canon, key_memo)
+                                       : (Py_INCREF(Py_None), Py_None);
+                if (!k) { Py_DECREF(v); goto done; }
+                PyTuple_SET_ITEM(v, j, k);
+            }
+        }
+        PyList_SET_ITEM(values, (Py_ssize_t)i, v);
+
+        if (class_value) {
+            PyObject *raw = bytes_of(class_value, class_len);
+            if (!raw) goto done;
+            PyObject *decoded = PyDict_GetItemWithError(class_memo, raw);
+            if (decoded) {
+                Py_INCREF(decoded);
+            } else if (!PyErr_Occurred()) {
+                decoded = decode_class_fast(class_value, class_len);
+                if (!decoded && !PyErr_Occurred()) decoded = PyObject_CallOneArg(decode_class, raw);
+                if (decoded && PyDict_SetItem(class_memo, raw, decoded) < 0) Py_CLEAR(decoded);
+            }
+            Py_DECREF(raw);
+            if (!decoded) goto done;
+            if (!PyTuple_Check(decoded) || PyTuple_GET_SIZE(decoded) != 2) {
+                Py_DECREF(decoded);
+                PyErr_SetString(PyExc_TypeError, "decode_class must return (groups, located)");
+                goto done;
+            }
+            PyObject *groups = PyTuple_GET_ITEM(decoded, 0), *located = PyTuple_GET_ITEM(decoded, 1);
+            if (PyObject_IsTrue(groups)) {
+                PyObject *id = PyLong_FromSsize_t((Py_ssize_t)i);
+                int rc = id ? PyDict_SetItem(colocation, id, groups) : -1;
+                if (rc == 0 && PyObject_IsTrue(located)) rc = PyDict_SetItem(colocated, id, located);
+                Py_XDECREF(id);
+                if (rc < 0) { Py_DECREF(decoded); goto done; }
+            }
+            Py_DECREF(decoded);
+        }
+    }
+    result = PyTuple_Pack(3, values, colocation, colocated);
 
 done:
-    attrs_free(&a);
+    if (!result && plain == 0 && !PyErr_Occurred()) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    Py_XDECREF(values);
+    Py_XDECREF(colocation);
+    Py_XDECREF(colocated);
+    Py_XDECREF(key_memo);
+    Py_XDECREF(class_memo);
+    free(plan_first);
+    free(plan_names);
+    free(plan_lens);
     PyBuffer_Release(&buf);
     PyBuffer_Release(&spans_buf);
     PyBuffer_Release(&ids_buf);
@@ -1198,14 +1097,7 @@ static int utf8_ok(const uint8_t *s, uint32_t n)
     return 1;
 }
 
-typedef struct GraphRead GraphRead;
-static int read_node(GraphRead *g, const uint8_t *v, uint32_t n);
-
-/* Whether the message schema S->msgs[m] describes surely parses from [p, end). With `g` (only for
- * a GraphDef, at depth 0), each node (field 1) that passes is handed to read_node as soon as it
- * is walked, while its bytes are in the cache; read_node's 0 stops the walk (g says why). */
-static int parses_msg(const Schema *S, Py_ssize_t m, const uint8_t *p, const uint8_t *end, int depth,
-                      GraphRead *g)
+static int parses_msg(const Schema *S, Py_ssize_t m, const uint8_t *p, const uint8_t *end, int depth)
 {
     if (depth > PARSES_MAX_DEPTH) return 0;
     const MsgSchema *ms = &S->msgs[m];
@@ -1277,8 +1169,7 @@ static int parses_msg(const Schema *S, Py_ssize_t m, const uint8_t *p, const uin
             break;
         case K_MESSAGE:
             if (wt != 2 || !strict_len(&p, end, &s, &n) || sub >= S->n) return 0;
-            if (!parses_msg(S, sub, s, s + n, depth + 1, NULL)) return 0;
-            if (g && field == 1 && !read_node(g, s, n)) return 0;
+            if (!parses_msg(S, sub, s, s + n, depth + 1)) return 0;
             break;
         default:
             return 0;
@@ -1294,29 +1185,25 @@ PyDoc_STRVAR(parses_doc,
 "field: number (uint32 LE), kind (1 varint, 2 fixed64, 3 fixed32, 4 string, 5 bytes, 6 message,\n"
 "7 refuse), repeated (0/1), the message's index in schema (uint16 LE).");
 
-/* S from a schema tuple (see parses_doc); 0 with an exception if it is malformed. S->msgs points
- * into the tuple's bytes: keep the tuple alive while S is used, then free(S->msgs). */
-static int schema_init(Schema *S, PyObject *schema)
+static PyObject *parses(PyObject *self, PyObject *args)
 {
+    PyObject *data, *schema;
+    if (!PyArg_ParseTuple(args, "OO!", &data, &PyTuple_Type, &schema)) return NULL;
     Py_ssize_t nm = PyTuple_GET_SIZE(schema);
     if (nm == 0 || nm > 0xffff) {
         PyErr_SetString(PyExc_ValueError, "schema: 1 to 65535 message types");
-        return 0;
+        return NULL;
     }
-    S->n = nm;
-    S->msgs = calloc((size_t)nm, sizeof(MsgSchema));
-    if (!S->msgs) {
-        PyErr_NoMemory();
-        return 0;
-    }
+    Schema S = {calloc((size_t)nm, sizeof(MsgSchema)), nm};
+    if (!S.msgs) return PyErr_NoMemory();
     for (Py_ssize_t m = 0; m < nm; m++) {
         PyObject *b = PyTuple_GET_ITEM(schema, m);
         if (!PyBytes_Check(b) || PyBytes_GET_SIZE(b) % 8) {
-            free(S->msgs);
+            free(S.msgs);
             PyErr_SetString(PyExc_TypeError, "schema: bytes of 8-byte field records");
-            return 0;
+            return NULL;
         }
-        MsgSchema *ms = &S->msgs[m];
+        MsgSchema *ms = &S.msgs[m];
         ms->recs = (const uint8_t *)PyBytes_AS_STRING(b);
         ms->nrecs = PyBytes_GET_SIZE(b) / 8;
         for (Py_ssize_t k = 0; k < ms->nrecs; k++) {
@@ -1330,15 +1217,6 @@ static int schema_init(Schema *S, PyObject *schema)
             }
         }
     }
-    return 1;
-}
-
-static PyObject *parses(PyObject *self, PyObject *args)
-{
-    PyObject *data, *schema;
-    if (!PyArg_ParseTuple(args, "OO!", &data, &PyTuple_Type, &schema)) return NULL;
-    Schema S;
-    if (!schema_init(&S, schema)) return NULL;
     Py_buffer buf;
     if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) {
         free(S.msgs);
@@ -1348,123 +1226,12 @@ static PyObject *parses(PyObject *self, PyObject *args)
     if (buf.len < 0x7fffffff) {
         const uint8_t *base = buf.buf;
         Py_BEGIN_ALLOW_THREADS
-        ok = parses_msg(&S, 0, base, base + buf.len, 0, NULL);
+        ok = parses_msg(&S, 0, base, base + buf.len, 0);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&buf);
     free(S.msgs);
     return PyBool_FromLong(ok);
-}
-
-/* ------------------------------------------------------------------ read_graph */
-
-/* What read_graph keeps while parses_msg walks a GraphDef: scan_graph's records of the nodes,
- * their ops as met, and read_attrs' results so far (dropped, attrs_ok = 0, at the first attr map
- * entry of an odd form). status: -1 after an error (an exception is set), 0 otherwise. */
-struct GraphRead {
-    const uint8_t *base;
-    Scan scan;
-    Ops ops;
-    AttrRead attrs;
-    PyObject *plan_of; /* op (str) -> its plan (see read_attrs), or None: no plans */
-    int attrs_ok, status;
-};
-
-/* One NodeDef that parses_msg has just walked: scan_node's records, its op (a new one gets its
- * plan from plan_of) and its attrs, from bytes still in the cache. 0 stops the walk: the node is
- * not the plain case (status 0) or an error (status -1). */
-static int read_node(GraphRead *g, const uint8_t *v, uint32_t n)
-{
-    int rc = scan_node(&g->scan, g->base, v, v + n);
-    if (rc <= 0) {
-        if (rc < 0) {
-            PyErr_NoMemory();
-            g->status = -1;
-        }
-        return 0;
-    }
-    if (!g->attrs_ok) return 1;
-    Py_ssize_t i = (Py_ssize_t)g->scan.n - 1;
-    const NodeRec *r = &g->scan.nodes[i];
-    int32_t op_id;
-    PyObject *op = intern(&g->ops.table, g->ops.strings, g->base, r->op, &op_id);
-    if (!op) {
-        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
-            PyErr_Clear();
-            return 0;
-        }
-        g->status = -1;
-        return 0;
-    }
-    if (op_id == g->attrs.num_plans) { /* a new op */
-        PyObject *plan = g->plan_of == Py_None ? (Py_INCREF(Py_None), Py_None) : PyObject_CallOneArg(g->plan_of, op);
-        rc = plan ? attrs_add_plan(&g->attrs, plan) : -1;
-        Py_XDECREF(plan);
-        if (rc == 0) g->attrs_ok = 0;
-    }
-    Py_DECREF(op);
-    if (rc > 0 && g->attrs_ok) {
-        rc = attrs_of_node(&g->attrs, v, v + n, op_id, i);
-        if (rc == 0) g->attrs_ok = 0;
-    }
-    if (rc < 0) {
-        g->status = -1;
-        return 0;
-    }
-    return 1;
-}
-
-PyDoc_STRVAR(read_graph_doc,
-"read_graph(data, schema, plan_of, canon, decode_class) -> (scanned, attrs) | None\n\n"
-"parses(data, schema), scan_graph(data) and read_attrs in one walk of the bytes: each NodeDef's\n"
-"fields are scanned and its attr map read right after it is checked, while its bytes are in the\n"
-"cache. schema: GraphDef's (see parses). plan_of(op) -> the op's plan (see read_attrs; None:\n"
-"no plan), called once per op, in first-seen order; plan_of may be None (no plans). Returns\n"
-"scan_graph's tuple and read_attrs' (None when it would decline), or None when parses would be\n"
-"False or scan_graph None: then parse the bytes for real.");
-
-static PyObject *read_graph(PyObject *self, PyObject *args)
-{
-    PyObject *data, *schema, *plan_of, *canon, *decode_class;
-    if (!PyArg_ParseTuple(args, "OO!OOO", &data, &PyTuple_Type, &schema, &plan_of, &canon, &decode_class))
-        return NULL;
-    Schema S;
-    if (!schema_init(&S, schema)) return NULL;
-    Py_buffer buf;
-    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) {
-        free(S.msgs);
-        return NULL;
-    }
-    GraphRead g = {0};
-    g.base = buf.buf;
-    g.plan_of = plan_of;
-    g.attrs_ok = 1;
-    PyObject *result = NULL, *scanned = NULL;
-    int plain = 1;
-    if (!ops_init(&g.ops, g.base) || !attrs_init(&g.attrs, g.base, canon, decode_class)) goto done;
-    if (buf.len >= 0x7fffffff || !parses_msg(&S, 0, g.base, g.base + buf.len, 0, &g)) {
-        plain = 0;
-        goto done;
-    }
-    scanned = scan_result(&g.scan, g.base, &g.ops, &plain);
-    if (!scanned) goto done;
-    if (g.attrs_ok && (size_t)PyList_GET_SIZE(g.attrs.values) == g.scan.n)
-        result = Py_BuildValue("(O(OOO))", scanned, g.attrs.values, g.attrs.colocation, g.attrs.colocated);
-    else
-        result = Py_BuildValue("(OO)", scanned, Py_None);
-
-done:
-    if (!result && g.status == 0 && plain == 0 && !PyErr_Occurred()) {
-        result = Py_None;
-        Py_INCREF(result);
-    }
-    Py_XDECREF(scanned);
-    attrs_free(&g.attrs);
-    ops_free(&g.ops);
-    scan_free(&g.scan);
-    PyBuffer_Release(&buf);
-    free(S.msgs);
-    return result;
 }
 
 /* ------------------------------------------------------------------ splice_nodes */
@@ -2329,7 +2096,6 @@ done:
 static PyMethodDef methods[] = {
     {"scan_graph", scan_graph, METH_O, scan_graph_doc},
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
-    {"read_graph", read_graph, METH_VARARGS, read_graph_doc},
     {"attr_values", attr_values, METH_VARARGS, attr_values_doc},
     {"valid_node_names", valid_node_names, METH_O, valid_node_names_doc},
     {"field_spans", field_spans, METH_VARARGS, field_spans_doc},

@@ -39,7 +39,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import cached_property
 from itertools import accumulate, chain, compress, count, repeat
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
@@ -176,25 +176,21 @@ class Graph:
 
     @classmethod
     def from_wire(cls, wire: bytes | memoryview, parse: Callable[[], GraphDef], *,
-                  key_attrs_for: Callable[[set[str]], dict[str, tuple[str, ...]]] | None = None,
-                  schema: tuple[bytes, ...] | None = None) -> Graph | None:
+                  key_attrs_for: Callable[[set[str]], dict[str, tuple[str, ...]]] | None = None) -> Graph | None:
         """The graph of a serialized GraphDef that has not been parsed, or None when the C reader
         declines it (or is not built): then parse it and use ``Graph(graph_def, wire=...)``.
 
         ``parse()`` makes the GraphDef from ``wire``; :attr:`graph_def` calls it on first use,
         once (``io.load`` skips ``ParseFromString`` when the bytes surely parse: most commands
-        read only the arrays built here). Either the caller guarantees that ``parse()`` succeeds
-        and gives the message ``wire`` holds, or it gives GraphDef's ``schema`` (see
-        ``io.surely_parses``) and the C reader checks that while it reads (``_wire.read_graph``:
-        one walk of the bytes checks, scans and reads the attrs), declining when unsure.
-        Everything else is as ``Graph(parse(), wire=wire)``.
+        read only the arrays built here). The caller guarantees that ``parse()`` succeeds and
+        gives the message ``wire`` holds. Everything else is as ``Graph(parse(), wire=wire)``.
         """
         if _wire is None:
             return None
         graph = cls.__new__(cls)
         graph._hold(None, parse, None, None, wire)
         with gc_paused():
-            if not graph._build_from_wire(wire, key_attrs_for, schema):
+            if not graph._build_from_wire(wire, key_attrs_for):
                 return None
         graph._built = graph._known()
         assert graph._wire_spans is not None  # set by the C reader
@@ -209,38 +205,22 @@ class Graph:
         return graph
 
     def _build_from_wire(self, wire: bytes | memoryview,
-                         key_attrs_for: Callable[[set[str]], dict[str, tuple[str, ...]]] | None,
-                         schema: tuple[bytes, ...] | None = None) -> bool:
-        """:meth:`_build` (and the ``_class`` and attr-key reads) by the C reader; False if it
-        declined. With ``schema``, the bytes are checked to surely parse in the same walk (see
-        :meth:`from_wire`)."""
+                         key_attrs_for: Callable[[set[str]], dict[str, tuple[str, ...]]] | None) -> bool:
+        """:meth:`_build` (and the ``_class`` and attr-key reads) by the C reader; False if it declined."""
         assert _wire is not None  # the caller checked
-        if schema is None:
-            scanned = _wire.scan_graph(wire)
-            if scanned is None:
-                return False
-            distinct_ops = scanned[9]
-            key_attrs = key_attrs_for(set(distinct_ops)) if key_attrs_for is not None else None
-            plans: list[tuple[bytes, ...] | None] = [None] * len(distinct_ops)
-            if key_attrs:
-                plans = [_plan(key_attrs[op]) if op in key_attrs else None for op in distinct_ops]
-            attrs = _wire.read_attrs(wire, scanned[7], scanned[8], plans, _attr_value_key_of_bytes, _decode_class)
-        else:
-            # The op facts' attrs, asked op by op as the walk meets them (an op's answer does not
-            # depend on the other ops: ``ops.fact_key_attrs``), gathered into ``key_attrs``.
-            key_attrs, plan_of = None, None
-            if key_attrs_for is not None:
-                key_attrs = {}
-                plan_of = partial(_plan_of, key_attrs_for, key_attrs)
-            read = _wire.read_graph(wire, schema, plan_of, _attr_value_key_of_bytes, _decode_class)
-            if read is None:
-                return False
-            scanned, attrs = read
+        scanned = _wire.scan_graph(wire)
+        if scanned is None:
+            return False
         names, ops, devices, index, in_start, in_src, in_slot, spans, op_ids, distinct_ops = scanned
         self._wire_spans = spans  # where each NodeDef lies in ``wire`` (see ``node_wire``)
         self.names, self.ops, self.devices, self.index = names, ops, devices, index
         self.in_start, self.in_src, self.in_slot = (_int_array(in_start), _int_array(in_src),
                                                     _int_array(in_slot))
+        key_attrs = key_attrs_for(set(distinct_ops)) if key_attrs_for is not None else None
+        plans: list[tuple[bytes, ...] | None] = [None] * len(distinct_ops)
+        if key_attrs:
+            plans = [tuple(a.encode() for a in key_attrs[op]) if op in key_attrs else None for op in distinct_ops]
+        attrs = _wire.read_attrs(wire, spans, op_ids, plans, _attr_value_key_of_bytes, _decode_class)
         if attrs is not None:  # else read on first use, by the Python path
             values, colocation, colocated_names = attrs
             self._fill("colocation", colocation)
@@ -1155,21 +1135,6 @@ def _attr_key(attr: Mapping[str, AttrValue], attrs: tuple[str, ...]) -> object:
     if attrs:
         return tuple(map(_attr_value_key, map(attr.get, attrs)))
     return None
-
-
-def _plan(attrs: tuple[str, ...]) -> tuple[bytes, ...]:
-    """The C reader's plan of an op: the names of the attrs its facts depend on, as bytes."""
-    return tuple(a.encode() for a in attrs)
-
-
-def _plan_of(key_attrs_for: Callable[[set[str]], dict[str, tuple[str, ...]]], key_attrs: dict[str, tuple[str, ...]],
-             op: str) -> tuple[bytes, ...] | None:
-    """The plan of ``op`` (None: ``key_attrs_for`` does not know it), added to ``key_attrs``."""
-    attrs = key_attrs_for({op}).get(op)
-    if attrs is None:
-        return None
-    key_attrs[op] = attrs
-    return _plan(attrs)
 
 
 def _attr_value_key_of_bytes(raw: bytes) -> object:

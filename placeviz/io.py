@@ -311,21 +311,17 @@ def _load_unparsed(spec: str, data: bytes) -> Model | None:
       ...; proto2 ones are checked too, which upb would not do: that is only "unsure");
     * unknown fields are skipped as upb keeps them (bytes, not parsed), except groups.
 
-    The walk costs about a third of upb's parse (no allocation), and it is the same walk that
-    reads the IR (``_wire.read_graph``: the bytes are read from memory once). The C reader's own checks (a
+    The walk costs about a third of upb's parse (no allocation). The C reader's own checks (a
     duplicate or empty name, an input naming no node, invalid UTF-8 in a name) send the load to
     the eager path too, which gives the exact error. Without the C kernels
     (``PLACEVIZ_NO_KERNELS``) the eager path always runs. ``tests/test_io_lazy.py`` corrupts a
     valid graph in each place the C reader does not read and checks the error is the eager one.
     """
-    if not LAZY_PARSE or _wire is None:
+    if not LAZY_PARSE or not surely_parses(data, GraphDef):
         return None
     doing(f"reading {len(data):,} bytes")
-    # The check and the read in one walk of the bytes (``_wire.read_graph``): each NodeDef is
-    # checked, scanned and its attrs read while it is in the cache.
-    graph = Graph.from_wire(data, _parse_later(GraphDef, data), key_attrs_for=_default_fact_key_attrs,
-                            schema=_wire_schema(GraphDef.DESCRIPTOR))
-    if graph is None:  # unsure that upb parses them, or the C reader declined (a duplicate name, ...)
+    graph = Graph.from_wire(data, _parse_later(GraphDef, data), key_attrs_for=_default_fact_key_attrs)
+    if graph is None:  # the C reader declined (an empty graph, a duplicate name, ...)
         return None
     return _model_of(spec, "graphdef", graph,
                      debug_info=bool(field_spans(data, _GRAPH_DEF_DEBUG_INFO)))

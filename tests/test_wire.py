@@ -20,7 +20,7 @@ from placeviz import graph as graph_module
 from placeviz import nodewire
 from placeviz.errors import GraphError
 from placeviz.graph import Graph
-from placeviz.io import _default_fact_key_attrs, _wire_schema, load
+from placeviz.io import _default_fact_key_attrs, load
 from placeviz.protos import AttrValue, GraphDef, MetaGraphDef
 from tests.test_fuzz_load import realistic_graph
 
@@ -40,7 +40,6 @@ def _every_attr(ops: set[str]) -> dict[str, tuple[str, ...]]:
 def assert_same(graph_def: GraphDef, data: bytes | None = None, key_attrs_for=_default_fact_key_attrs) -> str:
     """Build the IR both ways and compare; returns "equal", or the error both raised."""
     data = graph_def.SerializeToString() if data is None else data
-    assert_one_walk_same(data, key_attrs_for)
     try:
         expected = Graph(graph_def)
         python_error = None
@@ -69,29 +68,6 @@ def assert_same(graph_def: GraphDef, data: bytes | None = None, key_attrs_for=_d
     assert [type(v) for v in have] == [type(v) for v in want]
     assert_same_attr_values(got, graph_def, data)
     return "equal"
-
-
-def assert_one_walk_same(data: bytes, key_attrs_for) -> None:
-    """``_wire.read_graph`` (check, scan and attrs in one walk: the lazy load's reader) gives what
-    ``parses``, ``scan_graph`` and ``read_attrs`` give one after the other, declines alike, and
-    asks ``key_attrs_for`` the same answers."""
-    schema = _wire_schema(GraphDef.DESCRIPTOR)
-    one = Graph.from_wire(data, lambda: GraphDef.FromString(data), key_attrs_for=key_attrs_for, schema=schema)
-    if not graph_module._wire.parses(data, schema):
-        assert one is None
-        return
-    separate = Graph.from_wire(data, lambda: GraphDef.FromString(data), key_attrs_for=key_attrs_for)
-    assert (one is None) == (separate is None)
-    if one is None or separate is None:
-        return
-    for field in ("names", "ops", "devices", "in_start", "in_src", "in_slot", "_wire_spans"):
-        assert getattr(one, field) == getattr(separate, field), field
-    assert list(one.index.items()) == list(separate.index.items())
-    for cache in ("colocation", "colocated_names"):
-        assert one.computed(cache) == separate.computed(cache)
-        if one.computed(cache):
-            assert list(one.peek(cache).items()) == list(separate.peek(cache).items())
-    assert one.cached_attr_keys() == separate.cached_attr_keys()
 
 
 _VALUE_ATTRS = ("dtype", "shape", "T", "_class", "missing")
