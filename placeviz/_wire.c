@@ -25,6 +25,11 @@
 static int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
 {
     const uint8_t *p = *pp;
+    if (p < end && *p < 0x80) { /* one byte: most tags and lengths */
+        *out = *p;
+        *pp = p + 1;
+        return 1;
+    }
     uint64_t v = 0;
     for (int shift = 0; shift < 64 && p < end; shift += 7) {
         uint8_t b = *p++;
@@ -563,9 +568,9 @@ static PyObject *decode_class_fast(const uint8_t *v, uint32_t n)
     if (!groups || !located) goto fail;
     Py_ssize_t k = 0, j = 0;
     for (q = list; q < list_end;) {
-        const uint8_t *e;
-        uint32_t e_len;
-        read_tag(&q, list_end, &field, &wt);
+        const uint8_t *e = q;
+        uint32_t e_len = 0;
+        read_tag(&q, list_end, &field, &wt); /* both checked by the loop above */
         read_len(&q, list_end, &e, &e_len);
         PyObject *g = PyUnicode_DecodeUTF8((const char *)e, e_len, "replace");
         if (!g) goto fail;
@@ -621,6 +626,7 @@ static PyObject *read_attrs(PyObject *self, PyObject *args)
     Py_ssize_t num_plans = PyList_GET_SIZE(plans);
     PyObject *result = NULL, *values = NULL, *colocation = NULL, *colocated = NULL;
     PyObject *key_memo = NULL, *class_memo = NULL;
+    Table class_table = {0};
     int plain = 1;
     /* The plans' names as raw bytes, flattened: plan p's names are [plan_first[p], plan_first[p+1]). */
     Py_ssize_t *plan_first = NULL;
@@ -665,8 +671,10 @@ static PyObject *read_attrs(PyObject *self, PyObject *args)
     colocation = PyDict_New();
     colocated = PyDict_New();
     key_memo = PyDict_New();
-    class_memo = PyDict_New();
+    class_memo = PyList_New(0); /* the decoded _class values, by their entry in class_table */
     if (!values || !colocation || !colocated || !key_memo || !class_memo) goto done;
+    if (buf.len >= 0x7fffffff) { plain = 0; goto done; } /* class_table's offsets are 32-bit */
+    if (!table_init(&class_table, base, 64)) { PyErr_NoMemory(); goto done; }
 
     for (size_t i = 0; i < n; i++) {
         int32_t op_id = op_ids[i];
@@ -726,17 +734,24 @@ static PyObject *read_attrs(PyObject *self, PyObject *args)
         PyList_SET_ITEM(values, (Py_ssize_t)i, v);
 
         if (class_value) {
-            PyObject *raw = bytes_of(class_value, class_len);
-            if (!raw) goto done;
-            PyObject *decoded = PyDict_GetItemWithError(class_memo, raw);
-            if (decoded) {
+            /* Decoded once per distinct value, looked up by its bytes in place: no bytes object
+             * and no dict lookup per node (half the nodes of a training graph have a _class). */
+            int added = 0;
+            int32_t e = table_find(&class_table, (uint32_t)(class_value - base), class_len, 1, &added);
+            if (e == -2) { PyErr_NoMemory(); goto done; }
+            PyObject *decoded;
+            if (!added) {
+                decoded = PyList_GET_ITEM(class_memo, e);
                 Py_INCREF(decoded);
-            } else if (!PyErr_Occurred()) {
+            } else {
                 decoded = decode_class_fast(class_value, class_len);
-                if (!decoded && !PyErr_Occurred()) decoded = PyObject_CallOneArg(decode_class, raw);
-                if (decoded && PyDict_SetItem(class_memo, raw, decoded) < 0) Py_CLEAR(decoded);
+                if (!decoded && !PyErr_Occurred()) {
+                    PyObject *raw = bytes_of(class_value, class_len);
+                    decoded = raw ? PyObject_CallOneArg(decode_class, raw) : NULL;
+                    Py_XDECREF(raw);
+                }
+                if (decoded && PyList_Append(class_memo, decoded) < 0) Py_CLEAR(decoded);
             }
-            Py_DECREF(raw);
             if (!decoded) goto done;
             if (!PyTuple_Check(decoded) || PyTuple_GET_SIZE(decoded) != 2) {
                 Py_DECREF(decoded);
@@ -766,6 +781,7 @@ done:
     Py_XDECREF(colocated);
     Py_XDECREF(key_memo);
     Py_XDECREF(class_memo);
+    table_free(&class_table);
     free(plan_first);
     free(plan_names);
     free(plan_lens);
@@ -1043,6 +1059,11 @@ typedef struct {
 static int strict_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out, int max_bytes)
 {
     const uint8_t *p = *pp;
+    if (p < end && *p < 0x80) { /* one byte: most tags and lengths */
+        *out = *p;
+        *pp = p + 1;
+        return 1;
+    }
     uint64_t v = 0;
     for (int i = 0; i < max_bytes && p < end; i++) {
         uint8_t b = *p++;
@@ -1074,6 +1095,11 @@ static int utf8_ok(const uint8_t *s, uint32_t n)
 {
     const uint8_t *end = s + n;
     while (s < end) {
+        uint64_t w;
+        if (end - s >= 8 && (memcpy(&w, s, 8), !(w & 0x8080808080808080ULL))) { /* 8 ASCII bytes */
+            s += 8;
+            continue;
+        }
         uint8_t c = *s;
         if (c < 0x80) { s++; continue; }
         if (c >= 0xc2 && c <= 0xdf) {

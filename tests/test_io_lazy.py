@@ -265,3 +265,26 @@ def test_mutated_graphs_load_as_eagerly(tmp_path, setter_bytes, data):
     path = tmp_path / "m.pb"
     path.write_bytes(bytes(raw))
     assert outcome(path, lazy=True) == outcome(path, lazy=False)
+
+
+@needs_wire
+def test_utf8_check_agrees_with_python_at_every_offset():
+    """``parses`` checks strings 8 ASCII bytes at a time, then byte by byte: a multi-byte or invalid
+    sequence at any offset around those 8-byte steps is judged as Python's strict decoder (and
+    upb, for what it accepts) judges it."""
+    schema = io._wire_schema(GraphDef.DESCRIPTOR)
+    snippets = [b"\xff", b"\xc3", b"\xc3\xa9", b"\xe2\x82\xac", b"\xed\xa0\x80", b"\xf0\x9f\x98\x80",
+                b"\xf4\x90\x80\x80", b"\xc0\xaf", b"\x80"]
+    for k in range(18):
+        for snippet in snippets:
+            for tail in (b"", b"b" * 9):
+                name = b"a" * k + snippet + tail
+                data = record(1, record(1, name) + record(2, b"Const"))
+                try:
+                    name.decode("utf-8")
+                    valid = True
+                except UnicodeDecodeError:
+                    valid = False
+                assert _wire.parses(data, schema) == valid, (k, snippet, tail)
+                if valid:
+                    assert GraphDef.FromString(data).node[0].name == name.decode("utf-8")
