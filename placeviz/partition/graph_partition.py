@@ -35,7 +35,9 @@ attrs and device type sharing one row (``memory_types._MemoryTypes.fact_table``)
 
 Each transfer also carries its static shape and bytes per step (:meth:`_GraphPartition.shape`:
 ``_output_shapes``, a Const's value, a variable's or placeholder's ``shape`` attr, through
-pass-through ops), placeviz's own estimate: TF's partitioner does not need one.
+pass-through ops), placeviz's own estimate: TF's partitioner does not need one. The rule is that
+method's text alone; the attrs it reads come from :mod:`~placeviz.partition.shapes` (read from the
+file's bytes, the cut's transfers' sources in one batch: :meth:`_GraphPartition._cut_tables`).
 """
 
 from __future__ import annotations

@@ -83,11 +83,15 @@ class ShapeAttrReader:
         self.graph = graph
         self._rows: dict[int, ShapeAttrs] = {}
         self._known: dict[tuple[bytes | None, ...], ShapeAttrs] = {}  # the C reader's row -> its parse
+        self._wire = True  # until the C reader declines once
 
     def __getitem__(self, i: int) -> ShapeAttrs:
         row = self._rows.get(i)
         if row is None:
-            self.prefetch((i,))
+            if self._wire:
+                self.prefetch((i,))
+            else:
+                self._from_node_defs([i])
             row = self._rows[i]
         return row
 
@@ -98,8 +102,9 @@ class ShapeAttrReader:
         todo = [i for i in dict.fromkeys(ids) if i not in rows]
         if not todo:
             return
-        raw = self.graph.wire_attr_values(todo, _NAMES, _PATHS)
+        raw = self.graph.wire_attr_values(todo, _NAMES, _PATHS) if self._wire else None
         if raw is None:
+            self._wire = False  # (no kernels, no bytes, or an odd form): the NodeDefs from now on
             self._from_node_defs(todo)
             return
         known = self._known
