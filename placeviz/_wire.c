@@ -861,25 +861,77 @@ static PyObject *fields_spans(PyObject *self, PyObject *args)
 
 #define MAX_VALUE_ATTRS 8
 
+#define MAX_PATH_DEPTH 4
+
+/* The message at `path` (message field numbers, outermost first) inside the serialized AttrValue
+ * [v, v + len): what `attr_value.<field>.<field>...` reads after a parse (tensor.tensor_shape is
+ * (8, 2)). A field absent on the way reads as its empty default message, as protobuf's getters
+ * do. 0 when only a full parse answers: the AttrValue holds more than one field (all of its
+ * fields are one oneof, where the last one parsed wins), or a message on the way holds the field
+ * twice (the occurrences merge) or in another wire type. */
+static int attr_path(const uint8_t *v, uint32_t len, const uint32_t *path, Py_ssize_t depth,
+                     const uint8_t **out, uint32_t *out_len)
+{
+    const uint8_t *p = v, *end = v + len;
+    for (Py_ssize_t d = 0; d < depth; d++) {
+        const uint8_t *found = NULL;
+        uint32_t found_len = 0;
+        int fields = 0, hits = 0;
+        while (p < end) {
+            uint32_t f;
+            int w;
+            if (!read_tag(&p, end, &f, &w)) return 0;
+            fields++;
+            if (f == path[d]) {
+                if (w != 2 || !read_len(&p, end, &found, &found_len)) return 0;
+                hits++;
+            } else if (!skip_value(&p, end, w)) {
+                return 0;
+            }
+        }
+        if (hits > 1 || (d == 0 && fields > 1)) return 0;
+        if (!found) {
+            *out = (const uint8_t *)"";
+            *out_len = 0;
+            return 1;
+        }
+        p = found;
+        end = found + found_len;
+    }
+    *out = p;
+    *out_len = (uint32_t)(end - p);
+    return 1;
+}
+
 PyDoc_STRVAR(attr_values_doc,
-"attr_values(data, spans, ids, names) -> list[tuple] | None\n\n"
+"attr_values(data, spans, ids, names, paths=None) -> list[tuple] | None\n\n"
 "For each node of `ids` (a list of ints, each < len(spans) / 8; spans as scan_graph gives), a\n"
 "tuple with one item per attr name of `names` (a tuple of bytes): the serialized AttrValue of\n"
 "that attr in the node's attr map (the last entry with that key, as the parse keeps it), or None\n"
-"when the map has no such key. Equal raw values are one bytes object. None when an attr map\n"
-"entry has an odd form (a repeated key or value, another field): the caller reads the NodeDefs.");
+"when the map has no such key. `paths` (a tuple of tuples of ints, one per name): for a name\n"
+"with a non-empty path, the serialized message at that path inside the AttrValue instead (see\n"
+"attr_path: (8, 2) is its tensor's tensor_shape), so that a Const's tensor is never copied.\n"
+"Equal raw values are one bytes object. None when an attr map entry has an odd form (a repeated\n"
+"key or value, another field) or a path needs a full parse: the caller reads the NodeDefs.");
 
 static PyObject *attr_values(PyObject *self, PyObject *args)
 {
-    PyObject *data, *spans, *ids, *names;
-    if (!PyArg_ParseTuple(args, "OOO!O!", &data, &spans, &PyList_Type, &ids, &PyTuple_Type, &names)) return NULL;
+    PyObject *data, *spans, *ids, *names, *paths = Py_None;
+    if (!PyArg_ParseTuple(args, "OOO!O!|O", &data, &spans, &PyList_Type, &ids, &PyTuple_Type, &names, &paths))
+        return NULL;
     Py_ssize_t count = PyTuple_GET_SIZE(names);
     if (count > MAX_VALUE_ATTRS) {
         PyErr_SetString(PyExc_ValueError, "too many attr names");
         return NULL;
     }
+    if (paths != Py_None && (!PyTuple_Check(paths) || PyTuple_GET_SIZE(paths) != count)) {
+        PyErr_SetString(PyExc_TypeError, "paths must be a tuple with one path per attr name");
+        return NULL;
+    }
     const char *want[MAX_VALUE_ATTRS];
     Py_ssize_t want_len[MAX_VALUE_ATTRS];
+    uint32_t path[MAX_VALUE_ATTRS][MAX_PATH_DEPTH];
+    Py_ssize_t depth[MAX_VALUE_ATTRS];
     for (Py_ssize_t j = 0; j < count; j++) {
         PyObject *name = PyTuple_GET_ITEM(names, j);
         if (!PyBytes_Check(name)) {
@@ -888,6 +940,23 @@ static PyObject *attr_values(PyObject *self, PyObject *args)
         }
         want[j] = PyBytes_AS_STRING(name);
         want_len[j] = PyBytes_GET_SIZE(name);
+        depth[j] = 0;
+        if (paths == Py_None) continue;
+        PyObject *fields = PyTuple_GET_ITEM(paths, j);
+        if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) > MAX_PATH_DEPTH) {
+            PyErr_SetString(PyExc_TypeError, "a path must be a tuple of at most 4 field numbers");
+            return NULL;
+        }
+        depth[j] = PyTuple_GET_SIZE(fields);
+        for (Py_ssize_t d = 0; d < depth[j]; d++) {
+            unsigned long f = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(fields, d));
+            if (f == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+            if (f == 0 || f > 0x1fffffff) {
+                PyErr_SetString(PyExc_ValueError, "not a field number");
+                return NULL;
+            }
+            path[j][d] = (uint32_t)f;
+        }
     }
     Py_buffer buf, sbuf;
     if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
@@ -935,6 +1004,10 @@ static PyObject *attr_values(PyObject *self, PyObject *args)
         for (Py_ssize_t j = 0; j < count; j++) {
             PyObject *v = Py_None;
             if (found[j]) {
+                if (depth[j] && !attr_path(found[j], found_len[j], path[j], depth[j], &found[j], &found_len[j])) {
+                    plain = 0;
+                    goto done;
+                }
                 PyObject *raw = bytes_of(found[j], found_len[j]);
                 if (!raw) goto done;
                 v = PyDict_SetDefault(memo, raw, raw); /* borrowed: the first equal bytes */

@@ -436,8 +436,9 @@ def _variables_declared(graph: Graph, ids: list[int]) -> list[tuple]:
     out: list[tuple] = []
     append = out.append
     raw = graph.wire_attr_values(ids, _DECLARED_ATTRS)
-    if raw is not None:
-        for key in raw:
+    held = [row for row in raw if row is not None] if raw is not None else []
+    if raw is not None and len(held) == len(raw):  # else some node has no bytes: every one from its NodeDef
+        for key in held:
             facts = get(key)
             if facts is None:
                 dtype_raw, shape_raw = key

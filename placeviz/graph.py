@@ -755,25 +755,45 @@ class Graph:
         if isinstance(nodes, WireNodeDefs):
             nodes.prefetch(ids)
 
-    def wire_attr_values(self, ids: list[int], names: tuple[str, ...]) -> list[tuple[bytes | None, ...]] | None:
+    def wire_attr_values(self, ids: list[int], names: tuple[str, ...], paths: tuple[tuple[int, ...], ...] | None = None
+                         ) -> list[tuple[bytes | None, ...] | None] | None:
         """Per node of ``ids``, the serialized AttrValue of each attr of ``names`` (None: the node
-        has no such attr), read by the C reader from the bytes the graph was read from, without
-        parsing a NodeDef; or None when it cannot (the graph was not read from bytes, or let go
-        of them, or is derived; the kernels are not built; an attr map of an odd form): then read
-        ``node_def(i).attr``, which holds the same values.
+        has no such attr), read by the C reader from the bytes the graph was read from (a derived
+        graph: those its NodeDefs come from), without parsing a NodeDef; or None when it cannot
+        (the graph was not read from bytes, or let go of them; the kernels are not built; an attr
+        map of an odd form): then read ``node_def(i).attr``, which holds the same values. The row
+        of a node the bytes do not hold (one a derived graph added) is None: read its NodeDef.
+
+        ``paths``: per attr of ``names``, the message field numbers of what to return from inside
+        its AttrValue instead (``placeviz/_wire.c`` ``attr_values``: ``(8, 2)`` is a Const's
+        ``value.tensor.tensor_shape``, without copying the tensor); an empty path, the AttrValue.
 
         Why: a pass that needs two attrs of a few thousand nodes (``analyze``'s variables: dtype
         and shape) otherwise parses each of those NodeDefs whole, every attr and its map object;
         equal values come back as one bytes object, so a caller can key its work by them.
         """
-        data, spans, nodes = self._wire_data, self._wire_spans, self._attr_nodes
-        if data is None and isinstance(nodes, WireNodeDefs):  # the bytes it reads until the whole parse
-            data = nodes.data
-        if _wire is None or data is None or spans is None or len(spans) != 8 * len(self.names):
+        if _wire is None:
             return None
-        values: list[tuple[bytes | None, ...]] | None = _wire.attr_values(
-            data, spans, ids, tuple(name.encode() for name in names))
-        return values
+        data, nodes = self._wire_data, self._attr_nodes
+        spans: bytes | memoryview | None = self._wire_spans
+        todo: list[int] = ids
+        while isinstance(nodes, RemappedNodeDefs):  # a derived graph: its source's NodeDefs
+            todo = list(map(nodes.ids.__getitem__, todo))
+            nodes, data, spans = nodes.base, None, None
+        if isinstance(nodes, WireNodeDefs):  # its bytes (until the whole parse) and spans
+            data = data if data is not None else nodes.data
+            spans = nodes.spans
+        elif spans is None or len(spans) != 8 * len(self.names):
+            return None
+        if data is None:
+            return None
+        held = [j for j in todo if j >= 0]  # a negative id: a node the derivation added
+        values: list[tuple[bytes | None, ...] | None] | None = _wire.attr_values(
+            data, spans, held, tuple(name.encode() for name in names), paths)
+        if values is None or len(held) == len(todo):
+            return values
+        found = iter(values)
+        return [next(found) if j >= 0 else None for j in todo]
 
     def inputs_of(self, i: int) -> list[tuple[int, int]]:
         """(source id, slot) pairs of node ``i`` in NodeDef order; slot ``CONTROL`` for control."""
@@ -984,6 +1004,11 @@ class WireNodeDefs:
     def data(self) -> memoryview | None:
         """The bytes the NodeDefs are read from; None once the whole GraphDef was made."""
         return self._data
+
+    @property
+    def spans(self) -> memoryview:
+        """Where each NodeDef lies in :attr:`data`: (offset, length) per node, native uint32."""
+        return self._spans
 
     def __len__(self) -> int:
         return len(self._spans) // 2

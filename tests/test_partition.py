@@ -739,8 +739,8 @@ def test_place_takes_the_sync_options(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------ the package's layout
 # placeviz/partition/: one module per TF source, imports one way (docs/architecture.md, section 1).
-_PARTITION_LAYERS = ("base", "subgraph", "const_replication", "control_flow", "memory_types", "graph_partition",
-                     "graphdefs", "session")
+_PARTITION_LAYERS = ("base", "shapes", "subgraph", "const_replication", "control_flow", "memory_types",
+                     "graph_partition", "graphdefs", "session")
 
 
 def test_partition_modules_import_one_way_and_name_their_tf_source():

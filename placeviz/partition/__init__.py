@@ -14,6 +14,8 @@ distributed runtime does; each step lives in the module named after the TF file 
   ``MemoryTypesForNode``;
 * :mod:`~placeviz.partition.graph_partition`: ``tensorflow/core/graph/graph_partition.cc``
   (control-flow colocation, control loops, ``Partition``: ``_Send``/``_Recv``, shared receives);
+* :mod:`~placeviz.partition.shapes`: the attrs a transfer's static shape is read from
+  (``tensorflow/core/framework/attr_value.proto``), many nodes in one call of the C reader;
 * :mod:`~placeviz.partition.graphdefs`: the partitions' GraphDefs (built, or written from the
   input's bytes);
 * :mod:`~placeviz.partition.session`: the two levels of ``master_session.cc``/``graph_mgr.cc``
@@ -21,7 +23,8 @@ distributed runtime does; each step lives in the module named after the TF file 
 * :mod:`~placeviz.partition.base`: the state every step shares.
 
 Imports go one way: ``session`` → ``graphdefs``, ``graph_partition`` → ``memory_types``,
-``control_flow`` → ``base``; ``subgraph`` and ``const_replication`` → ``base``.
+``control_flow`` → ``base``; ``graph_partition`` → ``shapes``; ``subgraph`` and
+``const_replication`` → ``base``.
 """
 
 from placeviz.partition.base import PartitionError

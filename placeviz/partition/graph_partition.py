@@ -35,13 +35,15 @@ attrs and device type sharing one row (``memory_types._MemoryTypes.fact_table``)
 
 Each transfer also carries its static shape and bytes per step (:meth:`_GraphPartition.shape`:
 ``_output_shapes``, a Const's value, a variable's or placeholder's ``shape`` attr, through
-pass-through ops), placeviz's own estimate: TF's partitioner does not need one.
+pass-through ops), placeviz's own estimate: TF's partitioner does not need one. The rule is that
+method's text alone; the attrs it reads come from :mod:`~placeviz.partition.shapes` (read from the
+file's bytes, the cut's transfers' sources in one batch: :meth:`_GraphPartition._cut_tables`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
+from functools import cache, cached_property
 from itertools import chain
 from typing import TYPE_CHECKING, Any, cast
 
@@ -62,6 +64,7 @@ from placeviz.partition.base import (
 )
 from placeviz.partition.control_flow import _ControlFlowInfo
 from placeviz.partition.memory_types import FactRow, _MemoryTypes
+from placeviz.partition.shapes import ABSENT, ShapeAttrReader
 from placeviz.protos import DTYPE_SIZE, DataType, dtype_name, dtype_size
 
 if TYPE_CHECKING:
@@ -69,7 +72,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from placeviz.partition.base import I32Array
-    from placeviz.protos import TensorShapeProto
 
 Write = Callable[[int, int, int], None]  # rewire input `ref` to (source, slot)
 Writes = tuple[list[int], list[int], list[int]]  # the rewired edges of original nodes: positions, sources, slots
@@ -100,12 +102,6 @@ def _unique(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
 def _known_first(shape: Shape, fallback: Shape) -> Shape:
     """``shape`` when it is known (a scalar's ``[]`` included), else ``fallback``."""
     return shape if shape is not None else fallback
-
-
-def _shape_list(shape_proto: TensorShapeProto) -> Shape:
-    if shape_proto.unknown_rank:
-        return None
-    return [d.size if d.size >= 0 else None for d in shape_proto.dim]
 
 
 _PASS_THROUGH_OPS = frozenset({
@@ -463,6 +459,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             oslot[at[has]] = a_oslot[has]
         named = oslot != CONTROL
         pairs = _unique((origin[named] << 32) | oslot[named])
+        self._prefetch_shape_attrs(_unique(pairs >> 32))
         shape = self.shape
         shapes = {(o, s): shape(o, s) for o, s in zip((pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist(),
                                                       strict=True)}
@@ -622,6 +619,25 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         }
 
     # ---------------------------------------------------------------------------- shapes
+    @cached_property
+    def _shape_attrs(self) -> ShapeAttrReader:
+        """The attrs :meth:`shape` reads, per original node, read once (:mod:`~placeviz.partition.shapes`)."""
+        return ShapeAttrReader(self.graph)
+
+    def _prefetch_shape_attrs(self, nodes: npt.NDArray[np.int64]) -> None:
+        """Read in one batch the attrs :meth:`shape` may read for outputs of the original ``nodes``:
+        theirs and those of each one's first input's source (where it looks through a pass-through
+        op, :meth:`_input_shape`), so that the rule asks for few nodes one by one. A hint: it
+        changes no answer, and the rule alone decides which attrs count."""
+        import numpy as np
+
+        nodes = nodes[nodes < self.n]
+        lo = self.in_start_np[nodes]
+        first = lo[lo < self.in_start_np[nodes + 1]]  # the graph's own edges, as _input_shape reads them
+        first = first[np.asarray(self.graph.in_slot)[first] != CONTROL]
+        self._shape_attrs.prefetch(np.concatenate([nodes, np.asarray(self.graph.in_src)[first]])
+                                   .tolist())
+
     def shape(self, i: int, slot: int, depth: int = 0) -> Shape:
         """Static shape of output ``slot`` of node ``i`` (list, None for unknown dims) or None."""
         if i >= self.n:
@@ -632,21 +648,21 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             return self._shapes[key]
         result: Shape = None
         op = self.ops[i]
-        # The NodeDef's attrs are read only for the ops that need them (most of the cost).
+        # The attrs are read only for the ops that need them (a node's first read costs the most).
+        attrs = self._shape_attrs
         if self.output_shapes:
-            av = self.nodes_pb[i].attr.get("_output_shapes")
-            if av is not None and slot < len(av.list.shape):
-                result = _shape_list(av.list.shape[slot])
+            outs = attrs[i].output_shapes
+            if outs is not None and slot < len(outs):
+                result = outs[slot]
         if (result is None or None in result) and depth < 32:
             if op in CONST_OPS:
-                value = self.nodes_pb[i].attr.get("value")
-                if value is not None:
-                    result = _shape_list(value.tensor.tensor_shape)
+                value = attrs[i].value
+                if value is not ABSENT:
+                    result = value
             elif op in _SHAPE_ATTR_OPS:
-                attr = self.nodes_pb[i].attr
-                sav = attr.get("shape")
-                if sav is not None:
-                    result = _shape_list(sav.shape)
+                declared = attrs[i].shape
+                if declared is not ABSENT:
+                    result = declared
                 if op == "PlaceholderWithDefault" and (result is None or None in result):
                     result = _known_first(self._input_shape(i, depth), result)
             elif op in _PASS_THROUGH_OPS or op == "ReadVariableOp" or (op.startswith("Apply") and slot == 0):
@@ -660,7 +676,6 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             return None
         src = self.graph.in_src[lo]
         if self.ops[src] == "VarHandleOp":
-            sav = self.nodes_pb[src].attr.get("shape")
-            return _shape_list(sav.shape) if sav is not None else None
+            declared = self._shape_attrs[src].shape
+            return declared if declared is not ABSENT else None
         return self.shape(src, self.graph.in_slot[lo], depth + 1)
-
