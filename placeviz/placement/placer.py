@@ -278,6 +278,9 @@ class Placement:
     # (producer, consumer) of every ref/resource edge the placer joined (step 2), consumers in
     # node-id order; made on first use by this function
     make_ref_edges: Callable[[], list[tuple[int, int]]] = field(default=list, repr=False, compare=False)
+    # the device each node requests as the placer read it (after the import rewrite,
+    # :func:`imported_devices`): with ``group_root``, which groups request a device at all
+    requested: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @cached_property
     def candidates(self) -> dict[int, list[str]]:
@@ -290,6 +293,24 @@ class Placement:
         :data:`EXEMPT_FROM_RESOURCE_COLOCATION`): the answer to "does a ref/resource edge decide
         this node's device", for the rules that ask it (PV106)."""
         return self.make_ref_edges()
+
+    @cached_property
+    def requesting_groups(self) -> frozenset[int]:
+        """The roots (:attr:`group_root`) of the colocation groups some member of which requests a
+        device: the groups whose merged request (``ColocationGraph::Member``'s
+        ``requested_device_name_``, ``tensorflow/core/common_runtime/colocation_graph.cc``) names
+        something, so that the request, not the session, decides where the whole group runs. The
+        groups are the placer's (``_class`` entries, ref and resource edges, a join soft placement
+        skipped), so a rule asking "is this node bound to a placed one" (PV106) reads them here
+        instead of reading ``_class`` again. Built on first use, once."""
+        import numpy as np
+
+        named = {d for d in set(self.requested) if d and (p := parse_full_name(d)) is not None and p.has_some_details}
+        if not named:
+            return frozenset()
+        mask = np.frombuffer(bytes(map(named.__contains__, self.requested)), dtype=np.bool_)
+        roots: list[int] = np.asarray(self.group_root, dtype=np.int64)[mask].tolist()
+        return frozenset(roots)
 
     def explain(self, i: int) -> dict[str, str | list[str]]:
         root = self.group_root[i]
@@ -932,7 +953,7 @@ class _Placer:
                                      np.frombuffer(bytes(is_generator), dtype=np.bool_), first_names, None)
 
         return Placement(g, devices, reason, group_root, candidates, (),
-                         partial(_ref_edge_list, g, self.ref_inputs))
+                         partial(_ref_edge_list, g, self.ref_inputs), self.requested)
 
     def run(self) -> Placement:
         import numpy as np
@@ -1052,7 +1073,7 @@ class _Placer:
         device_or_empty = [*device_names, ""]  # index -1 (not placed): ""
         return Placement(g, list(map(device_or_empty.__getitem__, assigned)), reason, group_root,
                          partial(_candidates_table, np, group_root_np, order, generator_np, first_names, bulk_names),
-                         tuple(self.conflicts), partial(_ref_edge_list, g, self.ref_inputs))
+                         tuple(self.conflicts), partial(_ref_edge_list, g, self.ref_inputs), self.requested)
 
 
 def _ref_edges(graph: Graph, ref_inputs: list[tuple[int, tuple[int, ...]]]) -> Iterator[tuple[int, int]]:
