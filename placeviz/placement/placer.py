@@ -298,22 +298,25 @@ class Placement:
         return self.make_ref_edges()
 
     @cached_property
-    def requesting_groups(self) -> frozenset[int]:
-        """The roots (:attr:`group_root`) of the colocation groups some member of which requests a
-        device: the groups whose merged request (``ColocationGraph::Member``'s
+    def group_requested(self) -> Mask:
+        """Per node (numpy bool array): whether some member of its colocation group requests a
+        device, i.e. whether the group's merged request (``ColocationGraph::Member``'s
         ``requested_device_name_``, ``tensorflow/core/common_runtime/colocation_graph.cc``) names
         something, so that the request, not the session, decides where the whole group runs. The
         groups are the placer's (``_class`` entries, ref and resource edges, a join soft placement
         skipped), so a rule asking "is this node bound to a placed one" (PV106) reads them here
-        instead of reading ``_class`` again. Built on first use, once."""
+        instead of reading ``_class`` again. Built on first use, once (a byte per node: a set of
+        the roots would hold an int per group)."""
         import numpy as np
 
+        n = len(self.group_root)
         named = {d for d in set(self.requested) if d and (p := parse_full_name(d)) is not None and p.has_some_details}
-        if not named:
-            return frozenset()
-        mask = np.frombuffer(bytes(map(named.__contains__, self.requested)), dtype=np.bool_)
-        roots: list[int] = np.asarray(self.group_root, dtype=np.int64)[mask].tolist()
-        return frozenset(roots)
+        root = np.asarray(self.group_root, dtype=np.int64)
+        by_root = np.zeros(n, dtype=np.bool_)
+        if named:
+            by_root[root[np.frombuffer(bytes(map(named.__contains__, self.requested)), dtype=np.bool_)]] = True
+        out: Mask = by_root[root]
+        return out
 
     def explain(self, i: int) -> dict[str, str | list[str]]:
         root = self.group_root[i]

@@ -58,7 +58,7 @@ Create the op inside the device scope, or pin it explicitly.
 def _unbound(ctx) -> dict[int, int]:
     """Group root -> the node PV106 reports for it, for every colocation group of TF's placer
     (:class:`placeviz.placement.placer.Placement`: ``_class`` entries, ref and resource edges)
-    that no member binds to a device (:attr:`~placeviz.placement.placer.Placement.requesting_groups`)
+    that no member binds to a device (:attr:`~placeviz.placement.placer.Placement.group_requested`)
     and that has a candidate: a node without a requested device, stateful or without data inputs,
     that does not read a ref or resource through an edge the placer joined
     (:attr:`~placeviz.placement.placer.Placement.ref_edges`: such an op goes where its variable
@@ -68,9 +68,6 @@ def _unbound(ctx) -> dict[int, int]:
     ``RandomUniform`` included, come before the variable). Empty when there is no placement to
     read (TF's placer rejects the graph even with soft placement: the rules of the rejection say
     why)."""
-    cache = ctx.rule_cache
-    if "PV106.unbound" in cache:
-        return cache["PV106.unbound"]
     chosen: dict[int, tuple[int, int]] = {}  # root -> (rank, node)
     placement = placer_result(ctx)
     g = ctx.graph
@@ -81,21 +78,19 @@ def _unbound(ctx) -> dict[int, int]:
             from placeviz.ops import load_op_table
 
             table = load_op_table()
-        root, bound = placement.group_root, placement.requesting_groups
+        root, bound = placement.group_root, placement.group_requested
         edges = placement.ref_edges
         consumers, producers = {dst for _, dst in edges}, {src for src, _ in edges}
         for i in unplaced:
-            r = root[i]
-            if r in bound or i in consumers:
+            if bound[i] or i in consumers:
                 continue
             stateful = table.is_stateful(g.ops[i])
             if not stateful and any(slot != CONTROL for _, slot in g.inputs_of(i)):
                 continue  # a stateless op with inputs: where it runs is decided per step, it holds nothing
-            rank = 0 if i in producers else 1 if stateful else 2
+            r, rank = root[i], 0 if i in producers else 1 if stateful else 2
             if r not in chosen or rank < chosen[r][0]:
                 chosen[r] = (rank, i)
-    cache["PV106.unbound"] = out = {r: i for r, (_, i) in chosen.items()}
-    return out
+    return {r: i for r, (_, i) in chosen.items()}
 
 
 def check(ctx):
