@@ -311,7 +311,7 @@ class Placement:
 
         n = len(self.group_root)
         named = {d for d in set(self.requested) if d and (p := parse_full_name(d)) is not None and p.has_some_details}
-        root = np.asarray(self.group_root, dtype=np.int64)
+        root = np.asarray(self.group_root, dtype=np.int32)  # node ids fit (placeviz.limits)
         by_root = np.zeros(n, dtype=np.bool_)
         if named:
             by_root[root[np.frombuffer(bytes(map(named.__contains__, self.requested)), dtype=np.bool_)]] = True

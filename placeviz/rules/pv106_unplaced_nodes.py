@@ -79,14 +79,19 @@ def _unbound(ctx) -> dict[int, int]:
 
             table = load_op_table()
         root, bound = placement.group_root, placement.group_requested
-        edges = placement.ref_edges
-        consumers, producers = {dst for _, dst in edges}, {src for src, _ in edges}
+        ends: tuple[set[int], set[int]] | None = None  # (consumers, producers): the edge list only when asked
         for i in unplaced:
-            if bound[i] or i in consumers:
+            if bound[i]:
                 continue
             stateful = table.is_stateful(g.ops[i])
             if not stateful and any(slot != CONTROL for _, slot in g.inputs_of(i)):
                 continue  # a stateless op with inputs: where it runs is decided per step, it holds nothing
+            if ends is None:
+                edges = placement.ref_edges
+                ends = {dst for _, dst in edges}, {src for src, _ in edges}
+            consumers, producers = ends
+            if i in consumers:
+                continue
             r, rank = root[i], 0 if i in producers else 1 if stateful else 2
             if r not in chosen or rank < chosen[r][0]:
                 chosen[r] = (rank, i)
