@@ -598,6 +598,22 @@ def test_views_label_devices_with_task_label():
     assert colors["/job:psx/task:0"] in DEVICE_PALETTE  # job "psx" is not the ps job
 
 
+def test_timeline_processes_are_task_labels():
+    """The verify timeline names one process per task TF ran an op on: ``task_label`` of the
+    device (what TF's step stats give is always a full name)."""
+    from types import SimpleNamespace
+
+    from placeviz.verify.timeline import trace_events
+
+    events = [("worker:0", 1, device, f"op{k}", "AddV2", 10.0 * k, 5.0) for k, device in enumerate(
+        ["/job:ps/replica:0/task:1/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0",
+         "/job:ps/replica:0/task:1/device:CPU:1"])]
+    report = SimpleNamespace(plan={}, result={"events": events}, check=lambda _name: None)
+    out, _ = trace_events("async", report, 1)
+    names = [e["args"]["name"] for e in out if e["name"] == "process_name"]
+    assert names == ["async / ps:1", "async / worker:0"]
+
+
 def test_cpp_split_and_mappings():
     assert split_device_name("/job:foo/replica:1/task:2/cpu:1") == ("/job:foo/replica:1/task:2", "CPU:1")
     assert split_device_name("/job:foo/cpu:1/task:2/replica:1") == ("/job:foo/replica:1/task:2", "CPU:1")
