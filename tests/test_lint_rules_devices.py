@@ -253,6 +253,26 @@ def test_pv106_reads_the_placers_colocation_groups():
     assert {f for f in lint(model) if f[0] == "PV106"} == {("PV106", "U1")}
 
 
+def test_pv106_on_a_graph_that_is_not_placed():
+    """A graph whose variables have no job (one op pinned to a worker) is not placed, so lint
+    runs no placement; PV106 still reads the placer's groups, from a soft placement on the
+    cluster the graph names: the variable is reported once, its initializer and Assign with it."""
+
+    def builder():
+        t = tf()
+        g = t.Graph()
+        with g.as_default():
+            w = t.compat.v1.get_variable("w", [2], use_resource=False)
+            with t.compat.v1.device("/job:worker/task:0"):
+                x = t.ones([2], name="x")
+            t.compat.v1.assign_add(w, x, name="upd")
+        return g
+
+    model = build("pv1-not-placed", builder)
+    assert context(model).pipeline.placement is None
+    assert lint(model) == {("PV106", "w")}
+
+
 def test_pv105_localhost_mixed_with_cluster():
     def body(t, x, h):
         with t.compat.v1.device("/job:localhost/replica:0/task:0/device:CPU:0"):

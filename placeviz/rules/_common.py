@@ -100,6 +100,22 @@ def placer_result(ctx):
     return result if not isinstance(result, Exception) else None
 
 
+def colocation_groups(ctx):
+    """The :class:`placeviz.placement.placer.Placement` whose colocation groups a rule reads
+    (``group_root``, ``group_requested``, ``ref_edges``): :func:`placer_result`, and for a graph
+    that is not placed (a few ops pinned to a job, the variables not: :func:`placer_result` does
+    not place it) the placement TF makes with ``allow_soft_placement=True`` on the cluster the
+    graph names, made once per context. None when TF's placer rejects the graph."""
+    result = placer_result(ctx)
+    if result is not None or _placeable(ctx):
+        return result
+    cache = _cache(ctx)
+    if "group_placement" not in cache:
+        cache["group_placement"] = _place(ctx, soft=True)
+    result = cache["group_placement"]
+    return result if not isinstance(result, Exception) else None
+
+
 def colocation_conflicts(ctx) -> tuple:
     """The ``_class`` joins TF's placer fails on (:class:`placeviz.placement.placer.
     ColocationConflict`), as the placer recorded them: the pipeline's placement (with soft

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from placeviz.graph import CONTROL
 from placeviz.lint import Rule
-from placeviz.rules._common import effective_devices, is_distributed, nodes_by_device, placer_result
+from placeviz.rules._common import colocation_groups, effective_devices, is_distributed, nodes_by_device
 
 RULE = Rule(
     id="PV106",
@@ -25,7 +25,8 @@ session and what they are connected to, not on the program. It usually means the
 outside the `replica_device_setter` scope (see PV201 for variables).
 
 ## How it is detected
-The colocation groups are the ones placeviz's copy of TF's placer built: every `_class` entry of
+The colocation groups are the ones placeviz's copy of TF's placer built (for a graph that is
+not placed and was not given `--ps-tasks`, with soft placement on the cluster it names): every `_class` entry of
 a node (all of them, not only the first), and every data edge into a ref or resource input
 (except into the ops that only forward a resource: `StatefulPartitionedCall`, `PartitionedCall`,
 `IdentityN`, dataset ops, which TF places on their own). A group in which some node requests a
@@ -69,7 +70,7 @@ def _unbound(ctx) -> dict[int, int]:
     read (TF's placer rejects the graph even with soft placement: the rules of the rejection say
     why)."""
     chosen: dict[int, tuple[int, int]] = {}  # root -> (rank, node)
-    placement = placer_result(ctx)
+    placement = colocation_groups(ctx)
     g = ctx.graph
     unplaced = nodes_by_device(ctx, g.devices).get("", ())
     if placement is not None and unplaced:
