@@ -218,7 +218,14 @@ def _unplaced_attr_keys(ctx: Context):
     return read_fact_attrs(ctx.get("unplaced_model").graph, ctx.get("op_table"))
 
 
-PROVIDERS.update(unplaced_model=_load_unplaced, op_table=_op_table, unplaced_attr_keys=_unplaced_attr_keys)
+def _attr_keys(ctx: Context):
+    from placeviz.placement.placer import read_fact_attrs
+
+    return read_fact_attrs(ctx.graph, ctx.get("op_table"))
+
+
+PROVIDERS.update(unplaced_model=_load_unplaced, op_table=_op_table, unplaced_attr_keys=_unplaced_attr_keys,
+                 attr_keys=_attr_keys)
 
 
 def _setter_setup(ctx: Context) -> None:
@@ -323,13 +330,14 @@ def _train_targets(ctx: Context, graph=None) -> list[str]:
 
 
 @stage("partition", "prune + partition (one train step)", modules=("placeviz.partition",),
-       needs=("model", "op_table", "device_set", "placed_devices"))
+       needs=("model", "op_table", "device_set", "placed_devices", "attr_keys"))
 def partition_stage(ctx: Context):
-    """prune + partition of one training step (the sidecar's train op), device level, no NodeDefs."""
+    """prune + partition of one training step (the sidecar's train op), device level, no NodeDefs;
+    handed the op-fact attr keys as the pipeline hands the placer's (preloaded)."""
     from placeviz.partition import partition
 
     return partition(ctx.graph, ctx.get("placed_devices"), targets=_train_targets(ctx), level="device",
-                     op_table=ctx.get("op_table"))
+                     op_table=ctx.get("op_table"), attr_keys=ctx.get("attr_keys"))
 
 
 @stage("e2e", "end to end: load + setter + placer + partition (unplaced)",
@@ -350,7 +358,8 @@ def e2e_stage(ctx: Context):
     placed = place_graph(model.graph, options, op_table=ctx.get("op_table"))
     graph = placed.graph
     return partition(graph, placed.placement.devices, targets=_train_targets(ctx, graph), level="device",
-                     client_device=options.placer.client_device, op_table=ctx.get("op_table"))
+                     client_device=options.placer.client_device, op_table=ctx.get("op_table"),
+                     attr_keys=placed.placement.attr_keys)
 
 
 def _lint_rules(ctx: Context):

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     options = PlacementOptions(setter=SetterConfig(ps_tasks=args.ps_tasks, worker_device="/job:worker/task:0"))
     result = place_graph(model.graph, options)
     parts = partition(result.graph, result.placement.devices, level="device",
-                      client_device=options.placer.client_device)
+                      client_device=options.placer.client_device, attr_keys=result.placement.attr_keys)
     del result
     names = command.partition_file_names(parts.keys)
 

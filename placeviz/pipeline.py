@@ -307,7 +307,8 @@ def _partition_step(pipe: Pipeline, placed: PlacementResult, step: StepOptions,
     try:
         pipe.partitions = partition(placed.graph, placed.placement.devices, fetches=fetches, targets=targets, feeds=feeds,
                                     level=step.level, replicate_constants=step.replicate_constants,
-                                    client_device=placement_options.placer.client_device)
+                                    client_device=placement_options.placer.client_device,
+                                    attr_keys=placed.placement.attr_keys)
     except PlacevizError as e:
         pipe.partition_error = str(e)
         if pipe.analysis is not None:

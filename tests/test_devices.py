@@ -40,6 +40,7 @@ from placeviz.devices import (
     is_different_address_space,
     is_same_address_space,
     is_specification,
+    job_of,
     local_name,
     merge_dev_names,
     merge_device_fn,
@@ -51,6 +52,7 @@ from placeviz.devices import (
     parse_local_name,
     sort_devices,
     split_device_name,
+    task_label,
     task_of,
 )
 from placeviz.errors import PlacevizError
@@ -520,6 +522,96 @@ def test_task_of_is_the_task_part_reports_show():
     assert task_of("/device:CPU:0") is None and task_of("") is None
     assert task_of("/job:ps/tsk:0") is None and task_of("/job:ps/tsk:0", replica=True) is None
     assert task_of("/job:ps/task:0/cpu:0", replica=True) == split_device_name("/job:ps/task:0/cpu:0")[0]
+
+
+# (device string, job_of, task_label): the one job/task reading of rules, views and the timeline.
+JOB_TASK_CASES: list[tuple[str, str | None, str | None]] = [
+    ("", None, None),
+    ("/", None, None),
+    ("/job:ps/task:1", "ps", "ps:1"),
+    ("/job:ps/replica:0/task:1/device:CPU:0", "ps", "ps:1"),
+    ("/job:ps/replica:0/task:1/cpu:0", "ps", "ps:1"),  # legacy device piece
+    ("/job:worker/task:0/device:cpu:1", "worker", "worker:0"),  # lower-case type: still parsed
+    ("/job:localhost/replica:0/task:0/device:CPU:0", "localhost", "localhost:0"),
+    ("/job:ps", "ps", "ps"),  # partial: no task, none filled in
+    ("/job:ps/replica:2", "ps", "ps"),
+    ("/job:ps/device:GPU:0", "ps", "ps"),
+    ("/job:ps_1/task:2", "ps_1", "ps_1:2"),
+    ("/task:1/job:a", "a", "a:1"),  # any order
+    ("/job:a/job:b", "b", "b"),  # a repeated piece overrides
+    ("/task:1", None, None),  # no job
+    ("/replica:0/task:1/device:GPU:0", None, None),
+    ("/device:CPU:0", None, None),
+    ("/cpu:0", None, None),
+    # ParseFullName only (tf.DeviceSpec reads these otherwise): wildcards are unset fields, and
+    # strings it rejects name no job
+    ("/job:*/task:1", None, None),
+    ("/job:ps/task:*", "ps", "ps"),
+    ("/job:ps-1/task:2", None, None),
+    ("/job:1ps", None, None),
+    ("/job:ps/tsk:0", None, None),
+    ("cpu:0", None, None),
+    ("(no device)", None, None),
+]
+
+
+def test_job_of_and_task_label():
+    for device, job, label in JOB_TASK_CASES:
+        assert (job_of(device), task_label(device)) == (job, label), device
+        pn = parse_full_name(device)
+        assert job == (pn.job if pn is not None else None), device  # the C++ grammar's fields
+        if job is not None:
+            assert task_of(device) == f"/job:{job}/task:{pn.task or 0}"  # same parse, task 0 filled in
+
+
+@pytest.mark.tf
+def test_job_and_task_match_tf_device_spec(tf):
+    """Where both grammars accept a string without wildcards, tf.DeviceSpec reads the same job and
+    task as ParseFullName (the grammars differ on device types only); the rest are ParseFullName's
+    own cases, which ``test_cpp_*`` check against TF's C++ test tables."""
+    compared = 0
+    for device, job, label in JOB_TASK_CASES:
+        if "*" in device or parse_full_name(device) is None:
+            continue
+        spec = tf.DeviceSpec.from_string(device)
+        assert job == spec.job, device
+        assert label == (None if spec.job is None else spec.job if spec.task is None else f"{spec.job}:{spec.task}")
+        compared += 1
+    assert compared >= 15
+
+
+def test_views_label_devices_with_task_label():
+    """The render views' device labels and colours read job and task through job_of/task_label
+    (as do the rules and the verify timeline's processes, ``tests/test_modes.py``); what differs
+    is in the caller: a view shows the device type too, and a string TF rejects whole."""
+    from placeviz.render.roles import DEVICE_PALETTE, PS_COLORS, WORKER_COLORS, device_colors, short_device
+
+    assert short_device("/job:ps/replica:0/task:1/device:CPU:0") == "ps:1 CPU:0"
+    assert short_device("/job:ps/task:1/cpu:0") == "ps:1 CPU:0"
+    assert short_device("/job:ps") == "ps"
+    assert short_device("/job:worker/device:GPU:*") == "worker GPU:*"
+    assert short_device("/device:GPU:1") == "GPU:1"
+    assert short_device("/job:ps/tsk:0") == "/job:ps/tsk:0"  # rejected: shown whole
+    assert short_device("") == "(no device)"
+    colors = device_colors(["/job:ps/task:0", "/job:psx/task:0", "/job:chief/task:0", ""])
+    assert colors["/job:ps/task:0"] in PS_COLORS and colors["/job:chief/task:0"] in WORKER_COLORS
+    assert colors["/job:psx/task:0"] in DEVICE_PALETTE  # job "psx" is not the ps job
+
+
+def test_timeline_processes_are_task_labels():
+    """The verify timeline names one process per task TF ran an op on: ``task_label`` of the
+    device (what TF's step stats give is always a full name)."""
+    from types import SimpleNamespace
+
+    from placeviz.verify.timeline import trace_events
+
+    events = [("worker:0", 1, device, f"op{k}", "AddV2", 10.0 * k, 5.0) for k, device in enumerate(
+        ["/job:ps/replica:0/task:1/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0",
+         "/job:ps/replica:0/task:1/device:CPU:1"])]
+    report = SimpleNamespace(plan={}, result={"events": events}, check=lambda _name: None)
+    out, _ = trace_events("async", report, 1)
+    names = [e["args"]["name"] for e in out if e["name"] == "process_name"]
+    assert names == ["async / ps:1", "async / worker:0"]
 
 
 def test_cpp_split_and_mappings():

@@ -141,6 +141,30 @@ def test_the_setter_is_handed_its_attr_keys_not_the_graphs_last_question():
     assert with_keys.graph.devices == without.graph.devices and with_keys.rule == without.rule
 
 
+@pytest.mark.tf
+def test_the_partitioner_is_handed_the_placers_attr_keys_not_the_graphs_memo():
+    """The memory types' fact table groups nodes by the attr keys the placer read and kept
+    (``Placement.attr_keys``, handed to ``partition(attr_keys=)``), not by the graph's memo of
+    them; without them every node has a row of its own, and the partitions are the same."""
+    tf = pytest.importorskip("tensorflow")
+    from placeviz.io import model_from_proto
+    from placeviz.partition import partition
+    from placeviz.placement import PlacementOptions, place_graph
+    from placeviz.sample_graphs import BuildOptions, build_graph
+
+    with build_graph("mlp", BuildOptions()).as_default() as built:
+        meta = tf.compat.v1.train.export_meta_graph(graph=built)
+    model = model_from_proto("mlp", "metagraph", meta)
+    result = place_graph(model.graph, PlacementOptions(setter=SetterConfig(ps_tasks=2)), OP_TABLE)
+    graph, devices, keys = result.graph, result.placement.devices, result.placement.attr_keys
+    assert keys is not None and len(keys[1]) == len(graph)
+    assert graph.cached_attr_keys() is not None  # the memo holds the same answer: it is not read
+    handed, alone = partition(graph, devices, attr_keys=keys), partition(graph, devices)
+    nodes = list(range(len(graph)))
+    assert len(handed._builder.fact_table(nodes)[1]) < len(graph) == len(alone._builder.fact_table(nodes)[1])
+    assert handed.transfers == alone.transfers and handed.original_nodes == alone.original_nodes
+
+
 # Writing into another object's instance dict, or reading it to guess what was computed.
 _PLANTING = re.compile(r"__dict__\s*(\[|\.setdefault|\.get|\.pop)|in\s+[\w.]+\.__dict__|WeakKeyDictionary")
 

@@ -201,6 +201,78 @@ def test_pv106_an_exempt_consumer_is_not_anchored_by_its_resource():
     assert lint(model) == {("PV106", "StatefulPartitionedCall")}
 
 
+def _class_list(t, *names: str):
+    return t.compat.v1.AttrValue(list=t.compat.v1.AttrValue.ListValue(s=[f"loc:@{n}".encode() for n in names]))
+
+
+def _groups_beyond_own_class():
+    """Unplaced variables whose own ``_class`` names only themselves, bound (or not) to a device
+    through what TF's placer joins: V by X's ``_class`` with two entries (V and W on ps:1); V2 by
+    the ref edge into its Assign, whose ``_class`` names Z on ps:0; U1 and U2 by Y's two entries,
+    with nothing placed. Only U1 and U2 land where the session is, together."""
+
+    def builder():
+        t = tf()
+        g = t.Graph()
+        with g.as_default():
+            value = t.constant([1.0, 2.0], name="value")
+            for name in ("V", "W", "V2", "U1", "U2"):
+                v = t.raw_ops.VariableV2(shape=[2], dtype=t.float32, name=name)
+                t.raw_ops.Assign(ref=v, value=value, name=f"{name}/Assign")
+            t.constant([3.0, 4.0], name="Z")
+            t.identity(value, name="X")
+            t.identity(value, name="Y")
+            for name, device in (("W", "/job:ps/task:1"), ("W/Assign", "/job:ps/task:1"), ("Z", "/job:ps/task:0"),
+                                 ("value", "/job:worker/task:0")):
+                g.get_operation_by_name(name)._set_device(device)
+            g.get_operation_by_name("X")._set_attr("_class", _class_list(t, "V", "W"))
+            g.get_operation_by_name("Y")._set_attr("_class", _class_list(t, "U1", "U2"))
+            g.get_operation_by_name("V2/Assign")._set_attr("_class", _class_list(t, "Z"))
+        return g
+
+    return build("pv1-groups-beyond-own-class", builder)
+
+
+def test_pv106_reads_the_placers_colocation_groups():
+    """Issue 19: PV106 asks the placer's groups whether a node is bound to a placed one, instead
+    of reading ``_class`` itself. A read of the variables' own ``_class`` (each names only itself)
+    reported V, V2, U1 and U2; TF puts V on ps:1 and V2 on ps:0 (X's second entry, the ref edge),
+    and U1 and U2 on one device of the session's task: one group, one finding, at its first
+    variable."""
+    model = _groups_beyond_own_class()
+    assigns = [f"{n}/Assign" for n in ("V", "W", "V2", "U1", "U2")]
+    truth = _tf_placement(model, init_ops=assigns)
+    assert truth.error is None, truth.error
+    placed = truth.placer_devices
+    assert placed["V"] == placed["W"] == placed["X"] == "/job:ps/replica:0/task:1/device:CPU:0"
+    assert placed["V2"] == placed["Z"] == "/job:ps/replica:0/task:0/device:CPU:0"
+    assert placed["U1"] == placed["U2"] == placed["Y"] and placed["U1"].startswith("/job:worker/replica:0/task:0/")
+    ours = context(model).pipeline.placement.placement
+    index = {n: i for i, n in enumerate(ours.graph.names)}
+    assert ours.devices[index["V"]] == placed["V"] and ours.devices[index["V2"]] == placed["V2"]
+    assert {f for f in lint(model) if f[0] == "PV106"} == {("PV106", "U1")}
+
+
+def test_pv106_on_a_graph_that_is_not_placed():
+    """A graph whose variables have no job (one op pinned to a worker) is not placed, so lint
+    runs no placement; PV106 still reads the placer's groups, from a soft placement on the
+    cluster the graph names: the variable is reported once, its initializer and Assign with it."""
+
+    def builder():
+        t = tf()
+        g = t.Graph()
+        with g.as_default():
+            w = t.compat.v1.get_variable("w", [2], use_resource=False)
+            with t.compat.v1.device("/job:worker/task:0"):
+                x = t.ones([2], name="x")
+            t.compat.v1.assign_add(w, x, name="upd")
+        return g
+
+    model = build("pv1-not-placed", builder)
+    assert context(model).pipeline.placement is None
+    assert lint(model) == {("PV106", "w")}
+
+
 def test_pv105_localhost_mixed_with_cluster():
     def body(t, x, h):
         with t.compat.v1.device("/job:localhost/replica:0/task:0/device:CPU:0"):

@@ -515,8 +515,11 @@ def test_fact_table_rows_are_every_nodes_own_answers(tf_cases):
     """Nodes share a row of the C cut's table by (op, op-fact attr key, device type): each node's
     row, read as the kernel reads it, says what the Python methods say of that node itself, on
     TF-built graphs with devices shuffled (GPUs: kernels' HostMemory args, int32 and string host
-    memory, ref types), and on graphs without cached attr keys (a row per node)."""
+    memory, ref types), handed the attr keys the placer read (``partition(attr_keys=)``), and
+    without them (a row per node)."""
+    from placeviz.ops import load_op_table
     from placeviz.partition.memory_types import _ALWAYS_ON_HOST
+    from placeviz.placement.placer import read_fact_attrs
 
     def dtype_decides(t):
         return t in _ALWAYS_ON_HOST
@@ -524,9 +527,10 @@ def test_fact_table_rows_are_every_nodes_own_answers(tf_cases):
     shared = 0
     for k, (label, case) in enumerate(sorted(tf_cases.items())):
         graph, devices = _placed(case)
+        keys = read_fact_attrs(graph, load_op_table())
         for moved in (devices, _reassigned(graph, devices, k, 0.3)):
             try:
-                b = partition(graph, moved)._builder
+                b = partition(graph, moved, attr_keys=keys)._builder
             except PlacevizError:
                 continue
             nodes = list(range(b.n))
@@ -535,7 +539,7 @@ def test_fact_table_rows_are_every_nodes_own_answers(tf_cases):
             for i in nodes:
                 assert _row_answers(rows[row_of[i]], dtype_decides) == _all_fact_answers(b, i), (label, b.names[i])
     assert shared > 1000  # rows are shared, not one per node
-    graph, devices, _run = random_graph(3)  # built from a GraphDef: no attr keys read, a row per node
+    graph, devices, _run = random_graph(3)  # no attr keys handed: a row per node
     b = partition(graph, devices)._builder
     row_of, rows = b.fact_table(list(range(b.n)))
     assert len(rows) == b.n

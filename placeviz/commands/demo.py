@@ -78,7 +78,8 @@ def run(out_dir: str) -> None:
     save_proto(placed, out / f"{DEMO_SAMPLE}.placed.pb")
     report = pipe.report
     report.explain = [explain_node(result, name) for name in EXPLAIN if name in result.graph.index]
-    parts = partition(result.graph, result.placement.devices, targets=tuple(pipe.run["targets"]), level="device")
+    parts = partition(result.graph, result.placement.devices, targets=tuple(pipe.run["targets"]), level="device",
+                      attr_keys=result.placement.attr_keys)
     parts_dir = out / "partitions"
     parts_dir.mkdir(exist_ok=True)
     names = partition_file_names(parts.partitions)  # distinct even when two devices sanitize alike

@@ -37,6 +37,7 @@ from placeviz.devices.device_name_utils import (
     is_different_address_space,
     is_same_address_space,
     is_specification,
+    job_of,
     local_name,
     merge_dev_names,
     merge_override_dev_names,
@@ -46,6 +47,7 @@ from placeviz.devices.device_name_utils import (
     parse_full_or_local,
     parse_local_name,
     split_device_name,
+    task_label,
     task_of,
 )
 from placeviz.devices.device_set import (
@@ -73,6 +75,7 @@ __all__ = [
     "is_specification", "is_complete_specification", "are_compatible", "merge_dev_names",
     "merge_override_dev_names", "merge_unset_dev_names", "is_same_address_space",
     "is_different_address_space", "address_space", "split_device_name", "names_for_device_mappings", "task_of",
+    "job_of", "task_label",
     "ClusterSpec", "TaskSpec", "Device", "DeviceSet", "sort_devices", "device_type_priority", "requested_device",
     "prioritized_device_types",
     "check_cluster_bounds",

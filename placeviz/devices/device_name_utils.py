@@ -320,6 +320,34 @@ def task_of(device: str, replica: bool = False) -> str | None:
     return None if pn.job is None else f"/job:{pn.job}/task:{pn.task or 0}"
 
 
+@lru_cache(maxsize=CACHE_LIMIT)
+def job_of(device: str) -> str | None:
+    """The job a device string names, as ``ParseFullName`` reads it: None when it names none (an
+    empty string, ``/device:CPU:0``, ``/job:*``) or when ``ParseFullName`` rejects the string.
+    Written once for every rule, view and report that asks which job a device is in; a caller
+    that wants another value for "no job" says so itself (``job_of(d) or ""``). Cached per
+    string: rules ask once per node.
+    """
+    pn = parse_full_name(device)
+    return None if pn is None else pn.job
+
+
+@lru_cache(maxsize=CACHE_LIMIT)
+def task_label(device: str) -> str | None:
+    """The short label of the task a device string names, ``J:T`` (``ps:1`` for
+    ``/job:ps/replica:0/task:1/device:CPU:0``), for the views' box labels and the timeline's
+    processes: ``J`` alone when the task is unset (unlike :func:`task_of`, a label does not fill
+    in task 0: an unplaced ``/job:ps`` is not yet on a task); None without a job or where
+    ``ParseFullName`` rejects the string. Cached per string.
+    """
+    job = job_of(device)
+    if job is None:
+        return None
+    pn = parse_full_name(device)
+    assert pn is not None  # job_of parsed it
+    return job if pn.task is None else f"{job}:{pn.task}"
+
+
 def as_parsed(name: ParsedName | str) -> ParsedName:
     """``name`` itself, or the string parsed by :meth:`ParsedName.from_string` (raises on a malformed one)."""
     return name if isinstance(name, ParsedName) else ParsedName.from_string(name)

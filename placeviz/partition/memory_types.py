@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from placeviz.errors import PlacevizError
-from placeviz.graph import Graph
+from placeviz.graph import AttrKeys, Graph
 from placeviz.op_kinds import SWITCH_OPS
 from placeviz.ops import DT_RESOURCE, REF_OFFSET
 from placeviz.partition.base import DT_INT32, DT_STRING, _PartitionerBase
@@ -111,8 +111,12 @@ class _MemoryTypes(_PartitionerBase):
     """Memory types of the inputs and outputs of original and added nodes (module docstring)."""
 
     def __init__(self, graph: Graph, devices: list[str], table: OpTable, session: str,
-                 incarnation: Callable[[str], int]) -> None:
+                 incarnation: Callable[[str], int], attr_keys: AttrKeys | None = None) -> None:
+        """``attr_keys``: the op-fact attr keys of ``graph``'s nodes as the placer read them
+        (:attr:`placeviz.placement.placer.Placement.attr_keys`), handed on by the caller; see
+        :meth:`fact_table`."""
         super().__init__(graph, devices, table, session, incarnation)
+        self.attr_keys = attr_keys
         self._specs: dict[tuple[str, str], _OpSpec | None] = {}
         self._mem: dict[tuple[object, ...], MemTypes] = {}
         self._node_mem: dict[int, MemTypes] = {}
@@ -235,8 +239,8 @@ class _MemoryTypes(_PartitionerBase):
         of them. The facts of a node depend only on its op, the values of the attrs its op facts
         depend on (:func:`placeviz.ops.key_attrs_of_facts`: io types, kernel constraints,
         ``_kernel``; ``memory_types.cc`` reads no other) and its device type, so nodes are grouped by
-        those when the graph has these attr values at hand (:meth:`Graph.cached_attr_keys`, read
-        for the placer) for this table's attrs; otherwise, and with ``_input_hostmem`` or
+        those when the caller handed these attr values (:attr:`attr_keys`, read for the placer)
+        for this table's attrs; otherwise, and with ``_input_hostmem`` or
         ``_output_hostmem`` in the graph (per-node overrides), each node has a row of its own.
         """
         import numpy as np
@@ -255,7 +259,7 @@ class _MemoryTypes(_PartitionerBase):
     def _fact_keys(self, nodes: list[int]) -> list[object]:
         """Per node of ``nodes``: (op, attr key, device type), or its id when it has a row of its own
         (see :meth:`fact_table`)."""
-        cached = self.graph.cached_attr_keys()
+        cached = self.attr_keys
         if cached is None or self.hostmem_attrs or len(cached[1]) != self.n:
             return list(nodes)
         from placeviz.ops import key_attrs_of_facts

@@ -53,7 +53,7 @@ import gc
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Literal, overload
 
-from placeviz.graph import Graph
+from placeviz.graph import AttrKeys, Graph
 from placeviz.partition.base import JsonDict
 from placeviz.partition.const_replication import _ConstReplication
 from placeviz.partition.graph_partition import _GraphPartition
@@ -222,7 +222,8 @@ class PartitionResult:
 def partition(graph: Graph, devices: list[str], *, fetches: Iterable[str] = (), targets: Iterable[str] = (),
               feeds: Iterable[str] = (), level: str = "device", session: str = "master",
               replicate_constants: bool = True, client_device: str | None = None, op_table: OpTable | None = None,
-              incarnation: Callable[[str], int] | None = None, materialize: bool = False) -> PartitionResult:
+              incarnation: Callable[[str], int] | None = None, materialize: bool = False,
+              attr_keys: AttrKeys | None = None) -> PartitionResult:
     """Partition one run of a placed graph as TF's distributed runtime does (module docstring).
 
     ``devices``: the full runtime device of every node of ``graph`` (``PlacementResult.placement.
@@ -235,7 +236,10 @@ def partition(graph: Graph, devices: list[str], *, fetches: Iterable[str] = (), 
     else of ``/job:localhost/task:0``, else of the first task). ``incarnation(device)``: the
     ``send_device_incarnation`` attr (default 1, DirectSession's; TF's distributed runtime uses a
     random number per device). ``materialize``: build the GraphDefs now (else on first access of
-    :attr:`PartitionResult.partitions`).
+    :attr:`PartitionResult.partitions`). ``attr_keys``: the op-fact attr keys of ``graph``'s
+    nodes as the placer read them (``PlacementResult.placement.attr_keys``): nodes with equal op
+    facts and device type then share one memory-types row (without them each node has its own:
+    the same partitions, more time).
 
     Each transfer dict: ``src`` (original node), ``slot`` (int, or ``"control"``), ``src_device``,
     ``dst_device``, ``dtype`` (e.g. ``float32``), ``shape`` (list, None for unknown dims, or None),
@@ -263,7 +267,7 @@ def partition(graph: Graph, devices: list[str], *, fetches: Iterable[str] = (), 
     was_enabled = gc.isenabled()
     gc.disable()  # many small objects, no cycles: collector passes only cost time
     try:
-        p = _Partitioner(graph, devices, op_table, session, incarnation or (lambda _d: 1))
+        p = _Partitioner(graph, devices, op_table, session, incarnation or (lambda _d: 1), attr_keys)
         p.prepare(run, client_device)
         if replicate_constants:
             p.replicate_constants()

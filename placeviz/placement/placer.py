@@ -278,6 +278,12 @@ class Placement:
     # (producer, consumer) of every ref/resource edge the placer joined (step 2), consumers in
     # node-id order; made on first use by this function
     make_ref_edges: Callable[[], list[tuple[int, int]]] = field(default=list, repr=False, compare=False)
+    # the device each node requests as the placer read it (after the import rewrite,
+    # :func:`imported_devices`): with ``group_root``, which groups request a device at all
+    requested: list[str] = field(default_factory=list, repr=False, compare=False)
+    # the op-fact attr keys of the graph's nodes the placer read (:func:`read_fact_attrs`), handed
+    # on to the partitioner (``partition(..., attr_keys=)``: its memory types are op facts too)
+    attr_keys: AttrKeys | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def candidates(self) -> dict[int, list[str]]:
@@ -290,6 +296,27 @@ class Placement:
         :data:`EXEMPT_FROM_RESOURCE_COLOCATION`): the answer to "does a ref/resource edge decide
         this node's device", for the rules that ask it (PV106)."""
         return self.make_ref_edges()
+
+    @cached_property
+    def group_requested(self) -> Mask:
+        """Per node (numpy bool array): whether some member of its colocation group requests a
+        device, i.e. whether the group's merged request (``ColocationGraph::Member``'s
+        ``requested_device_name_``, ``tensorflow/core/common_runtime/colocation_graph.cc``) names
+        something, so that the request, not the session, decides where the whole group runs. The
+        groups are the placer's (``_class`` entries, ref and resource edges, a join soft placement
+        skipped), so a rule asking "is this node bound to a placed one" (PV106) reads them here
+        instead of reading ``_class`` again. Built on first use, once (a byte per node: a set of
+        the roots would hold an int per group)."""
+        import numpy as np
+
+        n = len(self.group_root)
+        named = {d for d in set(self.requested) if d and (p := parse_full_name(d)) is not None and p.has_some_details}
+        root = np.asarray(self.group_root, dtype=np.int32)  # node ids fit (placeviz.limits)
+        by_root = np.zeros(n, dtype=np.bool_)
+        if named:
+            by_root[root[np.frombuffer(bytes(map(named.__contains__, self.requested)), dtype=np.bool_)]] = True
+        out: Mask = by_root[root]
+        return out
 
     def explain(self, i: int) -> dict[str, str | list[str]]:
         root = self.group_root[i]
@@ -311,12 +338,12 @@ def place(graph: Graph, device_set: DeviceSet, config: PlacerConfig = PlacerConf
 
         op_table = load_op_table()
     with gc_paused():
-        read_fact_attrs(graph, op_table)
+        attr_keys = read_fact_attrs(graph, op_table)
         if _kernels is not None:
-            placement = _Placer(graph, device_set, config, op_table).run_native()
+            placement = _Placer(graph, device_set, config, op_table, attr_keys).run_native()
             if placement is not None:
                 return placement
-        return _Placer(graph, device_set, config, op_table).run()
+        return _Placer(graph, device_set, config, op_table, attr_keys).run()
 
 
 def read_fact_attrs(graph: Graph, op_table: OpTable) -> AttrKeys:
@@ -441,7 +468,10 @@ class _Placer:
     """One placement run. Union-find over node ids in flat lists; ``state[root]`` is the group's
     :class:`_Constraints` state (meaningful at group roots only)."""
 
-    def __init__(self, graph: Graph, device_set: DeviceSet, config: PlacerConfig, op_table: OpTable):
+    def __init__(self, graph: Graph, device_set: DeviceSet, config: PlacerConfig, op_table: OpTable,
+                 attr_keys: AttrKeys | None = None):
+        """``attr_keys``: the op-fact attr keys of ``graph``'s nodes (:func:`read_fact_attrs`), when
+        the caller read them; else they are read here."""
         if not len(device_set):
             raise PlacementError("No devices are registered")
         self.graph = graph
@@ -449,6 +479,7 @@ class _Placer:
         self.config = config
         self.soft = config.allow_soft_placement
         self.op_table = op_table
+        self.attr_keys = attr_keys if attr_keys is not None else read_fact_attrs(graph, op_table)
         self.device_types = tuple(device_set.device_types())
         n = len(graph)
         self.parent = [-1] * n  # union-find: parent id, or -1 for a group root
@@ -514,7 +545,7 @@ class _Placer:
         import numpy as np
 
         n = len(graph)
-        key_of_node, num_keys = self._fact_keys(np, fact_key_attrs(table, op_types))
+        key_of_node, num_keys = self._fact_keys(np)
         order = self._order_array(np)
         key_in_order = key_of_node[order]
         first_pos = np.full(num_keys, n, dtype=np.int64)
@@ -571,19 +602,20 @@ class _Placer:
             state[resource_generator] = pair_state[numbers]
         self.state = state.tolist()
 
-    def _fact_keys(self, np: ModuleType, key_attrs: dict[str, tuple[str, ...]]) -> tuple[IdArray, int]:
+    def _fact_keys(self, np: ModuleType) -> tuple[IdArray, int]:
         """Number every distinct (op, values of its key attrs); return each node's number (numpy
         int64 array) and the count.
 
-        The values come from :meth:`Graph.attr_keys` (one pass over the NodeDefs, shared with the
-        ``_class`` read and with the setter's source graph when :func:`placeviz.placement.
-        place_graph` asked for them there). Numbers are dense, in order of first occurrence.
+        The values are the run's :attr:`attr_keys` (:func:`read_fact_attrs`: one pass over the
+        NodeDefs, shared with the ``_class`` read and with the setter's source graph when
+        :func:`placeviz.placement.place_graph` asked for them there). Numbers are dense, in order
+        of first occurrence.
         """
         graph = self.graph
         # One pass through a dict that gives a new key the next number: dense, with no sort of a
         # million numbers afterwards.
         numbering: _Cache[tuple[str, object], int] = _Cache(lambda _: len(numbering))
-        keys = zip(graph.ops, graph.attr_keys(key_attrs), strict=True)
+        keys = zip(graph.ops, self.attr_keys[1], strict=True)
         numbers: IdArray = np.asarray(list(map(numbering.__getitem__, keys)), dtype=np.int64)
         return numbers, len(numbering)
 
@@ -932,7 +964,8 @@ class _Placer:
                                      np.frombuffer(bytes(is_generator), dtype=np.bool_), first_names, None)
 
         return Placement(g, devices, reason, group_root, candidates, (),
-                         partial(_ref_edge_list, g, self.ref_inputs))
+                         partial(_ref_edge_list, g, self.ref_inputs), self.requested,
+                         self.attr_keys)
 
     def run(self) -> Placement:
         import numpy as np
@@ -1052,7 +1085,8 @@ class _Placer:
         device_or_empty = [*device_names, ""]  # index -1 (not placed): ""
         return Placement(g, list(map(device_or_empty.__getitem__, assigned)), reason, group_root,
                          partial(_candidates_table, np, group_root_np, order, generator_np, first_names, bulk_names),
-                         tuple(self.conflicts), partial(_ref_edge_list, g, self.ref_inputs))
+                         tuple(self.conflicts), partial(_ref_edge_list, g, self.ref_inputs), self.requested,
+                         self.attr_keys)
 
 
 def _ref_edges(graph: Graph, ref_inputs: list[tuple[int, tuple[int, ...]]]) -> Iterator[tuple[int, int]]:

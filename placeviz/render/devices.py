@@ -13,12 +13,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from placeviz.devices import job_of
 from placeviz.render.collapse import Collapse, collapse, quotient_edges
-from placeviz.render.context import NO_DEVICE, ViewContext, pen_width
+from placeviz.render.context import ViewContext, pen_width
 from placeviz.render.diagram import Box, Cluster, Diagram, Edge, LegendItem
 from placeviz.render.labels import name_boxes
 from placeviz.render.overview import TRAFFIC_COLOR, job_clusters
-from placeviz.render.roles import ROLE_COLOR, ROLE_LABEL, ROLE_ONE, ROLE_SHORT, ROLES, job_of, striped_fill
+from placeviz.render.roles import ROLE_COLOR, ROLE_LABEL, ROLE_ONE, ROLE_SHORT, ROLES, striped_fill
 from placeviz.sizes import transfers_text
 
 EDGES_PER_BOX = 2.5
@@ -62,7 +63,7 @@ def device_clusters(ctx: ViewContext, d: Diagram) -> dict[str, tuple]:
     ps_total = sum(b for dev, (_, b) in per_device.items() if job_of(dev) == "ps")
     out = {}
     for dev in ctx.device_list:
-        job = job_of(dev) if dev != NO_DEVICE else ""
+        job = job_of(dev) or ""
         n_vars, n_bytes = per_device.get(dev, (0, 0))
         label = f"{ctx.device_label(dev)}: {ctx.ops_per_device[dev]:,} ops"
         if n_vars:

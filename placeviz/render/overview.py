@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from placeviz.render.context import NO_DEVICE, ViewContext, pen_width
+from placeviz.devices import job_of
+from placeviz.render.context import ViewContext, pen_width
 from placeviz.render.diagram import Box, Cluster, Diagram, Edge, LegendItem
-from placeviz.render.roles import job_of
 from placeviz.sizes import transfers_text
 
 TRAFFIC_COLOR = "#c0392b"
@@ -22,7 +22,7 @@ def job_clusters(ctx: ViewContext) -> dict[str, Cluster]:
     """One cluster per job (``ps``, ``worker``...), keyed by job name."""
     out = {}
     for d in ctx.device_list:
-        job = job_of(d) if d != NO_DEVICE else ""
+        job = job_of(d) or ""  # "": no job, also NO_DEVICE (a string that names none)
         if job not in out:
             out[job] = Cluster(("job", job), f"job {job}" if job else "no job",
                                fill="#fdf6e3" if job == "ps" else "#f3f8fc" if job else "#f5f5f5")
@@ -47,7 +47,7 @@ def build_overview(ctx: ViewContext, focus: int | None = None) -> Diagram:
             share = f" ({100 * n_bytes / ps_total:.0f}% of PS)" if job_of(dev) == "ps" and ps_total else ""
             noun = "variable" if n_vars == 1 else "variables"
             lines.append(f"{n_vars:,} {noun}, {ctx.variable_bytes_text(dev)}{share}")
-        box = Box(("dev", dev), "\n".join(lines), cluster=jobs[job_of(dev) if dev != NO_DEVICE else ""].key,
+        box = Box(("dev", dev), "\n".join(lines), cluster=jobs[job_of(dev) or ""].key,
                   fill=ctx.colors[dev], tooltip=dev, penwidth=1.5)
         if focus is not None and ctx.devices[focus] == dev:
             box.border, box.penwidth = "#d62728", 3.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from placeviz.devices import job_of, parse_full_name, task_label
 from placeviz.op_kinds import OTHER_STATE_OPS, VARIABLE_OPS
 
 ROLES = ("variable", "table", "queue", "update", "sendrecv", "io", "control", "compute")
@@ -101,10 +102,11 @@ def device_colors(devices: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     ps = worker = other = 0
     for d in sorted(set(devices)):
-        if "/job:ps" in d:
+        job = job_of(d)
+        if job == "ps":
             out[d] = PS_COLORS[ps % len(PS_COLORS)]
             ps += 1
-        elif "/job:worker" in d or "/job:chief" in d or "/job:master" in d:
+        elif job in ("worker", "chief", "master"):
             out[d] = WORKER_COLORS[worker % len(WORKER_COLORS)]
             worker += 1
         else:
@@ -114,18 +116,13 @@ def device_colors(devices: list[str]) -> dict[str, str]:
 
 
 def short_device(device: str) -> str:
-    """``/job:ps/replica:0/task:1/device:CPU:0`` -> ``ps:1 CPU:0`` (for labels; tooltips keep the full name)."""
+    """``/job:ps/replica:0/task:1/device:CPU:0`` -> ``ps:1 CPU:0`` (for labels; tooltips keep the
+    full name): :func:`placeviz.devices.task_label`, then the device type and index as
+    ``ParseFullName`` reads them (``/cpu:0`` is ``CPU:0``); a string it rejects is shown whole."""
     if not device:
         return "(no device)"
-    parts = dict(p.split(":", 1) for p in device.strip("/").split("/") if ":" in p)
-    job, task = parts.get("job"), parts.get("task")
-    dev = parts.get("device", "")
-    head = f"{job}:{task}" if job is not None and task is not None else (job or "")
-    return " ".join(x for x in (head, dev) if x) or device
-
-
-def job_of(device: str) -> str:
-    for part in device.strip("/").split("/"):
-        if part.startswith("job:"):
-            return part[4:]
-    return ""
+    parsed = parse_full_name(device)
+    if parsed is None:
+        return device
+    dev = f"{parsed.type}:{'*' if parsed.id is None else parsed.id}" if parsed.type is not None else ""
+    return " ".join(x for x in (task_label(device), dev) if x) or device

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-from placeviz.devices import parse_full_name, task_of
+from placeviz.devices import job_of, parse_full_name, task_of
 from placeviz.graph import CONTROL
 from placeviz.op_kinds import FORWARD_ANY_INPUT_OPS, FORWARD_INPUT0_OPS, VARIABLE_OPS, VARIABLE_READ_OPS
 from placeviz.sync.reach import forward_through
@@ -44,23 +44,8 @@ def parsed(device: str):
     return parse_full_name(device)
 
 
-_JOBS: dict[str, str | None] = {}
-_MEMO_LIMIT = 100_000
-"""Distinct device strings remembered by :func:`job_of` (a graph has a handful; rules ask once per
-node). ``task_of`` is :func:`placeviz.devices.task_of`, re-exported for the rules."""
-
-
-def job_of(device: str) -> str | None:
-    try:
-        return _JOBS[device]
-    except KeyError:
-        pass
-    p = parsed(device)
-    job = p.job if p is not None else None
-    if len(_JOBS) >= _MEMO_LIMIT:
-        _JOBS.clear()
-    _JOBS[device] = job
-    return job
+# ``job_of`` and ``task_of`` are :func:`placeviz.devices.job_of` and :func:`placeviz.devices.task_of`,
+# re-exported for the rules: the one device-name splitter, cached per string.
 
 
 def nodes_by_device(ctx, devices: list[str]) -> dict[str, list[int]]:
@@ -112,6 +97,22 @@ def placer_result(ctx):
     if "soft_placement" not in cache:
         cache["soft_placement"] = _place(ctx, soft=True) if _placeable(ctx) else None
     result = cache["soft_placement"]
+    return result if not isinstance(result, Exception) else None
+
+
+def colocation_groups(ctx):
+    """The :class:`placeviz.placement.placer.Placement` whose colocation groups a rule reads
+    (``group_root``, ``group_requested``, ``ref_edges``): :func:`placer_result`, and for a graph
+    that is not placed (a few ops pinned to a job, the variables not: :func:`placer_result` does
+    not place it) the placement TF makes with ``allow_soft_placement=True`` on the cluster the
+    graph names, made once per context. None when TF's placer rejects the graph."""
+    result = placer_result(ctx)
+    if result is not None or _placeable(ctx):
+        return result
+    cache = _cache(ctx)
+    if "group_placement" not in cache:
+        cache["group_placement"] = _place(ctx, soft=True)
+    result = cache["group_placement"]
     return result if not isinstance(result, Exception) else None
 
 

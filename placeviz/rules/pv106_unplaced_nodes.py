@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from placeviz.graph import CONTROL
 from placeviz.lint import Rule
-from placeviz.rules._common import effective_devices, is_distributed, nodes_by_device, placer_result
+from placeviz.rules._common import colocation_groups, effective_devices, is_distributed, nodes_by_device
 
 RULE = Rule(
     id="PV106",
@@ -14,9 +14,9 @@ RULE = Rule(
     doc="""\
 ## What it does
 In a graph whose devices name cluster jobs, reports stateful ops (variables, tables, queues, ...)
-and source ops (no data input) with an empty device that are not bound by `_class` colocation to a
-node that has one. Nodes colocated with such a node (its initializer,
-`read`, `Assign`) are not reported separately.
+and source ops (no data input) with an empty device whose colocation group, as TF's placer forms
+it, has no member with a device. The group is reported once, at its variable (or other state):
+the nodes colocated with it (its initializer, `read`, `Assign`) are not reported separately.
 
 ## Why it matters
 TF places such nodes at session start: next to their ref/resource consumers, or on the session's
@@ -25,13 +25,20 @@ session and what they are connected to, not on the program. It usually means the
 outside the `replica_device_setter` scope (see PV201 for variables).
 
 ## How it is detected
-Stateful (op-facts table) or without data inputs; empty requested device; the node's `_class`
-names only itself, and no consumer with a device is bound to it by a ref or resource edge (TF
-colocates a variable or TensorArray handle with the ops that use it); ops reading a ref or
-resource through such an edge are never reported, their variable is. The edges are the ones
-placeviz's copy of TF's placer joined: a data edge into a ref or resource input, except into
-the ops that only forward a resource (`StatefulPartitionedCall`, `PartitionedCall`, `IdentityN`,
-dataset ops), which TF places on their own. The message gives the device TF picks for it.
+The colocation groups are the ones placeviz's copy of TF's placer built (for a graph that is
+not placed and was not given `--ps-tasks`, with soft placement on the cluster it names): every `_class` entry of
+a node (all of them, not only the first), and every data edge into a ref or resource input
+(except into the ops that only forward a resource: `StatefulPartitionedCall`, `PartitionedCall`,
+`IdentityN`, dataset ops, which TF places on their own). A group in which some node requests a
+device (after the import rewrite) runs there, so none of its nodes is reported, even when the
+binding is indirect (a variable whose `Assign` is colocated with a placed op). In a group without
+one, the candidates are the nodes with an empty requested device that are stateful (op-facts
+table) or have no data inputs, except those reading a ref or resource through a joined edge (they
+go where their variable goes); the one reported is the producer of a ref or resource edge (the
+variable or handle) if there is one, else the first stateful candidate, else the first. The
+message gives the device TF picks for it. When TF's placer rejects the graph even with soft
+placement, there are no groups to read and the rule says nothing (the rules that explain the
+rejection do).
 
 ## Example
 ```python
@@ -49,49 +56,55 @@ Create the op inside the device scope, or pin it explicitly.
 )
 
 
-def _ref_edge_ends(ctx) -> tuple[set[int], set[int]]:
-    """(consumers, anchored producers) of the ref and resource edges TF's placer colocates, as
-    placeviz's placer found them (:attr:`placeviz.placement.placer.Placement.ref_edges`: placer.cc
-    joins both ends of a data edge into a ref or resource input, except into the ops of
-    ``EXEMPT_FROM_RESOURCE_COLOCATION``): every consumer, and the producers with a consumer that
-    has a device. Both empty when there is no placement to read (TF's placer rejects the graph
-    even with soft placement)."""
-    cache = ctx.rule_cache
-    if "PV106.ref_edges" not in cache:
-        placement = placer_result(ctx)
-        edges = placement.ref_edges if placement is not None else []
-        devices = ctx.graph.devices
-        cache["PV106.ref_edges"] = ({dst for _, dst in edges}, {src for src, dst in edges if devices[dst]})
-    return cache["PV106.ref_edges"]
+def _unbound(ctx) -> dict[int, int]:
+    """Group root -> the node PV106 reports for it, for every colocation group of TF's placer
+    (:class:`placeviz.placement.placer.Placement`: ``_class`` entries, ref and resource edges)
+    that no member binds to a device (:attr:`~placeviz.placement.placer.Placement.group_requested`)
+    and that has a candidate: a node without a requested device, stateful or without data inputs,
+    that does not read a ref or resource through an edge the placer joined
+    (:attr:`~placeviz.placement.placer.Placement.ref_edges`: such an op goes where its variable
+    goes). TF places the group as one, so it is reported once, at the node a user moves: a
+    producer of a ref or resource edge (the variable or handle) first, then a stateful op, then
+    any, each the first in id order (a ``get_variable``'s initializer ops, stateful
+    ``RandomUniform`` included, come before the variable). Empty when there is no placement to
+    read (TF's placer rejects the graph even with soft placement: the rules of the rejection say
+    why)."""
+    chosen: dict[int, tuple[int, int]] = {}  # root -> (rank, node)
+    placement = colocation_groups(ctx)
+    g = ctx.graph
+    unplaced = nodes_by_device(ctx, g.devices).get("", ())
+    if placement is not None and unplaced:
+        table = ctx.op_table
+        if table is None:
+            from placeviz.ops import load_op_table
 
-
-def _anchored(ctx, i: int) -> bool:
-    """True when TF's placer decides node ``i``'s device through a ref or resource edge: an op
-    reading a ref or resource goes where the variable (or handle) is, so only the variable is
-    reported; a variable or TensorArray handle goes where a placed op using it is."""
-    consumers, anchored = _ref_edge_ends(ctx)
-    return i in consumers or i in anchored
+            table = load_op_table()
+        root, bound = placement.group_root, placement.group_requested
+        ends: tuple[set[int], set[int]] | None = None  # (consumers, producers): the edge list only when asked
+        for i in unplaced:
+            if bound[i]:
+                continue
+            stateful = table.is_stateful(g.ops[i])
+            if not stateful and any(slot != CONTROL for _, slot in g.inputs_of(i)):
+                continue  # a stateless op with inputs: where it runs is decided per step, it holds nothing
+            if ends is None:
+                edges = placement.ref_edges
+                ends = {dst for _, dst in edges}, {src for src, _ in edges}
+            consumers, producers = ends
+            if i in consumers:
+                continue
+            r, rank = root[i], 0 if i in producers else 1 if stateful else 2
+            if r not in chosen or rank < chosen[r][0]:
+                chosen[r] = (rank, i)
+    return {r: i for r, (_, i) in chosen.items()}
 
 
 def check(ctx):
     if not is_distributed(ctx):
         return
-    table = ctx.op_table
-    if table is None:
-        from placeviz.ops import load_op_table
-
-        table = load_op_table()
     g = ctx.graph
     devices = effective_devices(ctx)
-    located = g.colocated_names
-    for i in nodes_by_device(ctx, g.devices).get("", ()):
-        others = [g.index[n] for n in located.get(i, ()) if n != g.names[i] and n in g.index]
-        if others:
-            continue  # colocated: reported at the node it follows (if that one is unplaced)
-        if not (table.is_stateful(g.ops[i]) or not any(slot != CONTROL for _, slot in g.inputs_of(i))):
-            continue  # a stateless op with inputs: where it runs is decided per step, it holds nothing
-        if _anchored(ctx, i):
-            continue
+    for i in sorted(_unbound(ctx).values()):
         where = devices[i] or "a device chosen at session start"
         yield ctx.finding(
             RULE, i,

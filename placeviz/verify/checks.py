@@ -501,7 +501,8 @@ def check_partitions(pipe, prepared, result: dict) -> Check:
     for key, run in runs.items():
         try:
             got = compare_run(pipe.graph, pipe.devices, run, feeds=feeds if key == "worker" else [],
-                              client_device=prepared.client_device)
+                              client_device=prepared.client_device,
+                              attr_keys=pipe.placement.placement.attr_keys if pipe.placement is not None else None)
         except Exception as e:  # noqa: BLE001 - placeviz's partitioner failing is itself the finding
             got = {"error": f"{type(e).__name__}: {e}", "percent": 0.0}
         out[key] = got

@@ -31,11 +31,14 @@ def runtime_nodes(graph, run: dict) -> dict[str, set[str]]:
     return out
 
 
-def compare_run(graph, devices: list[str], run: dict, *, feeds: list[str], client_device: str | None) -> dict:
+def compare_run(graph, devices: list[str], run: dict, *, feeds: list[str], client_device: str | None,
+                attr_keys=None) -> dict:
+    """``attr_keys``: the placer's op-fact attr keys of ``graph`` (``Placement.attr_keys``), handed
+    on to the partitioner."""
     from placeviz.partition import partition
 
     result = partition(graph, devices, fetches=run["fetches"], targets=run["targets"], feeds=feeds,
-                       level="device", client_device=client_device or None)
+                       level="device", client_device=client_device or None, attr_keys=attr_keys)
     theirs = runtime_nodes(graph, run)
     ours = {d: set(v) for d, v in result.original_nodes.items()}
     node_total = sum(len(v) for v in theirs.values())

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from placeviz.devices import parse_full_name
+from placeviz.devices import task_label
 from placeviz.errors import PlacevizError
 from placeviz.op_kinds import ACCUMULATOR_APPLY_OPS, ACCUMULATOR_TAKE_OPS
 from placeviz.verify.staleness import DEVICE, DUR, NODE, OP, RUN, START, WHO
@@ -31,14 +31,6 @@ if TYPE_CHECKING:
     from placeviz.verify.report import VerifyReport
 
 TRACE_FORMAT = "Chrome JSON trace-event format (traceEvents)"
-
-
-def _task(device: str) -> str:
-    """``/job:ps/replica:0/task:1/device:CPU:0`` -> ``ps:1``."""
-    parsed = parse_full_name(device)
-    if parsed is None:
-        return device
-    return f"{parsed.job or '?'}:{parsed.task if parsed.task is not None else '?'}"
 
 
 def trace_events(label: str, report: VerifyReport, pid_base: int) -> tuple[list[dict], int]:
@@ -79,7 +71,7 @@ def trace_events(label: str, report: VerifyReport, pid_base: int) -> tuple[list[
     token = p.get("token_dequeue")
     dropped = _dropped_runs(report)
     for e in result.get("events", []):
-        proc = pid(_task(e[DEVICE]))
+        proc = pid(task_label(e[DEVICE]) or e[DEVICE])  # a device TF ran on always names its task
         thread = tid(proc, e[WHO])
         events.append({"ph": "X", "name": e[NODE], "cat": e[OP] or "op", "pid": proc, "tid": thread,
                        "ts": e[START], "dur": e[DUR], "args": {"op": e[OP], "run": e[RUN], "by": e[WHO]}})
