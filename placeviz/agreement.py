@@ -35,11 +35,9 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from placeviz.devices import requested_device, task_of
+from placeviz.devices import WORKER_JOBS, job_of, requested_device, task_of
 from placeviz.op_kinds import ACCUMULATOR_OPS, QUEUE_OPS, VARIABLE_OPS
 from placeviz.protos import dtype_name
-
-WORKER_JOBS = frozenset({"worker", "chief", "master"})
 
 _COMPARED_ATTRS = {
     "variable": ("shape", "dtype"),
@@ -126,7 +124,7 @@ def _own_task(devices: list[str]) -> str | None:
     counts: dict[str, int] = {}
     for d in devices:
         t = task_of(d)
-        if t is not None and t.split("/")[1][4:] in WORKER_JOBS:
+        if t is not None and job_of(d) in WORKER_JOBS:
             counts[t] = counts.get(t, 0) + 1
     return max(counts, key=lambda t: (counts[t], t)) if counts else None
 

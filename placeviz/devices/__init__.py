@@ -26,7 +26,13 @@ placer reads it, :func:`~placeviz.devices.device_set.requested_device`), ``clust
 public name is re-exported here: import them as ``from placeviz.devices import X``.
 """
 
-from placeviz.devices.cluster_spec import ClusterError, ClusterSpec, TaskSpec, check_cluster_bounds
+from placeviz.devices.cluster_spec import (
+    WORKER_JOBS,
+    ClusterError,
+    ClusterSpec,
+    TaskSpec,
+    check_cluster_bounds,
+)
 from placeviz.devices.device_name_utils import (
     DeviceMergeError,
     ParsedName,
@@ -75,7 +81,7 @@ __all__ = [
     "is_specification", "is_complete_specification", "are_compatible", "merge_dev_names",
     "merge_override_dev_names", "merge_unset_dev_names", "is_same_address_space",
     "is_different_address_space", "address_space", "split_device_name", "names_for_device_mappings", "task_of",
-    "job_of", "task_label",
+    "job_of", "task_label", "WORKER_JOBS",
     "ClusterSpec", "TaskSpec", "Device", "DeviceSet", "sort_devices", "device_type_priority", "requested_device",
     "prioritized_device_types",
     "check_cluster_bounds",

@@ -34,6 +34,11 @@ from placeviz.limits import (
     read_regular_file,
 )
 
+WORKER_JOBS = frozenset({"worker", "chief", "master"})
+"""Jobs whose tasks run replicas of the model: TF1's ``worker``; ``chief`` and ``master`` in
+TF_CONFIG (``tfconfig_cluster_resolver.py``). Read by the rules, the graphs' agreement check and
+the views' colours."""
+
 
 class ClusterError(PlacevizError, ValueError):
     """An unusable cluster description; names its source (file) and the problem, on one line."""

@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from placeviz.devices import parse_full_name
+from placeviz.devices import address_space, parse_full_name
 from placeviz.errors import PlacevizError
 from placeviz.graph import Graph, NodeDefs
 from placeviz.native import kernels
@@ -77,7 +77,7 @@ class _Devices:
         parsed = parse_full_name(name) if name else None
         if parsed is None or parsed.type is None or None in (parsed.job, parsed.replica, parsed.task, parsed.id):
             return -1
-        task = f"/job:{parsed.job}/replica:{parsed.replica}/task:{parsed.task}"
+        task = address_space(parsed).to_string()  # /job:J/replica:R/task:T, as task_of(replica=True)
         t = self.task_index.get(task)
         if t is None:
             t = self.task_index[task] = len(self.task_names)

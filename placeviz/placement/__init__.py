@@ -17,7 +17,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import compress
 
-from placeviz.devices import ClusterSpec, DeviceSet, PyDeviceSpec, parse_full_name
+from placeviz.devices import ClusterSpec, DeviceSet, PyDeviceSpec, address_space, parse_full_name
 from placeviz.graph import Graph, gc_paused
 from placeviz.limits import (
     MAX_CLUSTER_TASKS,
@@ -233,7 +233,7 @@ def placement_summary(result: PlacementResult, variable_bytes: dict[str, int | N
     for device, count in per_device.items():
         parsed = parse_full_name(device)
         assert parsed is not None and parsed.job is not None  # the placer gives every node a full device name
-        task = f"/job:{parsed.job}/replica:{parsed.replica}/task:{parsed.task}"
+        task = address_space(parsed).to_string()  # /job:J/replica:R/task:T, as task_of(replica=True)
         t = tasks.setdefault(task, new_task(task, parsed.job))
         t["nodes"] += count
         t["variables"] += vars_per_device[device]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from placeviz.devices import job_of, parse_full_name, task_label
+from placeviz.devices import WORKER_JOBS, job_of, parse_full_name, task_label
 from placeviz.op_kinds import OTHER_STATE_OPS, VARIABLE_OPS
 
 ROLES = ("variable", "table", "queue", "update", "sendrecv", "io", "control", "compute")
@@ -106,7 +106,7 @@ def device_colors(devices: list[str]) -> dict[str, str]:
         if job == "ps":
             out[d] = PS_COLORS[ps % len(PS_COLORS)]
             ps += 1
-        elif job in ("worker", "chief", "master"):
+        elif job in WORKER_JOBS:
             out[d] = WORKER_COLORS[worker % len(WORKER_COLORS)]
             worker += 1
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-from placeviz.devices import job_of, parse_full_name, task_of
+from placeviz.devices import WORKER_JOBS, job_of, parse_full_name, task_of
 from placeviz.graph import CONTROL
 from placeviz.op_kinds import FORWARD_ANY_INPUT_OPS, FORWARD_INPUT0_OPS, VARIABLE_OPS, VARIABLE_READ_OPS
 from placeviz.sync.reach import forward_through
@@ -22,8 +22,6 @@ FORWARD_OPS = FORWARD_INPUT0_OPS | FORWARD_ANY_INPUT_OPS | VARIABLE_READ_OPS | {
 PS_JOB = "ps"
 """The job ``replica_device_setter`` puts variables on (its ``ps_device`` default)."""
 
-WORKER_JOBS = frozenset({"worker", "chief", "master"})
-"""Jobs whose tasks run replicas of the model (TF1: ``worker``; ``chief``/``master`` in TF_CONFIG)."""
 
 _PART_RE = re.compile(r"^(?P<base>.+)/part_(?P<index>\d+)$")
 
