@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,38 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+_SETTER_PAIR = """\
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+tf.compat.v1.disable_v2_behavior()
+for placed in (False, True):
+    g = tf.Graph()
+    with g.as_default():
+        setter = tf.compat.v1.train.replica_device_setter(ps_tasks=PS_TASKS) if placed else None
+        with tf.compat.v1.device(setter):
+BODY
+AFTER
+    with open(os.path.join(sys.argv[1], ("placed" if placed else "unplaced") + ".pb"), "wb") as f:
+        f.write(g.as_graph_def().SerializeToString())
+"""
+
+
+def build_setter_pair(directory: Path, body: str, ps_tasks: int, after: str = "") -> Path:
+    """Build a model twice with TF in a subprocess: ``unplaced.pb`` (``body`` bare) and
+    ``placed.pb`` (``body`` under ``tf.device(replica_device_setter(ps_tasks))``), in
+    ``directory``. ``after``: code run after the setter's block, still in the graph (a Saver).
+    The setter tests replay the unplaced build and compare with TF's placed one node for node."""
+    pytest.importorskip("tensorflow")
+    script = (_SETTER_PAIR.replace("PS_TASKS", str(ps_tasks))
+              .replace("BODY", textwrap.indent(textwrap.dedent(body).strip("\n"), " " * 12))
+              .replace("AFTER", textwrap.indent(textwrap.dedent(after).strip("\n"), " " * 8)))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    subprocess.run([sys.executable, "-c", script, str(directory)], check=True, env=env, capture_output=True,
+                   timeout=300)
+    return directory
 
 
 def lint_workdir(tmp_path: Path, monkeypatch, nodes, rules: dict[str, str], rules_dir: str = "myrules") -> Path:

@@ -13,44 +13,28 @@ the SyncReplicas rewrite (``rewrite_sync``) must give TF's names, order, inputs 
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
-from conftest import run_cli
+from conftest import build_setter_pair, run_cli
 
 pytestmark = pytest.mark.tf
 
-SETTER = textwrap.dedent("""
-    import os, sys
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    import tensorflow as tf
-    tf.compat.v1.disable_v2_behavior()
-    for placed in (False, True):
-        g = tf.Graph()
-        with g.as_default():
-            setter = tf.compat.v1.train.replica_device_setter(ps_tasks=3) if placed else None
-            with tf.compat.v1.device(setter):
-                vs = [tf.compat.v1.get_variable(f"v{k}", [2], initializer=tf.compat.v1.zeros_initializer())
-                      for k in range(3)]
-                inits = [v.initializer for v in vs]
-                zeros = g.get_operation_by_name("v0/Initializer/zeros")  # built under device(None)
-                tf.no_op(name="init/noop")                              # takes the key init/NoOp
-                tf.group(*inits, name="init")                           # three ps tasks
-                tf.group(inits[0], inits[1], zeros, name="with_none")   # a member without device
-                with tf.compat.v1.device("/job:worker/task:1"):
-                    tf.group(inits[0], zeros, name="in_task")           # a device scope around
-                with tf.compat.v1.device("/device:CPU:0"):
-                    tf.group(inits[1], inits[2], zeros, name="on_cpu")
-                    tf.group(inits[0], vs[0].op, name="one_cpu")        # one device, a scope around
-                    with tf.compat.v1.device("/job:worker/task:2"):
-                        tf.group(*inits, name="nested")
-        name = "placed" if placed else "unplaced"
-        with open(os.path.join(sys.argv[1], name + ".pb"), "wb") as f:
-            f.write(g.as_graph_def().SerializeToString())
-""")
+SETTER = """
+    vs = [tf.compat.v1.get_variable(f"v{k}", [2], initializer=tf.compat.v1.zeros_initializer())
+          for k in range(3)]
+    inits = [v.initializer for v in vs]
+    zeros = g.get_operation_by_name("v0/Initializer/zeros")  # built under device(None)
+    tf.no_op(name="init/noop")                              # takes the key init/NoOp
+    tf.group(*inits, name="init")                           # three ps tasks
+    tf.group(inits[0], inits[1], zeros, name="with_none")   # a member without device
+    with tf.compat.v1.device("/job:worker/task:1"):
+        tf.group(inits[0], zeros, name="in_task")           # a device scope around
+    with tf.compat.v1.device("/device:CPU:0"):
+        tf.group(inits[1], inits[2], zeros, name="on_cpu")
+        tf.group(inits[0], vs[0].op, name="one_cpu")        # one device, a scope around
+        with tf.compat.v1.device("/job:worker/task:2"):
+            tf.group(*inits, name="nested")
+"""
 
 
 def _nodes(path):
@@ -66,10 +50,7 @@ def test_setter_replays_group_as_tf_builds_it(tmp_path, capsys, kernel_mode):
     ``replica_device_setter(ps_tasks=3)`` (names, order, devices, inputs), with and without the C
     kernels. The NoOp of the device-less member takes the context around the call, and a NoOp under
     ``ops.device(dev)`` merges ``dev`` over that context (``/job:ps/task:1/device:CPU:0``)."""
-    pytest.importorskip("tensorflow")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    subprocess.run([sys.executable, "-c", SETTER, str(tmp_path)], check=True, env=env, capture_output=True,
-                   timeout=300)
+    build_setter_pair(tmp_path, SETTER, 3)
     out = tmp_path / "out.pb"
     code, _, err = run_cli(["place", tmp_path / "unplaced.pb", "--ps-tasks", "3", "--stage", "setter", "-o", out],
                            capsys)

@@ -14,44 +14,27 @@ import sys
 import textwrap
 
 import pytest
-from conftest import run_cli
+from conftest import build_setter_pair, run_cli
 
 pytestmark = pytest.mark.tf
 
-BUILD = textwrap.dedent("""
-    import os, sys
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    import tensorflow as tf
-    tf.compat.v1.disable_v2_behavior()
-    out = sys.argv[1]
-    for placed in (False, True):
-        g = tf.Graph()
-        with g.as_default():
-            setter = tf.compat.v1.train.replica_device_setter(ps_tasks=2) if placed else None
-            with tf.compat.v1.device(setter):
-                a = tf.compat.v1.get_variable("a", [2], initializer=tf.compat.v1.zeros_initializer())
-                b = tf.compat.v1.get_variable("b", [2], initializer=tf.compat.v1.ones_initializer())
-                loss = tf.reduce_sum(a * b)
-                step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
-                with tf.control_dependencies([step]):
-                    tf.no_op(name="barrier")           # a plain no_op over one update
-                with tf.control_dependencies([a.assign_add([1.0, 1.0]).op, b.assign_add([1.0, 1.0]).op]):
-                    tf.no_op(name="both_updated")      # a plain no_op over two PS tasks
-                tf.group(a.initializer, b.initializer, name="init_ab")  # a group over two PS tasks
-            tf.compat.v1.train.Saver()  # after the block: its ops keep their own devices
-        name = "placed" if placed else "unplaced"
-        with open(os.path.join(out, name + ".pb"), "wb") as f:
-            f.write(g.as_graph_def().SerializeToString())
-""")
+BUILD = """
+    a = tf.compat.v1.get_variable("a", [2], initializer=tf.compat.v1.zeros_initializer())
+    b = tf.compat.v1.get_variable("b", [2], initializer=tf.compat.v1.ones_initializer())
+    loss = tf.reduce_sum(a * b)
+    step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    with tf.control_dependencies([step]):
+        tf.no_op(name="barrier")           # a plain no_op over one update
+    with tf.control_dependencies([a.assign_add([1.0, 1.0]).op, b.assign_add([1.0, 1.0]).op]):
+        tf.no_op(name="both_updated")      # a plain no_op over two PS tasks
+    tf.group(a.initializer, b.initializer, name="init_ab")  # a group over two PS tasks
+"""
+AFTER_BUILD = "tf.compat.v1.train.Saver()  # after the block: its ops keep their own devices"
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    pytest.importorskip("tensorflow")
-    out = tmp_path_factory.mktemp("setter_options")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    subprocess.run([sys.executable, "-c", BUILD, str(out)], check=True, env=env, capture_output=True, timeout=300)
-    return out
+    return build_setter_pair(tmp_path_factory.mktemp("setter_options"), BUILD, 2, after=AFTER_BUILD)
 
 
 def _devices(path):
@@ -147,27 +130,15 @@ def test_group_built_for_two_ps_tasks_replayed_on_one_removes_its_noops(tmp_path
     assert "added -" not in out_json
 
 
-NAMES = textwrap.dedent("""
-    import os, sys
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    import tensorflow as tf
-    tf.compat.v1.disable_v2_behavior()
-    for placed in (False, True):
-        g = tf.Graph()
-        with g.as_default():
-            setter = tf.compat.v1.train.replica_device_setter(ps_tasks=2) if placed else None
-            with tf.compat.v1.device(setter):
-                a = tf.compat.v1.get_variable("a", [2], initializer=tf.compat.v1.zeros_initializer())
-                b = tf.compat.v1.get_variable("b", [2], initializer=tf.compat.v1.ones_initializer())
-                tf.no_op(name="init/noop")                   # lower case: takes the key init/NoOp
-                tf.group(a.initializer, b.initializer, name="init")
-                with tf.compat.v1.name_scope("grp/NoOp_1"):  # a scope: takes the key grp/NoOp_1
-                    tf.constant(1.0, name="c")
-                tf.group(a.initializer, b.initializer, name="grp")
-        name = "placed" if placed else "unplaced"
-        with open(os.path.join(sys.argv[1], name + ".pb"), "wb") as f:
-            f.write(g.as_graph_def().SerializeToString())
-""")
+NAMES = """
+    a = tf.compat.v1.get_variable("a", [2], initializer=tf.compat.v1.zeros_initializer())
+    b = tf.compat.v1.get_variable("b", [2], initializer=tf.compat.v1.ones_initializer())
+    tf.no_op(name="init/noop")                   # lower case: takes the key init/NoOp
+    tf.group(a.initializer, b.initializer, name="init")
+    with tf.compat.v1.name_scope("grp/NoOp_1"):  # a scope: takes the key grp/NoOp_1
+        tf.constant(1.0, name="c")
+    tf.group(a.initializer, b.initializer, name="grp")
+"""
 
 
 def test_group_noops_are_named_by_unique_name_in_creation_order(tmp_path, capsys, kernel_mode):
@@ -175,10 +146,7 @@ def test_group_noops_are_named_by_unique_name_in_creation_order(tmp_path, capsys
     names made before them, lower-cased, scopes included (ops.py): with ``init/noop`` in the graph
     TF names them ``init/NoOp_1``, ``init/NoOp_2``; after a scope ``grp/NoOp_1/``, ``grp/NoOp``,
     ``grp/NoOp_2``. Node for node (names, order, devices), with and without the C kernels."""
-    pytest.importorskip("tensorflow")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    subprocess.run([sys.executable, "-c", NAMES, str(tmp_path)], check=True, env=env, capture_output=True,
-                   timeout=300)
+    build_setter_pair(tmp_path, NAMES, 2)
     out = tmp_path / "out.pb"
     code, _, err = run_cli(["place", tmp_path / "unplaced.pb", "--ps-tasks", "2", "--stage", "setter", "-o", out],
                            capsys)
