@@ -84,6 +84,22 @@ def build_setter_pair(directory: Path, body: str, ps_tasks: int, after: str = ""
     return directory
 
 
+def pb_varint(v: int) -> bytes:
+    """A protobuf varint, written here (not by placeviz's encoder) for hand-made wire bytes."""
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def pb_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2) of hand-made wire bytes."""
+    return pb_varint(number << 3 | 2) + pb_varint(len(payload)) + payload
+
+
 def lint_workdir(tmp_path: Path, monkeypatch, nodes, rules: dict[str, str], rules_dir: str = "myrules") -> Path:
     """``tmp_path`` made the cwd, holding ``model.pb`` (``nodes``: (name, op, inputs) triples) and a
     user rules directory ``rules_dir`` (file name -> module text)."""

@@ -23,6 +23,7 @@ from array import array
 from pathlib import Path
 
 import pytest
+from conftest import pb_field as _field
 
 from placeviz import graph as graph_module
 from placeviz.graph import Graph, RemappedNodeDefs
@@ -215,20 +216,6 @@ def test_partition_transfers_carry_the_shapes_tf_gives(tf_shapes, kernel_mode):
 
 
 # ------------------------------------------------------------------------------------ wire forms
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def _node(name: str, op: str, attrs: list[tuple[str, bytes]]) -> bytes:
     entries = b"".join(_field(5, _field(1, key.encode()) + _field(2, value)) for key, value in attrs)
     return _field(1, _field(1, name.encode()) + _field(2, op.encode()) + entries)

@@ -13,6 +13,8 @@ import random
 import struct
 
 import pytest
+from conftest import pb_field as _field
+from conftest import pb_varint as _varint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -140,20 +142,6 @@ def test_load_reads_a_binary_graph_def_with_the_c_reader(tmp_path):
     assert graph.cached_attr_keys() is not None
     assert graph.cached_attr_keys()[0] == _default_fact_key_attrs(set(graph.ops))
     assert Graph(realistic_graph()).cached_attr_keys() is None
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
 
 
 def _node(*fields: tuple[int, bytes]) -> bytes:
