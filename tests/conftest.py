@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -82,6 +83,26 @@ def build_setter_pair(directory: Path, body: str, ps_tasks: int, after: str = ""
     subprocess.run([sys.executable, "-c", script, str(directory)], check=True, env=env, capture_output=True,
                    timeout=300)
     return directory
+
+
+SIGNALS_USERS_SEND = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+
+
+def default_signals() -> None:
+    """``preexec_fn`` of a child whose signal handling a test checks: the dispositions a command
+    started from a terminal has, even when the suite runs where some are ignored (a job started
+    with ``nohup`` or ``&`` from a script ignores SIGINT and SIGHUP, and its children inherit it)."""
+    for sig in SIGNALS_USERS_SEND:
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler (KeyboardInterrupt) in this process for one test, as an
+    interactive start installs it; Python leaves SIGINT ignored when it started ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 def pb_varint(v: int) -> bytes:

@@ -154,7 +154,7 @@ def test_without_fork_the_in_process_guard_does_the_same(work, capsys, monkeypat
     assert "XY220" not in errors and "first line: '{not json'" in err
 
 
-def test_a_real_ctrl_c_still_interrupts_a_guarded_import(work, capsys):
+def test_a_real_ctrl_c_still_interrupts_a_guarded_import(work, capsys, python_sigint):
     # The guard turns a KeyboardInterrupt *raised by the module* into an error; one from SIGINT propagates.
     (work / "rules" / "selfint.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n"
                                                "import time\ntime.sleep(5)\n")

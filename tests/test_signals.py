@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import default_signals
 
 from placeviz.native import NO_KERNELS_ENV
 from placeviz.protos import GraphDef
@@ -33,7 +34,7 @@ def start(args: list[str], cwd: Path, no_kernels: bool = False) -> subprocess.Po
     if no_kernels:
         env[NO_KERNELS_ENV] = "1"
     return subprocess.Popen([sys.executable, "-m", "placeviz", *map(str, args)], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
 
 
 def wait_for(condition, timeout: float = 60.0, what: str = "the condition"):

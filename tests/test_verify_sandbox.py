@@ -37,7 +37,7 @@ from placeviz.native import NO_KERNELS_ENV
 from placeviz.protos import GraphDef
 from placeviz.verify import hostops, sandbox
 from placeviz.verify.coordinator import CHILD_FLAG
-from tests.conftest import run_cli
+from tests.conftest import default_signals, run_cli
 
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
 
@@ -372,16 +372,11 @@ print("not reached", flush=True)
                                                       ("SIGHUP", 129, "terminated by SIGHUP")], ids=["INT", "TERM", "HUP"])
 def test_signal_exits_unwind_then_exit_128_plus_the_signal(sig, code, message):
     proc = subprocess.run([sys.executable, "-c", SIGNAL_CHILD, sig], capture_output=True, text=True, timeout=60,
-                          env=sandbox.child_env(), preexec_fn=_default_signals)
+                          env=sandbox.child_env(), preexec_fn=default_signals)
     assert proc.returncode == code, proc.stderr
     assert proc.stdout == "cleaned up\n"  # the finally clauses ran
     assert proc.stderr.startswith(f"placeviz: {message}; verify stopped every process") and "Traceback" not in \
         proc.stderr
-
-
-def _default_signals() -> None:
-    """Children get SIGINT's default even when this test runs where SIGINT is ignored (a background job)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -585,7 +580,7 @@ class VerifyProcess:
         cmd = [sys.executable, "-m", "placeviz", "verify", str(models / "plain.meta"), "--isolate", "--steps",
                "1000000", "--timeout", "600", "--format", "json", "-o", str(self.report), *extra]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, env=sandbox.child_env(), cwd=tmp_path, preexec_fn=_default_signals)
+                                     text=True, env=sandbox.child_env(), cwd=tmp_path, preexec_fn=default_signals)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
         self.reader.start()
