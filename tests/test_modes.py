@@ -149,9 +149,10 @@ with g.as_default():
         x = v1.placeholder_with_default(np.ones((8, 4), np.float32), [None, 4], name="x")
         w = v1.get_variable("w", [4, 1], use_resource=False)
         loss = tf.reduce_mean(tf.square(tf.matmul(x, w)), name="loss")
-        train = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+        # Locked updates: overlapping ones are serialized, so no difference can pass as a race.
+        train = v1.train.GradientDescentOptimizer(0.1, use_locking=True).minimize(loss, global_step=gs)
         if sys.argv[2] == "planted":  # an update the optimizer does not make: the replay must miss it
-            train = tf.group(train, v1.assign_sub(w, 0.01 * tf.ones_like(w)), name="train")
+            train = tf.group(train, v1.assign_sub(w, 0.01 * tf.ones_like(w), use_locking=True), name="train")
         v1.add_to_collection(v1.GraphKeys.TRAIN_OP, train)
         init = v1.global_variables_initializer()
     v1.train.export_meta_graph(sys.argv[1], graph=g)

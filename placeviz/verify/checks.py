@@ -525,12 +525,12 @@ def evaluate(pipe, prepared, raw, *, model_spec: str):
     result, arrays = raw.result, raw.arrays
     checks = [check_run(plan, result, raw)]
     if result and plan.get("mode") == "async":
-        from placeviz.verify import staleness
+        from placeviz.verify import async_values, staleness
 
         per_var = staleness.applies(plan, result)
         checks += [staleness.check_async_run(plan, result, arrays), staleness.check_staleness(plan, result, per_var),
                    staleness.check_locking(plan, per_var),
-                   staleness.check_async_values(plan, result, arrays, per_var)]
+                   async_values.check_async_values(plan, result, arrays, per_var)]
     elif result:
         matched = match_steps(plan, result, arrays)
         checks += [check_global_step(plan, result, arrays), check_single_update(plan, result),
