@@ -16,6 +16,7 @@ from pathlib import Path
 from placeviz.commands.output import notice, progress
 from placeviz.commands.output import say as narrate
 from placeviz.errors import PlacevizError
+from placeviz.gcpause import keep_until_exit
 from placeviz.io import atomic_write
 from placeviz.pipeline import Options, added_nodes_note, placement_notes, run_pipeline
 from placeviz.progress import begin
@@ -67,6 +68,7 @@ def run(model: str, output: str, options: Options, *, view: str, focus: str | No
     say = narrate if _is_big(model) else None
     begin(f"rendering the {view} view")
     pipe = run_pipeline(model, options, progress=say)
+    keep_until_exit(pipe)  # its graph, placement and transfers are not freed one by one at the end (placeviz.gcpause)
     from placeviz.coverage import serving_graph_problem
 
     serving = serving_graph_problem(pipe.model)  # drawn as loaded, never placed (placeviz.coverage)
@@ -88,6 +90,7 @@ def run(model: str, output: str, options: Options, *, view: str, focus: str | No
                      progress=say)
         return
     ctx = ViewContext(pipe)
+    keep_until_exit(ctx)  # the view's memo: every op's name split into its scopes
     fit = max_nodes is None and shutil.which("dot") is not None
     budget = max_nodes or (start_budget(view) if fit else NO_DOT_BUDGET)
     if say:
