@@ -15,11 +15,13 @@ import random
 from collections import Counter
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from placeviz.graph import CONTROL, Graph
 from placeviz.protos import GraphDef
-from placeviz.render.collapse import CollapseMemo, collapse, quotient_edges
+from placeviz.render import collapse as collapse_module
+from placeviz.render.collapse import CollapseMemo, collapse, pairs_in_first_order, quotient_edges
 from placeviz.render.context import ViewContext
 
 
@@ -74,6 +76,21 @@ def test_quotient_edges_equal_the_edge_by_edge_walk(seed):
             assert list(got.items()) == list(want.items())
             assert all(type(x) is int for key, row in got.items() for x in (*key, *row))
     assert quotient_edges(g, range(n), [-1] * n) == {}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pairs_in_first_order_by_table_and_by_sort(seed, monkeypatch):
+    """The table of first positions (few codes) and the sort (many) give the distinct codes in the
+    order they are first met and each item's place in it, as a walk over the items does."""
+    rng = np.random.default_rng(seed)
+    n_codes = int(rng.integers(1, 50))
+    codes = rng.integers(0, n_codes, size=int(rng.integers(0, 400)))
+    order = list(dict.fromkeys(codes.tolist()))
+    for dense in (1 << 16, 0):  # 0: every call sorts
+        monkeypatch.setattr(collapse_module, "DENSE_CODES", dense)
+        values, which = pairs_in_first_order(codes, n_codes * (1 if dense else 10_000))
+        assert values.tolist() == order
+        assert [order[k] for k in which.tolist()] == codes.tolist()
 
 
 @pytest.mark.parametrize("seed", range(3))

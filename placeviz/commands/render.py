@@ -8,6 +8,7 @@ a second, not after placing a 200k-op graph.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -65,6 +66,8 @@ def run(model: str, output: str, options: Options, *, view: str, focus: str | No
         verify = load(verify_file)
     if fmt != "dot":
         require_graphviz(fmt)
+    if fmt != "html":  # only the report's placement section reads the variables' placed devices
+        options = dataclasses.replace(options, summaries=False)
     say = narrate if _is_big(model) else None
     begin(f"rendering the {view} view")
     pipe = run_pipeline(model, options, progress=say)

@@ -225,12 +225,12 @@ class CollapseMemo:
 
     def __init__(self):
         self.signature: tuple | None = None
-        self._nodes: list[int] = []
+        self._nodes: list[int] | range = []
         self.split_names: dict[str, list[list[str]]] = {}
         self.by_owner: dict[str, list[int]] = {}
         self.splitter = _Splitter()
 
-    def matches(self, names, nodes: list[int], owners, pinned: set[int]) -> bool:
+    def matches(self, names, nodes: list[int] | range, owners, pinned: set[int]) -> bool:
         """True when the memo is for these inputs; else it is cleared and takes them on."""
         signature = (id(names), id(owners), len(nodes), tuple(sorted(pinned)))
         if signature == self.signature and nodes == self._nodes:
@@ -280,7 +280,7 @@ def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=(),
     ``memo``: a :class:`CollapseMemo` kept between collapses of the same ops at other budgets
     (the result is the same with or without it).
     """
-    nodes = list(nodes)
+    nodes = nodes if isinstance(nodes, range) else list(nodes)  # a range compares with the memo's at no cost
     pinned_set = {i for i in pinned if 0 <= i < len(names)}
     if memo is not None and memo.matches(names, nodes, owners, pinned_set):
         by_owner, split_names, splitter = memo.by_owner, memo.split_names, memo.splitter
@@ -374,12 +374,39 @@ def quotient_edges(graph, nodes, box_of: list[int] | np.ndarray, control: bool =
         keep &= ~is_control
     pair = (a * n_boxes + b)[keep]
     is_control = is_control[keep]
-    pairs, first, which = np.unique(pair, return_index=True, return_inverse=True)
+    pairs, which = pairs_in_first_order(pair, n_boxes * n_boxes)
     data = np.bincount(which[~is_control], minlength=len(pairs)).tolist()
     ctrl = np.bincount(which[is_control], minlength=len(pairs)).tolist()
     out: dict[tuple[int, int], list[int]] = {}
-    pair_list = pairs.tolist()
-    for j in np.argsort(first, kind="stable").tolist():
-        a_box, b_box = divmod(pair_list[j], n_boxes)
-        out[(a_box, b_box)] = [data[j], ctrl[j]]
+    for j, code in enumerate(pairs.tolist()):
+        out[divmod(code, n_boxes)] = [data[j], ctrl[j]]
     return out
+
+
+DENSE_CODES = 1 << 16
+""":func:`pairs_in_first_order` counts codes below this (or below 4x the items) in a table
+instead of sorting the items."""
+
+
+def pairs_in_first_order(codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values of ``codes`` (ints in ``[0, n_codes)``) in the order of their first
+    occurrence; for each item, the position of its value in that order).
+
+    What ``np.unique`` with ``return_index`` and ``return_inverse`` gives, re-ordered; for a few
+    boxes' pairs (a view's bundles: ``n_codes`` is the boxes squared) from a table of ``n_codes``
+    first positions, without sorting the 10^5 edges of every build of a big graph's view.
+    """
+    n = len(codes)
+    if n_codes <= max(DENSE_CODES, 4 * n):
+        first = np.full(n_codes, n, dtype=np.int64)
+        np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+        present = np.flatnonzero(first < n)
+        values = present[np.argsort(first[present], kind="stable")]
+        rank = np.zeros(n_codes, dtype=np.int64)
+        rank[values] = np.arange(len(values), dtype=np.int64)
+        return values, rank[codes]
+    distinct, first_at, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(first_at, kind="stable")
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[order] = np.arange(len(distinct), dtype=np.int64)
+    return distinct[order], rank[inverse.reshape(-1)]
