@@ -9,8 +9,8 @@ skips them and placeviz runs on the Python paths only, slower.
   bytes surely parse, and writes the partitions' NodeDef bytes and index.json's transfers.
 * ``placeviz.placement._setter_kernels``: the setter's replay (``setter``), one whole function.
 * ``placeviz.placement._placer_kernels``: the placer's run (``place``, ``imported_colocation``).
-* ``placeviz._partition_kernels``: the partitioner's cut of one level (``split_originals``) and
-  prune's reverse walk (``reach``).
+* ``placeviz._partition_kernels``: the partitioner's cut of one level (``split_originals``),
+  prune's reverse walk (``reach``) and the views' name-scope buckets (``bucket_by_component``).
 
 Each is called at one function boundary and tested against the Python function it replaces
 (``docs/architecture.md`` section 3).

@@ -26,7 +26,9 @@
  *
  * Three small helpers: index_codes and attr_ints (int32 arrays of dict values / attributes, for
  * np.fromiter over 1M items) and reach (the reverse walk of a run, placeviz/closure.py reverse_closure,
- * a whole function too: it returns the mask or False).
+ * a whole function too: it returns the mask or False). One more, not the partitioner's but as
+ * small: bucket_by_component, the loop of placeviz/render/collapse.py's function of that name
+ * (the views' name-scope buckets, read from the names' characters without splitting them).
  *
  * The results equal the Python code's, field for field (tests/test_partition_kernels.py compares
  * the whole partition both ways). Every index into a list or buffer is bounds-checked: a bad index
@@ -1378,12 +1380,127 @@ release:
     return PyBool_FromLong(result);
 }
 
+PyDoc_STRVAR(bucket_by_component_doc,
+"bucket_by_component(names, members, depth) -> (own, buckets) or None\n\n"
+"placeviz.render.collapse.bucket_by_component: the members (ints indexing the list names) whose\n"
+"name has no component at depth (fewer than depth '/'), and a dict component -> members, in the\n"
+"order first met (the members are the same int objects). None when a member is not an int index\n"
+"of names or its name not a str: the caller's Python loop then runs (and raises what it raises).");
+
+/* The component at `depth` of `name`: [*start, *end) in code points; 0 when there is none, -1 on
+   an error (PyUnicode_FindChar's -2, which valid bounds never give). */
+static int component_span(PyObject *name, Py_ssize_t depth, Py_ssize_t *start, Py_ssize_t *end)
+{
+    Py_ssize_t len = PyUnicode_GET_LENGTH(name), pos = 0;
+    for (Py_ssize_t d = 0; d < depth; d++) {
+        Py_ssize_t slash = PyUnicode_FindChar(name, '/', pos, len, 1);
+        if (slash < 0)
+            return slash == -1 ? 0 : -1;
+        pos = slash + 1;
+    }
+    Py_ssize_t slash = PyUnicode_FindChar(name, '/', pos, len, 1);
+    if (slash == -2)
+        return -1;
+    *start = pos;
+    *end = slash < 0 ? len : slash;
+    return 1;
+}
+
+/* Whether name[start:end] equals the str comp (code points, any kinds). */
+static int span_equals(PyObject *name, Py_ssize_t start, Py_ssize_t end, PyObject *comp)
+{
+    if (PyUnicode_GET_LENGTH(comp) != end - start)
+        return 0;
+    int kind = PyUnicode_KIND(name), ckind = PyUnicode_KIND(comp);
+    const void *data = PyUnicode_DATA(name), *cdata = PyUnicode_DATA(comp);
+    if (kind == ckind)
+        return memcmp((const char *)data + start * kind, cdata, (size_t)(end - start) * kind) == 0;
+    for (Py_ssize_t j = 0; j < end - start; j++)
+        if (PyUnicode_READ(kind, data, start + j) != PyUnicode_READ(ckind, cdata, j))
+            return 0;
+    return 1;
+}
+
+static PyObject *bucket_by_component(PyObject *self, PyObject *args)
+{
+    PyObject *names, *members;
+    Py_ssize_t depth;
+    if (!PyArg_ParseTuple(args, "O!O!n", &PyList_Type, &names, &PyList_Type, &members, &depth))
+        return NULL;
+    if (depth < 0)
+        Py_RETURN_NONE;
+    PyObject *own = PyList_New(0), *buckets = PyDict_New();
+    PyObject *last = NULL, *last_bucket = NULL; /* the previous member's component (owned) and its list (the dict's) */
+    if (own == NULL || buckets == NULL)
+        goto fail;
+    /* members and names cannot change size here: nothing below runs Python code (str keys) */
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(members); k++) {
+        PyObject *item = PyList_GET_ITEM(members, k);
+        if (!PyLong_CheckExact(item))
+            goto decline;
+        Py_ssize_t i = PyLong_AsSsize_t(item);
+        if (i == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto decline;
+        }
+        if (i < 0 || i >= PyList_GET_SIZE(names))
+            goto decline;
+        PyObject *name = PyList_GET_ITEM(names, i);
+        if (!PyUnicode_CheckExact(name))
+            goto decline;
+        Py_ssize_t start, end;
+        int found = component_span(name, depth, &start, &end);
+        if (found < 0)
+            goto fail;
+        if (!found) {
+            if (PyList_Append(own, item) < 0)
+                goto fail;
+            continue;
+        }
+        if (last == NULL || !span_equals(name, start, end, last)) {
+            PyObject *comp = PyUnicode_Substring(name, start, end);
+            if (comp == NULL)
+                goto fail;
+            PyObject *bucket = PyDict_GetItemWithError(buckets, comp); /* borrowed */
+            if (bucket == NULL) {
+                if (PyErr_Occurred() || (bucket = PyList_New(0)) == NULL) {
+                    Py_DECREF(comp);
+                    goto fail;
+                }
+                int failed = PyDict_SetItem(buckets, comp, bucket);
+                Py_DECREF(bucket); /* the dict holds it, and never lets it go while this runs */
+                if (failed < 0) {
+                    Py_DECREF(comp);
+                    goto fail;
+                }
+            }
+            Py_XSETREF(last, comp);
+            last_bucket = bucket;
+        }
+        if (PyList_Append(last_bucket, item) < 0)
+            goto fail;
+    }
+    Py_XDECREF(last);
+    return Py_BuildValue("(NN)", own, buckets);
+decline:
+    Py_XDECREF(last);
+    Py_DECREF(own);
+    Py_DECREF(buckets);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(last);
+    Py_XDECREF(own);
+    Py_XDECREF(buckets);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"split_originals", (PyCFunction)(void (*)(void))split_originals, METH_VARARGS | METH_KEYWORDS,
      split_originals_doc},
     {"index_codes", index_codes, METH_VARARGS, index_codes_doc},
     {"attr_ints", attr_ints, METH_VARARGS, attr_ints_doc},
     {"reach", reach, METH_VARARGS, reach_doc},
+    {"bucket_by_component", bucket_by_component, METH_VARARGS, bucket_by_component_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -31,9 +31,11 @@ def kernel_mode(request, monkeypatch) -> str:
     import placeviz.nodewire
     from placeviz.partition import base, graph_partition
     from placeviz.placement import placer, setter
+    from placeviz.render import collapse
 
     slots = [(placeviz.graph, "_wire"), (placeviz.io, "_wire"), (placeviz.nodewire, "_wire"), (base, "_kernels"),
-             (placeviz.closure, "_kernels"), (graph_partition, "_kernels"), (setter, "_kernels"), (placer, "_kernels")]
+             (placeviz.closure, "_kernels"), (graph_partition, "_kernels"), (setter, "_kernels"), (placer, "_kernels"),
+             (collapse, "_kernels")]
     if request.param == "python":
         for module, name in slots:
             monkeypatch.setattr(module, name, None)

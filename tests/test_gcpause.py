@@ -59,7 +59,7 @@ def test_results_are_held_to_the_end_only_in_the_program(monkeypatch):
 
 
 @pytest.mark.parametrize("command", [["analyze", "--format", "json"], ["lint", "--format", "json"]])
-def test_analyze_and_lint_hold_their_model_and_pipeline(monkeypatch, tmp_path, command):
+def test_analyze_and_lint_hold_their_model_and_pipeline(monkeypatch, tmp_path, command, unfreeze):
     from importlib.resources import files
 
     from placeviz import gcpause
@@ -76,7 +76,7 @@ def test_analyze_and_lint_hold_their_model_and_pipeline(monkeypatch, tmp_path, c
     assert any(getattr(x, "graph", None).__class__ is Graph for x in held)  # the model
 
 
-def test_partition_holds_its_model_and_partitions(monkeypatch, tmp_path):
+def test_partition_holds_its_model_and_partitions(monkeypatch, tmp_path, unfreeze):
     """``partition`` holds what it wrote the partitions from (model, partitions) to the end too."""
     from placeviz import gcpause
     from placeviz.cli import main
@@ -91,3 +91,47 @@ def test_partition_holds_its_model_and_partitions(monkeypatch, tmp_path):
     held = [x for objects in gcpause._kept for x in objects]
     assert any(isinstance(x, PartitionResult) for x in held)
     assert any(getattr(x, "graph", None).__class__ is Graph for x in held)  # the model
+
+
+@pytest.fixture
+def unfreeze():
+    """What a test's ``gc.freeze`` moved to the permanent generation goes back (the test process
+    goes on; the program ends with ``os._exit`` instead)."""
+    yield
+    gc.unfreeze()
+
+
+def test_render_holds_its_pipeline_and_view(monkeypatch, tmp_path, unfreeze):
+    """``render`` holds its pipeline and view context to the end too."""
+    from placeviz import gcpause
+    from placeviz.cli import main
+    from placeviz.pipeline import Pipeline
+    from placeviz.render import ViewContext
+
+    monkeypatch.setattr(gcpause, "_kept", [])
+    graph = str(Path(__file__).parent / "golden" / "render" / "mlp_sync.pbtxt")  # placed by TF
+    with pytest.raises(SystemExit) as exit_info:
+        main(["render", graph, "--view", "devices", "--max-nodes", "20", "-o", str(tmp_path / "x.dot")])
+    assert exit_info.value.code in (0, None)
+    held = [x for objects in gcpause._kept for x in objects]
+    assert any(isinstance(x, Pipeline) for x in held)
+    assert any(isinstance(x, ViewContext) for x in held)
+
+
+def test_a_held_run_freezes_what_it_made_before_the_collector_resumes(monkeypatch, unfreeze):
+    """When the program holds its results to the end, the end of the outermost pause moves every
+    object to the permanent generation, so that the collector's next pass does not visit them
+    all; in-process (nothing held) nothing is frozen."""
+    from placeviz import gcpause
+
+    gc.unfreeze()
+    monkeypatch.setattr(gcpause, "_kept", None)
+    with gc_paused():
+        made = [[] for _ in range(1000)]
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setattr(gcpause, "_kept", [])
+    with gc_paused():
+        with gc_paused():
+            made += [[] for _ in range(1000)]
+        assert gc.get_freeze_count() == 0  # an inner pause leaves the collector off
+    assert gc.isenabled() and gc.get_freeze_count() >= len(made)

@@ -15,11 +15,19 @@ import random
 from collections import Counter
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from placeviz.graph import CONTROL, Graph
 from placeviz.protos import GraphDef
-from placeviz.render.collapse import CollapseMemo, collapse, quotient_edges
+from placeviz.render import collapse as collapse_module
+from placeviz.render.collapse import (
+    CollapseMemo,
+    bucket_by_component,
+    collapse,
+    pairs_in_first_order,
+    quotient_edges,
+)
 from placeviz.render.context import ViewContext
 
 
@@ -76,6 +84,21 @@ def test_quotient_edges_equal_the_edge_by_edge_walk(seed):
     assert quotient_edges(g, range(n), [-1] * n) == {}
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_pairs_in_first_order_by_table_and_by_sort(seed, monkeypatch):
+    """The table of first positions (few codes) and the sort (many) give the distinct codes in the
+    order they are first met and each item's place in it, as a walk over the items does."""
+    rng = np.random.default_rng(seed)
+    n_codes = int(rng.integers(1, 50))
+    codes = rng.integers(0, n_codes, size=int(rng.integers(0, 400)))
+    order = list(dict.fromkeys(codes.tolist()))
+    for dense in (1 << 16, 0):  # 0: every call sorts
+        monkeypatch.setattr(collapse_module, "DENSE_CODES", dense)
+        values, which = pairs_in_first_order(codes, n_codes * (1 if dense else 10_000))
+        assert values.tolist() == order
+        assert [order[k] for k in which.tolist()] == codes.tolist()
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_cross_device_edges_equal_the_edge_by_edge_count(seed):
     g = _random_graph(seed)
@@ -86,6 +109,49 @@ def test_cross_device_edges_equal_the_edge_by_edge_count(seed):
             if ctx.devices[src] != ctx.devices[i]:
                 want[(ctx.devices[src], ctx.devices[i])] += 1
     assert list(ctx.cross_device_edges.items()) == list(want.items())
+
+
+def _buckets_by_split(names: list[str], members: list[int], depth: int) -> tuple[list, dict]:
+    """The loop ``bucket_by_component`` stands for, over whole split names."""
+    own: list[int] = []
+    buckets: dict[str, list[int]] = {}
+    for i in members:
+        parts = names[i].split("/")
+        if len(parts) <= depth:
+            own.append(i)
+        else:
+            buckets.setdefault(parts[depth], []).append(i)
+    return own, buckets
+
+
+ODD_NAMES = ["", "/", "//", "a/", "/a", "a//b", "a", "a/b", "a/b/c", "a/bc", "ab/c", "é/b", "a/é", "a/€/x",
+             "a/\U0001f600", "\U0001f600/b/c", "a/b\u00e9", "a/b\u20ac", "a/b\U0001f600", "layer_1/x", "layer_1/y"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bucket_by_component_equals_the_split_loop(seed, kernel_mode):
+    """Components met in order, members in order, empty components and names without the depth,
+    names of every str width (ASCII, Latin-1, BMP, astral), against the split of whole names; with
+    the C kernel and with the Python loop (``kernel_mode``)."""
+    rng = random.Random(seed)
+    names = ODD_NAMES + [n for n in _random_graph(seed, 200).names]
+    members = [rng.randrange(len(names)) for _ in range(600)]  # repeats, any order
+    for depth in range(5):
+        got = bucket_by_component(names, members, depth)
+        want = _buckets_by_split(names, members, depth)
+        assert got[0] == want[0]
+        assert list(got[1].items()) == list(want[1].items())
+    assert bucket_by_component(names, [], 0) == ([], {})
+
+
+def test_bucket_by_component_declines_what_is_not_a_list_of_ids():
+    """The C kernel returns None (the Python loop then runs) for members that are not ints
+    indexing the names, or names that are not str."""
+    c = pytest.importorskip("placeviz._partition_kernels")
+    assert c.bucket_by_component(["a/b"], [0], 1) == ([], {"b": [0]})
+    for names, members in ((["a"], [1]), (["a"], [-1]), (["a"], ["0"]), ([b"a"], [0]), (["a"], [True])):
+        assert c.bucket_by_component(names, members, 0) is None
+    assert c.bucket_by_component(["a"], [0], -1) is None
 
 
 def _shape(c) -> list:

@@ -8,6 +8,7 @@ a second, not after placing a 200k-op graph.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 from placeviz.commands.output import notice, progress
 from placeviz.commands.output import say as narrate
 from placeviz.errors import PlacevizError
+from placeviz.gcpause import keep_until_exit
 from placeviz.io import atomic_write
 from placeviz.pipeline import Options, added_nodes_note, placement_notes, run_pipeline
 from placeviz.progress import begin
@@ -64,9 +66,12 @@ def run(model: str, output: str, options: Options, *, view: str, focus: str | No
         verify = load(verify_file)
     if fmt != "dot":
         require_graphviz(fmt)
+    if fmt != "html":  # only the report's placement section reads the variables' placed devices
+        options = dataclasses.replace(options, summaries=False)
     say = narrate if _is_big(model) else None
     begin(f"rendering the {view} view")
     pipe = run_pipeline(model, options, progress=say)
+    keep_until_exit(pipe)  # its graph, placement and transfers are not freed one by one at the end (placeviz.gcpause)
     from placeviz.coverage import serving_graph_problem
 
     serving = serving_graph_problem(pipe.model)  # drawn as loaded, never placed (placeviz.coverage)
@@ -88,6 +93,7 @@ def run(model: str, output: str, options: Options, *, view: str, focus: str | No
                      progress=say)
         return
     ctx = ViewContext(pipe)
+    keep_until_exit(ctx)  # the view's memo: every op's name split into its scopes
     fit = max_nodes is None and shutil.which("dot") is not None
     budget = max_nodes or (start_budget(view) if fit else NO_DOT_BUDGET)
     if say:

@@ -27,8 +27,13 @@ from __future__ import annotations
 import heapq
 import re
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
+
+from placeviz.native import kernels
+
+_kernels = kernels("_partition_kernels")  # bucket_by_component's loop in C (see placeviz.native)
 
 _DIGITS = re.compile(r"\d+")
 _SUFFIX = re.compile(r"_\d+$")
@@ -81,10 +86,8 @@ class Group:
     owner: str
     path: tuple
     members: list[int]
-    parts: list[list[str]] = field(repr=False, default_factory=list)
-    """``names[i].split("/")`` of each member (kept so that splitting never re-reads names)."""
-    series: dict[str, tuple[list[int], list[list[str]]]] | None = None
-    """When the last path element is a Series: each member scope -> its ops and their parts."""
+    series: dict[str, list[int]] | None = None
+    """When the last path element is a Series: each member scope -> its ops."""
     pinned: bool = False
     others: list[Group] | None = None
     """For a box of *the other scopes* of a split that did not fit: the groups it stands for."""
@@ -136,8 +139,40 @@ class Collapse:
     :attr:`box_of` must not read it)."""
 
 
+def bucket_by_component(names: list[str], members: list[int], depth: int
+                        ) -> tuple[list[int], dict[str, list[int]]]:
+    """``members`` (ids into ``names``) bucketed by the component at ``depth`` of their names
+    (``names[i].split("/")[depth]``): (the members that have no such component, named like the
+    scope itself; component -> its members), the components in the order they are first met, each
+    list in the order of ``members``.
+
+    The C kernel (``placeviz._partition_kernels.bucket_by_component``) runs the same loop over the
+    names' characters without splitting them into lists: the first build of a 200k-op view visits
+    517k members here, most of them in groups that share one component at that depth.
+    """
+    if _kernels is not None and type(names) is list and type(members) is list:
+        found = _kernels.bucket_by_component(names, members, depth)
+        if found is not None:
+            return found
+    own: list[int] = []
+    buckets: dict[str, list[int]] = {}
+    get = buckets.get
+    for i in members:
+        parts = names[i].split("/", depth + 1)  # the components up to ``depth``, then the rest
+        if len(parts) <= depth:
+            own.append(i)
+            continue
+        bucket = get(parts[depth])
+        if bucket is None:
+            buckets[parts[depth]] = [i]
+        else:
+            bucket.append(i)
+    return own, buckets
+
+
 class _Splitter:
-    def __init__(self):
+    def __init__(self, names: list[str]):
+        self.names = names
         self.keys: dict[str, str] = {}
         self.children: dict[tuple, tuple[list[Group], Group | None]] = {}
         """(owner, path) -> what :meth:`deeper` found for that group (see :class:`CollapseMemo`)."""
@@ -152,7 +187,7 @@ class _Splitter:
         """A series group split into one group per member scope."""
         assert g.series is not None  # the one caller splits this way only a group with a series
         head = g.path[:-1]
-        return [Group(g.owner, (*head, comp), ids, parts) for comp, (ids, parts) in g.series.items()]
+        return [Group(g.owner, (*head, comp), ids) for comp, ids in g.series.items()]
 
     def deeper(self, g: Group) -> tuple[list[Group], Group | None]:
         """The children of ``g`` one name component down, following chains of single children.
@@ -174,26 +209,10 @@ class _Splitter:
         return children, single
 
     def _deeper_once(self, g: Group) -> list[Group]:
-        depth = len(g.path)
-        own: list[int] = []
-        # Bucket positions by the next component; an op named like the scope itself (``global_step``
-        # next to ``global_step/read``) has no next component and becomes a box of its own.
-        positions: dict[str, list[int]] = {}
-        get = positions.get
-        parts = g.parts
-        for k, c in enumerate(parts):
-            try:
-                comp = c[depth]
-            except IndexError:
-                own.append(g.members[k])
-                continue
-            bucket = get(comp)
-            if bucket is None:
-                positions[comp] = [k]
-            else:
-                bucket.append(k)
-        members = g.members
-        exact = {comp: ([members[k] for k in ks], [parts[k] for k in ks]) for comp, ks in positions.items()}
+        # Bucket the members by the next component (each path element, a scope or a series of
+        # them, stands for one); an op named like the scope itself (``global_step`` next to
+        # ``global_step/read``) has no next component and becomes a box of its own.
+        own, exact = bucket_by_component(self.names, g.members, len(g.path))
         by_key: dict[str, list[str]] = {}
         for comp in exact:
             by_key.setdefault(self.key(comp), []).append(comp)
@@ -201,14 +220,12 @@ class _Splitter:
         for name_key in sorted(by_key, key=_natural):
             comps = sorted(by_key[name_key], key=_natural)
             if len(comps) == 1:
-                ids, parts = exact[comps[0]]
-                out.append(Group(g.owner, (*g.path, comps[0]), ids, parts))
+                out.append(Group(g.owner, (*g.path, comps[0]), exact[comps[0]]))
             else:
                 series = {comp: exact[comp] for comp in comps}
-                members = [i for comp in comps for i in exact[comp][0]]
-                parts = [c for comp in comps for c in exact[comp][1]]
+                members = list(chain.from_iterable(series.values()))
                 element = Series(comps[0], comps[-1], len(comps))
-                out.append(Group(g.owner, (*g.path, element), members, parts, series=series))
+                out.append(Group(g.owner, (*g.path, element), members, series=series))
         return out
 
 
@@ -217,7 +234,7 @@ class CollapseMemo:
 
     ``placeviz render`` builds a view at a few budgets until its picture fits
     (:mod:`placeviz.render.fit`); each build collapses the same ops of the same owners, so the
-    names split into components and every group's children (a group is its owner and its path:
+    ops of each owner and every group's children (a group is its owner and its path:
     the same ops whatever the budget) are found once, by the first build, and reused. Only a
     collapse of the same ``names``, ``nodes``, ``owners`` and ``pinned`` reuses it; anything else
     starts it afresh. The groups it hands out are shared between the collapses: never mutate them.
@@ -225,18 +242,17 @@ class CollapseMemo:
 
     def __init__(self):
         self.signature: tuple | None = None
-        self._nodes: list[int] = []
-        self.split_names: dict[str, list[list[str]]] = {}
+        self._nodes: list[int] | range = []
         self.by_owner: dict[str, list[int]] = {}
-        self.splitter = _Splitter()
+        self.splitter = _Splitter([])
 
-    def matches(self, names, nodes: list[int], owners, pinned: set[int]) -> bool:
+    def matches(self, names, nodes: list[int] | range, owners, pinned: set[int]) -> bool:
         """True when the memo is for these inputs; else it is cleared and takes them on."""
         signature = (id(names), id(owners), len(nodes), tuple(sorted(pinned)))
         if signature == self.signature and nodes == self._nodes:
             return True
         self.signature, self._nodes = signature, nodes
-        self.split_names, self.by_owner, self.splitter = {}, {}, _Splitter()
+        self.by_owner, self.splitter = {}, _Splitter(names)
         return False
 
 
@@ -264,14 +280,12 @@ def _partial(children: list[Group], room: int, parent: Group) -> list[Group] | N
     return [children[k] for k in keep] + [lump]
 
 
-def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=(), parts=None,
+def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=(),
              memo: CollapseMemo | None = None) -> Collapse:
     """Group ``nodes`` (ids into ``names``/``owners``) into at most ``budget`` boxes.
 
     ``pinned`` ops always get a box of their own (the focus of a dependency view, the ops on a
-    violation path); they count against the budget first. ``parts``: ``names[i].split("/")`` of
-    each of ``nodes`` in order, when the caller has them (a group's :attr:`Group.parts`): splitting
-    names is most of the cost of collapsing a big group again.
+    violation path); they count against the budget first.
 
     A series group first tries to split into its member scopes; when they do not fit, it splits
     one level deeper *across* its members instead (``layer_0 … layer_325/attention``,
@@ -280,26 +294,23 @@ def collapse(names: list[str], nodes, owners: list[str], budget: int, pinned=(),
     ``memo``: a :class:`CollapseMemo` kept between collapses of the same ops at other budgets
     (the result is the same with or without it).
     """
-    nodes = list(nodes)
+    nodes = nodes if isinstance(nodes, range) else list(nodes)  # a range compares with the memo's at no cost
     pinned_set = {i for i in pinned if 0 <= i < len(names)}
     if memo is not None and memo.matches(names, nodes, owners, pinned_set):
-        by_owner, split_names, splitter = memo.by_owner, memo.split_names, memo.splitter
+        by_owner, splitter = memo.by_owner, memo.splitter
     else:
         by_owner = {}
         for i in nodes:
             if i not in pinned_set:
                 by_owner.setdefault(owners[i], []).append(i)
-        part_of = dict(zip(nodes, parts, strict=True)) if parts else None
-        split_names = {owner: [part_of[i] for i in ids] if part_of else [names[i].split("/") for i in ids]
-                       for owner, ids in by_owner.items()}
-        splitter = _Splitter()
+        splitter = _Splitter(names)
         if memo is not None:
-            memo.by_owner, memo.split_names, memo.splitter = by_owner, split_names, splitter
+            memo.by_owner, memo.splitter = by_owner, splitter
     groups: list[Group] = [Group(owners[i], (), [i], pinned=True) for i in sorted(pinned_set)]
     heap: list[tuple[int, int, Group]] = []
     seq = 0
     for owner in sorted(by_owner):
-        heap.append((-len(by_owner[owner]), seq, Group(owner, (), by_owner[owner], split_names[owner])))
+        heap.append((-len(by_owner[owner]), seq, Group(owner, (), by_owner[owner])))
         seq += 1
     heapq.heapify(heap)
     total = len(groups) + len(heap)
@@ -374,12 +385,39 @@ def quotient_edges(graph, nodes, box_of: list[int] | np.ndarray, control: bool =
         keep &= ~is_control
     pair = (a * n_boxes + b)[keep]
     is_control = is_control[keep]
-    pairs, first, which = np.unique(pair, return_index=True, return_inverse=True)
+    pairs, which = pairs_in_first_order(pair, n_boxes * n_boxes)
     data = np.bincount(which[~is_control], minlength=len(pairs)).tolist()
     ctrl = np.bincount(which[is_control], minlength=len(pairs)).tolist()
     out: dict[tuple[int, int], list[int]] = {}
-    pair_list = pairs.tolist()
-    for j in np.argsort(first, kind="stable").tolist():
-        a_box, b_box = divmod(pair_list[j], n_boxes)
-        out[(a_box, b_box)] = [data[j], ctrl[j]]
+    for j, code in enumerate(pairs.tolist()):
+        out[divmod(code, n_boxes)] = [data[j], ctrl[j]]
     return out
+
+
+DENSE_CODES = 1 << 16
+""":func:`pairs_in_first_order` counts codes below this (or below 4x the items) in a table
+instead of sorting the items."""
+
+
+def pairs_in_first_order(codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values of ``codes`` (ints in ``[0, n_codes)``) in the order of their first
+    occurrence; for each item, the position of its value in that order).
+
+    What ``np.unique`` with ``return_index`` and ``return_inverse`` gives, re-ordered; for a few
+    boxes' pairs (a view's bundles: ``n_codes`` is the boxes squared) from a table of ``n_codes``
+    first positions, without sorting the 10^5 edges of every build of a big graph's view.
+    """
+    n = len(codes)
+    if n_codes <= max(DENSE_CODES, 4 * n):
+        first = np.full(n_codes, n, dtype=np.int64)
+        np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+        present = np.flatnonzero(first < n)
+        values = present[np.argsort(first[present], kind="stable")]
+        rank = np.zeros(n_codes, dtype=np.int64)
+        rank[values] = np.arange(len(values), dtype=np.int64)
+        return values, rank[codes]
+    distinct, first_at, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(first_at, kind="stable")
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[order] = np.arange(len(distinct), dtype=np.int64)
+    return distinct[order], rank[inverse.reshape(-1)]

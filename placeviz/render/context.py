@@ -15,7 +15,7 @@ import numpy as np
 
 from placeviz.graph import CONTROL
 from placeviz.op_kinds import VARIABLE_OPS
-from placeviz.render.collapse import CollapseMemo, quotient_edges
+from placeviz.render.collapse import CollapseMemo, pairs_in_first_order, quotient_edges
 from placeviz.render.roles import RoleCache, device_colors, short_device
 from placeviz.sizes import bytes_at_least, human_bytes, transfers_text  # noqa: F401 - the views import human_bytes from here
 
@@ -220,15 +220,14 @@ class ViewContext:
         keep = (a >= 0) & (b >= 0)
         n_boxes = int(box.max()) + 1
         pair = (a * n_boxes + b)[keep]
-        pairs, first, which = np.unique(pair, return_index=True, return_inverse=True)
+        pairs, which = pairs_in_first_order(pair, n_boxes * n_boxes)
         columns = [np.bincount(which, minlength=len(pairs))]
         for values in (nbytes, unknown, control):  # integer sums: bincount's float weights would round bytes
             total = np.zeros(len(pairs), dtype=np.int64)
             np.add.at(total, which, values[keep])
             columns.append(total)
         rows = np.stack(columns, axis=1).tolist()
-        pair_list = pairs.tolist()
-        return {divmod(pair_list[j], n_boxes): rows[j] for j in np.argsort(first, kind="stable").tolist()}
+        return {divmod(code, n_boxes): rows[j] for j, code in enumerate(pairs.tolist())}
 
     def device_label(self, device: str) -> str:
         return short_device(device) if device != NO_DEVICE else NO_DEVICE

@@ -46,8 +46,7 @@ class Expansion:
 def build_inside(ctx: ViewContext, group, name: str, title: str, budget: int = SUB_BUDGET) -> Diagram:
     """The ops of one collapsed ``group``, collapsed again to ``budget`` boxes, with their edges."""
     g = ctx.graph
-    parts = group.parts if len(group.parts) == len(group.members) else None  # a lump of "others" has none
-    c = collapse(g.names, group.members, ctx.devices, budget, parts=parts)
+    c = collapse(g.names, group.members, ctx.devices, budget)
     d = Diagram(name, title)
     keys = [("box", b) for b in range(len(c.groups))]
     names, prefixes = name_boxes(c.groups, g.names, lambda grp: (), lambda grp: ctx.device_label(grp.owner))
