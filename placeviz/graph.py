@@ -560,22 +560,40 @@ class Graph:
         """
         if self._ids_of is not None and not self.computed("index"):
             return self._ids_of(names)
+        return self._looked_up(names)
+
+    def _looked_up(self, names: Iterable[str]) -> dict[str, int]:
+        """Name -> id by :attr:`index` for those of ``names`` that are nodes, in ``names``' order."""
         get = self.index.get
         return {name: i for name in names if (i := get(name)) is not None}
 
     @cached_property
     def located_names(self) -> set[str]:
         """Every name some node's ``loc:@`` groups name (see ``colocated_names``)."""
-        return set().union(*set(self.colocated_names.values()))
+        return set(self._located_in_order())
+
+    def _located_in_order(self) -> dict[str, None]:
+        """:attr:`located_names` once each, in the order the ``_class`` attrs first name them
+        (node id order); each distinct tuple of ``colocated_names`` is read once."""
+        return dict.fromkeys(chain.from_iterable(dict.fromkeys(self.colocated_names.values())))
 
     @cached_property
     def colocated_name_ids(self) -> dict[str, int]:
         """Name -> id of the nodes :attr:`located_names` names (names of no node left out).
 
         The setter and the placer look up only these names: colocation targets,
-        ``import_graph_def``'s device rewrite and the ``_class`` groups.
+        ``import_graph_def``'s device rewrite and the ``_class`` groups. A derived graph that has
+        no index yet asks its source (``ids_of``). Otherwise the names are looked up in the order
+        the graph first names them: a ``_class`` names a node that sits near it (a variable, its
+        initializers and its readers), so the index's entries are read almost in order rather
+        than at random (1M nodes, 109k names: 0.16-0.21 s -> 0.12-0.16 s with ``located_names``).
         """
-        return self.ids_of(self.located_names)
+        if self._ids_of is not None and not self.computed("index"):
+            return self.ids_of(self.located_names)
+        in_order = self._located_in_order()
+        if not self.computed("located_names"):
+            self._fill("located_names", set(in_order))
+        return self._looked_up(in_order)
 
     @cached_property
     def colocation(self) -> dict[int, tuple[str, ...]]:
