@@ -213,6 +213,7 @@ class Graph:
             return False
         names, ops, devices, index, in_start, in_src, in_slot, spans, op_ids, distinct_ops = scanned
         self._wire_spans = spans  # where each NodeDef lies in ``wire`` (see ``node_wire``)
+        self._op_codes = (op_ids, distinct_ops)  # see ``op_codes``
         self.names, self.ops, self.devices, self.index = names, ops, devices, index
         self.in_start, self.in_src, self.in_slot = (_int_array(in_start), _int_array(in_src),
                                                     _int_array(in_slot))
@@ -512,6 +513,13 @@ class Graph:
     _make_node_wire: Callable[[], NodeWire | None] | None = None
     _wire_data: bytes | memoryview | None = None
     _wire_spans: bytes | None = None
+    _op_codes: tuple[bytes, list[str]] | None = None
+
+    def op_codes(self) -> tuple[bytes, list[str]] | None:
+        """Per node a code of its op, as native int32 bytes, and the ops by code (equal ops have
+        equal codes): what the C reader read while building the graph from bytes, or None (then
+        callers that want codes make them from :attr:`ops`, one dict lookup per node)."""
+        return self._op_codes
 
     def drop_bytes(self) -> None:
         """Let go of the bytes the graph was read from (:attr:`node_wire` is then None, unless it

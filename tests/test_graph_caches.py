@@ -214,3 +214,18 @@ def test_sharded_savers_by_op_index_or_by_walk():
     assert sharded_savers(graph) == sharded_savers(graph, OpIndex(graph.ops)) == ["save/", "save_1/"]
     plain = Graph(realistic_graph())
     assert sharded_savers(plain) == sharded_savers(plain, OpIndex(plain.ops)) == []
+
+
+def test_op_index_from_the_readers_codes_answers_as_from_the_ops(tmp_path):
+    """``OpIndex.of`` a graph read from bytes takes the C reader's op codes (``Graph.op_codes``):
+    the same node ids for every question as the index made from the op names."""
+    from placeviz.placement.scopes import OpIndex
+
+    path = tmp_path / "g.pb"
+    path.write_bytes(realistic_graph().SerializeToString())
+    graph = load(path).graph
+    by_codes, by_names = OpIndex.of(graph), OpIndex(graph.ops)
+    assert (graph.op_codes() is not None) == (kernels("_wire") is not None)
+    ops = sorted(set(graph.ops))
+    for wanted in [(op,) for op in ops] + [tuple(ops), ("NoSuchOp",), (), (ops[0], "NoSuchOp")]:
+        assert by_codes.ids(wanted).tolist() == by_names.ids(wanted).tolist()

@@ -61,6 +61,7 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -334,7 +335,7 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table: OpTable, attr_keys
         if config.scope_end not in graph.index:
             raise SetterError(f"--setter-scope-end: the graph has no node named {config.scope_end!r}")
         inside = graph.index[config.scope_end]
-    op_index = scopes.OpIndex(graph.ops)
+    op_index = scopes.OpIndex.of(graph)
     hints = scopes.device_scope_hints(graph, op_index)
     device_none = scopes.device_none_nodes(graph, op_index)
     replayed = None
@@ -1274,7 +1275,9 @@ def _renumbered(mapping: dict[int, _V], new_id: NDArray[np.int32], first: int,
 
     Ids below ``first`` (the first node the group split rewrote) keep their number, so the
     leading entries that name only such ids are copied as they are (one C-level copy: the split's
-    NoOps usually sit near the end of a graph, after the model)."""
+    NoOps usually sit near the end of a graph, after the model): the whole dict is copied (its
+    table cloned, no entry rehashed) and the entries from the first moved one on deleted, then
+    added renumbered, at the end as before."""
     import numpy as np
 
     old_keys = np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))
@@ -1284,9 +1287,10 @@ def _renumbered(mapping: dict[int, _V], new_id: NDArray[np.int32], first: int,
         old_values = np.fromiter(mapping.values(), dtype=np.int64, count=len(mapping))
         moved |= old_values >= first
     cut = int(moved.argmax()) if moved.any() else len(mapping)
-    out = dict(islice(mapping.items(), cut))
+    out = mapping.copy()
     if cut == len(mapping):
         return out
+    deque(map(out.__delitem__, old_keys[cut:].tolist()), maxlen=0)  # C-level loop
     keys = new_id[old_keys[cut:]].tolist()
     values = (list(islice(mapping.values(), cut, None)) if old_values is None else
               new_id[old_values[cut:]].tolist())
