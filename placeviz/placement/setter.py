@@ -61,7 +61,6 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_left
-from collections import deque
 from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -1275,9 +1274,7 @@ def _renumbered(mapping: dict[int, _V], new_id: NDArray[np.int32], first: int,
 
     Ids below ``first`` (the first node the group split rewrote) keep their number, so the
     leading entries that name only such ids are copied as they are (one C-level copy: the split's
-    NoOps usually sit near the end of a graph, after the model): the whole dict is copied (its
-    table cloned, no entry rehashed) and the entries from the first moved one on deleted, then
-    added renumbered, at the end as before."""
+    NoOps usually sit near the end of a graph, after the model)."""
     import numpy as np
 
     old_keys = np.fromiter(mapping.keys(), dtype=np.int64, count=len(mapping))
@@ -1287,10 +1284,9 @@ def _renumbered(mapping: dict[int, _V], new_id: NDArray[np.int32], first: int,
         old_values = np.fromiter(mapping.values(), dtype=np.int64, count=len(mapping))
         moved |= old_values >= first
     cut = int(moved.argmax()) if moved.any() else len(mapping)
-    out = mapping.copy()
+    out = dict(islice(mapping.items(), cut))
     if cut == len(mapping):
         return out
-    deque(map(out.__delitem__, old_keys[cut:].tolist()), maxlen=0)  # C-level loop
     keys = new_id[old_keys[cut:]].tolist()
     values = (list(islice(mapping.values(), cut, None)) if old_values is None else
               new_id[old_values[cut:]].tolist())
