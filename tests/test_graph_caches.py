@@ -180,3 +180,52 @@ def test_no_module_plants_or_peeks_caches_outside_graph_py():
             if _PLANTING.search(line):
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_colocated_name_ids_and_located_names_in_either_order():
+    """``colocated_name_ids`` looks the names up in the order the graph first names them (and fills
+    ``located_names`` on the way): the same answers as asking ``located_names`` first, and as the
+    names' union looked up in the index, with names of no node left out."""
+    graph_def = realistic_graph()
+    graph_def.node[0].attr["_class"].list.s.append(b"loc:@no_such_node")
+    ids_first, names_first = Graph(graph_def), Graph(graph_def)
+    ids = ids_first.colocated_name_ids
+    assert ids_first.computed("located_names")
+    names_first.located_names  # noqa: B018 - asked first
+    assert ids == names_first.colocated_name_ids
+    assert ids_first.located_names == names_first.located_names
+    union = set().union(*ids_first.colocated_names.values())
+    assert ids_first.located_names == union and "no_such_node" in union
+    assert ids == {name: ids_first.index[name] for name in union if name in ids_first.index}
+    assert ids
+
+
+def test_sharded_savers_by_op_index_or_by_walk():
+    from placeviz.placement.scopes import OpIndex
+    from placeviz.placement.setter import sharded_savers
+    from placeviz.protos import GraphDef
+
+    graph_def = GraphDef()
+    for name, op in [("save_1/ShardedFilename", "ShardedFilename"), ("a", "NoOp"),
+                     ("save/ShardedFilename_1", "ShardedFilename"), ("ShardedFilename", "ShardedFilename"),
+                     ("save/ShardedFilename", "ShardedFilename")]:
+        graph_def.node.add(name=name, op=op)
+    graph = Graph(graph_def)
+    assert sharded_savers(graph) == sharded_savers(graph, OpIndex(graph.ops)) == ["save/", "save_1/"]
+    plain = Graph(realistic_graph())
+    assert sharded_savers(plain) == sharded_savers(plain, OpIndex(plain.ops)) == []
+
+
+def test_op_index_from_the_readers_codes_answers_as_from_the_ops(tmp_path):
+    """``OpIndex.of`` a graph read from bytes takes the C reader's op codes (``Graph.op_codes``):
+    the same node ids for every question as the index made from the op names."""
+    from placeviz.placement.scopes import OpIndex
+
+    path = tmp_path / "g.pb"
+    path.write_bytes(realistic_graph().SerializeToString())
+    graph = load(path).graph
+    by_codes, by_names = OpIndex.of(graph), OpIndex(graph.ops)
+    assert (graph.op_codes() is not None) == (kernels("_wire") is not None)
+    ops = sorted(set(graph.ops))
+    for wanted in [(op,) for op in ops] + [tuple(ops), ("NoSuchOp",), (), (ops[0], "NoSuchOp")]:
+        assert by_codes.ids(wanted).tolist() == by_names.ids(wanted).tolist()
