@@ -57,7 +57,6 @@ from placeviz.partition.base import (
     _NEW_CONSTANTS,
     CONST_OPS,
     DT_FLOAT,
-    JsonDict,
     PartitionError,
     Shape,
     _New,
@@ -65,6 +64,7 @@ from placeviz.partition.base import (
 from placeviz.partition.control_flow import _ControlFlowInfo
 from placeviz.partition.memory_types import FactRow, _MemoryTypes
 from placeviz.partition.shapes import ABSENT, ShapeAttrReader
+from placeviz.partition.transfers import CONTROL_SLOT
 from placeviz.protos import DTYPE_SIZE, DataType, dtype_name, dtype_size
 
 if TYPE_CHECKING:
@@ -402,7 +402,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         if res is None:
             return False
         self.added.extend(res["added"])
-        self.transfers.extend(res["transfers"])
+        self.transfers.extend(res["transfers"])  # a tuple of the TransferTable's columns
         for mine, theirs in zip(writes, (res["w_pos"], res["w_src"], res["w_slot"]), strict=True):
             mine.extend(theirs)
         self.dup.update(res["dup"])
@@ -520,7 +520,6 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         add = self._add
         new_name = self.new_name
         added = self.added
-        transfers = self.transfers
         for r, src, slot, idx, is_cut, src_type in entries:
             data = slot != CONTROL
             if not is_cut:
@@ -582,14 +581,16 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
                 dup[key] = out
                 ref_ctrl.append(out)
             write(r, out, slot if not data else 0)
-            transfers.append(self._transfer(origin, oslot, src_dev, dst_dev, dtype, send_name, recv_name,
-                                            send_op, recv_op, tname, dst_name))
+            self._transfer(origin, oslot, src_dev, dst_dev, dtype, send_name, recv_name, send_op, recv_op, tname,
+                           dst_name)
         for recv in ref_recvs:
             added[recv - n].inputs.extend([x, CONTROL] for x in ref_ctrl)
             self.recheck.append(recv)
 
     def _transfer(self, origin: int, oslot: int, src_dev: int, dst_dev: int, dtype: int, send: str,
-                  recv: str, send_op: str, recv_op: str, tname: str, dst_name: str) -> JsonDict:
+                  recv: str, send_op: str, recv_op: str, tname: str, dst_name: str) -> None:
+        """Append the transfer's row to :attr:`transfers` (:class:`~placeviz.partition.transfers.
+        TransferTable`): its shape and bytes per step, named as the records name them."""
         control = oslot == CONTROL
         if control:
             shape: Shape = [0]
@@ -604,19 +605,12 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
                     nbytes *= d
                 if nbytes > MAX_TENSOR_BYTES:
                     nbytes = None  # an overflow: counted as unknown (placeviz.limits)
-        devs = self.devs
         dname = _DTYPE_NAMES.get(dtype)
         if dname is None:
             dname = _DTYPE_NAMES[dtype] = dtype_name(dtype)
-        return {
-            "src": self.names[origin] if origin < self.n else self.added[origin - self.n].name,
-            "slot": "control" if control else oslot,
-            "src_device": devs.names[src_dev], "dst_device": devs.names[dst_dev],
-            "dtype": dname, "shape": shape, "bytes": nbytes,
-            "level": "device" if devs.task[src_dev] == devs.task[dst_dev] else "task",
-            "send": send, "recv": recv, "send_op": send_op, "recv_op": recv_op,
-            "tensor_name": tname, "dst": dst_name,
-        }
+        self.transfers.append(origin, self.names[origin] if origin < self.n else self.added[origin - self.n].name,
+                              CONTROL_SLOT if control else oslot, src_dev, dst_dev, dname, shape, nbytes, send, recv,
+                              send_op, recv_op, tname, dst_name)
 
     # ---------------------------------------------------------------------------- shapes
     @cached_property
