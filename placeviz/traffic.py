@@ -91,13 +91,12 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
     dev_task = np.asarray(table.tasks, dtype=np.int64)
     rows = np.flatnonzero(dev_task[src_dev] != dev_task[dst_dev])  # the task-level transfers, in order
     ndev = len(table.devices)
-    control = np.fromiter((s == "control" for s in table.slot), dtype=bool, count=len(table))[rows]
-    known_col = [b is not None for b in table.bytes]
-    known = np.asarray(known_col, dtype=bool)[rows]
-    nbytes = np.fromiter((b or 0 for b in table.bytes), dtype=np.int64, count=len(table))[rows]
-    assumed_col = table.assumed
-    sized = (np.asarray([b is not None for b in assumed_col], dtype=bool)[rows] & known
-             if assumed_col is not None else np.zeros(len(rows), dtype=bool))
+    control = np.equal(np.array(table.slot, dtype=object)[rows], "control").astype(bool)
+    held = np.array(table.bytes, dtype=object)[rows]
+    known = (held != None).astype(bool)  # noqa: E711 - elementwise, on the object array
+    nbytes = np.where(known, held, 0).astype(np.int64)  # each below 2**63 (placeviz.limits)
+    sized = ((np.array(table.assumed, dtype=object)[rows] != None).astype(bool) & known  # noqa: E711
+             if table.assumed is not None else np.zeros(len(rows), dtype=bool))
     data = ~control
     unknown_rows = data & ~known
     # Per device pair: transfers, control, bytes, unknown-size transfers, sized with --batch-size.
@@ -136,15 +135,11 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
             sent[src] += total
             received[dst] += total
     data_rows = rows[data]
-    reads, in_loops = _variable_reads(graph, table, data_rows, nbytes[data], known[data], task_of)
+    variable_reads, in_loops = _variable_reads(graph, table, data_rows, nbytes[data], known[data], task_of)
     tasks = sorted(set(sent) | set(received) | {p[0] for p in pairs} | {p[1] for p in pairs})
     # The largest transfers, equal sizes in the transfers' order: a stable sort by bytes, descending
     # (bytes fit int64: a larger tensor's size is unknown, see placeviz.limits).
     top = data_rows[np.argsort(-nbytes[data], kind="stable")[:TOP_TRANSFERS]].tolist()
-    # Variables by bytes read, descending, then by name: sorted by name, then stably by bytes
-    # (reverse keeps equal keys in order), both sorts without a Python key function per item.
-    read_order = sorted(reads)
-    read_order.sort(key={v: r[1] for v, r in reads.items()}.__getitem__, reverse=True)
     n_unknown_all = int(unknown_rows.sum())
     assumed = int(sized[data].sum())
     return {
@@ -161,7 +156,7 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
         "top_transfers": [{"src": table.src[k], "slot": table.slot[k], "src_device": names[table.src_dev[k]],
                            "dst_device": names[table.dst_dev[k]], "dtype": table.dtype[k], "shape": table.shape[k],
                            "bytes": table.bytes[k]} for k in top],
-        "variable_reads": [_variable_read(v, *reads[v]) for v in read_order],
+        "variable_reads": variable_reads,
         "notes": (["a read inside a while loop crosses the network once per iteration; the trip count is "
                    "unknown statically, so reads_per_step and bytes_per_step count one iteration "
                    "(see per_iteration_of)"]
@@ -188,11 +183,11 @@ def _exact_sums(codes: np.ndarray, values: np.ndarray, m: int) -> list[int]:
 
 
 def _variable_reads(graph: Graph, table: TransferTable, rows: np.ndarray, nbytes: np.ndarray, known: np.ndarray,
-                    task_of: dict[str, str]) -> tuple[dict[str, list], bool]:
-    """Per variable read by the task-level transfers of a tensor ``rows`` (their bytes, 0 when not
-    ``known``): [reads, bytes, reads of unknown size, receiving tasks, loop frames of the readers],
-    and whether some read crosses the network inside a while loop. A transfer's origin is a node
-    id of ``graph`` (the partitioned graph) or of a node the partitioner added (no variable)."""
+                    task_of: dict[str, str]) -> tuple[list[dict], bool]:
+    """The ``variable_reads`` rows of the variables read by the task-level transfers of a tensor
+    ``rows`` (their bytes, 0 when not ``known``), most bytes first, then by name, and whether some
+    read crosses the network inside a while loop. A transfer's origin is a node id of ``graph``
+    (the partitioned graph) or of a node the partitioner added (no variable)."""
     import numpy as np
 
     origins = np.asarray(table.origin, dtype=np.int64)[rows]
@@ -211,9 +206,9 @@ def _variable_reads(graph: Graph, table: TransferTable, rows: np.ndarray, nbytes
             var_of.append(_variable_behind_id(graph, i))
         else:
             var_of.append(None)
-    found = sorted({v for v in var_of if v is not None})
+    found = sorted({v for v in var_of if v is not None})  # the variables by name: their codes
     if not found:
-        return {}, False
+        return [], False
     code_of = {v: k for k, v in enumerate(found)}
     var = np.asarray([code_of[v] if v is not None else -1 for v in var_of], dtype=np.int64)[which.reshape(-1)]
     hit = var >= 0
@@ -222,25 +217,43 @@ def _variable_reads(graph: Graph, table: TransferTable, rows: np.ndarray, nbytes
     counts = np.bincount(var, minlength=m).tolist()
     unknown = np.bincount(var[~known], minlength=m).tolist()
     totals = _exact_sums(var, nbytes, m)
-    names = table.devices
-    dst_task = [task_of[names[d]] for d in np.asarray(table.dst_dev, dtype=np.int64)[rows].tolist()]
-    to_tasks: list[set[str]] = [set() for _ in found]
-    for v, t in zip(var.tolist(), dst_task, strict=True):
-        to_tasks[v].add(t)
-    frames_of: list[set[str]] = [set() for _ in found]
+    # The receiving tasks of each variable, sorted: task codes in the order of their names, then
+    # the distinct (variable, task) pairs in order.
+    dev_tasks = [task_of.get(d) for d in table.devices]
+    task_names = sorted({t for t in dev_tasks if t is not None})
+    task_code = np.asarray([task_names.index(t) if t is not None else -1 for t in dev_tasks], dtype=np.int64)
+    pair = np.unique(var * len(task_names) + task_code[np.asarray(table.dst_dev, dtype=np.int64)[rows]])
+    to_tasks: list[list[str]] = [[] for _ in found]
+    for v, t in zip((pair // len(task_names)).tolist(), (pair % len(task_names)).tolist(), strict=True):
+        to_tasks[v].append(task_names[t])
+    frames_of, in_loops = _reader_frames(graph, table, var.tolist(), rows.tolist(), m)
+    # Most bytes first, then by name: the codes are in name order, and the sort is stable (reverse keeps
+    # equal keys in order).
+    order = sorted(range(m), key=totals.__getitem__, reverse=True)
+    return ([{"variable": found[k], "reads_per_step": counts[k], "bytes_per_step": totals[k],
+              "unknown_size_reads": unknown[k], "to_tasks": to_tasks[k],
+              "per_iteration_of": sorted(frames_of[k]) if frames_of is not None and frames_of[k] else None}
+             for k in order], in_loops)
+
+
+def _reader_frames(graph: Graph, table: TransferTable, var: list[int], rows: list[int],
+                   m: int) -> tuple[list[set[str]] | None, bool]:
+    """Per variable code, the while-loop frames its reads ``rows`` (of variables ``var``) are
+    received in (a transfer inside a loop runs once per iteration: the receiving node's frame),
+    and whether there is any; None when the graph has no while loops."""
+    frames = _loop_frames(graph)
+    if frames is None:
+        return None, False
+    frames_of: list[set[str]] = [set() for _ in range(m)]
     in_loops = False
-    frames = _loop_frames(graph)  # None when the graph has no while loops
-    if frames is not None:
-        # A transfer inside a while loop runs once per iteration (the receiving node's frame).
-        index, dst = graph.index, table.dst
-        for v, k in zip(var.tolist(), rows.tolist(), strict=True):
-            dst_id = index.get(dst[k] or "")
-            frame = frames[dst_id] if dst_id is not None else None
-            if frame:
-                frames_of[v].add(frame)
-                in_loops = True
-    return ({name: [counts[k], totals[k], unknown[k], to_tasks[k], frames_of[k]] for k, name in enumerate(found)},
-            in_loops)
+    index, dst = graph.index, table.dst
+    for v, k in zip(var, rows, strict=True):
+        dst_id = index.get(dst[k] or "")
+        frame = frames[dst_id] if dst_id is not None else None
+        if frame:
+            frames_of[v].add(frame)
+            in_loops = True
+    return frames_of, in_loops
 
 
 def _loop_frames(graph: Graph) -> list[str | None] | None:
@@ -248,14 +261,6 @@ def _loop_frames(graph: Graph) -> list[str | None] | None:
     from placeviz.sync.proof import loop_frames
 
     return loop_frames(graph)
-
-
-def _variable_read(variable: str, n: int, nbytes: int, n_unknown: int, to_tasks: set[str],
-                   frames: set[str]) -> dict:
-    """One ``variable_reads`` row of :func:`traffic_summary`."""
-    return {"variable": variable, "reads_per_step": n, "bytes_per_step": nbytes, "unknown_size_reads": n_unknown,
-            "to_tasks": sorted(to_tasks) if len(to_tasks) > 1 else list(to_tasks),
-            "per_iteration_of": sorted(frames) if frames else None}
 
 
 def _overflow_notes(table: TransferTable, rows: list[int]) -> list[str]:
