@@ -90,7 +90,12 @@ class TransferTable:
         """One dict per transfer (keys :data:`RECORD_KEYS`, then ``assumed_batch`` on the rows
         sized with ``--batch-size``), made on the first call."""
         if self._records is None:
-            out = ColumnRecords(RECORD_KEYS, self.record_columns()).records()
+            # A dict display per row (its keys constant): twice as fast as dict(zip(keys, row)).
+            out = [{"src": src, "slot": slot, "src_device": src_device, "dst_device": dst_device, "dtype": dtype,
+                    "shape": shape, "bytes": nbytes, "level": level, "send": send, "recv": recv, "send_op": send_op,
+                    "recv_op": recv_op, "tensor_name": tensor_name, "dst": dst}
+                   for (src, slot, src_device, dst_device, dtype, shape, nbytes, level, send, recv, send_op, recv_op,
+                        tensor_name, dst) in zip(*self.record_columns(), strict=True)]
             if self.assumed is not None:
                 for record, batch in zip(out, self.assumed, strict=True):
                     if batch is not None:
