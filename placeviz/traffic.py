@@ -16,6 +16,7 @@ from placeviz.graph import CONTROL, Graph
 from placeviz.limits import MAX_TENSOR_BYTES, overflows, tensor_bytes
 from placeviz.op_kinds import VARIABLE_OPS, VARIABLE_READ_OPS
 from placeviz.partition import PartitionResult
+from placeviz.partition.graph_partition import unique_sorted
 from placeviz.partition.transfers import TransferTable
 from placeviz.protos import DTYPE_SIZE, dtype_name
 
@@ -101,7 +102,7 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
     unknown_rows = data & ~known
     # Per device pair: transfers, control, bytes, unknown-size transfers, sized with --batch-size.
     code = src_dev[rows] * ndev + dst_dev[rows]
-    present = np.unique(code).tolist()
+    present = unique_sorted(code).tolist()
     sums = [np.bincount(code, minlength=ndev * ndev).tolist(), np.bincount(code[control], minlength=ndev * ndev).tolist(),
             _exact_sums(code, nbytes, ndev * ndev), np.bincount(code[unknown_rows], minlength=ndev * ndev).tolist(),
             np.bincount(code[sized], minlength=ndev * ndev).tolist()]
@@ -191,7 +192,8 @@ def _variable_reads(graph: Graph, table: TransferTable, rows: np.ndarray, nbytes
     import numpy as np
 
     origins = np.asarray(table.origin, dtype=np.int64)[rows]
-    distinct, which = np.unique(origins, return_inverse=True)
+    distinct = unique_sorted(origins)
+    which = np.searchsorted(distinct, origins)
     n = len(graph)
     ops, gnames = graph.ops, graph.names
     # A tensor sent to several tasks is one transfer per task: its variable is looked up once.
@@ -210,7 +212,7 @@ def _variable_reads(graph: Graph, table: TransferTable, rows: np.ndarray, nbytes
     if not found:
         return [], False
     code_of = {v: k for k, v in enumerate(found)}
-    var = np.asarray([code_of[v] if v is not None else -1 for v in var_of], dtype=np.int64)[which.reshape(-1)]
+    var = np.asarray([code_of[v] if v is not None else -1 for v in var_of], dtype=np.int64)[which]
     hit = var >= 0
     var, rows, nbytes, known = var[hit], rows[hit], nbytes[hit], known[hit]
     m = len(found)
@@ -222,7 +224,7 @@ def _variable_reads(graph: Graph, table: TransferTable, rows: np.ndarray, nbytes
     dev_tasks = [task_of.get(d) for d in table.devices]
     task_names = sorted({t for t in dev_tasks if t is not None})
     task_code = np.asarray([task_names.index(t) if t is not None else -1 for t in dev_tasks], dtype=np.int64)
-    pair = np.unique(var * len(task_names) + task_code[np.asarray(table.dst_dev, dtype=np.int64)[rows]])
+    pair = unique_sorted(var * len(task_names) + task_code[np.asarray(table.dst_dev, dtype=np.int64)[rows]])
     to_tasks: list[list[str]] = [[] for _ in found]
     for v, t in zip((pair // len(task_names)).tolist(), (pair % len(task_names)).tolist(), strict=True):
         to_tasks[v].append(task_names[t])

@@ -90,7 +90,7 @@ def _dtype_names() -> dict[int, str]:
     return {d: dtype_name(d) for t in DataType.values() for d in (t, t + REF_OFFSET)}
 
 
-def _unique(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+def unique_sorted(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """``np.unique`` of a 1-d integer array, sorted, without its import of ``numpy.ma`` (it asks
     ``np.ma.is_masked``: 10-20 ms of a small graph's cold ``lint``, ``tests/test_coldstart.py``)."""
     import numpy as np
@@ -423,10 +423,10 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         n = self.n
         data = self.e_slot[pos] != CONTROL  # control edges ask for no facts
         src, slot, dst = self.e_src[pos][data], self.e_slot[pos][data], self.e_dst[pos][data]
-        from_added = _unique(src[src >= n])
+        from_added = unique_sorted(src[src >= n])
         stands = [self.added[s - n] for s in from_added.tolist()]
         copies = np.asarray([a.copy_of for a in stands if a.copy_of >= 0], dtype=np.int32)
-        nodes = _unique(np.concatenate([src[src < n], dst, copies]))
+        nodes = unique_sorted(np.concatenate([src[src < n], dst, copies]))
         row_of, rows = self.fact_table(nodes.tolist())
         # A group with a ref-typed source reads the types of all of its destination's inputs.
         ref_row = np.asarray([max(row[1], default=0) > REF_OFFSET for row in rows] + [False])
@@ -437,7 +437,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             is_ref_added[ref_added] = True
             ref_edge |= is_ref_added[src]
         if ref_edge.any():
-            ref_dst = _unique(dst[ref_edge])
+            ref_dst = unique_sorted(dst[ref_edge])
             lo, hi = self.in_start_np[ref_dst].astype(np.int64), self.in_start_np[ref_dst + 1].astype(np.int64)
             counts = hi - lo
             inputs = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
@@ -458,8 +458,8 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             origin[at[has]] = a_origin[has]
             oslot[at[has]] = a_oslot[has]
         named = oslot != CONTROL
-        pairs = _unique((origin[named] << 32) | oslot[named])
-        self._prefetch_shape_attrs(_unique(pairs >> 32))
+        pairs = unique_sorted((origin[named] << 32) | oslot[named])
+        self._prefetch_shape_attrs(unique_sorted(pairs >> 32))
         shape = self.shape
         shapes = {(o, s): shape(o, s) for o, s in zip((pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist(),
                                                       strict=True)}
