@@ -15,6 +15,9 @@
  * nothing it is given and never hands work back midway: it either returns the whole result or
  * declines (None) before doing anything, on an argument of another kind or a destination that a
  * while loop's control loop gates; then the Python function runs from its start.
+ * The transfers it made come back as one list per column of
+ * placeviz.partition.transfers.TransferTable (no dict per transfer: the readers that run on every
+ * command read columns).
  *
  * Facts that need protobufs or the op table come as tables made once per call by the Python
  * methods the specification calls, and read here without calling back into Python: per node of
@@ -49,11 +52,11 @@ static PyObject *s_dev, *s_inputs, *s_name, *s_origin, *s_oslot, *s_dtype;
 static PyObject *s_send_op, *s_hostsend_op, *s_recv_op, *s_hostrecv_op, *s_const_op, *s_identity_op;
 static PyObject *s_kind_send, *s_kind_recv, *s_ctrl_const, *s_ctrl_identity;
 static PyObject *s_kind, *s_copy_of, *s_op, *s_replicate;
-static PyObject *s_control, *s_device, *s_task;
-static PyObject *k_src, *k_slot, *k_src_device, *k_dst_device, *k_dtype, *k_shape, *k_bytes, *k_level;
-static PyObject *k_send, *k_recv, *k_send_op, *k_recv_op, *k_tensor_name, *k_dst;
-/* A transfer dict with its keys in the Python loop's order; each transfer is a copy of it. */
-static PyObject *transfer_template;
+static PyObject *s_control;
+/* The columns of placeviz.partition.transfers.TransferTable (COLUMNS), in its order: a transfer is
+ * one item appended to each. */
+enum { T_ORIGIN, T_SRC, T_SLOT, T_SRC_DEV, T_DST_DEV, T_DTYPE, T_SHAPE, T_BYTES, T_SEND, T_RECV, T_SEND_OP,
+       T_RECV_OP, T_TENSOR_NAME, T_DST, T_COLUMNS };
 
 typedef struct {
     /* split_originals' keyword arguments (parse_args), read only */
@@ -69,6 +72,7 @@ typedef struct {
     Py_ssize_t base; /* len(old_added): the first new node is n + base */
     /* owned by the call: its result */
     PyObject *added, *transfers, *counters, *w_pos, *w_src, *w_slot, *dup, *recheck;
+    PyObject *columns[T_COLUMNS]; /* the transfers' columns (transfers: the tuple of them) */
     int new_fast; /* see add_node and new_slots */
     PyObject *new_slots[NEW_FIELDS], *new_values;
 } Ctx;
@@ -89,12 +93,6 @@ static PyObject *item(PyObject *list, Py_ssize_t i)
 }
 
 /* list[i] as a C integer; -1 with an exception set on error (callers check PyErr_Occurred). */
-static Py_ssize_t item_index(PyObject *list, Py_ssize_t i)
-{
-    PyObject *o = item(list, i);
-    return o == NULL ? -1 : PyLong_AsSsize_t(o);
-}
-
 static int append_new_ref(PyObject *list, PyObject *o)
 {
     if (o == NULL)
@@ -506,7 +504,7 @@ static PyObject *edge_name(Py_ssize_t num, PyObject *name)
  * receive, or the Identity of a control edge); *recv: the receive's id, -1 when shared. 0 or -1. */
 static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ssize_t dst_i, PyObject *dst_dev,
                     Py_ssize_t dst_dev_i, PyObject *dpart, PyObject *dst_name, PyObject *task, PyObject *major,
-                    PyObject *recv_device, Py_ssize_t same_task_dst, Py_ssize_t *seq, Py_ssize_t *counter_s,
+                    Py_ssize_t *seq, Py_ssize_t *counter_s,
                     Py_ssize_t *edge_id, int dst_cpu, int plain, int ref, PyObject **out_ref, Py_ssize_t *recv_id)
 {
     *out_ref = NULL;
@@ -518,7 +516,7 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
         return -1;
     int data = sl != CONTROL;
     PyObject *key = NULL, *src_dev = NULL, *src_name = NULL, *origin = NULL, *oslot = NULL, *tname = NULL;
-    PyObject *meta = NULL, *dtype = NULL, *shape = NULL, *nbytes = NULL, *out = NULL, *tr = NULL;
+    PyObject *meta = NULL, *dtype = NULL, *shape = NULL, *nbytes = NULL, *out = NULL;
     PyObject *send_name = NULL, *recv_name = NULL, *size = NULL, *dname = NULL, *origin_name = NULL;
     PyObject *send_op, *recv_op, *slot_out;
     int rc = -1;
@@ -759,21 +757,12 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
         if (a == NULL || (origin_name = PyObject_GetAttr(a, s_name)) == NULL)
             goto done;
     }
-    PyObject *src_device = item(c->dev_names, src_dev_i);
-    Py_ssize_t src_task = item_index(c->dev_task, src_dev_i);
-    if (src_device == NULL || (src_task == -1 && PyErr_Occurred()))
-        goto done;
-    tr = PyDict_Copy(transfer_template);
-    if (tr == NULL || PyDict_SetItem(tr, k_src, origin_name) < 0 || PyDict_SetItem(tr, k_slot, slot_out) < 0 ||
-        PyDict_SetItem(tr, k_src_device, src_device) < 0 || PyDict_SetItem(tr, k_dst_device, recv_device) < 0 ||
-        PyDict_SetItem(tr, k_dtype, dname) < 0 || PyDict_SetItem(tr, k_shape, shape) < 0 ||
-        PyDict_SetItem(tr, k_bytes, nbytes) < 0 ||
-        PyDict_SetItem(tr, k_level, src_task == same_task_dst ? s_device : s_task) < 0 ||
-        PyDict_SetItem(tr, k_send, send_name) < 0 || PyDict_SetItem(tr, k_recv, recv_name) < 0 ||
-        PyDict_SetItem(tr, k_send_op, send_op) < 0 || PyDict_SetItem(tr, k_recv_op, recv_op) < 0 ||
-        PyDict_SetItem(tr, k_tensor_name, tname) < 0 || PyDict_SetItem(tr, k_dst, dst_name) < 0)
-        goto done;
-    rc = PyList_Append(c->transfers, tr);
+    /* the transfer's row (TransferTable.append's order) */
+    PyObject *row[T_COLUMNS] = {origin, origin_name, slot_out, src_dev, dst_dev, dname, shape, nbytes, send_name,
+                                recv_name, send_op, recv_op, tname, dst_name};
+    rc = 0;
+    for (int k = 0; rc == 0 && k < T_COLUMNS; k++)
+        rc = PyList_Append(c->columns[k], row[k]);
 done:
     if (rc < 0)
         Py_CLEAR(*out_ref);
@@ -788,7 +777,6 @@ done:
     Py_XDECREF(shape);
     Py_XDECREF(nbytes);
     Py_XDECREF(out);
-    Py_XDECREF(tr);
     Py_XDECREF(send_name);
     Py_XDECREF(recv_name);
     Py_XDECREF(size);
@@ -836,6 +824,8 @@ static void release_ctx(Ctx *c)
                           &c->recheck};
     for (size_t k = 0; k < sizeof(owned) / sizeof(owned[0]); k++)
         Py_CLEAR(*owned[k]);
+    for (int k = 0; k < T_COLUMNS; k++)
+        Py_CLEAR(c->columns[k]);
 }
 
 /* The keywords of split_originals and where each goes in the Ctx (one table, read in one place). */
@@ -931,11 +921,8 @@ static int cut_group(Ctx *c, Py_ssize_t k, Py_ssize_t j, PyObject **types, long 
         return -1;
     const int64_t *rank = (const int64_t *)c->rank.buf;
     PyObject *dpart = item(c->part, dst_dev_i), *dst_name = item(c->names, dst_i);
-    PyObject *task = item(c->dev_task, dst_dev_i), *recv_device = item(c->dev_names, dst_dev_i);
-    if (dpart == NULL || dst_name == NULL || task == NULL || recv_device == NULL)
-        return -1;
-    Py_ssize_t same_task_dst = PyLong_AsSsize_t(task);
-    if (same_task_dst == -1 && PyErr_Occurred())
+    PyObject *task = item(c->dev_task, dst_dev_i);
+    if (dpart == NULL || dst_name == NULL || task == NULL)
         return -1;
     PyObject *cpu = item(c->is_cpu, dst_dev_i);
     if (cpu == NULL)
@@ -950,7 +937,7 @@ static int cut_group(Ctx *c, Py_ssize_t k, Py_ssize_t j, PyObject **types, long 
             PyObject *out;
             Py_ssize_t recv;
             rc = cut_edge(c, q, types[q - k], dst, dst_i, dst_dev, dst_dev_i, dpart, dst_name, task, major,
-                          recv_device, same_task_dst, seq, counter_s, edge_id, dst_cpu, dst_cpu, 0, &out, &recv);
+                          seq, counter_s, edge_id, dst_cpu, dst_cpu, 0, &out, &recv);
             Py_XDECREF(out);
         }
         Py_DECREF(major);
@@ -1017,8 +1004,8 @@ static int cut_group(Ctx *c, Py_ssize_t k, Py_ssize_t j, PyObject **types, long 
         if (dtype == NULL)
             rc = -1;
         else
-            rc = cut_edge(c, q, dtype, dst, dst_i, dst_dev, dst_dev_i, dpart, dst_name, task, major, recv_device,
-                          same_task_dst, seq, counter_s, edge_id, dst_cpu, 0, is_ref, &out, &recv);
+            rc = cut_edge(c, q, dtype, dst, dst_i, dst_dev, dst_dev_i, dpart, dst_name, task, major,
+                          seq, counter_s, edge_id, dst_cpu, 0, is_ref, &out, &recv);
         Py_XDECREF(dtype);
         if (rc == 0)
             rc = is_ref && recv >= 0 ? append_ssize(ref_recvs, recv) : PyList_Append(ref_ctrl, out);
@@ -1060,7 +1047,7 @@ PyDoc_STRVAR(split_originals_doc,
 "The whole of _GraphPartition._split_originals for one level (placeviz/partition/graph_partition.py): every group of\n"
 "cut edges into one original node, in order, as _cut_dst does it. Keyword arguments only (see\n"
 "_Partitioner._split_originals_c); nothing given is changed. Returns the new nodes (`added`, to\n"
-"append), `transfers`, the rewritten edges (`w_pos`, `w_src`, `w_slot`), the shared receives\n"
+"append), `transfers` (a tuple of TransferTable's columns, to extend it), the rewritten edges (`w_pos`, `w_src`, `w_slot`), the shared receives\n"
 "(`dup`), the counters (`counters`, `counter_s`, `seq`, `edge_id`) and the receives to split again\n"
 "(`recheck`). None, before doing anything, when an argument is not of its kind or a control\n"
 "loop gates a destination: then the Python function runs from its start.");
@@ -1116,11 +1103,17 @@ static PyObject *split_originals(PyObject *self, PyObject *args, PyObject *kw)
     }
     c.base = PyList_GET_SIZE(c.old_added);
     c.counters = PyDict_Copy(c.counters_in);
-    c.added = PyList_New(0), c.transfers = PyList_New(0), c.w_pos = PyList_New(0), c.w_src = PyList_New(0);
+    c.added = PyList_New(0), c.w_pos = PyList_New(0), c.w_src = PyList_New(0);
     c.w_slot = PyList_New(0), c.dup = PyDict_New(), c.recheck = PyList_New(0);
     PyObject **types = NULL; /* out types of the current group's edges (0 for control edges) */
     PyObject *result = NULL;
     Py_ssize_t cap = 0, k = 0;
+    c.transfers = PyTuple_New(T_COLUMNS);
+    for (int col = 0; c.transfers != NULL && col < T_COLUMNS; col++) {
+        if ((c.columns[col] = PyList_New(0)) == NULL)
+            goto error;
+        PyTuple_SET_ITEM(c.transfers, col, Py_NewRef(c.columns[col]));
+    }
     if (c.counters == NULL || c.added == NULL || c.transfers == NULL || c.w_pos == NULL || c.w_src == NULL ||
         c.w_slot == NULL || c.dup == NULL || c.recheck == NULL)
         goto error;
@@ -1531,34 +1524,9 @@ PyMODINIT_FUNC PyInit__partition_kernels(void)
     INTERN(s_ctrl_const, "ctrl_const");
     INTERN(s_ctrl_identity, "ctrl_identity");
     INTERN(s_control, "control");
-    INTERN(s_device, "device");
-    INTERN(s_task, "task");
     INTERN(s_kind, "kind");
     INTERN(s_copy_of, "copy_of");
     INTERN(s_op, "op");
     INTERN(s_replicate, "replicate");
-    INTERN(k_src, "src");
-    INTERN(k_slot, "slot");
-    INTERN(k_src_device, "src_device");
-    INTERN(k_dst_device, "dst_device");
-    INTERN(k_dtype, "dtype");
-    INTERN(k_shape, "shape");
-    INTERN(k_bytes, "bytes");
-    INTERN(k_level, "level");
-    INTERN(k_send, "send");
-    INTERN(k_recv, "recv");
-    INTERN(k_send_op, "send_op");
-    INTERN(k_recv_op, "recv_op");
-    INTERN(k_tensor_name, "tensor_name");
-    INTERN(k_dst, "dst");
-    /* the Python loop's key order, which the JSON output shows */
-    PyObject *keys[] = {k_src, k_slot, k_src_device, k_dst_device, k_dtype, k_shape, k_bytes, k_level,
-                        k_send, k_recv, k_send_op, k_recv_op, k_tensor_name, k_dst};
-    transfer_template = PyDict_New();
-    if (transfer_template == NULL)
-        return NULL;
-    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
-        if (PyDict_SetItem(transfer_template, keys[k], Py_None) < 0)
-            return NULL;
     return PyModule_Create(&module);
 }

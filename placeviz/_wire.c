@@ -2217,6 +2217,76 @@ done:
     return result;
 }
 
+/* The keys' texts as json writes them before a value: `"key":`, with ',' before all but the first
+ * (bytes), in a new list; None (no error set) when a key is not a str. */
+static PyObject *json_heads(PyObject *keys, PyObject *escape)
+{
+    Py_ssize_t nkeys = PyList_GET_SIZE(keys);
+    PyObject *heads = PyList_New(nkeys);
+    if (!heads) return NULL;
+    for (Py_ssize_t k = 0; k < nkeys; k++) {
+        PyObject *key = PyList_GET_ITEM(keys, k);
+        if (!PyUnicode_CheckExact(key)) { Py_DECREF(heads); Py_RETURN_NONE; }
+        PyObject *text = PyObject_CallOneArg(escape, key);
+        if (!text) { Py_DECREF(heads); return NULL; }
+        PyObject *head = PyUnicode_FromFormat("%s%U:", k ? "," : "", text);
+        Py_DECREF(text);
+        PyObject *head_bytes = head ? PyUnicode_AsASCIIString(head) : NULL;
+        Py_XDECREF(head);
+        if (!head_bytes) { Py_DECREF(heads); return NULL; }
+        PyList_SET_ITEM(heads, k, head_bytes);
+    }
+    return heads;
+}
+
+PyDoc_STRVAR(json_columns_doc,
+"json_columns(keys, columns, escape) -> bytes | None\n\n"
+"json_records of the records dict(zip(keys, row)) for row in zip(*columns), without making them:\n"
+"the same text, read from one list per key (a partition's transfers, kept as columns:\n"
+"placeviz.partition.transfers.TransferTable). keys: a list of str; columns: a list of lists, one\n"
+"per key, of one length. None where json_records declines (a value it does not write as json\n"
+"would) or on columns of unequal lengths: the caller encodes with json\n"
+"(placeviz.jsontext.compact_columns).");
+
+static PyObject *json_columns(PyObject *self, PyObject *args)
+{
+    PyObject *keys, *columns, *escape;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &keys, &PyList_Type, &columns, &escape)) return NULL;
+    Py_ssize_t nkeys = PyList_GET_SIZE(keys);
+    if (nkeys == 0 || PyList_GET_SIZE(columns) != nkeys) Py_RETURN_NONE;
+    Py_ssize_t m = -1;
+    for (Py_ssize_t k = 0; k < nkeys; k++) {
+        PyObject *col = PyList_GET_ITEM(columns, k);
+        if (!PyList_CheckExact(col) || (m >= 0 && PyList_GET_SIZE(col) != m)) Py_RETURN_NONE;
+        m = PyList_GET_SIZE(col);
+    }
+    PyObject *heads = json_heads(keys, escape);
+    if (!heads || heads == Py_None) return heads;
+    PyObject *result = NULL;
+    Buf b = {NULL, 0, 0};
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (!buf_room(&b, 2)) goto done;
+        if (i) b.p[b.len++] = ',';
+        b.p[b.len++] = '{';
+        for (Py_ssize_t k = 0; k < nkeys; k++) {
+            PyObject *head = PyList_GET_ITEM(heads, k), *col = PyList_GET_ITEM(columns, k);
+            if (PyList_GET_SIZE(col) != m) { result = Py_NewRef(Py_None); goto done; }  /* changed under us */
+            if (!buf_room(&b, (size_t)PyBytes_GET_SIZE(head))) goto done;
+            buf_raw(&b, PyBytes_AS_STRING(head), (size_t)PyBytes_GET_SIZE(head));
+            int r = json_value(&b, PyList_GET_ITEM(col, i), escape, 0);
+            if (r == 0) goto done;
+            if (r < 0) { result = Py_NewRef(Py_None); goto done; }
+        }
+        if (!buf_room(&b, 1)) goto done;
+        b.p[b.len++] = '}';
+    }
+    result = PyBytes_FromStringAndSize(b.len ? (const char *)b.p : "", (Py_ssize_t)b.len);
+done:
+    PyMem_Free(b.p);
+    Py_DECREF(heads);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan_graph", scan_graph, METH_O, scan_graph_doc},
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
@@ -2230,6 +2300,7 @@ static PyMethodDef methods[] = {
     {"encode_added", encode_added, METH_VARARGS, encode_added_doc},
     {"rebuild_nodes", rebuild_nodes, METH_VARARGS, rebuild_nodes_doc},
     {"json_records", json_records, METH_VARARGS, json_records_doc},
+    {"json_columns", json_columns, METH_VARARGS, json_columns_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -78,6 +78,58 @@ _records: Callable[[list, Callable[[str], str]], bytes | None] | None = None
 """``placeviz._wire.json_records``, or :func:`_no_records`: found on the first call."""
 
 
+def compact_columns(keys: list[str], columns: list[list]) -> bytes:
+    """:func:`compact_items` of the records ``dict(zip(keys, row))`` for each ``row`` of
+    ``zip(*columns)``, without making them: the same text, written by
+    ``placeviz._wire.json_columns`` from one list per key (a partition's transfers, kept as
+    columns: :class:`placeviz.partition.transfers.TransferTable`), or, where it declines or
+    without the kernel, by json from the records (the reference: ``tests/test_jsontext.py``)."""
+    global _columns
+    if _columns is None:
+        from placeviz.native import kernels
+
+        wire = kernels("_wire")
+        _columns = getattr(wire, "json_columns", None) or _no_columns
+    text: bytes | None = _columns(keys, columns, _string)  # a C kernel's result: untyped
+    if text is None:
+        return compact_json([dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)])[1:-1].encode()
+    return text
+
+
+def _no_columns(keys: list[str], columns: list[list], escape: Callable[[str], str]) -> None:
+    return None
+
+
+_columns: Callable[[list[str], list[list], Callable[[str], str]], bytes | None] | None = None
+"""``placeviz._wire.json_columns``, or :func:`_no_columns`: found on the first call."""
+
+
+class ColumnRecords:
+    """A list of records (dicts with the same keys in the same order) kept as one list per key,
+    as a JSON document's value: :func:`placeviz.commands.output.to_json_pieces` writes it as the
+    list of those dicts (:func:`compact_columns`) without making them; :meth:`records` makes them
+    (the indented form, any other writer)."""
+
+    def __init__(self, keys: list[str], columns: list[list]) -> None:
+        self.keys = keys
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
+
+    def records(self) -> list[dict]:
+        """The records as dicts, in order."""
+        keys = self.keys
+        return [dict(zip(keys, row, strict=True)) for row in zip(*self.columns, strict=True)]
+
+    def compact_pieces(self, size: int) -> Iterator[bytes]:
+        """The list's compact JSON text (with its brackets) in pieces of at most ``size`` records."""
+        yield b"["
+        for lo in range(0, len(self), size):
+            yield (b"," if lo else b"") + compact_columns(self.keys, [c[lo:lo + size] for c in self.columns])
+        yield b"]"
+
+
 def json_text(document, *, pretty: bool = False) -> str:
     """``document`` as the JSON text of an output file, ending in a newline: compact (CPython's C
     encoder; ``json.dumps`` falls back to the pure-Python encoder whenever ``indent`` is set), or

@@ -318,8 +318,8 @@ def _partition_step(pipe: Pipeline, placed: PlacementResult, step: StepOptions,
     if step.batch_size is not None:
         from placeviz.traffic import assume_batch
 
-        # A new list for every later reader (analyze, render, lint); the partitions stay TF's.
-        parts.transfers = assume_batch(parts.transfers, step.batch_size)
+        # A new table for every later reader (analyze, render, lint); the partitions stay TF's.
+        parts.table = assume_batch(parts.table, step.batch_size)
     if pipe.analysis is not None:
         pipe.analysis.traffic_stage = TrafficStage(step.level, pipe.run, placed.graph, parts, step.batch_size)
 

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import cache
+from typing import TYPE_CHECKING
 
 from placeviz.devices import task_of as device_task
 from placeviz.graph import CONTROL, Graph
-from placeviz.limits import overflows, tensor_bytes
+from placeviz.limits import MAX_TENSOR_BYTES, overflows, tensor_bytes
 from placeviz.op_kinds import VARIABLE_OPS, VARIABLE_READ_OPS
 from placeviz.partition import PartitionResult
+from placeviz.partition.graph_partition import unique_sorted
+from placeviz.partition.transfers import TransferTable
 from placeviz.protos import DTYPE_SIZE, dtype_name
+
+if TYPE_CHECKING:  # numpy is imported on first use: its types for the checker only
+    import numpy as np
 
 TOP_TRANSFERS = 10
 _READ_OPS = VARIABLE_READ_OPS | {"Enter", "RefEnter", "Switch", "RefSwitch"}
@@ -44,26 +50,27 @@ def _variable_behind_id(graph: Graph, i: int | None) -> str | None:
     return None
 
 
-def assume_batch(transfers: list[dict], batch_size: int) -> list[dict]:
+def assume_batch(table: TransferTable, batch_size: int) -> TransferTable:
     """The transfers with an unknown leading (batch) dimension sized as ``batch_size`` (``--batch-size``).
 
     A tensor fed per step (``placeholder(shape=[None, ...])``) has a batch dimension TF only
     learns at run time, so its ``_Send``/``_Recv`` pair has no static size (see
     :func:`placeviz.partition.partition`). Only a shape whose *first* dimension alone is unknown is
-    resolved; the resolved transfers are new dicts with ``bytes`` filled and ``assumed_batch``
-    set, the others are the same objects. The partitions themselves are not changed.
+    resolved; the result is a new table whose resolved rows have their bytes and
+    ``assumed_batch`` (:attr:`TransferTable.assumed`) set. The partitions themselves are not changed.
     """
     sizes = _size_by_name()
-    out = []
-    for t in transfers:
-        shape = t.get("shape")
-        if (t["slot"] != "control" and t["bytes"] is None and isinstance(shape, list) and shape
+    nbytes = list(table.bytes)
+    assumed: list[int | None] = [None] * len(nbytes)
+    for k, (slot, known, shape, dtype) in enumerate(zip(table.slot, table.bytes, table.shape, table.dtype,
+                                                        strict=True)):
+        if (slot != "control" and known is None and isinstance(shape, list) and shape
                 and shape[0] is None and None not in shape[1:]):
-            nbytes = tensor_bytes(sizes.get(t.get("dtype")), [batch_size, *shape[1:]])
-            if nbytes is not None:
-                t = {**t, "bytes": nbytes, "assumed_batch": batch_size}
-        out.append(t)
-    return out
+            size = tensor_bytes(sizes.get(dtype), [batch_size, *shape[1:]])
+            if size is not None:
+                nbytes[k] = size
+                assumed[k] = batch_size
+    return table.with_bytes(nbytes, assumed)
 
 
 def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size: int | None = None) -> dict:
@@ -72,160 +79,203 @@ def traffic_summary(graph: Graph, parts: PartitionResult, run: dict, batch_size:
     A transfer of unknown size adds nothing to the bytes and one to the ``unknown`` counts next to
     them (``unknown_size_transfers``, per task ``sent_unknown``/``received_unknown``, per pair
     ``unknown_bytes``, per variable ``unknown_size_reads``): the bytes are then a lower bound.
+
+    Read from the transfers' columns (:class:`~placeviz.partition.transfers.TransferTable`: tens
+    of thousands of transfers a step, hundreds of thousands at 1M nodes): numpy adds them up per
+    pair of *devices* (a few) and per variable; the per-task rows are folded from those sums.
     """
-    transfers = [t for t in parts.transfers if t["level"] == "task"]
-    # One pass over the transfers (tens of thousands a step) adds them up per pair of *devices*
-    # (a few); the per-task rows and counts are folded from those sums below. Per device pair:
-    # [transfers, control, bytes, unknown-size transfers, transfers sized with --batch-size].
-    by_devices: dict[tuple[str, str], list[int]] = {}
-    unknown_size: list[dict] = []  # the non-control transfers of unknown size (for the overflow note)
-    data: list[dict] = []  # the transfers of a tensor (not control), in order
-    sizes: list[int] = []  # their bytes (0 when unknown), for the largest transfers
-    for t in transfers:
-        key = (t["src_device"], t["dst_device"])
-        acc = by_devices.get(key)
-        if acc is None:
-            acc = by_devices[key] = [0, 0, 0, 0, 0]
-        acc[0] += 1
-        if t["slot"] == "control":
-            acc[1] += 1
-            continue
-        data.append(t)
-        if (nbytes := t["bytes"]) is None:
-            acc[3] += 1
-            unknown_size.append(t)
-            sizes.append(0)
-        else:
-            acc[2] += nbytes
-            acc[4] += "assumed_batch" in t
-            sizes.append(nbytes)
+    import numpy as np
+
+    table = parts.table
+    src_dev = np.asarray(table.src_dev, dtype=np.int64)
+    dst_dev = np.asarray(table.dst_dev, dtype=np.int64)
+    dev_task = np.asarray(table.tasks, dtype=np.int64)
+    rows = np.flatnonzero(dev_task[src_dev] != dev_task[dst_dev])  # the task-level transfers, in order
+    ndev = len(table.devices)
+    control = np.equal(np.array(table.slot, dtype=object)[rows], "control").astype(bool)
+    held = np.array(table.bytes, dtype=object)[rows]
+    known = (held != None).astype(bool)  # noqa: E711 - elementwise, on the object array
+    nbytes = np.where(known, held, 0).astype(np.int64)  # each below 2**63 (placeviz.limits)
+    sized = ((np.array(table.assumed, dtype=object)[rows] != None).astype(bool) & known  # noqa: E711
+             if table.assumed is not None else np.zeros(len(rows), dtype=bool))
+    data = ~control
+    unknown_rows = data & ~known
+    # Per device pair: transfers, control, bytes, unknown-size transfers, sized with --batch-size.
+    code = src_dev[rows] * ndev + dst_dev[rows]
+    present = unique_sorted(code).tolist()
+    sums = [np.bincount(code, minlength=ndev * ndev).tolist(), np.bincount(code[control], minlength=ndev * ndev).tolist(),
+            _exact_sums(code, nbytes, ndev * ndev), np.bincount(code[unknown_rows], minlength=ndev * ndev).tolist(),
+            np.bincount(code[sized], minlength=ndev * ndev).tolist()]
+    names = table.devices
+    task_of: dict[str, str] = {}  # device -> its task
+    for c in present:
+        for d in (names[c // ndev], names[c % ndev]):
+            if d not in task_of:
+                task = device_task(d, replica=True)
+                task_of[d] = d if task is None else task  # d: a string TF cannot parse
     pairs: dict[tuple[str, str], dict] = {}
     sent: Counter = Counter()
     received: Counter = Counter()
     sent_unknown: Counter = Counter()
     received_unknown: Counter = Counter()
-    unknown = control = assumed = 0
-    task_of: dict[str, str] = {}  # device -> its task
-    for src_device, dst_device in by_devices:
-        for d in (src_device, dst_device):
-            if d not in task_of:
-                task = device_task(d, replica=True)
-                task_of[d] = d if task is None else task  # d: a string TF cannot parse
-    for (src_device, dst_device), (count, n_control, nbytes, n_unknown, n_assumed) in by_devices.items():
-        src, dst = task_of[src_device], task_of[dst_device]
+    for c in present:
+        count, n_control, total, n_unknown = sums[0][c], sums[1][c], sums[2][c], sums[3][c]
+        src, dst = task_of[names[c // ndev]], task_of[names[c % ndev]]
         row = pairs.get((src, dst))
         if row is None:
             row = pairs[(src, dst)] = {"src_task": src, "dst_task": dst, "transfers": 0, "control": 0,
                                        "bytes": 0, "unknown_bytes": 0}
         row["transfers"] += count
         row["control"] += n_control
-        row["bytes"] += nbytes
+        row["bytes"] += total
         row["unknown_bytes"] += n_unknown
-        control += n_control
-        unknown += n_unknown
-        assumed += n_assumed
         if n_unknown:
             sent_unknown[src] += n_unknown
             received_unknown[dst] += n_unknown
         if count - n_control - n_unknown:  # some transfer of known size: the task sent and received bytes
-            sent[src] += nbytes
-            received[dst] += nbytes
-    from placeviz.sync.proof import loop_frames
-
-    frames = loop_frames(graph)  # None when the graph has no while loops
-    # Per variable: [reads, bytes, reads of unknown size, receiving tasks, loop frames of the readers].
-    reads: dict[str, list] = {}
-    # A tensor sent to several tasks is one transfer per task: its variable is looked up once.
-    # Most sources are neither a variable nor one of its reads: their op settles it without a call.
-    behind: dict[str, str | None] = {}
-    in_loops = False  # some read crosses the network inside a while loop
-    index, ops, names = graph.index, graph.ops, graph.names
-    for t in data:
-        src_name = t["src"]
-        var: str | None
-        if src_name in behind:
-            var = behind[src_name]
-        else:
-            i = index.get(src_name)
-            if i is None:
-                var = None
-            elif ops[i] in VARIABLE_OPS:
-                var = names[i]
-            elif ops[i] in _READ_OPS:
-                var = _variable_behind_id(graph, i)
-            else:
-                var = None
-            behind[src_name] = var
-        if var is not None:
-            r = reads.get(var)
-            if r is None:
-                r = reads[var] = [0, 0, 0, set(), set()]
-            r[0] += 1
-            if (nbytes := t["bytes"]) is None:
-                r[2] += 1
-            else:
-                r[1] += nbytes
-            r[3].add(task_of[t["dst_device"]])
-            if frames is not None:
-                # A transfer inside a while loop runs once per iteration (the receiving node's frame).
-                dst_id = index.get(t.get("dst") or "")
-                frame = frames[dst_id] if dst_id is not None else None
-                if frame:
-                    r[4].add(frame)
-                    in_loops = True
+            sent[src] += total
+            received[dst] += total
+    data_rows = rows[data]
+    variable_reads, in_loops = _variable_reads(graph, table, data_rows, nbytes[data], known[data], task_of)
     tasks = sorted(set(sent) | set(received) | {p[0] for p in pairs} | {p[1] for p in pairs})
-    import numpy as np
-
     # The largest transfers, equal sizes in the transfers' order: a stable sort by bytes, descending
     # (bytes fit int64: a larger tensor's size is unknown, see placeviz.limits).
-    top = [data[k] for k in np.argsort(-np.array(sizes, dtype=np.int64), kind="stable")[:TOP_TRANSFERS]]
-    # Variables by bytes read, descending, then by name: sorted by name, then stably by bytes
-    # (reverse keeps equal keys in order), both sorts without a Python key function per item.
-    read_order = sorted(reads)
-    read_order.sort(key={v: r[1] for v, r in reads.items()}.__getitem__, reverse=True)
+    top = data_rows[np.argsort(-nbytes[data], kind="stable")[:TOP_TRANSFERS]].tolist()
+    n_unknown_all = int(unknown_rows.sum())
+    assumed = int(sized[data].sum())
     return {
         "run": run,
         "bytes_per_step": sum(sent.values()),
-        "transfers": len(transfers),
-        "unknown_size_transfers": unknown,
-        "control_transfers": control,
+        "transfers": len(rows),
+        "unknown_size_transfers": n_unknown_all,
+        "control_transfers": int(control.sum()),
         "assumed_batch": batch_size,  # --batch-size (see assume_batch), or None
         "assumed_batch_transfers": assumed,
         "task_pairs": [pairs[k] for k in sorted(pairs)],
         "tasks": [{"task": t, "sent_bytes": sent[t], "received_bytes": received[t], "sent_unknown": sent_unknown[t],
                    "received_unknown": received_unknown[t]} for t in tasks],
-        "top_transfers": [{k: t[k] for k in ("src", "slot", "src_device", "dst_device", "dtype", "shape", "bytes")}
-                          for t in top],
-        "variable_reads": [_variable_read(v, *reads[v]) for v in read_order],
+        "top_transfers": [{"src": table.src[k], "slot": table.slot[k], "src_device": names[table.src_dev[k]],
+                           "dst_device": names[table.dst_dev[k]], "dtype": table.dtype[k], "shape": table.shape[k],
+                           "bytes": table.bytes[k]} for k in top],
+        "variable_reads": variable_reads,
         "notes": (["a read inside a while loop crosses the network once per iteration; the trip count is "
                    "unknown statically, so reads_per_step and bytes_per_step count one iteration "
                    "(see per_iteration_of)"]
-                  if in_loops else []) + _overflow_notes(unknown_size)
+                  if in_loops else []) + _overflow_notes(table, rows[unknown_rows].tolist())
                  + ([f"--batch-size {batch_size}: {assumed} transfer(s) with an unknown leading (batch) dimension are "
                      f"counted with {batch_size} rows"] if assumed else []),
     }
 
 
-def _variable_read(variable: str, n: int, nbytes: int, n_unknown: int, to_tasks: set[str],
-                   frames: set[str]) -> dict:
-    """One ``variable_reads`` row of :func:`traffic_summary`."""
-    return {"variable": variable, "reads_per_step": n, "bytes_per_step": nbytes, "unknown_size_reads": n_unknown,
-            "to_tasks": sorted(to_tasks) if len(to_tasks) > 1 else list(to_tasks),
-            "per_iteration_of": sorted(frames) if frames else None}
+def _exact_sums(codes: np.ndarray, values: np.ndarray, m: int) -> list[int]:
+    """The sums of the int64 ``values`` per code in ``range(m)``, exact: in int64 when no sum can
+    overflow it (each value is below 2**63: a larger tensor's size is unknown, placeviz.limits),
+    else as Python ints."""
+    import numpy as np
+
+    if not len(values) or int(values.max()) <= MAX_TENSOR_BYTES // len(values):
+        out = np.zeros(m, dtype=np.int64)
+        np.add.at(out, codes, values)
+        return out.tolist()
+    exact = [0] * m
+    for c, v in zip(codes.tolist(), values.tolist(), strict=True):
+        exact[c] += v
+    return exact
 
 
-def _overflow_notes(transfers: list[dict]) -> list[str]:
-    """A note naming the transfers whose size overflowed (``bytes`` None although shape and dtype
-    are known: more than 2**63 - 1 bytes, see :mod:`placeviz.limits`), so that "unknown" is not
-    mistaken for a shape nobody wrote down."""
-    over = [t for t in transfers if t["slot"] != "control" and t["bytes"] is None
-            and isinstance(t.get("shape"), list) and None not in t["shape"]
-            and all(isinstance(d, int) for d in t["shape"])
-            and overflows(_size_by_name().get(t.get("dtype")), t["shape"])]
+def _variable_reads(graph: Graph, table: TransferTable, rows: np.ndarray, nbytes: np.ndarray, known: np.ndarray,
+                    task_of: dict[str, str]) -> tuple[list[dict], bool]:
+    """The ``variable_reads`` rows of the variables read by the task-level transfers of a tensor
+    ``rows`` (their bytes, 0 when not ``known``), most bytes first, then by name, and whether some
+    read crosses the network inside a while loop. A transfer's origin is a node id of ``graph``
+    (the partitioned graph) or of a node the partitioner added (no variable)."""
+    import numpy as np
+
+    origins = np.asarray(table.origin, dtype=np.int64)[rows]
+    distinct = unique_sorted(origins)
+    which = np.searchsorted(distinct, origins)
+    n = len(graph)
+    ops, gnames = graph.ops, graph.names
+    # A tensor sent to several tasks is one transfer per task: its variable is looked up once.
+    # Most sources are neither a variable nor one of its reads: their op settles it without a call.
+    var_of: list[str | None] = []
+    for i in distinct.tolist():
+        if i >= n:
+            var_of.append(None)
+        elif ops[i] in VARIABLE_OPS:
+            var_of.append(gnames[i])
+        elif ops[i] in _READ_OPS:
+            var_of.append(_variable_behind_id(graph, i))
+        else:
+            var_of.append(None)
+    found = sorted({v for v in var_of if v is not None})  # the variables by name: their codes
+    if not found:
+        return [], False
+    code_of = {v: k for k, v in enumerate(found)}
+    var = np.asarray([code_of[v] if v is not None else -1 for v in var_of], dtype=np.int64)[which]
+    hit = var >= 0
+    var, rows, nbytes, known = var[hit], rows[hit], nbytes[hit], known[hit]
+    m = len(found)
+    counts = np.bincount(var, minlength=m).tolist()
+    unknown = np.bincount(var[~known], minlength=m).tolist()
+    totals = _exact_sums(var, nbytes, m)
+    # The receiving tasks of each variable, sorted: task codes in the order of their names, then
+    # the distinct (variable, task) pairs in order.
+    dev_tasks = [task_of.get(d) for d in table.devices]
+    task_names = sorted({t for t in dev_tasks if t is not None})
+    task_code = np.asarray([task_names.index(t) if t is not None else -1 for t in dev_tasks], dtype=np.int64)
+    pair = unique_sorted(var * len(task_names) + task_code[np.asarray(table.dst_dev, dtype=np.int64)[rows]])
+    to_tasks: list[list[str]] = [[] for _ in found]
+    for v, t in zip((pair // len(task_names)).tolist(), (pair % len(task_names)).tolist(), strict=True):
+        to_tasks[v].append(task_names[t])
+    frames_of, in_loops = _reader_frames(graph, table, var.tolist(), rows.tolist(), m)
+    # Most bytes first, then by name: the codes are in name order, and the sort is stable (reverse keeps
+    # equal keys in order).
+    order = sorted(range(m), key=totals.__getitem__, reverse=True)
+    return ([{"variable": found[k], "reads_per_step": counts[k], "bytes_per_step": totals[k],
+              "unknown_size_reads": unknown[k], "to_tasks": to_tasks[k],
+              "per_iteration_of": sorted(frames_of[k]) if frames_of is not None and frames_of[k] else None}
+             for k in order], in_loops)
+
+
+def _reader_frames(graph: Graph, table: TransferTable, var: list[int], rows: list[int],
+                   m: int) -> tuple[list[set[str]] | None, bool]:
+    """Per variable code, the while-loop frames its reads ``rows`` (of variables ``var``) are
+    received in (a transfer inside a loop runs once per iteration: the receiving node's frame),
+    and whether there is any; None when the graph has no while loops."""
+    frames = _loop_frames(graph)
+    if frames is None:
+        return None, False
+    frames_of: list[set[str]] = [set() for _ in range(m)]
+    in_loops = False
+    index, dst = graph.index, table.dst
+    for v, k in zip(var, rows, strict=True):
+        dst_id = index.get(dst[k] or "")
+        frame = frames[dst_id] if dst_id is not None else None
+        if frame:
+            frames_of[v].add(frame)
+            in_loops = True
+    return frames_of, in_loops
+
+
+def _loop_frames(graph: Graph) -> list[str | None] | None:
+    """:func:`placeviz.sync.proof.loop_frames` (imported on use)."""
+    from placeviz.sync.proof import loop_frames
+
+    return loop_frames(graph)
+
+
+def _overflow_notes(table: TransferTable, rows: list[int]) -> list[str]:
+    """A note naming the transfers ``rows`` (of unknown size) whose size overflowed (``bytes``
+    None although shape and dtype are known: more than 2**63 - 1 bytes, see
+    :mod:`placeviz.limits`), so that "unknown" is not mistaken for a shape nobody wrote down."""
+    shapes, dtypes, sizes = table.shape, table.dtype, _size_by_name()
+    over = [k for k in rows if isinstance(shape := shapes[k], list) and None not in shape
+            and all(isinstance(d, int) for d in shape) and overflows(sizes.get(dtypes[k]), shape)]
     if not over:
         return []
-    names = ", ".join(f"{t['src']}:{t['slot']}" for t in over[:5]) + (f" and {len(over) - 5} more" if len(over) > 5
-                                                                      else "")
+    names = ", ".join(f"{table.src[k]}:{table.slot[k]}" for k in over[:5]) + (f" and {len(over) - 5} more"
+                                                                             if len(over) > 5 else "")
     return [f"overflow: {len(over)} transfer(s) ({names}) carry a tensor of more than 2**63 - 1 bytes (dtype size x "
             "shape); TF refuses such a shape, and they are counted in unknown_size_transfers, not in the bytes"]
 

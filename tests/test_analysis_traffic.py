@@ -60,3 +60,81 @@ def test_largest_transfers_and_variable_reads_are_in_the_documented_order():
     assert reads == sorted(reads, key=lambda r: (-r["bytes_per_step"], r["variable"]))
     assert len({r["bytes_per_step"] for r in reads}) < len(reads)  # ties, ordered by name
     assert sum(r["reads_per_step"] for r in reads) <= len(data)
+
+
+def _reference_summary(graph, parts) -> dict:
+    """The summary's sums, added up from the transfer dicts one by one (what it was before the
+    transfers were columns): per task pair, per variable, and the counts."""
+    from collections import defaultdict
+
+    from placeviz.devices import task_of
+    from placeviz.traffic import variable_behind
+
+    pairs: dict = defaultdict(lambda: [0, 0, 0, 0])
+    reads: dict = defaultdict(lambda: [0, 0, 0, set()])
+    task = [t for t in parts.transfers if t["level"] == "task"]
+    for t in task:
+        row = pairs[(task_of(t["src_device"], replica=True), task_of(t["dst_device"], replica=True))]
+        row[0] += 1
+        row[1] += t["slot"] == "control"
+        row[2] += t["bytes"] or 0
+        row[3] += t["slot"] != "control" and t["bytes"] is None
+        var = variable_behind(graph, t["src"]) if t["slot"] != "control" else None
+        if var is not None:
+            r = reads[var]
+            r[0] += 1
+            r[1] += t["bytes"] or 0
+            r[2] += t["bytes"] is None
+            r[3].add(task_of(t["dst_device"], replica=True))
+    return {"transfers": len(task), "control": sum(t["slot"] == "control" for t in task),
+            "pairs": {k: v for k, v in sorted(pairs.items())},
+            "reads": {v: [r[0], r[1], r[2], sorted(r[3])] for v, r in reads.items()}}
+
+
+def test_the_summary_from_the_columns_adds_up_the_transfers(kernel_mode):
+    """``traffic_summary`` reads the transfers' columns (numpy group-bys per device pair and per
+    variable): the same sums as adding up the transfer dicts one by one, with the C cut and with
+    the Python one."""
+    model = sample("inception")
+    parts, section = _step(model)
+    placed_graph = parts._builder.graph
+    ref = _reference_summary(placed_graph, parts)
+    assert section["transfers"] == ref["transfers"] and section["control_transfers"] == ref["control"]
+    assert {(p["src_task"], p["dst_task"]): [p["transfers"], p["control"], p["bytes"], p["unknown_bytes"]]
+            for p in section["task_pairs"]} == ref["pairs"]
+    assert {r["variable"]: [r["reads_per_step"], r["bytes_per_step"], r["unknown_size_reads"], sorted(r["to_tasks"])]
+            for r in section["variable_reads"]} == ref["reads"]
+    assert section["unknown_size_transfers"] == sum(p[3] for p in ref["pairs"].values())
+
+
+def test_the_table_its_records_and_index_json_agree(kernel_mode):
+    """The transfers kept as columns (``PartitionResult.table``) and as dicts (``transfers``, made
+    from them) are the same transfers: the CLI's totals, the levels, and ``index.json``, which the
+    CLI writes from the columns (compact) and from the dicts (``--pretty``), byte for byte; sized
+    with ``--batch-size`` (``assume_batch``), the rows carry ``assumed_batch`` and the JSON the key."""
+    from placeviz.commands.output import to_json_pieces
+    from placeviz.partition.transfers import COLUMNS
+    from placeviz.traffic import assume_batch
+
+    model = sample("inception")
+    placed = place_graph(model.graph, PlacementOptions())
+    parts = partition(placed.graph, placed.placement.devices, targets=list(model.collections.train_ops))
+    table, records = parts.table, parts.transfers
+    assert len(records) == len(table) > 0
+    assert [r["level"] for r in records] == table.levels()
+    assert table.totals() == (len(records), sum(r["bytes"] or 0 for r in records),
+                              sum(r["slot"] != "control" and r["bytes"] is None for r in records),
+                              sum(r["slot"] == "control" for r in records))
+    for pretty in (False, True):
+        assert b"".join(to_json_pieces(parts.to_json(columns=True), pretty=pretty)) == \
+            b"".join(to_json_pieces(parts.to_json(), pretty=pretty))
+    # A step fed a batch of unknown size: one row [None, 3] float32 among the partition's rows.
+    row = [table.columns[k][0] for k in range(len(table.columns))]
+    row[COLUMNS.index("slot")], row[COLUMNS.index("dtype")], row[COLUMNS.index("shape")] = 0, "float32", [None, 3]
+    row[COLUMNS.index("bytes")] = None
+    table.append(*row)
+    parts.table = assume_batch(table, 32)
+    sized = [r for r in parts.transfers if "assumed_batch" in r]
+    assert len(sized) == 1 and sized[0]["bytes"] == 32 * 3 * 4 and list(sized[0])[-1] == "assumed_batch"
+    assert b"".join(to_json_pieces(parts.to_json(columns=True))) == b"".join(to_json_pieces(parts.to_json()))
+    assert table.records()[-1]["bytes"] is None  # the partition's own table is not changed

@@ -199,3 +199,61 @@ def test_compact_tree_is_json(seed, kernel, monkeypatch):
     ]
     for document in documents:
         assert jsontext.compact_tree(document) == json.dumps(document, separators=(",", ":"))
+
+
+def _column_cases():
+    """:func:`_records_cases` whose items share one key order, as (keys, columns): the same
+    records kept as columns (a partition's transfers, ``TransferTable``)."""
+    out = []
+    for items in _records_cases():
+        if items and all(type(item) is dict for item in items) and all(list(item) == list(items[0]) for item in items):
+            keys = list(items[0])
+            if keys:
+                out.append((keys, [[item[k] for item in items] for k in keys]))
+    return out
+
+
+@pytest.mark.parametrize("case", _column_cases())
+@pytest.mark.parametrize("kernel", [True, False])
+def test_compact_columns_is_json_of_the_records(case, kernel, monkeypatch):
+    """``compact_columns`` (index.json's transfers, from the table's columns): the compact JSON of
+    the records ``dict(zip(keys, row))``, with ``placeviz._wire.json_columns`` and without it; what
+    the kernel declines, json writes. ``ColumnRecords.compact_pieces``, joined, is the whole list's
+    text for any slice size."""
+    from placeviz import jsontext
+
+    keys, columns = case
+    if kernel:
+        from placeviz.native import kernels
+
+        wire = kernels("_wire")
+        if wire is None:
+            pytest.skip("placeviz._wire is not built")
+        monkeypatch.setattr(jsontext, "_columns", wire.json_columns)
+    else:
+        monkeypatch.setattr(jsontext, "_columns", jsontext._no_columns)
+    records = [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]
+    assert jsontext.compact_columns(keys, columns) == json.dumps(records, separators=(",", ":"))[1:-1].encode()
+    table = jsontext.ColumnRecords(keys, columns)
+    assert table.records() == records and len(table) == len(records)
+    for size in (1, 7, 10_000):
+        assert b"".join(table.compact_pieces(size)) == json.dumps(records, separators=(",", ":")).encode()
+
+
+def test_the_column_kernel_writes_what_the_record_kernel_writes():
+    """``json_columns`` gives ``json_records``' bytes (or None) for every case, and declines columns
+    of unequal lengths."""
+    from json.encoder import encode_basestring_ascii
+
+    from placeviz.native import kernels
+
+    wire = kernels("_wire")
+    if wire is None:
+        pytest.skip("placeviz._wire is not built")
+    for keys, columns in _column_cases():
+        records = [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]
+        assert wire.json_columns(keys, columns, encode_basestring_ascii) == \
+            wire.json_records(records, encode_basestring_ascii)
+    assert wire.json_columns(["a", "b"], [[1, 2], [3]], encode_basestring_ascii) is None
+    assert wire.json_columns([], [], encode_basestring_ascii) is None
+    assert wire.json_columns(["a"], [[]], encode_basestring_ascii) == b""

@@ -739,7 +739,7 @@ def test_place_takes_the_sync_options(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------ the package's layout
 # placeviz/partition/: one module per TF source, imports one way (docs/architecture.md, section 1).
-_PARTITION_LAYERS = ("base", "shapes", "subgraph", "const_replication", "control_flow", "memory_types",
+_PARTITION_LAYERS = ("transfers", "base", "shapes", "subgraph", "const_replication", "control_flow", "memory_types",
                      "graph_partition", "graphdefs", "session")
 
 

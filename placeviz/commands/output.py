@@ -20,7 +20,7 @@ import click
 
 from placeviz import progress as _progress
 from placeviz.io import STDOUT, atomic_write
-from placeviz.jsontext import compact_items, compact_json, json_text, pretty_json_parts
+from placeviz.jsontext import ColumnRecords, compact_items, compact_json, json_text, pretty_json_parts
 from placeviz.progress import notice  # the one voice for notes, defined in the core (io.py uses it too)
 
 
@@ -56,7 +56,12 @@ def to_json_pieces(document: dict, *, pretty: bool = False) -> Iterator[bytes]:
     encoder's options are the same for every item).
     Indented: :func:`placeviz.jsontext.pretty_json_parts` (each top-level value, and each item of
     a top-level list, at twice the speed of json's indenting encoder), gathered in about 1 MB
-    pieces. A document with a top-level key that is not a string is one piece."""
+    pieces. A document with a top-level key that is not a string is one piece. A top-level
+    :class:`~placeviz.jsontext.ColumnRecords` (index.json's transfers) is its list of records,
+    written compact from its columns (:func:`placeviz.jsontext.compact_columns`)."""
+    if pretty or not all(type(key) is str for key in document):
+        document = {key: value.records() if isinstance(value, ColumnRecords) else value
+                    for key, value in document.items()}
     if not all(type(key) is str for key in document):  # json makes such keys strings: not cut here
         yield to_json(document, pretty=pretty).encode("utf-8")
         return
@@ -77,7 +82,9 @@ def to_json_pieces(document: dict, *, pretty: bool = False) -> Iterator[bytes]:
     yield b"{"
     for k, (key, value) in enumerate(document.items()):
         yield (("," if k else "") + dumps(key) + ":").encode("utf-8")
-        if isinstance(value, list) and len(value) > _LIST_SLICE:
+        if isinstance(value, ColumnRecords):
+            yield from value.compact_pieces(_LIST_SLICE)
+        elif isinstance(value, list) and len(value) > _LIST_SLICE:
             yield b"["
             for lo in range(0, len(value), _LIST_SLICE):
                 yield (b"," if lo else b"") + compact_items(value[lo:lo + _LIST_SLICE])

@@ -61,17 +61,15 @@ def run(model_spec: str, out_dir: str, options: Options, *, pretty: bool = False
         # index.json last, made when no partition's bytes are held.
         for device, pieces in parts.iter_serialized(pieces=True):
             yield names[device], pieces
-        index = parts.to_json()
+        index = parts.to_json(columns=True)
         for entry in index["partitions"]:
             entry["file"] = names[entry["device"]]
         yield INDEX, to_json_pieces(index, pretty=pretty)
 
     write_directory(out_dir, files(), replaceable=is_partition_output, kind=KIND)
-    total = sum(t["bytes"] or 0 for t in parts.transfers)
-    control = sum(1 for t in parts.transfers if t["slot"] == "control")
-    unknown = sum(1 for t in parts.transfers if t["slot"] != "control" and t["bytes"] is None)
+    count, total, unknown, control = parts.table.totals()
     progress(f"wrote {len(names)} partitions and {INDEX} to {out_dir}: "
-             f"{transfers_text(len(parts.transfers), total, unknown, control)}")
+             f"{transfers_text(count, total, unknown, control)}")
     keep_until_exit(model, parts)  # not freed one by one just before the process ends (placeviz.gcpause)
 
 

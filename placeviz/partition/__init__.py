@@ -13,7 +13,8 @@ distributed runtime does; each step lives in the module named after the TF file 
 * :mod:`~placeviz.partition.memory_types`: ``tensorflow/core/framework/memory_types.cc``
   ``MemoryTypesForNode``;
 * :mod:`~placeviz.partition.graph_partition`: ``tensorflow/core/graph/graph_partition.cc``
-  (control-flow colocation, control loops, ``Partition``: ``_Send``/``_Recv``, shared receives);
+  (control-flow colocation, control loops, ``Partition``: ``_Send``/``_Recv``, shared receives),
+  its transfers kept as columns by :mod:`~placeviz.partition.transfers`;
 * :mod:`~placeviz.partition.shapes`: the attrs a transfer's static shape is read from
   (``tensorflow/core/framework/attr_value.proto``), many nodes in one call of the C reader;
 * :mod:`~placeviz.partition.graphdefs`: the partitions' GraphDefs (built, or written from the
@@ -24,7 +25,7 @@ distributed runtime does; each step lives in the module named after the TF file 
 
 Imports go one way: ``session`` → ``graphdefs``, ``graph_partition`` → ``memory_types``,
 ``control_flow`` → ``base``; ``graph_partition`` → ``shapes``; ``subgraph`` and
-``const_replication`` → ``base``.
+``const_replication`` → ``base`` → ``transfers``.
 """
 
 from placeviz.partition.base import PartitionError

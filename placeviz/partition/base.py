@@ -22,6 +22,7 @@ from placeviz.errors import PlacevizError
 from placeviz.graph import Graph, NodeDefs
 from placeviz.native import kernels
 from placeviz.op_kinds import SWITCH_OPS
+from placeviz.partition.transfers import TransferTable
 
 if TYPE_CHECKING:  # numpy is imported on first use (not at start-up): its types for the checker only
     import numpy as np
@@ -188,7 +189,7 @@ class _PartitionerBase:
         self.in_devices = devices
         self.devs = _Devices()
         self.added: list[_New] = []
-        self.transfers: list[JsonDict] = []
+        self.transfers = TransferTable(self.devs.names, self.devs.task)
         self.replicated: dict[str, list[str]] = {}
         self.moved: dict[str, dict[str, str]] = {}
         self.control_loops: list[JsonDict] = []

@@ -57,7 +57,6 @@ from placeviz.partition.base import (
     _NEW_CONSTANTS,
     CONST_OPS,
     DT_FLOAT,
-    JsonDict,
     PartitionError,
     Shape,
     _New,
@@ -65,6 +64,7 @@ from placeviz.partition.base import (
 from placeviz.partition.control_flow import _ControlFlowInfo
 from placeviz.partition.memory_types import FactRow, _MemoryTypes
 from placeviz.partition.shapes import ABSENT, ShapeAttrReader
+from placeviz.partition.transfers import CONTROL_SLOT
 from placeviz.protos import DTYPE_SIZE, DataType, dtype_name, dtype_size
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def _dtype_names() -> dict[int, str]:
     return {d: dtype_name(d) for t in DataType.values() for d in (t, t + REF_OFFSET)}
 
 
-def _unique(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+def unique_sorted(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """``np.unique`` of a 1-d integer array, sorted, without its import of ``numpy.ma`` (it asks
     ``np.ma.is_masked``: 10-20 ms of a small graph's cold ``lint``, ``tests/test_coldstart.py``)."""
     import numpy as np
@@ -402,7 +402,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         if res is None:
             return False
         self.added.extend(res["added"])
-        self.transfers.extend(res["transfers"])
+        self.transfers.extend(res["transfers"])  # a tuple of the TransferTable's columns
         for mine, theirs in zip(writes, (res["w_pos"], res["w_src"], res["w_slot"]), strict=True):
             mine.extend(theirs)
         self.dup.update(res["dup"])
@@ -423,10 +423,10 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         n = self.n
         data = self.e_slot[pos] != CONTROL  # control edges ask for no facts
         src, slot, dst = self.e_src[pos][data], self.e_slot[pos][data], self.e_dst[pos][data]
-        from_added = _unique(src[src >= n])
+        from_added = unique_sorted(src[src >= n])
         stands = [self.added[s - n] for s in from_added.tolist()]
         copies = np.asarray([a.copy_of for a in stands if a.copy_of >= 0], dtype=np.int32)
-        nodes = _unique(np.concatenate([src[src < n], dst, copies]))
+        nodes = unique_sorted(np.concatenate([src[src < n], dst, copies]))
         row_of, rows = self.fact_table(nodes.tolist())
         # A group with a ref-typed source reads the types of all of its destination's inputs.
         ref_row = np.asarray([max(row[1], default=0) > REF_OFFSET for row in rows] + [False])
@@ -437,7 +437,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             is_ref_added[ref_added] = True
             ref_edge |= is_ref_added[src]
         if ref_edge.any():
-            ref_dst = _unique(dst[ref_edge])
+            ref_dst = unique_sorted(dst[ref_edge])
             lo, hi = self.in_start_np[ref_dst].astype(np.int64), self.in_start_np[ref_dst + 1].astype(np.int64)
             counts = hi - lo
             inputs = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
@@ -458,8 +458,8 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             origin[at[has]] = a_origin[has]
             oslot[at[has]] = a_oslot[has]
         named = oslot != CONTROL
-        pairs = _unique((origin[named] << 32) | oslot[named])
-        self._prefetch_shape_attrs(_unique(pairs >> 32))
+        pairs = unique_sorted((origin[named] << 32) | oslot[named])
+        self._prefetch_shape_attrs(unique_sorted(pairs >> 32))
         shape = self.shape
         shapes = {(o, s): shape(o, s) for o, s in zip((pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist(),
                                                       strict=True)}
@@ -520,7 +520,6 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         add = self._add
         new_name = self.new_name
         added = self.added
-        transfers = self.transfers
         for r, src, slot, idx, is_cut, src_type in entries:
             data = slot != CONTROL
             if not is_cut:
@@ -582,14 +581,16 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
                 dup[key] = out
                 ref_ctrl.append(out)
             write(r, out, slot if not data else 0)
-            transfers.append(self._transfer(origin, oslot, src_dev, dst_dev, dtype, send_name, recv_name,
-                                            send_op, recv_op, tname, dst_name))
+            self._transfer(origin, oslot, src_dev, dst_dev, dtype, send_name, recv_name, send_op, recv_op, tname,
+                           dst_name)
         for recv in ref_recvs:
             added[recv - n].inputs.extend([x, CONTROL] for x in ref_ctrl)
             self.recheck.append(recv)
 
     def _transfer(self, origin: int, oslot: int, src_dev: int, dst_dev: int, dtype: int, send: str,
-                  recv: str, send_op: str, recv_op: str, tname: str, dst_name: str) -> JsonDict:
+                  recv: str, send_op: str, recv_op: str, tname: str, dst_name: str) -> None:
+        """Append the transfer's row to :attr:`transfers` (:class:`~placeviz.partition.transfers.
+        TransferTable`): its shape and bytes per step, named as the records name them."""
         control = oslot == CONTROL
         if control:
             shape: Shape = [0]
@@ -604,19 +605,12 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
                     nbytes *= d
                 if nbytes > MAX_TENSOR_BYTES:
                     nbytes = None  # an overflow: counted as unknown (placeviz.limits)
-        devs = self.devs
         dname = _DTYPE_NAMES.get(dtype)
         if dname is None:
             dname = _DTYPE_NAMES[dtype] = dtype_name(dtype)
-        return {
-            "src": self.names[origin] if origin < self.n else self.added[origin - self.n].name,
-            "slot": "control" if control else oslot,
-            "src_device": devs.names[src_dev], "dst_device": devs.names[dst_dev],
-            "dtype": dname, "shape": shape, "bytes": nbytes,
-            "level": "device" if devs.task[src_dev] == devs.task[dst_dev] else "task",
-            "send": send, "recv": recv, "send_op": send_op, "recv_op": recv_op,
-            "tensor_name": tname, "dst": dst_name,
-        }
+        self.transfers.append(origin, self.names[origin] if origin < self.n else self.added[origin - self.n].name,
+                              CONTROL_SLOT if control else oslot, src_dev, dst_dev, dname, shape, nbytes, send, recv,
+                              send_op, recv_op, tname, dst_name)
 
     # ---------------------------------------------------------------------------- shapes
     @cached_property

@@ -59,6 +59,7 @@ from placeviz.partition.const_replication import _ConstReplication
 from placeviz.partition.graph_partition import _GraphPartition
 from placeviz.partition.graphdefs import _GraphDefs
 from placeviz.partition.subgraph import _Subgraph, parse_run
+from placeviz.partition.transfers import TransferTable
 from placeviz.protos import GraphDef
 
 if TYPE_CHECKING:
@@ -77,7 +78,9 @@ LOWERED_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case",
 class PartitionResult:
     """The partitions of one run: node lists, transfers and (lazily) GraphDefs.
 
-    * ``transfers``: one dict per ``_Send``/``_Recv`` pair (see :func:`partition`);
+    * ``table``: the ``_Send``/``_Recv`` pairs as columns (:class:`~placeviz.partition.transfers.
+      TransferTable`); ``transfers``: the same, one dict per pair (see :func:`partition`), made on
+      first access;
     * ``nodes``: partition key (full device, or task for ``level="task"``) -> names of its nodes,
       original and added, in GraphDef order; ``original_nodes``: the same, the graph's own nodes
       only (both built on first access);
@@ -91,14 +94,14 @@ class PartitionResult:
       which TF's runtime lowers or inlines into their bodies' nodes before placement).
     """
 
-    def __init__(self, level: str, session: str, client_device: str | None, transfers: list[JsonDict],
+    def __init__(self, level: str, session: str, client_device: str | None, transfers: TransferTable,
                  replicated: dict[str, list[str]], moved: dict[str, dict[str, str]], control_loops: list[JsonDict],
                  node_count: int, fetches: list[str], targets: list[str], feeds: list[str],
                  builder: _Partitioner) -> None:
         self.level = level
         self.session = session
         self.client_device = client_device
-        self.transfers = transfers
+        self.table = transfers
         self.replicated = replicated
         self.moved = moved
         self.control_loops = control_loops
@@ -180,6 +183,11 @@ class PartitionResult:
             self._device_of = {n: key for key, names in self.nodes.items() for n in names}
         return self._device_of.get(name)
 
+    @property
+    def transfers(self) -> list[JsonDict]:
+        """One dict per transfer (:meth:`TransferTable.records`), for the readers that walk them."""
+        return self.table.records()
+
     def transfers_at(self, level: str) -> list[JsonDict]:
         return [t for t in self.transfers if t["level"] == level]
 
@@ -201,21 +209,24 @@ class PartitionResult:
                 row["bytes"] += t["bytes"]
         return [out[k] for k in sorted(out)]
 
-    def to_json(self) -> JsonDict:
-        """``placeviz.partition/1`` without file names (the CLI writes those)."""
+    def to_json(self, columns: bool = False) -> JsonDict:
+        """``placeviz.partition/1`` without file names (the CLI writes those). ``columns``: the
+        transfers as :meth:`TransferTable.json_value` (the same JSON text, written without a dict
+        per transfer by :func:`placeviz.commands.output.to_json_pieces`), else as dicts."""
         return {
             "schema": SCHEMA, "level": self.level, "session": self.session,
             "client_device": self.client_device, "fetches": self.fetches, "targets": self.targets,
             "feeds": self.feeds, "node_count": self.node_count,
             "partitions": [{"device": k, "nodes": len(ids), "original_nodes": self._builder.original_count(ids)}
                            for k, ids in self._node_lists().items()],
-            "transfers": self.transfers, "replicated": self.replicated, "moved": self.moved,
+            "transfers": self.table.json_value() if columns else self.transfers, "replicated": self.replicated,
+            "moved": self.moved,
             "control_loops": self.control_loops, "notes": self.notes,
         }
 
     def __repr__(self) -> str:
         return (f"<PartitionResult level={self.level} nodes={self.node_count} "
-                f"transfers={len(self.transfers)}>")
+                f"transfers={len(self.table)}>")
 
 
 # ------------------------------------------------------------------------------------ partitioner
