@@ -1064,6 +1064,28 @@ static PyObject *valid_node_names(PyObject *self, PyObject *names)
     Py_RETURN_TRUE;
 }
 
+PyDoc_STRVAR(any_leading_underscore_doc,
+"any_leading_underscore(names) -> bool\n\n"
+"Whether a str of the list names starts with '_' (placeviz.nodewire.any_leading_underscore_py is\n"
+"the reference): one read of each name's first character, no joined copy of the names.");
+
+static PyObject *any_leading_underscore(PyObject *self, PyObject *names)
+{
+    if (!PyList_Check(names)) {
+        PyErr_SetString(PyExc_TypeError, "names must be a list");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); i++) {
+        PyObject *name = PyList_GET_ITEM(names, i);
+        if (!PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "a node name is not a str");
+            return NULL;
+        }
+        if (PyUnicode_GET_LENGTH(name) && PyUnicode_READ_CHAR(name, 0) == '_') Py_RETURN_TRUE;
+    }
+    Py_RETURN_FALSE;
+}
+
 PyDoc_STRVAR(field_spans_doc,
 "field_spans(data, field) -> list[(offset, length)]\n\n"
 "The payloads of every length-delimited occurrence of a top-level field of a serialized message,\n"
@@ -1883,6 +1905,9 @@ static PyObject *encode_added(PyObject *self, PyObject *args)
     if (!out) return NULL;
     Buf b = {NULL, 0, 0};
     learn_slots(added);
+    /* An empty dict or set (the usual skip: no control loops) needs no lookup per added node. */
+    int may_skip = !((PyDict_CheckExact(skip) && PyDict_GET_SIZE(skip) == 0) ||
+                     (PyAnySet_CheckExact(skip) && PySet_GET_SIZE(skip) == 0));
     for (Py_ssize_t k = 0; k < m; k++) {
         PyObject *id = PyList_GET_ITEM(ids, k);
         long i = PyLong_AsLong(id);
@@ -1890,7 +1915,7 @@ static PyObject *encode_added(PyObject *self, PyObject *args)
         int kind = ADDED_OTHER;
         PyObject *a = NULL;
         if (i >= n && i - n < PyList_GET_SIZE(added)) {
-            int skipped = PySequence_Contains(skip, id);
+            int skipped = may_skip ? PySequence_Contains(skip, id) : 0;
             if (skipped < 0) goto fail;
             a = PyList_GET_ITEM(added, i - n);
             if (!skipped && !added_kind(a, &kind)) goto fail;
@@ -2292,6 +2317,7 @@ static PyMethodDef methods[] = {
     {"read_attrs", read_attrs, METH_VARARGS, read_attrs_doc},
     {"attr_values", attr_values, METH_VARARGS, attr_values_doc},
     {"valid_node_names", valid_node_names, METH_O, valid_node_names_doc},
+    {"any_leading_underscore", any_leading_underscore, METH_O, any_leading_underscore_doc},
     {"field_spans", field_spans, METH_VARARGS, field_spans_doc},
     {"fields_spans", fields_spans, METH_VARARGS, fields_spans_doc},
     {"parses", parses, METH_VARARGS, parses_doc},

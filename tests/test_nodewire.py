@@ -128,3 +128,14 @@ def test_the_splice_kernel_is_built():
     """A ``_wire`` built before ``splice_nodes`` existed runs the Python loop (same bytes, slower):
     flag a stale build here, as ``test_wire.py`` flags a missing one."""
     assert nodewire._splice is not None, "placeviz._wire predates splice_nodes: rebuild it (setup.py build_ext)"
+
+
+@pytest.mark.parametrize("names", [[], [""], ["a", "b/_c"], ["a", "_b"], ["é", "_"], ["x_"] * 5000 + ["_y"],
+                                   ["x"] * 9000, ["\U0001f600", "_\U0001f600"]])
+def test_leading_underscore_alike_in_c_and_python(names):
+    """``_wire.any_leading_underscore`` (which names the partitions rename) against the Python loop."""
+    expected = any(name.startswith("_") for name in names)
+    assert _wire.any_leading_underscore(names) is expected
+    assert nodewire.any_leading_underscore_py(names) is expected
+    with pytest.raises(TypeError):
+        _wire.any_leading_underscore(["a", b"_b"])

@@ -145,7 +145,7 @@ class _GraphDefs(_PartitionerBase):
         rewrite[np.unique(self.e_dst[moved_inputs])] = True
         rewrite[[i for i in self.cloop_ctrl if i < n]] = True  # added nodes are built anyway
         rewrite[np.fromiter(wire.stale, dtype=np.int64, count=len(wire.stale))] = True
-        fix_names = _any_leading_underscore(self.names)
+        fix_names = nodewire.any_leading_underscore(self.names)
         if fix_names:
             rewrite[:] = True  # original names to fix everywhere
         all_offsets = np.frombuffer(wire.offsets, dtype=np.int64)
@@ -479,13 +479,6 @@ def _varint_value(number: int, value: int) -> bytes:
     """An AttrValue holding one varint field (``b``, ``i`` or ``type``), as protobuf writes an
     int64 (negative: ten bytes, two's complement)."""
     return encode_varint(number << 3) + encode_varint(value & 0xFFFFFFFFFFFFFFFF)
-
-
-def _any_leading_underscore(names: list[str]) -> bool:
-    """Whether a name starts with ``_``: a C-level substring search over the names joined by NULs,
-    a slice at a time (joining a million names at once holds some 50 MB for nothing)."""
-    step = _CHUNK_NODES
-    return any("\0_" in "\0" + "\0".join(names[lo:lo + step]) for lo in range(0, len(names), step))
 
 
 def _same(name: str) -> str:
