@@ -113,6 +113,8 @@ _PASS_THROUGH_OPS = frozenset({
 _SHAPE_ATTR_OPS = frozenset({"VariableV2", "Variable", "TemporaryVariable", "Placeholder", "PlaceholderV2",
                              "PlaceholderWithDefault"})
 
+_ATTR_SHAPE_OPS = CONST_OPS | _SHAPE_ATTR_OPS | {"VarHandleOp"}  # the ops whose own attrs shape() reads
+
 
 @cache
 def _shape_beyond_output_shapes(op: str, first_output: bool) -> bool:
@@ -650,8 +652,11 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         lo = self.in_start_np[nodes]
         first = lo[lo < self.in_start_np[nodes + 1]]  # the graph's own edges, as _input_shape reads them
         first = first[np.asarray(self.graph.in_slot)[first] != CONTROL]
-        self._shape_attrs.prefetch(np.concatenate([nodes, np.asarray(self.graph.in_src)[first]])
-                                   .tolist())
+        ids = np.concatenate([nodes, np.asarray(self.graph.in_src)[first]]).tolist()
+        if not self.output_shapes:  # then only these ops' attrs are read (an Identity's never)
+            ops = self.ops
+            ids = [i for i in ids if ops[i] in _ATTR_SHAPE_OPS]
+        self._shape_attrs.prefetch(ids)
 
     def shape(self, i: int, slot: int, depth: int = 0) -> Shape:
         """Static shape of output ``slot`` of node ``i`` (list, None for unknown dims) or None."""
