@@ -601,3 +601,17 @@ def test_benchmark_graph_partitions_identically_and_is_never_declined(monkeypatc
         outcome, done = assert_same(monkeypatch, graph, devices, "g10k", calls_made=calls, **kw)
         assert outcome[0] == "ok" and outcome[1]["json"]["transfers"]
         assert done.get("split_originals", 0) == calls["split_originals"] >= 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cut_shapes_table_is_shape_of_each_output(seed):
+    """The C cut's shapes table (``_shapes_of``: without ``_output_shapes`` it skips the outputs the
+    rule reads nothing for, ``_shape_beyond_output_shapes``) says what ``shape()`` says of each
+    output, asked alone on a fresh partitioner, for every output of every node (and one past)."""
+    graph, devices, run = random_graph(seed)
+    table, fresh = (partition(graph, devices, **run)._builder for _ in range(2))
+    assert not table.output_shapes  # the random graphs have none: the skipping path
+    pairs = [(i, s) for i in range(table.n)
+             for s in range(len((table.types(i) or ((), ()))[1]) + 1)]
+    got = table._shapes_of([i for i, _s in pairs], [s for _i, s in pairs])
+    assert got == {(i, s): fresh.shape(i, s) for i, s in pairs}

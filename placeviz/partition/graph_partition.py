@@ -113,6 +113,19 @@ _PASS_THROUGH_OPS = frozenset({
 _SHAPE_ATTR_OPS = frozenset({"VariableV2", "Variable", "TemporaryVariable", "Placeholder", "PlaceholderV2",
                              "PlaceholderWithDefault"})
 
+_ATTR_SHAPE_OPS = CONST_OPS | _SHAPE_ATTR_OPS | {"VarHandleOp"}  # the ops whose own attrs shape() reads
+
+
+@cache
+def _shape_beyond_output_shapes(op: str, first_output: bool) -> bool:
+    """Whether :meth:`_GraphPartition.shape` reads anything but ``_output_shapes`` for an output of
+    ``op`` (``first_output``: slot 0): a Const's value, a declared ``shape`` attr, or its first
+    input's shape through a pass-through op. The rule's op sets in one place, so that the batch in
+    :meth:`_GraphPartition._cut_tables` can skip the outputs whose answer is None without asking
+    (a ``RestoreV2`` has one output per variable it restores)."""
+    return (op in CONST_OPS or op in _SHAPE_ATTR_OPS or op in _PASS_THROUGH_OPS or op == "ReadVariableOp"
+            or (op.startswith("Apply") and first_output))
+
 
 def _input_writer(a: _New) -> Write:
     """``write`` for :meth:`_GraphPartition._cut_dst` into an added node: rewires its input ``ref``."""
@@ -446,8 +459,10 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             wanted[in_src[in_src < n]] = True
             wanted[nodes] = False
             more = np.flatnonzero(wanted)
-            if len(more):
-                row_of, rows = self.fact_table(np.concatenate([nodes, more]).tolist())
+            if len(more):  # their rows after the others (a row may repeat one: no answer changes)
+                more_row_of, more_rows = self.fact_table(more.tolist())
+                row_of[more] = more_row_of[more] + len(rows)
+                rows += more_rows
         origin, oslot = src.astype(np.int64), slot.astype(np.int64)
         if stands:  # an added source with an origin stands for it (_cut_dst)
             at = np.flatnonzero(origin >= n)
@@ -460,10 +475,18 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         named = oslot != CONTROL
         pairs = unique_sorted((origin[named] << 32) | oslot[named])
         self._prefetch_shape_attrs(unique_sorted(pairs >> 32))
+        return row_of, rows, self._shapes_of((pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist())
+
+    def _shapes_of(self, origins: list[int], slots: list[int]) -> dict[tuple[int, int], Shape]:
+        """:meth:`shape` of each (origin, slot), as the C cut's table. Without ``_output_shapes`` in
+        the graph an original node's output that the rule reads nothing else for is None, known
+        without the call (:func:`_shape_beyond_output_shapes`, the rule's own test)."""
         shape = self.shape
-        shapes = {(o, s): shape(o, s) for o, s in zip((pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist(),
-                                                      strict=True)}
-        return row_of, rows, shapes
+        if self.output_shapes:
+            return {(o, s): shape(o, s) for o, s in zip(origins, slots, strict=True)}
+        n, ops, beyond = self.n, self.ops, _shape_beyond_output_shapes
+        return {(o, s): shape(o, s) if o >= n or beyond(ops[o], s == 0) else None
+                for o, s in zip(origins, slots, strict=True)}
 
     def _need_same_device(self, p: int) -> bool:
         s, d = int(self.e_src[p]), int(self.e_dst[p])
@@ -629,8 +652,11 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         lo = self.in_start_np[nodes]
         first = lo[lo < self.in_start_np[nodes + 1]]  # the graph's own edges, as _input_shape reads them
         first = first[np.asarray(self.graph.in_slot)[first] != CONTROL]
-        self._shape_attrs.prefetch(np.concatenate([nodes, np.asarray(self.graph.in_src)[first]])
-                                   .tolist())
+        ids = np.concatenate([nodes, np.asarray(self.graph.in_src)[first]]).tolist()
+        if not self.output_shapes:  # then only these ops' attrs are read (an Identity's never)
+            ops = self.ops
+            ids = [i for i in ids if ops[i] in _ATTR_SHAPE_OPS]
+        self._shape_attrs.prefetch(ids)
 
     def shape(self, i: int, slot: int, depth: int = 0) -> Shape:
         """Static shape of output ``slot`` of node ``i`` (list, None for unknown dims) or None."""
@@ -648,7 +674,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             outs = attrs[i].output_shapes
             if outs is not None and slot < len(outs):
                 result = outs[slot]
-        if (result is None or None in result) and depth < 32:
+        if (result is None or None in result) and depth < 32 and _shape_beyond_output_shapes(op, slot == 0):
             if op in CONST_OPS:
                 value = attrs[i].value
                 if value is not ABSENT:
@@ -659,7 +685,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
                     result = declared
                 if op == "PlaceholderWithDefault" and (result is None or None in result):
                     result = _known_first(self._input_shape(i, depth), result)
-            elif op in _PASS_THROUGH_OPS or op == "ReadVariableOp" or (op.startswith("Apply") and slot == 0):
+            else:  # a pass-through op (ReadVariableOp and an Apply*'s first output among them)
                 result = _known_first(self._input_shape(i, depth), result)
         self._shapes[key] = result
         return result

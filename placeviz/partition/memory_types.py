@@ -188,11 +188,8 @@ class _MemoryTypes(_PartitionerBase):
             if not self.devs.is_cpu[a.dev] and a.op == "_HostRecv":
                 return True
             return a.dtype in _ALWAYS_ON_HOST
-        sp = self.spec(self.ops[i], self.devs.type[self.dev_l[i]])
-        if sp is not None and not sp.host_out and sp.kernel_known:
-            return self.out_type(i, slot) in _ALWAYS_ON_HOST
-        outs = self._node_mem_types(i)[1]
-        if slot < len(outs):
+        outs = self._out_mem(i)
+        if outs is not None and slot < len(outs):
             return outs[slot]
         return self.out_type(i, slot) in _ALWAYS_ON_HOST
 
@@ -211,11 +208,26 @@ class _MemoryTypes(_PartitionerBase):
     def _in_host_rule(self, i: int, idx: int) -> bool | None:
         """Input ``idx`` of original node ``i``: in host memory (True), not (False), or None when the
         edge's dtype decides (a kernel without HostMemory inputs, or no memory type for ``idx``)."""
+        ins = self._in_mem(i)
+        return ins[idx] if ins is not None and idx < len(ins) else None
+
+    def _in_mem(self, i: int) -> tuple[bool, ...] | None:
+        """Input memory of original node ``i`` per position as its kernel says (MemoryTypesForNode),
+        or None when the edges' dtypes decide (a known kernel without HostMemory inputs): the rule
+        of :meth:`_in_host_rule`, for one position, and :meth:`fact_row`, for all at once."""
         sp = self.spec(self.ops[i], self.devs.type[self.dev_l[i]])
         if sp is not None and not sp.host_in and sp.kernel_known:
             return None
-        ins = self._node_mem_types(i)[0]
-        return ins[idx] if idx < len(ins) else None
+        return self._node_mem_types(i)[0]
+
+    def _out_mem(self, i: int) -> tuple[bool, ...] | None:
+        """Output memory of original node ``i`` per slot as its kernel says, or None when the
+        outputs' dtypes decide (a known kernel without HostMemory outputs): the rule of
+        :meth:`out_host`, for one slot, and :meth:`fact_row`, for all at once."""
+        sp = self.spec(self.ops[i], self.devs.type[self.dev_l[i]])
+        if sp is not None and not sp.host_out and sp.kernel_known:
+            return None
+        return self._node_mem_types(i)[1]
 
     # ---------------------------------------------------------------------------- the C cut's table
     def fact_row(self, i: int) -> FactRow:
@@ -226,8 +238,11 @@ class _MemoryTypes(_PartitionerBase):
         beyond the node's outputs: their type is 0)."""
         io = self.types(i)
         in_t, out_t = io if io is not None else ((), ())
-        in_mem = tuple(2 if (rule := self._in_host_rule(i, k)) is None else int(rule) for k in range(len(in_t)))
-        out_mem = tuple(int(self.out_host(i, s)) for s in range(len(out_t)))
+        # Whole tuples, not one call per position: a node can have thousands of inputs or outputs.
+        ins = self._in_mem(i) or ()
+        in_mem = tuple(map(int, ins[:len(in_t)])) + (2,) * (len(in_t) - len(ins))
+        outs = self._out_mem(i) or ()  # beyond them the output's type decides, as in out_host
+        out_mem = tuple(map(int, outs[:len(out_t)])) + tuple(int(t in _ALWAYS_ON_HOST) for t in out_t[len(outs):])
         return in_t, out_t, in_mem, out_mem
 
     def fact_table(self, nodes: list[int]) -> tuple[I32Array, list[FactRow]]:
