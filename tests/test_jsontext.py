@@ -22,6 +22,18 @@ GOLDEN = Path(__file__).parent / "golden" / "render" / "mlp_sync.pbtxt"
 STRINGS = ["", "a", "é", "quote \" and \\ back", "line\nbreak\ttab", "\x00\x1f", "☃ snow", "𝄞 clef", "/job:ps/task:0"]
 
 
+def _use_kernel(monkeypatch, kernel: bool, attr: str, c_name: str, twin) -> None:
+    """``placeviz.jsontext``'s accelerator ``attr``: ``placeviz._wire``'s ``c_name`` (skip when it
+    is not built), or the Python ``twin`` that declines, so json writes."""
+    from placeviz import jsontext
+    from placeviz.native import kernels
+
+    wire = kernels("_wire")
+    if kernel and wire is None:
+        pytest.skip("placeviz._wire is not built")
+    monkeypatch.setattr(jsontext, attr, getattr(wire, c_name) if kernel else twin)
+
+
 def _random_value(rng: random.Random, depth: int):
     kind = rng.randrange(9 if depth < 4 else 6)
     if kind == 0:
@@ -132,15 +144,7 @@ def test_compact_items_is_json(items, kernel, monkeypatch):
     the C kernel and without it; what the kernel declines, json writes."""
     from placeviz import jsontext
 
-    if kernel:
-        from placeviz.native import kernels
-
-        wire = kernels("_wire")
-        if wire is None:
-            pytest.skip("placeviz._wire is not built")
-        monkeypatch.setattr(jsontext, "_records", wire.json_records)
-    else:
-        monkeypatch.setattr(jsontext, "_records", jsontext._no_records)
+    _use_kernel(monkeypatch, kernel, "_records", "json_records", jsontext._no_records)
     expected = json.dumps(items, separators=(",", ":"))[1:-1].encode("utf-8")
     assert jsontext.compact_items(items) == expected
 
@@ -183,12 +187,8 @@ def test_compact_tree_is_json(seed, kernel, monkeypatch):
     kernel and without it; a dict with a key that is not a str, a list the kernel declines and
     anything that is not a dict are json's."""
     from placeviz import jsontext
-    from placeviz.native import kernels
 
-    wire = kernels("_wire")
-    if kernel and wire is None:
-        pytest.skip("placeviz._wire is not built")
-    monkeypatch.setattr(jsontext, "_records", wire.json_records if kernel else jsontext._no_records)
+    _use_kernel(monkeypatch, kernel, "_records", "json_records", jsontext._no_records)
     rng = random.Random(seed)
     documents = [
         {"variables": _records(rng, True), "partition": {"level": "task", "variable_reads": _records(rng, True),
@@ -223,15 +223,7 @@ def test_compact_columns_is_json_of_the_records(case, kernel, monkeypatch):
     from placeviz import jsontext
 
     keys, columns = case
-    if kernel:
-        from placeviz.native import kernels
-
-        wire = kernels("_wire")
-        if wire is None:
-            pytest.skip("placeviz._wire is not built")
-        monkeypatch.setattr(jsontext, "_columns", wire.json_columns)
-    else:
-        monkeypatch.setattr(jsontext, "_columns", jsontext._no_columns)
+    _use_kernel(monkeypatch, kernel, "_columns", "json_columns", jsontext._no_columns)
     records = [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]
     assert jsontext.compact_columns(keys, columns) == json.dumps(records, separators=(",", ":"))[1:-1].encode()
     table = jsontext.ColumnRecords(keys, columns)
