@@ -56,7 +56,8 @@ def seen(monkeypatch):
     ["partition", PLAIN_MLP, "-o", "{tmp}/parts", "--level", "task", *SYNC],
     ["lint", PLAIN_MLP, "--format", "json", "--batch-size", "8", *SYNC],
     ["render", PLAIN_MLP, "-o", "{tmp}/v.dot", "--view", "overview", *SYNC],
-], ids=["analyze", "place", "place-setter", "partition", "lint", "render"])
+    ["render", PLAIN_MLP, "-o", "{tmp}/r.html", *SYNC],
+], ids=["analyze", "place", "place-setter", "partition", "lint", "render", "render-html"])
 def test_a_command_builds_its_options_once_and_the_pipeline_receives_them(command, seen, tmp_path, capsys):
     args = [str(a).replace("{tmp}", str(tmp_path)) for a in command]
     code, _out, err = run_cli([*args, "--ps-tasks", "3", "--worker-device", "/job:worker/task:%d"], capsys)
@@ -65,9 +66,10 @@ def test_a_command_builds_its_options_once_and_the_pipeline_receives_them(comman
     built = seen["built"][0]
     assert len(seen["received"]) == 1
     received = seen["received"][0]
-    # The pipeline gets that object (lint: with the two switches its rules decide, lint.runner), not
+    # The pipeline gets that object (lint: with the two switches its rules decide, lint.runner;
+    # render to a picture: without the placement summaries only the HTML report draws), not
     # options parsed again.
-    if command[0] == "lint":
+    if command[0] == "lint" or (command[0] == "render" and not args[3].endswith(".html")):
         assert (received.placement, received.sync, received.step) == (built.placement, built.sync, built.step)
         assert received.placement is built.placement and received.sync is built.sync
         assert dataclasses.replace(received, partition=built.partition, summaries=built.summaries) == built
