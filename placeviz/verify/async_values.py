@@ -39,15 +39,22 @@ import numpy as np
 
 from placeviz.verify.checks import RTOL, SMALL, Check, _close, _replay_input
 from placeviz.verify.optimizers import UPDATES
-from placeviz.verify.staleness import BETA_ROLES, DEVICE, DUR, NODE, START, WHO, Apply, overlaps, read_times
+from placeviz.verify.staleness import (
+    BETA_ROLES,
+    DEVICE,
+    DUR,
+    NODE,
+    START,
+    WHO,
+    Apply,
+    overlaps,
+    read_times,
+    worker_index,
+)
 
 MAX_CHANGES = 4  # alternatives differ from the recorded estimate in at most this many choices
 MAX_ORDERS = 720  # orders tried per cluster of overlapping updates (all of them up to 6 updates)
 WORK_BUDGET = 5e7  # element-updates the search of one variable may replay, all alternatives together
-
-
-def _worker_event(e) -> bool:
-    return e[WHO].startswith("worker:")
 
 
 class _BetaPowers:
@@ -59,7 +66,7 @@ class _BetaPowers:
         writers = {w: v for v, ws in (plan.get("powers") or {}).items() for w in ws}
         self.advances: dict[str, list[tuple[float, float]]] = {v: [] for v in plan.get("powers") or {}}
         for e in result.get("events", []):
-            if e[NODE] in writers and _worker_event(e):
+            if e[NODE] in writers and worker_index(e[WHO]) is not None:
                 self.advances[writers[e[NODE]]].append((e[START], e[START] + e[DUR]))
         read_of = {r: v for v, names in (plan.get("reads") or {}).items() if v in self.advances for r in names}
         self.device = {read_of[e[NODE]]: e[DEVICE] for e in result.get("events", []) if e[NODE] in read_of}

@@ -51,7 +51,7 @@ class Apply:
     staleness: int | None = None  # updates of the variable that started between ``read`` and ``start``
 
 
-def _worker(who: str) -> int | None:
+def worker_index(who: str) -> int | None:
     return int(who.split(":", 1)[1]) if who.startswith("worker:") else None
 
 
@@ -70,11 +70,11 @@ def applies(plan: dict, result: dict) -> dict[str, list[Apply]]:
     """Per variable, its updates in ps order, each with its staleness."""
     updates = {u["op"]: u for u in plan["updates"]}
     reads = read_times(plan, result)
-    found = [e for e in result.get("events", []) if e[NODE] in updates and _worker(e[WHO]) is not None]
+    found = [e for e in result.get("events", []) if e[NODE] in updates and worker_index(e[WHO]) is not None]
     out: dict[str, list[Apply]] = collections.defaultdict(list)
     for e in found:
         v = updates[e[NODE]]["variable"]
-        worker = _worker(e[WHO])
+        worker = worker_index(e[WHO])
         assert worker is not None  # `found` keeps the workers' events only
         out[v].append(Apply(variable=v, op=e[NODE], worker=worker, run=e[RUN], start=e[START],
                             end=e[START] + e[DUR], device=e[DEVICE], read=reads.get((e[WHO], e[RUN], v))))
