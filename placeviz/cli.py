@@ -593,8 +593,10 @@ def run() -> None:
     """
     import threading
 
+    from placeviz.blas_threads import one_thread
     from placeviz.gcpause import hold_until_exit
 
+    one_thread()  # before numpy is imported: OpenBLAS's idle threads spin for nothing (placeviz.blas_threads)
     hold_until_exit()  # the commands' results are not freed one by one before os._exit
     code: int | None = 0
     try:

@@ -37,6 +37,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+from placeviz import blas_threads
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -238,8 +240,9 @@ def free_ports(n: int) -> list[int]:
 
 
 def child_env(onednn: bool = False, gpus: bool = False) -> dict[str, str]:
-    """Environment for a child that runs TF: no proxies (gRPC would use them), placeviz importable."""
-    env = dict(os.environ)
+    """Environment for a child that runs TF: no proxies (gRPC would use them), placeviz importable,
+    numpy's BLAS threads as the user had them (:mod:`placeviz.blas_threads`)."""
+    env = blas_threads.user_environment(dict(os.environ))
     for k in PROXY_VARS:
         env.pop(k, None)
     for k in ("no_proxy", "NO_PROXY", "no_grpc_proxy"):
