@@ -34,16 +34,18 @@ print(repr(sorted(m for m in sys.modules if m in sys.argv[2].split(","))))
 """
 
 
-@pytest.mark.parametrize("command", [["lint"], ["analyze", "--format", "json"]])
+@pytest.mark.parametrize("command", [["lint"], ["analyze", "--format", "json"], ["partition", "-o", "parts"]])
 def test_a_cold_lint_imports_only_what_it_uses(tmp_path, command):
-    """... and so does ``analyze --format json`` (rich draws only the text report)."""
+    """... and so do ``analyze --format json`` (rich draws only the text report) and ``partition -o
+    DIR`` (its constant copied to two workers, as TF's ReplicateConstantsPass does)."""
     g = GraphDef()
     c = g.node.add(name="c", op="Const", device="/job:ps/task:0")
     c.attr["dtype"].type = 1  # DT_FLOAT
     c.attr["value"].tensor.dtype = 1
     c.attr["value"].tensor.float_val.append(1.0)
-    i = g.node.add(name="i", op="Identity", input=["c"], device="/job:worker/task:0")
-    i.attr["T"].type = 1
+    for task in (0, 1):
+        i = g.node.add(name=f"i{task}", op="Identity", input=["c"], device=f"/job:worker/task:{task}")
+        i.attr["T"].type = 1
     path = tmp_path / "g.pb"
     path.write_bytes(g.SerializeToString())
     env = dict(os.environ, PYTHONPATH=str(REPO))

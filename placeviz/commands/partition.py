@@ -8,7 +8,6 @@ earlier partition output in DIR is replaced; any other non-empty directory is re
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -95,6 +94,8 @@ def partition_file_names(devices: Iterable[str]) -> dict[str, str]:
     shared = Counter(name.casefold() for name in plain.values())
 
     def hashed(device: str, digits: int) -> str:
+        import hashlib  # only for clashing or cut names (a cold start pays its import otherwise)
+
         stem = plain[device][:-len(".pb")][:_MAX_STEM - digits - 1]
         return f"{stem}_{hashlib.sha256(device.encode('utf-8', 'surrogatepass')).hexdigest()[:digits]}.pb"
 

@@ -77,7 +77,7 @@ class _ConstReplication(_PartitionerBase):
                 continue
             pos = edges[by_const[np.searchsorted(c_sorted, ci):np.searchsorted(c_sorted, ci, side="right")]]
             tgts = tgt_of_dev[self.dev_np[self.e_dst[pos]]]  # target CPU of each out-edge
-            groups = {tt: pos[tgts == tt] for tt in np.unique(tgts).tolist()}
+            groups = {tt: pos[tgts == tt] for tt in sorted(set(tgts.tolist()))}  # np.unique imports numpy.ma
             fetch_users: dict[int, list[int]] = {}
             for k, a in extra:
                 if a.inputs[0][0] == ci:

@@ -142,7 +142,7 @@ class _GraphDefs(_PartitionerBase):
         moved_inputs = (self.e_src != np.frombuffer(self.graph.in_src, dtype=np.int32)) | \
             (self.e_slot != np.frombuffer(self.graph.in_slot, dtype=np.int32))
         rewrite = np.zeros(n, dtype=bool)
-        rewrite[np.unique(self.e_dst[moved_inputs])] = True
+        rewrite[self.e_dst[moved_inputs]] = True  # (np.unique would import numpy.ma, see graph_partition.unique_sorted)
         rewrite[[i for i in self.cloop_ctrl if i < n]] = True  # added nodes are built anyway
         rewrite[np.fromiter(wire.stale, dtype=np.int64, count=len(wire.stale))] = True
         fix_names = nodewire.any_leading_underscore(self.names)
@@ -370,7 +370,7 @@ class _GraphDefs(_PartitionerBase):
 
         moved_inputs = (self.e_src != np.frombuffer(self.graph.in_src, dtype=np.int32)) | \
             (self.e_slot != np.frombuffer(self.graph.in_slot, dtype=np.int32))
-        rewrite: set[int] | range = set(np.unique(self.e_dst[moved_inputs]).tolist()) | set(self.cloop_ctrl)
+        rewrite: set[int] | range = set(self.e_dst[moved_inputs].tolist()) | set(self.cloop_ctrl)
         if importable and any(name[:1] == "_" for name in self.names):
             rewrite = range(n)  # original names to fix everywhere
         for key, ids in node_lists.items():
