@@ -124,12 +124,13 @@ def build_sync(ctx: ViewContext, budget: int) -> Diagram:
                            "Pass --sync-replicas --replicas-to-aggregate R to see what it would build.",
                            shape="note", fill="#ffffe0"))
         return d
-    index = g.index
     worker, chief = machinery_nodes(m)
     chains: list[tuple[list[int], bool]] = []  # (path as ids, is a violation)
     for v in proof.variables:
         for ev in v.get("evidence", []):
-            ids = [index[n] for n in ev.get("path", []) if n in index]
+            path = ev.get("path", [])
+            index = g.ids_of(path)
+            ids = [index[n] for n in path if n in index]
             (worker if ev.get("side") == "worker" else chief).update(ids)
             chains.append((ids, False))
     bad: set[int] = set()

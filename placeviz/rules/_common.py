@@ -420,7 +420,7 @@ def proof_violations(ctx, kinds: dict[str, str], anchors: Iterable[str], *, requ
     proof = ctx.proof
     if proof is None:
         return
-    index = ctx.graph.index
+    index = ctx.graph
     seen = set()
     for v in proof.violations:
         what = kinds.get(v["kind"])
