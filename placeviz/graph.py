@@ -448,7 +448,8 @@ class Graph:
         since the graph was built, so that each repetition of a benchmark pays what a command pays
         after loading the graph.
 
-        What the graph was built with stays: the name index, and what the C reader read with the
+        What the graph was built with stays: the name index the Python path built (the C reader's
+        is not a cache: it answers :meth:`id_of` for the graph's life), and what the C reader read with the
         nodes (``colocation``, ``colocated_names``, the op-fact ``attr_keys``: their time belongs to
         loading) or the caller of :meth:`derived` gave.
         """

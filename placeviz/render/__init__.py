@@ -34,7 +34,7 @@ def resolve_focus(graph, name: str) -> int:
     if i is not None:
         return i
     base = name.rsplit("/", 1)[-1]
-    near = sorted(n for n in set(graph.names) if n.endswith("/" + base) or n == base)[:3]
+    near = sorted(n for n in graph.names if n.endswith("/" + base) or n == base)[:3]
     hint = f"; did you mean {', '.join(near)}?" if near else ""
     raise PlacevizError(f"--focus: no node named {name!r} in the graph{hint}")
 
