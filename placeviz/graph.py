@@ -75,6 +75,15 @@ _MAX_SLOT = 2**31 - 1  # TF's output indices are int32
 # NextIteration -> Merge as a back edge, so the topological order ignores those edges.
 
 
+class NameLookup(Protocol):
+    """What answers a graph's name lookups without a dict of every name: the C reader's
+    ``placeviz._wire.NameIndex`` (see :meth:`Graph.id_of`)."""
+
+    def get(self, name: str, /) -> int | None: ...
+
+    def ids(self, names: Iterable[str], /) -> dict[str, int]: ...
+
+
 class NodeDefs(Protocol):
     """What :attr:`Graph.attr_nodes` is: a GraphDef's ``node`` field, :class:`RemappedNodeDefs` or
     :class:`WireNodeDefs` (read by length, by id and in order, never sliced)."""
@@ -520,7 +529,7 @@ class Graph:
     _ids_of: Callable[[set[str]], dict[str, int]] | None = None
     # The C reader's name index (``placeviz._wire.NameIndex``: ``get``, ``ids``) of a graph read
     # from bytes, or of one with the same names; None otherwise (then the ``index`` dict answers).
-    _name_index: Any = None
+    _name_index: NameLookup | None = None
     _make_colocation: Callable[[], dict[int, tuple[str, ...]]] | None = None
     _make_node_wire: Callable[[], NodeWire | None] | None = None
     _wire_data: bytes | memoryview | None = None
@@ -589,10 +598,15 @@ class Graph:
         :attr:`index` when the C reader's name index or the graph this one was derived from can
         answer. For many names, :meth:`ids_of` (one call)."""
         if self._name_index is not None:
-            return cast("int | None", self._name_index.get(name))
+            return self._name_index.get(name)
         if self._ids_of is not None and not self.computed("index"):
             return self._ids_of({name}).get(name)
         return self.index.get(name)
+
+    def id_lookup(self) -> Callable[[str], int | None]:
+        """:meth:`id_of` as the cheapest function to call for many single names (a C caller's, or
+        a loop's): the C reader's own ``get`` when it answers, without a Python frame per name."""
+        return self._name_index.get if self._name_index is not None else self.id_of
 
     def ids_of(self, names: Iterable[str]) -> dict[str, int]:
         """Node name -> id for those of ``names`` that are nodes of this graph.
@@ -602,7 +616,7 @@ class Graph:
         from, can answer (the latter in its own order).
         """
         if self._name_index is not None:
-            return cast("dict[str, int]", self._name_index.ids(names))
+            return self._name_index.ids(names)
         if self._ids_of is not None and not self.computed("index"):
             return self._ids_of(names if isinstance(names, set) else set(names))
         get = self.index.get

@@ -251,7 +251,7 @@ static int reimported_initializers(Setter *s)
             status = FAIL;
             break;
         }
-        PyObject *var = PyObject_CallOneArg(s->id_of, base); /* Graph.id_of: no dict of every name */
+        PyObject *var = PyObject_CallOneArg(s->id_of, base); /* Graph.id_lookup(): no dict of every name */
         Py_DECREF(base);
         if (var == NULL) {
             status = FAIL;
@@ -571,8 +571,8 @@ PyDoc_STRVAR(setter_doc,
 "       generator_nodes, hint_of, scoped) -> (devices, rule, reference, strategy_calls) or None\n"
 "\n"
 "setter.setter_replay with the round-robin strategy, as one function\n"
-"(see setter.native_replay, which builds the arguments; id_of is Graph.id_of, called for the\n"
-"few names looked up). None: declined, run the Python.");
+"(see setter.native_replay, which builds the arguments; id_of is Graph.id_lookup(), called for the\n"
+"initializers' variable names). None: declined, run the Python.");
 
 static PyObject *setter_entry(PyObject *self, PyObject *args, PyObject *kwargs)
 {

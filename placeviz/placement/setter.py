@@ -536,7 +536,7 @@ def native_replay(graph: Graph, config: SetterConfig, op_table: OpTable, ps_task
     replayed = _kernels.setter(
         names=names, ops=ops, own_devices=graph.devices, in_start=graph.in_start, in_src=graph.in_src,
         in_slot=graph.in_slot, colocation=graph.colocation, colocated_names=graph.colocated_names,
-        located_ids=graph.colocated_name_ids, id_of=graph.id_of, device_none=bytes(flags), inside=inside,
+        located_ids=graph.colocated_name_ids, id_of=graph.id_lookup(), device_none=bytes(flags), inside=inside,
         ps_ops=ps_ops, ps_tasks=ps_tasks, graph_as_default=config.graph_as_default,
         merge_devices=config.merge_devices, ps_present=ps_spec is not None, worker_of=worker_of, ps_calls=ps_calls,
         ps_device_of=ps_device_of, generator_keys=generator_keys, generator_values=generator_values,
@@ -826,9 +826,9 @@ def _reimported_initializers(graph: Graph, targets: list[int | None]) -> None:
     import. The evidence: every initializer whose variable has a device has exactly that device.
     Then the initializers take their variable's device, as in TF's placed graph."""
     pairs = []
-    names, own = graph.names, graph.devices
+    names, own, id_of = graph.names, graph.devices, graph.id_lookup()
     for i in compress(range(len(targets)), map(eq, targets, repeat(scopes.DEVICE_NONE))):
-        var = graph.id_of(names[i].split("/Initializer/", 1)[0])
+        var = id_of(names[i].split("/Initializer/", 1)[0])
         if var is not None:
             pairs.append((i, var))
     evidence = [(i, var) for i, var in pairs if own[var]]
@@ -903,7 +903,7 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
                 outer_deps[root] = deps
                 roots[root] = (children, [m for m in members if m not in deps])
     assign_nodes = frozenset(op_index.ids(ASSIGN_VARIABLE_OPS).tolist())
-    namer = NoopNamer(graph.names, graph.id_of, dropped)
+    namer = NoopNamer(graph.names, graph.id_lookup(), dropped)
     context = _GroupContext(graph, devices, rule, reference, plain_device)
     # A group on one device whose context is the setter's alone (no colocation, no device scope
     # seen around it, built inside the setter's block) has the plan of every such group on that
