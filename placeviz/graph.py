@@ -580,7 +580,8 @@ class Graph:
         """Node name -> node id, as a dict: made on first use (set when the Python path builds the
         graph), for a caller that needs a dict. A lookup asks :meth:`id_of` or :meth:`ids_of`,
         which a graph read by the C reader answers without this dict of every name (at 1M nodes
-        its inserts cost 0.34 s, each a cache miss, and some 70 MB)."""
+        its inserts cost 0.34 s, each a cache miss: ``benchmarks/README.md``, "the load's name
+        index")."""
         make, self._make_index, self._ids_of = self._make_index, None, None
         return make() if make is not None else dict(zip(self.names, range(len(self.names)), strict=True))
 
