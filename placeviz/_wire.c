@@ -360,21 +360,27 @@ static void name_index_dealloc(NameIndex *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The id of the node named `key`; -1 if none (a key that is not a str names none, as in a dict
- * of str keys), -2 with an exception set. */
-static Py_ssize_t name_index_find(NameIndex *self, PyObject *key)
+/* The UTF-8 of `key` and its hash: 1; 0 when `key` can name no node (not a str, as in a dict of
+ * str keys; lone surrogates, which no name decoded from valid UTF-8 has; too long); -1 with an
+ * exception set. */
+static int name_key(PyObject *key, const char **u, Py_ssize_t *len, uint64_t *h)
 {
-    if (!PyUnicode_Check(key)) return -1;
-    Py_ssize_t len;
-    const char *u = PyUnicode_AsUTF8AndSize(key, &len);
-    if (!u) {
-        /* lone surrogates: no name decoded from valid UTF-8 has them */
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -2;
+    if (!PyUnicode_Check(key)) return 0;
+    *u = PyUnicode_AsUTF8AndSize(key, len);
+    if (!*u) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
         PyErr_Clear();
-        return -1;
+        return 0;
     }
-    if (len > 0xffffffffLL) return -1;
-    uint64_t h = hash_bytes((const uint8_t *)u, (uint32_t)len);
+    if (*len > 0xffffffffLL) return 0;
+    *h = hash_bytes((const uint8_t *)*u, (uint32_t)*len);
+    return 1;
+}
+
+/* The id of the node named `key` (UTF-8 `u` of `len` bytes, hash `h`); -1 if none, -2 with an
+ * exception set. */
+static Py_ssize_t name_index_find_hashed(NameIndex *self, PyObject *key, const char *u, Py_ssize_t len, uint64_t h)
+{
     uint32_t h32 = (uint32_t)(h >> 32);
     Py_ssize_t n = PyList_GET_SIZE(self->names);
     for (uint64_t i = h & self->mask;; i = (i + 1) & self->mask) {
@@ -388,6 +394,16 @@ static Py_ssize_t name_index_find(NameIndex *self, PyObject *key)
         if (!v) return -2;
         if (name_len == len && memcmp(v, u, (size_t)len) == 0) return s->entry - 1;
     }
+}
+
+/* The id of the node named `key`; -1 if none, -2 with an exception set. */
+static Py_ssize_t name_index_find(NameIndex *self, PyObject *key)
+{
+    const char *u;
+    Py_ssize_t len;
+    uint64_t h;
+    int rc = name_key(key, &u, &len, &h);
+    return rc <= 0 ? rc - 1 : name_index_find_hashed(self, key, u, len, h);
 }
 
 PyDoc_STRVAR(name_index_get_doc,
@@ -411,25 +427,40 @@ PyDoc_STRVAR(name_index_ids_doc,
 "name -> id for those of `names` (an iterable of str) that name a node, in `names`' order\n"
 "(each once): the batch form of get, one call for the many lookups of a pass.");
 
+/* All names hashed first, then looked up with the slots of lookups a few steps ahead prefetched
+ * (as scan_graph resolves the inputs): the slots are random accesses into a table larger than the
+ * cache. */
 static PyObject *name_index_ids(NameIndex *self, PyObject *names)
 {
-    PyObject *it = PyObject_GetIter(names);
-    if (!it) return NULL;
-    PyObject *out = PyDict_New(), *name;
-    if (!out) { Py_DECREF(it); return NULL; }
-    while ((name = PyIter_Next(it)) != NULL) {
-        Py_ssize_t id = name_index_find(self, name);
-        int rc = 0;
-        if (id >= 0) {
-            PyObject *value = PyLong_FromSsize_t(id);
-            rc = value ? PyDict_SetItem(out, name, value) : -1;
-            Py_XDECREF(value);
-        }
-        Py_DECREF(name);
-        if (id == -2 || rc < 0) { Py_CLEAR(out); break; }
+    PyObject *seq = PySequence_Fast(names, "ids() takes an iterable of names");
+    if (!seq) return NULL;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    PyObject **keys = PySequence_Fast_ITEMS(seq);
+    uint64_t *hashes = malloc(sizeof(uint64_t) * (size_t)(m ? m : 1));
+    uint8_t *named = malloc((size_t)(m ? m : 1)); /* name_key's answer, per key */
+    PyObject *out = hashes && named ? PyDict_New() : PyErr_NoMemory();
+    const char *u;
+    Py_ssize_t len, k;
+    for (k = 0; out && k < m; k++) {
+        int rc = name_key(keys[k], &u, &len, &hashes[k]);
+        if (rc < 0) Py_CLEAR(out);
+        named[k] = rc > 0;
     }
-    Py_DECREF(it);
-    if (out && PyErr_Occurred()) Py_CLEAR(out);
+    for (k = 0; out && k < m; k++) {
+        if (k + 16 < m && named[k + 16]) __builtin_prefetch(&self->slots[hashes[k + 16] & self->mask]);
+        if (!named[k]) continue;
+        u = PyUnicode_AsUTF8AndSize(keys[k], &len); /* the UTF-8 name_key made (cached in the str) */
+        if (!u) { Py_CLEAR(out); break; }
+        Py_ssize_t id = name_index_find_hashed(self, keys[k], u, len, hashes[k]);
+        if (id == -2) { Py_CLEAR(out); break; }
+        if (id < 0) continue;
+        PyObject *value = PyLong_FromSsize_t(id);
+        if (!value || PyDict_SetItem(out, keys[k], value) < 0) Py_CLEAR(out);
+        Py_XDECREF(value);
+    }
+    free(hashes);
+    free(named);
+    Py_DECREF(seq);
     return out;
 }
 
