@@ -368,8 +368,9 @@ def attach_placement(report: Analysis, result) -> None:
 
     placement = result.placement
     graph, devices = placement.graph, placement.devices
+    ids = graph.ids_of(v.name for v in report.variables)
     for v in report.variables:
-        i = graph.index.get(v.name)
+        i = ids.get(v.name)
         if i is None:
             continue
         v.placed_device = devices[i]

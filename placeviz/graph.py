@@ -6,7 +6,10 @@ pass), so every later pass (placement, partitioning, lint) works on the plain Py
 integer arrays built here instead of going back to the protos:
 
 * ``names``, ``ops``, ``devices``: one entry per node, in GraphDef order (node id = position);
-* ``index``: node name -> node id;
+* the name index: node name -> node id, asked through :meth:`Graph.id_of` (one name),
+  :meth:`Graph.ids_of` (many) and ``name in graph``; :attr:`Graph.index` is that index as a dict,
+  made on first use for a caller that wants one (a graph read by the C reader answers from the
+  reader's own table, ``placeviz._wire.NameIndex``, without a dict of every name);
 * inputs in CSR form: the inputs of node ``i`` are positions ``in_start[i]:in_start[i+1]`` of
   ``in_src`` (source node id) and ``in_slot`` (output index, or ``CONTROL`` = -1 for ``^name``),
   in NodeDef order (data inputs first, then control inputs, as TF requires);
@@ -70,6 +73,15 @@ _MAX_SLOT = 2**31 - 1  # TF's output indices are int32
 
 # Ops whose out-edges into a Merge close a while loop: TF's executor and graph sorts treat
 # NextIteration -> Merge as a back edge, so the topological order ignores those edges.
+
+
+class NameLookup(Protocol):
+    """What answers a graph's name lookups without a dict of every name: the C reader's
+    ``placeviz._wire.NameIndex`` (see :meth:`Graph.id_of`)."""
+
+    def get(self, name: str, /) -> int | None: ...
+
+    def ids(self, names: Iterable[str], /) -> dict[str, int]: ...
 
 
 class NodeDefs(Protocol):
@@ -214,7 +226,8 @@ class Graph:
         names, ops, devices, index, in_start, in_src, in_slot, spans, op_ids, distinct_ops = scanned
         self._wire_spans = spans  # where each NodeDef lies in ``wire`` (see ``node_wire``)
         self._op_codes = (op_ids, distinct_ops)  # see ``op_codes``
-        self.names, self.ops, self.devices, self.index = names, ops, devices, index
+        self.names, self.ops, self.devices = names, ops, devices
+        self._name_index = index  # a _wire.NameIndex: the lookups without a dict (see id_of)
         self.in_start, self.in_src, self.in_slot = (_int_array(in_start), _int_array(in_src),
                                                     _int_array(in_slot))
         key_attrs = key_attrs_for(set(distinct_ops)) if key_attrs_for is not None else None
@@ -330,7 +343,7 @@ class Graph:
                 in_src: array[int], in_slot: array[int], attr_nodes: NodeDefs,
                 make_graph_def: Callable[[], GraphDef],
                 index: dict[str, int] | Callable[[], dict[str, int]] | None = None,
-                ids_of: Callable[[set[str]], dict[str, int]] | None = None,
+                ids_of: Callable[[set[str]], dict[str, int]] | None = None, same_names_as: Graph | None = None,
                 colocation: dict[int, tuple[str, ...]] | Callable[[], dict[int, tuple[str, ...]]] | None = None,
                 colocated_names: dict[int, tuple[str, ...]] | None = None,
                 located_names: set[str] | None = None, source: Graph | None = None,
@@ -347,7 +360,9 @@ class Graph:
         use. ``index`` and ``colocation`` may also be functions that make them on first use, and
         ``ids_of`` one that answers :meth:`ids_of` until the index exists (a million-entry name
         index costs a third of a second, and the placer looks up only the names ``_class``
-        attrs name). ``source``: the graph this one was made from: its GraphDef's ``library`` is the new one's (so reading
+        attrs name). ``same_names_as``: a graph whose names are ``names`` (the same name at each
+        id), whose name index this one shares instead (then ``index`` and ``ids_of`` are not
+        given). ``source``: the graph this one was made from: its GraphDef's ``library`` is the new one's (so reading
         ``library`` does not build the GraphDef), and when ``attr_nodes`` are its NodeDefs (the
         same sequence, or a :class:`RemappedNodeDefs` over it) what :meth:`attr_keys` read there
         is reused. ``node_wire``: a function that makes :attr:`node_wire` on first use (without
@@ -359,7 +374,10 @@ class Graph:
         graph._versions_present = versions_present
         graph._hold(None, make_graph_def, attr_nodes, source, None)
         graph.names, graph.ops, graph.devices = names, ops, devices
-        if isinstance(index, dict):
+        if same_names_as is not None:
+            assert index is None and ids_of is None, "same_names_as shares the name index"
+            graph._share_name_index(same_names_as)
+        elif isinstance(index, dict):
             graph.index = index
         else:  # built on first use (see the ``index`` property)
             graph._make_index = index
@@ -395,8 +413,7 @@ class Graph:
         graph = Graph.derived(names=self.names, ops=self.ops, devices=devices, in_start=self.in_start,
                               in_src=self.in_src, in_slot=self.in_slot, attr_nodes=self.attr_nodes,
                               make_graph_def=make_graph_def,
-                              index=self.index if self.computed("index") else (lambda: self.index),
-                              ids_of=self.ids_of, source=self, node_wire=lambda: self.node_wire)
+                              same_names_as=self, source=self, node_wire=lambda: self.node_wire)
         # What is already known about this graph holds for the copy: none of it depends on devices.
         for derived_structure in _DEVICE_FREE_CACHES:
             if self.computed(derived_structure):
@@ -440,7 +457,8 @@ class Graph:
         since the graph was built, so that each repetition of a benchmark pays what a command pays
         after loading the graph.
 
-        What the graph was built with stays: the name index, and what the C reader read with the
+        What the graph was built with stays: the name index the Python path built (the C reader's
+        is not a cache: it answers :meth:`id_of` for the graph's life), and what the C reader read with the
         nodes (``colocation``, ``colocated_names``, the op-fact ``attr_keys``: their time belongs to
         loading) or the caller of :meth:`derived` gave.
         """
@@ -509,6 +527,9 @@ class Graph:
     # for a graph that was given one.
     _make_index: Callable[[], dict[str, int]] | None = None
     _ids_of: Callable[[set[str]], dict[str, int]] | None = None
+    # The C reader's name index (``placeviz._wire.NameIndex``: ``get``, ``ids``) of a graph read
+    # from bytes, or of one with the same names; None otherwise (then the ``index`` dict answers).
+    _name_index: NameLookup | None = None
     _make_colocation: Callable[[], dict[int, tuple[str, ...]]] | None = None
     _make_node_wire: Callable[[], NodeWire | None] | None = None
     _wire_data: bytes | memoryview | None = None
@@ -556,22 +577,49 @@ class Graph:
 
     @cached_property
     def index(self) -> dict[str, int]:
-        """Node name -> node id (set when the graph is built; a derived graph may build it here)."""
+        """Node name -> node id, as a dict: made on first use (set when the Python path builds the
+        graph), for a caller that needs a dict. A lookup asks :meth:`id_of` or :meth:`ids_of`,
+        which a graph read by the C reader answers without this dict of every name (at 1M nodes
+        its inserts cost 0.34 s, each a cache miss: ``benchmarks/README.md``, "the load's name
+        index")."""
         make, self._make_index, self._ids_of = self._make_index, None, None
         return make() if make is not None else dict(zip(self.names, range(len(self.names)), strict=True))
 
-    def ids_of(self, names: set[str]) -> dict[str, int]:
+    def _share_name_index(self, other: Graph) -> None:
+        """Answer name lookups with ``other``'s index (a graph with the same names at the same ids)."""
+        self._name_index = other._name_index
+        if other.computed("index"):
+            self._fill("index", other.index)
+        else:
+            self._make_index = lambda: other.index
+            self._ids_of = other.ids_of
+
+    def id_of(self, name: str) -> int | None:
+        """The id of the node named ``name``, or None: ``index.get(name)``, without making
+        :attr:`index` when the C reader's name index or the graph this one was derived from can
+        answer. For many names, :meth:`ids_of` (one call)."""
+        if self._name_index is not None:
+            return self._name_index.get(name)
+        if self._ids_of is not None and not self.computed("index"):
+            return self._ids_of({name}).get(name)
+        return self.index.get(name)
+
+    def id_lookup(self) -> Callable[[str], int | None]:
+        """:meth:`id_of` as the cheapest function to call for many single names (a C caller's, or
+        a loop's): the C reader's own ``get`` when it answers, without a Python frame per name."""
+        return self._name_index.get if self._name_index is not None else self.id_of
+
+    def ids_of(self, names: Iterable[str]) -> dict[str, int]:
         """Node name -> id for those of ``names`` that are nodes of this graph.
 
-        The same as looking each name up in :attr:`index`, without building that index when a
-        derived graph can answer from the graph it was made from.
+        The same as looking each name up in :attr:`index` (and in ``names``' order), without
+        building that index when the C reader's name index, or the graph a derived one was made
+        from, can answer (the latter in its own order).
         """
+        if self._name_index is not None:
+            return self._name_index.ids(names)
         if self._ids_of is not None and not self.computed("index"):
-            return self._ids_of(names)
-        return self._looked_up(names)
-
-    def _looked_up(self, names: Iterable[str]) -> dict[str, int]:
-        """Name -> id by :attr:`index` for those of ``names`` that are nodes, in ``names``' order."""
+            return self._ids_of(names if isinstance(names, set) else set(names))
         get = self.index.get
         return {name: i for name in names if (i := get(name)) is not None}
 
@@ -597,12 +645,12 @@ class Graph:
         than at random (``benchmarks/setter_stage.py``: 0.023 -> 0.015 s at 200k nodes, 0.138 ->
         0.115 s at 1M with 109k names, ``located_names`` included).
         """
-        if self._ids_of is not None and not self.computed("index"):
+        if self._name_index is None and self._ids_of is not None and not self.computed("index"):
             return self.ids_of(self.located_names)
         in_order = self._located_in_order()
         if not self.computed("located_names"):
             self._fill("located_names", set(in_order))
-        return self._looked_up(in_order)
+        return self.ids_of(in_order)
 
     @cached_property
     def colocation(self) -> dict[int, tuple[str, ...]]:
@@ -738,7 +786,7 @@ class Graph:
         return len(self.names)
 
     def __contains__(self, name: str) -> bool:
-        return name in self.index
+        return self.id_of(name) is not None
 
     def __iter__(self) -> Iterator[NodeView]:
         return (NodeView(self, i) for i in range(len(self.names)))
@@ -746,7 +794,10 @@ class Graph:
     def node(self, key: str | int) -> NodeView:
         """The node with this name or id (KeyError if there is none)."""
         if isinstance(key, str):
-            return NodeView(self, self.index[key])
+            i = self.id_of(key)
+            if i is None:
+                raise KeyError(key)
+            return NodeView(self, i)
         if not 0 <= key < len(self.names):
             raise KeyError(key)
         return NodeView(self, key)

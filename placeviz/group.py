@@ -27,7 +27,7 @@ SyncReplicas rewrite (:mod:`placeviz.sync.rewrite`, over NodeDefs). Never import
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Generic, NamedTuple, TypeVar
 
 from placeviz.names import unique_name
@@ -133,7 +133,8 @@ class NoopNamer:
     ``names``) for a graph rebuilt with ``group``'s NoOps made again: TF's ``Graph.unique_name``
     over the names TF had made before the root: ``names`` before position ``root`` (creation
     order) that the rebuild keeps (not in ``dropped``: the old per-device NoOps), and the NoOps it
-    added for earlier roots (:func:`noop_names`). ``index``: name -> position.
+    added for earlier roots (:func:`noop_names`). ``id_of``: name -> position, or None for a name
+    no node holds (``Graph.id_of``, or a dict's ``get``).
 
     Only the keys ``<root>/noop...`` can change the answer (lower-cased: ``init/noop`` takes
     ``init/NoOp``, a scope ``init/NoOp_1/`` takes ``init/NoOp_1``), so only those are looked up,
@@ -142,8 +143,8 @@ class NoopNamer:
     replay cannot rename it and skips that name instead, saying so in ``clashes``.
     """
 
-    def __init__(self, names: Sequence[str], index: Mapping[str, int], dropped: Collection[int]):
-        self.names_in_order, self.index, self.dropped = names, index, dropped
+    def __init__(self, names: Sequence[str], id_of: Callable[[str], int | None], dropped: Collection[int]):
+        self.names_in_order, self.id_of, self.dropped = names, id_of, dropped
         self.added: list[str] = []  # names of the new NoOps, lower-cased
         self.clashes: list[str] = []
         self._keys: dict[str, list[tuple[int, str]]] = {}
@@ -157,10 +158,10 @@ class NoopNamer:
         dropped = self.dropped
         used = {key: 1 for i, key in self._keys.get(prefix, ()) if i < root and i not in dropped}
         used.update((key, 1) for key in self.added if key.startswith(prefix))
-        index = self.index
+        id_of = self.id_of
 
         def taken(name: str) -> bool:
-            later = index.get(name)
+            later = id_of(name)
             return later is not None and later > root and later not in dropped
 
         out = noop_names(used, base, count, taken, self.clashes)

@@ -30,7 +30,7 @@ _READ_OPS = VARIABLE_READ_OPS | {"Enter", "RefEnter", "Switch", "RefSwitch"}
 
 def variable_behind(graph: Graph, name: str) -> str | None:
     """The variable a tensor reads (through Identity/ReadVariableOp/Enter/Switch), or None."""
-    return _variable_behind_id(graph, graph.index.get(name))
+    return _variable_behind_id(graph, graph.id_of(name))
 
 
 def _variable_behind_id(graph: Graph, i: int | None) -> str | None:
@@ -248,7 +248,8 @@ def _reader_frames(graph: Graph, table: TransferTable, var: list[int], rows: lis
         return None, False
     frames_of: list[set[str]] = [set() for _ in range(m)]
     in_loops = False
-    index, dst = graph.index, table.dst
+    dst = table.dst
+    index = graph.ids_of(dict.fromkeys(dst[k] or "" for k in rows))
     for v, k in zip(var, rows, strict=True):
         dst_id = index.get(dst[k] or "")
         frame = frames[dst_id] if dst_id is not None else None

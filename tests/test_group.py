@@ -138,7 +138,7 @@ def test_noop_namer_reads_names_as_one_text_or_one_by_one():
     for first in ("plain", "new\nline"):
         names = [first, *base]
         index = {name: k for k, name in enumerate(names)}
-        namer = NoopNamer(names, index, {index["grp/NoOp"]})  # grp's old NoOp: dropped
+        namer = NoopNamer(names, index.get, {index["grp/NoOp"]})  # grp's old NoOp: dropped
         got = [namer.names(index[root], f"{root}/NoOp", 3) for root in ("init", "grp")]
         answers.append((got, namer.clashes, namer._by_name))
     (one_text, clashes, by_name), (one_by_one, clashes2, by_name2) = answers

@@ -57,6 +57,7 @@ def assert_same(graph_def: GraphDef, data: bytes | None = None, key_attrs_for=_d
         return python_error
     for field in ("names", "ops", "devices", "in_start", "in_src", "in_slot"):
         assert getattr(got, field) == getattr(expected, field), field
+    assert_same_lookups(got, expected)
     assert list(got.index.items()) == list(expected.index.items())
     assert list(got.colocation.items()) == list(expected.colocation.items())
     assert list(got.colocated_names.items()) == list(expected.colocated_names.items())
@@ -70,6 +71,20 @@ def assert_same(graph_def: GraphDef, data: bytes | None = None, key_attrs_for=_d
     assert [type(v) for v in have] == [type(v) for v in want]
     assert_same_attr_values(got, graph_def, data)
     return "equal"
+
+
+def assert_same_lookups(got: Graph, expected: Graph) -> None:
+    """``id_of``, ``ids_of`` and ``in`` of ``got`` (the C reader's name index, before any dict is
+    made) answer as ``expected``'s dict: every name, names of no node, and a batch with repeats."""
+    names = expected.names
+    absent = ["", "no such node", *(name + "/x" for name in names[:3]), *(name[:-1] for name in names[:3])]
+    for name in [*names, *absent]:
+        assert got.id_of(name) == expected.index.get(name), name
+        assert (name in got) == (name in expected.index), name
+    batch = [*names[::-1], *absent, *names[:5]]
+    want = {name: expected.index[name] for name in batch if name in expected.index}
+    assert list(got.ids_of(batch).items()) == list(want.items())
+    assert list(got.ids_of(iter(batch)).items()) == list(want.items())
 
 
 _VALUE_ATTRS = ("dtype", "shape", "T", "_class", "missing")
@@ -266,3 +281,60 @@ def test_load_reads_meta_graphs_and_saved_models_with_the_c_reader(tf_models, sp
     assert list(model.graph.colocation.items()) == list(expected.colocation.items())
     key_attrs = _default_fact_key_attrs(set(expected.ops))
     assert model.graph.attr_keys(key_attrs) == expected.attr_keys(key_attrs)
+
+
+def _name_index(names: list[str]):
+    """The C reader's name index over a graph of NoOps with these names (None: not built)."""
+    if graph_module._wire is None:
+        pytest.skip("the C reader is not built")
+    graph_def = GraphDef()
+    for name in names:
+        graph_def.node.add(name=name, op="NoOp")
+    scanned = graph_module._wire.scan_graph(graph_def.SerializeToString())
+    assert scanned is not None
+    return scanned[3]
+
+
+def test_the_name_index_answers_as_a_dict_of_the_names():
+    """``_wire.NameIndex``, what ``Graph.id_of`` asks on a graph read from bytes, answers as the
+    Python twin (a dict of every name) for the keys a dict would be asked: names that are not
+    ASCII, a str subclass, keys that are not strings, a string with a lone surrogate (no node
+    name read from valid UTF-8 holds one), names sharing long prefixes."""
+
+    class Name(str):
+        pass
+
+    names = ["a", "é/ü", "日本/変数", "x" * 40 + "/a", "x" * 40 + "/b", "emoji/😀", "tab\tname"]
+    index = _name_index(names)
+    twin = {name: i for i, name in enumerate(names)}
+    keys = [*names, *map(Name, names), "b", "x" * 40, "é", "a\udcff", "\udcff", 7, None, b"a", ("a",)]
+    for key in keys:
+        assert index.get(key) == twin.get(key), key  # type: ignore[call-overload]
+        assert index.get(key, -1) == twin.get(key, -1), key  # type: ignore[call-overload]
+        assert (key in index) == (key in twin), key
+    assert len(index) == len(twin)
+    strings = [k for k in keys if isinstance(k, str)]
+    assert list(index.ids(strings).items()) == list({k: twin[k] for k in strings if k in twin}.items())
+    with pytest.raises(TypeError):
+        index.ids(3)
+    with pytest.raises(TypeError):
+        index.get()
+
+
+def test_a_graph_with_the_same_names_shares_the_name_index(tmp_path):
+    """``with_devices`` and the setter's result when no node moved answer lookups from the loaded
+    graph's index (the C reader's, when built) without a dict of every name; the dict, when some
+    caller asks for it, equals a fresh one."""
+    from placeviz.ops import load_op_table
+    from placeviz.placement.setter import SetterConfig, run_setter
+
+    path = tmp_path / "g.pb"
+    path.write_bytes(realistic_graph().SerializeToString())
+    graph = load(path).graph
+    fresh = Graph(realistic_graph())
+    copies = [graph.with_devices([""] * len(graph)), run_setter(graph, SetterConfig(ps_tasks=2, worker_device="/job:worker/task:0"), load_op_table()).graph]
+    for copy in copies:
+        if copy.names == graph.names:
+            assert_same_lookups(copy, fresh)
+            assert not copy.computed("index") or graph_module._wire is None
+        assert copy.index == {name: i for i, name in enumerate(copy.names)}

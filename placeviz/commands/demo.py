@@ -77,7 +77,7 @@ def run(out_dir: str) -> None:
         node.device = device
     save_proto(placed, out / f"{DEMO_SAMPLE}.placed.pb")
     report = pipe.report
-    report.explain = [explain_node(result, name) for name in EXPLAIN if name in result.graph.index]
+    report.explain = [explain_node(result, name) for name in EXPLAIN if name in result.graph]
     parts = partition(result.graph, result.placement.devices, targets=tuple(pipe.run["targets"]), level="device",
                       attr_keys=result.placement.attr_keys)
     parts_dir = out / "partitions"

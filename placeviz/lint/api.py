@@ -307,7 +307,7 @@ class LintContext:
             name = raw.names[i]
             device = raw.devices[i] or None
             if self.pipeline is not None and self.devices is not None:
-                j = self.graph.index.get(name)
+                j = self.graph.id_of(name)
                 if j is not None:
                     device = self.devices[j] or device
         return Finding(rule=rule.id, name=rule.name, severity=severity or rule.severity, model=self.model_path,

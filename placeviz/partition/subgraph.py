@@ -75,7 +75,7 @@ class RunSignature:
 
 
 def _lookup(graph: Graph, name: str, what: str) -> int:
-    i = graph.index.get(name)
+    i = graph.id_of(name)
     if i is None:
         raise PruneError(f"{what} {name!r}: no node of the graph has this name")
     return i

@@ -213,8 +213,9 @@ def placement_summary(result: PlacementResult, variable_bytes: dict[str, int | N
     slot_bytes_per_device: Counter = Counter()
     unknown_per_device: Counter = Counter()
     vars_per_device: Counter = Counter()
+    ids = graph.ids_of(variable_bytes)
     for name, nbytes in variable_bytes.items():
-        i = graph.index.get(name)
+        i = ids.get(name)
         if i is None:
             continue
         device = placement.devices[i]

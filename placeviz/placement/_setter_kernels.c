@@ -93,7 +93,7 @@ typedef struct {
     Py_ssize_t n, inside;
     PyObject *names, *ops, *own;
     IntArray in_start, in_src, in_slot;
-    PyObject *colocation, *colocated_names, *located_ids, *index;
+    PyObject *colocation, *colocated_names, *located_ids, *id_of;
     const uint8_t *device_none;
     PyObject *ps_ops;
     long ps_tasks;
@@ -251,17 +251,20 @@ static int reimported_initializers(Setter *s)
             status = FAIL;
             break;
         }
-        PyObject *var = PyDict_GetItemWithError(s->index, base);
+        PyObject *var = PyObject_CallOneArg(s->id_of, base); /* Graph.id_lookup(): no dict of every name */
         Py_DECREF(base);
         if (var == NULL) {
-            if (PyErr_Occurred()) {
-                status = FAIL;
-                break;
-            }
+            status = FAIL;
+            break;
+        }
+        if (var == Py_None) {
+            Py_DECREF(var);
             continue;
         }
         Py_ssize_t v;
-        if (!node_id(var, s->n, &v)) {
+        int ok = node_id(var, s->n, &v);
+        Py_DECREF(var);
+        if (!ok) {
             status = DECLINE;
             break;
         }
@@ -563,34 +566,35 @@ static int exact_str_list(PyObject *list, Py_ssize_t n)
 
 PyDoc_STRVAR(setter_doc,
 "setter(*, names, ops, own_devices, in_start, in_src, in_slot, colocation, colocated_names,\n"
-"       located_ids, index, device_none, inside, ps_ops, ps_tasks, graph_as_default, merge_devices,\n"
+"       located_ids, id_of, device_none, inside, ps_ops, ps_tasks, graph_as_default, merge_devices,\n"
 "       ps_present, worker_of, ps_calls, ps_device_of, generator_keys, generator_values,\n"
 "       generator_nodes, hint_of, scoped) -> (devices, rule, reference, strategy_calls) or None\n"
 "\n"
 "setter.setter_replay with the round-robin strategy, as one function\n"
-"(see setter.native_replay, which builds the arguments). None: declined, run the Python.");
+"(see setter.native_replay, which builds the arguments; id_of is Graph.id_lookup(), called for the\n"
+"initializers' variable names). None: declined, run the Python.");
 
 static PyObject *setter_entry(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"names", "ops", "own_devices", "in_start", "in_src", "in_slot", "colocation",
-                             "colocated_names", "located_ids", "index", "device_none", "inside", "ps_ops",
+                             "colocated_names", "located_ids", "id_of", "device_none", "inside", "ps_ops",
                              "ps_tasks", "graph_as_default", "merge_devices", "ps_present", "worker_of",
                              "ps_calls", "ps_device_of", "generator_keys", "generator_values",
                              "generator_nodes", "hint_of", "scoped", NULL};
     Setter s;
     memset(&s, 0, sizeof s);
     PyObject *in_start = NULL, *in_src = NULL, *in_slot = NULL, *device_none = NULL, *hint_of = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOO!O!O!O!SnOlpppO!O!O!O!OO!OO!", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOO!O!O!OSnOlpppO!O!O!O!OO!OO!", kwlist,
                                      &s.names, &s.ops, &s.own, &in_start, &in_src, &in_slot,
                                      &PyDict_Type, &s.colocation, &PyDict_Type, &s.colocated_names,
-                                     &PyDict_Type, &s.located_ids, &PyDict_Type, &s.index, &device_none,
+                                     &PyDict_Type, &s.located_ids, &s.id_of, &device_none,
                                      &s.inside, &s.ps_ops, &s.ps_tasks, &s.graph_as_default, &s.merge_devices,
                                      &s.ps_present, &PyDict_Type, &s.worker_of, &PyDict_Type, &s.ps_calls,
                                      &PyDict_Type, &s.ps_device_of, &PyDict_Type, &s.gen_keys, &s.gen_values,
                                      &PyDict_Type, &s.gen_nodes, &hint_of, &PyDict_Type, &s.scoped))
         return NULL;
     if (!s.names || !s.ops || !s.own || !in_start || !in_src || !in_slot || !s.colocation || !s.colocated_names ||
-        !s.located_ids || !s.index || !device_none || !s.ps_ops || !s.worker_of || !s.ps_calls || !s.ps_device_of ||
+        !s.located_ids || !s.id_of || !device_none || !s.ps_ops || !s.worker_of || !s.ps_calls || !s.ps_device_of ||
         !s.gen_keys || !s.gen_values || !s.gen_nodes || !hint_of || !s.scoped) {
         PyErr_SetString(PyExc_TypeError, "setter(): every argument is required");
         return NULL;

@@ -10,9 +10,9 @@ def explain_node(result, name: str) -> dict:
     """The setter's rule and the placer's reason for ``name`` in a placement ``result``
     (:class:`placeviz.placement.PlacementResult`): JSON-able, the ``explain`` entries of analyze."""
     graph = result.graph
-    if name not in graph.index:
+    i = graph.id_of(name)
+    if i is None:
         raise PlacevizError(f"--explain: no node named {name!r} in the graph")
-    i = graph.index[name]
     out = {"node": name, "op": graph.ops[i]}
     if result.setter is not None:
         out["setter_device"] = graph.devices[i]

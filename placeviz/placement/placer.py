@@ -774,7 +774,7 @@ class _Placer:
         groups for all conflicts (there are few; a graph has 1M nodes)."""
         import numpy as np
 
-        index, requested = self.graph.index, self.requested
+        index, requested = self.graph.ids_of(c.other for c in self.conflicts), self.requested
         root = _roots(np, self.parent)
         wanted = {int(root[index[c.other]]) for c in self.conflicts}
         members: dict[int, list[int]] = {r: [] for r in wanted}

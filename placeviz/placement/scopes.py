@@ -132,7 +132,7 @@ def device_scope_hints(graph: Graph, op_index: OpIndex | None = None) -> dict[in
 def device_none_nodes(graph: Graph, op_index: OpIndex | None = None) -> set[int]:
     """Nodes TF library code builds with the device stack cleared: they keep no device."""
     out = set()
-    names, ops, index = graph.names, graph.ops, graph.index
+    names, ops = graph.names, graph.ops
     token_fill_readers: set[int] | None = None
     # The candidates leave out the Identity ops the loop would skip (most of them).
     for i in _nodes_with_ops(graph, _DEVICE_NONE_CANDIDATE_OPS, op_index, {"Identity": "/Read/Identity"}):
@@ -151,7 +151,7 @@ def device_none_nodes(graph: Graph, op_index: OpIndex | None = None) -> set[int]
             # The cached value of a variable with a caching device: built under
             # colocate_with(None, ignore_existing=True) and device(caching_device) (dynamic_rnn's
             # caching device is a function returning the op's own, empty, device).
-            read = index.get(names[i][: -len("Identity")] + "ReadVariableOp")
+            read = graph.id_of(names[i][: -len("Identity")] + "ReadVariableOp")
             if read is not None and graph.inputs_of(i)[:1] == [(read, 0)]:
                 out.add(i)
     return out
@@ -220,13 +220,12 @@ def _token_fill_readers(graph: Graph) -> set[int]:
 
 
 def _resource_variable_init_ops(graph: Graph, found: list[int], hints: dict[int, int]) -> None:
-    index = graph.index
     for i in found:
         if graph.ops[i] != "VarHandleOp":
             continue
         name = graph.names[i]
         for suffix in ("/Assign", "/Read/ReadVariableOp"):
-            j = index.get(name + suffix)
+            j = graph.id_of(name + suffix)
             if j is not None and graph.in_start[j + 1] > graph.in_start[j] and graph.in_src[graph.in_start[j]] == i:
                 hints[j] = i
 
@@ -344,7 +343,7 @@ def _accumulator_variable(graph: Graph, acc: int) -> int | None:
     if not shared.endswith(_GRAD_ACCUM_SUFFIX):
         return None
     var_name = shared[: -len(_GRAD_ACCUM_SUFFIX)].rsplit(":", 1)[0]
-    return graph.index.get(var_name)
+    return graph.id_of(var_name)
 
 
 def _is_private_helper(graph: Graph, src: int, user: int) -> bool:

@@ -331,9 +331,10 @@ def _run_setter(graph: Graph, config: SetterConfig, op_table: OpTable, attr_keys
     ps_spec, worker_spec = config.ps_spec, config.worker_spec
     inside = n  # nodes [0, inside) were built under the setter
     if config.scope_end is not None:
-        if config.scope_end not in graph.index:
+        scope_end = graph.id_of(config.scope_end)
+        if scope_end is None:
             raise SetterError(f"--setter-scope-end: the graph has no node named {config.scope_end!r}")
-        inside = graph.index[config.scope_end]
+        inside = scope_end
     op_index = scopes.OpIndex.of(graph)
     hints = scopes.device_scope_hints(graph, op_index)
     device_none = scopes.device_none_nodes(graph, op_index)
@@ -535,7 +536,7 @@ def native_replay(graph: Graph, config: SetterConfig, op_table: OpTable, ps_task
     replayed = _kernels.setter(
         names=names, ops=ops, own_devices=graph.devices, in_start=graph.in_start, in_src=graph.in_src,
         in_slot=graph.in_slot, colocation=graph.colocation, colocated_names=graph.colocated_names,
-        located_ids=graph.colocated_name_ids, index=graph.index, device_none=bytes(flags), inside=inside,
+        located_ids=graph.colocated_name_ids, id_of=graph.id_lookup(), device_none=bytes(flags), inside=inside,
         ps_ops=ps_ops, ps_tasks=ps_tasks, graph_as_default=config.graph_as_default,
         merge_devices=config.merge_devices, ps_present=ps_spec is not None, worker_of=worker_of, ps_calls=ps_calls,
         ps_device_of=ps_device_of, generator_keys=generator_keys, generator_values=generator_values,
@@ -664,7 +665,7 @@ _SETUP_FIRST_NODES = ("save/filename/input", "save/Const", "report_uninitialized
 def _scope_notes(graph: Graph, config: SetterConfig, op_index: scopes.OpIndex | None = None) -> list[str]:
     """Say what the replay had to assume, and what it does not rebuild."""
     notes = []
-    found = [i for i in map(graph.index.get, _SETUP_FIRST_NODES) if i is not None]
+    found = [i for i in map(graph.id_of, _SETUP_FIRST_NODES) if i is not None]
     if config.scope_end is None and found:
         first = graph.names[min(found)]
         notes.append(f"the setter replay assumed every node was built inside `with tf.device(replica_device_setter("
@@ -825,9 +826,9 @@ def _reimported_initializers(graph: Graph, targets: list[int | None]) -> None:
     import. The evidence: every initializer whose variable has a device has exactly that device.
     Then the initializers take their variable's device, as in TF's placed graph."""
     pairs = []
-    names, own = graph.names, graph.devices
+    names, own, id_of = graph.names, graph.devices, graph.id_lookup()
     for i in compress(range(len(targets)), map(eq, targets, repeat(scopes.DEVICE_NONE))):
-        var = graph.index.get(names[i].split("/Initializer/", 1)[0])
+        var = id_of(names[i].split("/Initializer/", 1)[0])
         if var is not None:
             pairs.append((i, var))
     evidence = [(i, var) for i, var in pairs if own[var]]
@@ -902,7 +903,7 @@ def _split_groups(graph: Graph, devices: list[str], rule: list[int], reference: 
                 outer_deps[root] = deps
                 roots[root] = (children, [m for m in members if m not in deps])
     assign_nodes = frozenset(op_index.ids(ASSIGN_VARIABLE_OPS).tolist())
-    namer = NoopNamer(graph.names, graph.index, dropped)
+    namer = NoopNamer(graph.names, graph.id_lookup(), dropped)
     context = _GroupContext(graph, devices, rule, reference, plain_device)
     # A group on one device whose context is the setter's alone (no colocation, no device scope
     # seen around it, built inside the setter's block) has the plan of every such group on that
@@ -1161,10 +1162,11 @@ class _GroupRewrite:
             colocated_names = _with_entries(colocated_names, located)
             if located_names is not None and located:
                 located_names = located_names.union(*(names for _, names in located))
-        # The name index is made on first use; until then names are looked up in the old graph's.
-        index, ids_of = g.peek("index"), None
-        if self.specials or index is None:
-            index = partial(_new_index, g, self.names, self.dropped, self.specials[0] if self.specials else len(g))
+        # No node moved: the old graph's name index answers. Else the new one is made on first
+        # use; until then names are looked up in the old graph's.
+        index, ids_of, same_names_as = None, None, g if not self.specials else None
+        if self.specials:
+            index = partial(_new_index, g, self.names, self.dropped, self.specials[0])
             added = dict(zip(self.names_added(), self.noop_ids, strict=True))
             ids_of = partial(_new_ids_of, g, new_id[:len(g)], added)
         # Only what the GraphDef needs is kept for it (not this object, with its renumbering).
@@ -1175,7 +1177,8 @@ class _GroupRewrite:
             names=self.names, ops=self.ops, devices=self.new_devices, in_start=self.in_start, in_src=in_src,
             in_slot=self.in_slot, colocation=colocation,
             attr_nodes=RemappedNodeDefs(g.attr_nodes, self.noops.node, self.attr_ids, self.noop_ids),
-            make_graph_def=make_graph_def, index=index, ids_of=ids_of, colocated_names=colocated_names,
+            make_graph_def=make_graph_def, index=index, ids_of=ids_of, same_names_as=same_names_as,
+            colocated_names=colocated_names,
             located_names=located_names, source=g,
             node_wire=partial(_remapped_node_wire, g, self.attr_ids, frozenset(self.plans)), versions_present=True)
         calls = [c for c in new_id[np.asarray(strategy_calls, dtype=np.int64)].tolist() if c >= 0]

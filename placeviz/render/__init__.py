@@ -30,11 +30,11 @@ __all__ = ["DEFAULT_MAX_NODES", "VIEWS", "Diagram", "ViewContext", "build_view",
 
 def resolve_focus(graph, name: str) -> int:
     """The id of node ``name``; a one-line error naming a few close names when it does not exist."""
-    i = graph.index.get(name)
+    i = graph.id_of(name)
     if i is not None:
         return i
     base = name.rsplit("/", 1)[-1]
-    near = sorted(n for n in graph.index if n.endswith("/" + base) or n == base)[:3]
+    near = sorted(n for n in graph.names if n.endswith("/" + base) or n == base)[:3]
     hint = f"; did you mean {', '.join(near)}?" if near else ""
     raise PlacevizError(f"--focus: no node named {name!r} in the graph{hint}")
 

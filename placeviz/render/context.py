@@ -146,7 +146,7 @@ class ViewContext:
         """Device -> variables of unknown size (left out of :attr:`variables_per_device`'s bytes)."""
         unknown = {v.name for v in self.pipe.analysis.variables if v.bytes is None}
         g = self.graph
-        return Counter(self.devices[g.index[name]] for name in unknown if name in g.index)
+        return Counter(self.devices[i] for i in g.ids_of(unknown).values())
 
     def variable_bytes_text(self, device: str) -> str:
         """A device's variable bytes as a label says them: ``≥ X, k of n unknown`` when some are unknown."""
@@ -200,7 +200,7 @@ class ViewContext:
         """:attr:`transfers` whose two ops are in the graph, as arrays: (src id, dst id, bytes (0
         when unknown), unknown size (0/1), control (0/1)). Every build of the devices view
         attaches them to its bundles (:func:`transfers_per_pair`) without a pass over the dicts."""
-        index = self.graph.index
+        index = self.graph.ids_of(dict.fromkeys(n for t in self.transfers for n in (t["src"], t.get("dst") or "")))
         rows = [(s, d, t["bytes"] or 0, t["slot"] != "control" and t["bytes"] is None, t["slot"] == "control")
                 for t in self.transfers
                 if (s := index.get(t["src"])) is not None and (d := index.get(t.get("dst") or "")) is not None]

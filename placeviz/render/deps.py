@@ -142,6 +142,7 @@ def default_focus(ctx: ViewContext) -> int | None:
             if q.worker_train_ops:
                 return q.worker_train_ops[0]
     for name in ctx.pipe.model.collections.train_ops:
-        if name in g.index:
-            return g.index[name]
+        i = g.id_of(name)
+        if i is not None:
+            return i
     return None

@@ -45,7 +45,7 @@ def explanations(ctx: ViewContext, clickable: set[int]) -> dict[int, str]:
         from placeviz.op_kinds import VARIABLE_OPS
 
         wanted = sorted(clickable) + [i for i, op in enumerate(g.ops) if op in VARIABLE_OPS]
-        index = g.index
+        index = g.ids_of(dict.fromkeys(n for t in ctx.transfers for n in (t["src"], t.get("dst")) if n is not None))
         for t in ctx.transfers:
             wanted.extend(index[n] for n in (t["src"], t.get("dst")) if n in index)
         ids = list(dict.fromkeys(wanted))[:min(EXPLAIN_AT_MOST, EXPLAIN_SCAN // len(g))]
@@ -55,9 +55,10 @@ def explanations(ctx: ViewContext, clickable: set[int]) -> dict[int, str]:
 def transfer_rows(ctx: ViewContext) -> list[list]:
     """The step's transfers as ``[src op, dst op, bytes or None, "control" or dtype+shape, src
     device, dst device]``; ops are ids (``-1``: not a graph op, e.g. the client's feed)."""
-    index = ctx.graph.index
+    shown = ctx.transfers[:TRANSFERS_AT_MOST]
+    index = ctx.graph.ids_of(dict.fromkeys(n for t in shown for n in (t["src"], t.get("dst") or "")))
     out = []
-    for t in ctx.transfers[:TRANSFERS_AT_MOST]:
+    for t in shown:
         shape = t.get("shape")
         dims = "?" if shape is None else "[" + ",".join("?" if x is None else str(x) for x in shape) + "]"
         kind = "control" if t["slot"] == "control" else f"{t.get('dtype') or '?'} {dims}"

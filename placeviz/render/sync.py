@@ -114,6 +114,18 @@ def fold_chains(ctx: ViewContext, m, keep: set[int]) -> tuple[dict[int, int], di
     return hidden, stands_for
 
 
+def _named(proof):
+    """Every node name the proof gives: each variable's, its evidence paths', each violation's
+    path, op, variable and ops (looked up at once, ``Graph.ids_of``)."""
+    for v in proof.variables:
+        yield v["name"]
+        for ev in v.get("evidence", []):
+            yield from ev.get("path", [])
+    for v in proof.violations:
+        yield from v.get("path", [])
+        yield from (n for n in [v.get("op"), v.get("variable"), *(v.get("ops") or [])] if n is not None)
+
+
 def build_sync(ctx: ViewContext, budget: int) -> Diagram:
     g = ctx.graph
     m, proof = ctx.pipe.machinery, ctx.pipe.proof
@@ -124,8 +136,8 @@ def build_sync(ctx: ViewContext, budget: int) -> Diagram:
                            "Pass --sync-replicas --replicas-to-aggregate R to see what it would build.",
                            shape="note", fill="#ffffe0"))
         return d
-    index = g.index
     worker, chief = machinery_nodes(m)
+    index = g.ids_of(dict.fromkeys(_named(proof)))  # the ids of the names the proof gives, at once
     chains: list[tuple[list[int], bool]] = []  # (path as ids, is a violation)
     for v in proof.variables:
         for ev in v.get("evidence", []):

@@ -420,13 +420,13 @@ def proof_violations(ctx, kinds: dict[str, str], anchors: Iterable[str], *, requ
     proof = ctx.proof
     if proof is None:
         return
-    index = ctx.graph.index
+    graph = ctx.graph
     seen = set()
     for v in proof.violations:
         what = kinds.get(v["kind"])
         if what is None:
             continue
-        node = next((n for n in _names(v, anchors) if n and n in index), None)
+        node = next((n for n in _names(v, anchors) if n and n in graph), None)
         if (node is None and require_anchor) or (v["kind"], node) in seen:
             continue
         seen.add((v["kind"], node))

@@ -71,10 +71,10 @@ def check(ctx):
     g = ctx.graph
     reported = False
     for c in colocation_conflicts(ctx):
-        if c.detail is None or c.node not in g.index:
+        if c.detail is None or c.node not in g:
             continue  # no device type supports both groups: PV107's kind of problem, not a device request
         reported = True
-        related = [c.key if c.key in g.index else c.other, *(n for n in c.culprits if n in g.index)]
+        related = [c.key if c.key in g else c.other, *(n for n in c.culprits if n in g)]
         yield ctx.finding(
             RULE, c.node,
             f"{c.node!r} (requested {c.request or 'no device'!r}) is colocated with {c.key!r} "
@@ -85,9 +85,9 @@ def check(ctx):
         )
     if not reported and ctx.placement_error:
         m = _TF_ERROR.search(ctx.placement_error)
-        if m and m.group(1) in g.index:
+        if m and m.group(1) in g:
             yield ctx.finding(
                 RULE, m.group(1), f"TF's placer rejects the graph: {ctx.placement_error}",
-                related=[m.group(2)] if m.group(2) in g.index else [],
+                related=[m.group(2)] if m.group(2) in g else [],
                 suggestion="remove one of the conflicting explicit devices, or do not colocate the nodes",
             )

@@ -78,7 +78,7 @@ def check(ctx):
         # The other task's op lives in another graph (a node of the same name here may be another
         # resource, e.g. SyncReplicas' numbered accumulators), so it is named in the message only.
         node = d.node_a if d.task_a == 0 else d.node_b if d.task_b == 0 else None
-        if node is not None and node not in g.index:
+        if node is not None and node not in g:
             node = None
         yield ctx.finding(RULE, node, d.message, severity=d.severity, suggestion=_suggestion(d))
 

@@ -68,10 +68,10 @@ def check(ctx):
         subject = f" ({variable!r})" if variable else ""
         yield ctx.finding(
             RULE, op,
-            f"{g.ops[g.index[op]]} {op!r}{subject} is run by the workers' train op"
+            f"{g.ops[g.node(op).id]} {op!r}{subject} is run by the workers' train op"
             + (f" {target!r}" if target else "") + f": it {what}"
             + (f" (path: {' <- '.join(path)})" if len(path) > 1 else ""),
-            related=[n for n in (target, variable) if n and n in g.index],
+            related=[n for n in (target, variable) if n and n in g],
             suggestion="apply every gradient through the one SyncReplicasOptimizer (a single apply_gradients "
                        "call) and do not run other optimizers or global-step increments in the workers' train op",
         )

@@ -70,7 +70,7 @@ def check(ctx):
     m = ctx.machinery
     worker_ops = {t for q in m.token_queues for t in q.worker_train_ops}
     for name in ctx.collections.train_ops:
-        i = g.index.get(name.split(":", 1)[0])
+        i = g.id_of(name.split(":", 1)[0])
         if i is None:
             continue
         take = _first_take(g, i)

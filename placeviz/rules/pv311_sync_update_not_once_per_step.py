@@ -65,6 +65,6 @@ def check(ctx):
     for v, what, node in proof_violations(ctx, CHIEF_SIDE, ("op", "ops", "variable", "queue")):
         yield ctx.finding(
             RULE, node, f"{what}: {v['message']}",
-            related=[n for n in (v.get("ops") or ()) if n in g.index and n != node][:5],
+            related=[n for n in (v.get("ops") or ()) if n in g and n != node][:5],
             suggestion="use one SyncReplicasOptimizer with a single apply_gradients call for all gradients",
         )

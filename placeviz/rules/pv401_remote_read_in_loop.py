@@ -59,7 +59,7 @@ def check(ctx):
     for t in ctx.partitions.transfers:
         if t.get("level") != "task" or t["slot"] == "control":
             continue
-        src = g.index.get(t["src"])
+        src = g.id_of(t["src"])
         if src is None or frames[src] is None or g.ops[src] in EXIT_OPS:
             continue
         var = variable_behind(g, t["src"])

@@ -58,8 +58,8 @@ def check(ctx):
         top = sorted(transfers, key=lambda t: -(t["bytes"] or 0))[:5]
         listing = ", ".join(f"{t['src']}:{t['slot']} ({fmt_bytes(t['bytes'])})" for t in top)
         yield ctx.finding(
-            RULE, top[0]["src"] if top[0]["src"] in g.index else None,
+            RULE, top[0]["src"] if top[0]["src"] in g else None,
             f"{src} sends {'at least ' if unknown else ''}{fmt_bytes(total)} per step to {dst} in {len(transfers)} tensors"
             + (f" ({unknown} of unknown size)" if unknown else "") + f"; largest: {listing}",
-            related=[t["src"] for t in top[1:] if t["src"] in g.index],
+            related=[t["src"] for t in top[1:] if t["src"] in g],
         )

@@ -556,7 +556,7 @@ class SyncMachinery:
         return None if i is None else self.graph.names[i]
 
     def accumulator_for(self, variable: str) -> Accumulator | None:
-        i = self.graph.index.get(variable)
+        i = self.graph.id_of(variable)
         for a in self.accumulators:
             if a.variable == i:
                 return a
@@ -715,7 +715,7 @@ def _accumulator(g: Graph, idx: StateIndex, a: int) -> Accumulator:
         sn_var_name = shared_name[: -len("/grad_accum")]
         if ":" in sn_var_name:
             sn_var_name = sn_var_name.rsplit(":", 1)[0]
-    sn_var = g.index.get(sn_var_name) if sn_var_name else None
+    sn_var = g.id_of(sn_var_name) if sn_var_name else None
     if sn_var is not None and sn_var not in idx.kind:
         sn_var = None
 
@@ -867,7 +867,7 @@ def _token_queue(g: Graph, idx: StateIndex, q: int, apply_owner: dict[int, int],
         if collections is not None:
             for qr in collections.queue_runners:
                 for name in qr.get("enqueue_ops", ()):
-                    i = g.index.get(name)
+                    i = g.id_of(name)
                     if i is not None and i in down_set:
                         qr_ops.append(i)
         if qr_ops:
@@ -949,7 +949,7 @@ def _run_targets(g: Graph, cores: list[int], train_ops) -> list[int]:
     down_set = set(down)
     chosen = []
     for name in train_ops or ():
-        i = g.index.get(name)
+        i = g.id_of(name)
         if i is not None and i in down_set:
             chosen.append(i)
     if chosen:

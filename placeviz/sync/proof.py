@@ -184,7 +184,7 @@ class _Prover:
         if trainable is not None:
             tv: list[int] = []
             for name in trainable:
-                i = g.index.get(name.split(":", 1)[0])
+                i = g.id_of(name.split(":", 1)[0])
                 if i is None or i not in idx.kind:
                     self.warnings.append(f"trainable variable {name!r} is not a variable of the graph")
                     continue

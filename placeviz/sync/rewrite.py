@@ -1638,7 +1638,7 @@ class _Rewrite:
                 continue
             plans[name] = ([], list(n.input), ctx)
         drop = {k for kids, _m, _c in plans.values() for k in kids}
-        namer = self.rest_namer(rest, drop)
+        namer, position = self.rest_namer(rest, drop)
 
         def key(i: str) -> str:
             return i.replace(_MARK, "")
@@ -1652,7 +1652,7 @@ class _Rewrite:
                 continue
             _kids, members, ctx = plans[n.name]
             split = by_device(members, [devices.get(i.replace("^", ""), "") for i in members])
-            plan, noops = self.group_noops(n.name, split, ctx, partial(namer.names, namer.index[n.name]), key)
+            plan, noops = self.group_noops(n.name, split, ctx, partial(namer.names, position[n.name]), key)
             m = NodeDef.FromString(n.SerializeToString())
             del m.input[:]
             m.input.extend([f"^{kid.name}" for kid in plan.kids] or sorted(members, key=key))
@@ -1662,12 +1662,13 @@ class _Rewrite:
         return out
 
     @staticmethod
-    def rest_namer(rest: list[NodeDef], drop: set[str]) -> NoopNamer:
+    def rest_namer(rest: list[NodeDef], drop: set[str]) -> tuple[NoopNamer, dict[str, int]]:
         """The ``unique_name`` of groups re-made in ``rest`` (in creation order, plain names):
-        over the names before each root, its old per-device NoOps (``drop``) left out."""
+        over the names before each root, its old per-device NoOps (``drop``) left out; and each
+        name's position in ``rest`` (a root's, for the namer)."""
         order = [n.name for n in rest]
         index = {name: k for k, name in enumerate(order)}
-        return NoopNamer(order, index, {index[k] for k in drop if k in index})
+        return NoopNamer(order, index.get, {index[k] for k in drop if k in index}), index
 
     def regroup_local_init(self, rest: list[NodeDef], init: str, w_dev: str) -> list[NodeDef]:
         """Devices of ``local_variables_initializer()`` and the groups holding it, now that it
@@ -1691,8 +1692,8 @@ class _Rewrite:
             elif n.op == "NoOp" and f"^{init}" in n.input and all(i.startswith("^") for i in n.input):
                 members = [(i[1:], devices.get(i[1:], "")) for i in n.input]
                 if len({d for _m, d in members}) > 1:
-                    namer = self.rest_namer(rest, set())
-                    regrouped = self.group(n.name, members, n.device, partial(namer.names, namer.index[n.name]))
+                    namer, position = self.rest_namer(rest, set())
+                    regrouped = self.group(n.name, members, n.device, partial(namer.names, position[n.name]))
                     for k in regrouped[:-1]:
                         devices[k.name] = k.device
                     root = regrouped[-1]
