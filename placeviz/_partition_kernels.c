@@ -22,7 +22,8 @@
  * Facts that need protobufs or the op table come as tables made once per call by the Python
  * methods the specification calls, and read here without calling back into Python: per node of
  * the edges' ends a row (row_of, rows: _MemoryTypes.fact_row: io types, memory type of each input
- * and output), the static shape of each (origin, slot) a transfer can name (shapes:
+ * and output), the static shape of each (origin, slot) a transfer can name (shape_keys, sorted
+ * int64 keys origin << 32 | slot, and shape_values, one shape each:
  * _GraphPartition.shape), and the dtype sizes and names (DTYPE_SIZE, dtype_name). The rules
  * stay in Python; what is left here is the loop (and out_host of an added node, three lines of
  * placeviz/partition/memory_types.py).
@@ -63,7 +64,8 @@ typedef struct {
     PyObject *pos_l, *src_l, *slot_l, *dst_l; /* the cut edges into original nodes, in order */
     Py_ssize_t n, level;
     PyObject *part, *is_cpu, *dev_task, *dev_names, *dev_type, *dev_l, *names, *ops, *old_added, *cloops;
-    PyObject *rows, *shapes, *dtype_sizes, *dtype_names; /* the fact tables (see fact_row, shape_of) */
+    PyObject *rows, *shape_values, *dtype_sizes, *dtype_names; /* the fact tables (see fact_row, shape_of) */
+    Py_buffer shape_keys; /* int64 origin << 32 | slot, ascending: the key of each of shape_values */
     PyObject *new_type, *suffix;
     Py_buffer row_of; /* int32 per original node: its row in rows, -1 none */
     Py_buffer rank, in_start; /* int64 client order per node; int32 CSR input starts */
@@ -169,17 +171,25 @@ static PyObject *in_type(Ctx *c, Py_ssize_t i, Py_ssize_t idx)
     return t == Py_None ? PyLong_FromLong(0) : Py_NewRef(t);
 }
 
-/* _GraphPartition.shape(origin, oslot), from the table the caller made of it. New reference. */
-static PyObject *shape_of(Ctx *c, PyObject *origin, PyObject *oslot)
+/* _GraphPartition.shape(origin, oslot), from the table the caller made of it (a binary search of
+ * shape_keys: no tuple key and dict per transfer). New reference; KeyError when the table lacks it. */
+static PyObject *shape_of(Ctx *c, Py_ssize_t origin, Py_ssize_t oslot)
 {
-    PyObject *key = PyTuple_Pack(2, origin, oslot);
-    if (key == NULL)
-        return NULL;
-    PyObject *v = PyDict_GetItemWithError(c->shapes, key);
-    if (v == NULL && !PyErr_Occurred())
-        PyErr_Format(PyExc_KeyError, "_partition_kernels: no shape for %R", key);
-    Py_DECREF(key);
-    return Py_XNewRef(v);
+    if (origin >= 0 && oslot >= 0 && oslot <= 0xFFFFFFFF) {
+        const int64_t *keys = c->shape_keys.buf, key = ((int64_t)origin << 32) | (int64_t)oslot;
+        Py_ssize_t lo = 0, hi = c->shape_keys.len / 8;
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (keys[mid] < key)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < c->shape_keys.len / 8 && keys[lo] == key)
+            return Py_NewRef(PyList_GET_ITEM(c->shape_values, lo));
+    }
+    PyErr_Format(PyExc_KeyError, "_partition_kernels: no shape for (%zd, %zd)", origin, oslot);
+    return NULL;
 }
 
 /* dtype in _ALWAYS_ON_HOST (DT_STRING, its ref, DT_RESOURCE): 1, 0, or -1 on error. */
@@ -669,7 +679,7 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
             if (size == NULL && PyErr_Occurred())
                 goto done;
             size = Py_NewRef(size != NULL ? size : Py_None);
-            if ((shape = shape_of(c, origin, oslot)) == NULL || (nbytes = nbytes_of(shape, size)) == NULL)
+            if ((shape = shape_of(c, origin_i, oslot_i)) == NULL || (nbytes = nbytes_of(shape, size)) == NULL)
                 goto done;
             slot_out = oslot;
         }
@@ -820,6 +830,7 @@ static void release_ctx(Ctx *c)
     PyBuffer_Release(&c->e_src);
     PyBuffer_Release(&c->e_slot);
     PyBuffer_Release(&c->row_of);
+    PyBuffer_Release(&c->shape_keys);
     PyObject **owned[] = {&c->added, &c->transfers, &c->counters, &c->w_pos, &c->w_src, &c->w_slot, &c->dup,
                           &c->recheck};
     for (size_t k = 0; k < sizeof(owned) / sizeof(owned[0]); k++)
@@ -842,7 +853,7 @@ static const Arg ARGS[] = {
     ARG("dev_task", K_LIST, dev_task), ARG("dev_names", K_LIST, dev_names), ARG("dev_type", K_LIST, dev_type),
     ARG("dev", K_LIST, dev_l), ARG("names", K_LIST, names), ARG("ops", K_LIST, ops), ARG("added", K_LIST, old_added),
     ARG("cloops", K_DICT, cloops), ARG("row_of", K_I32, row_of), ARG("rows", K_LIST, rows),
-    ARG("shapes", K_DICT, shapes), ARG("dtype_sizes", K_DICT, dtype_sizes), ARG("dtype_names", K_DICT, dtype_names),
+    ARG("shape_keys", K_I64, shape_keys), ARG("shape_values", K_LIST, shape_values), ARG("dtype_sizes", K_DICT, dtype_sizes), ARG("dtype_names", K_DICT, dtype_names),
     ARG("new_type", K_TYPE, new_type), ARG("suffix", K_STR, suffix), ARG("rank", K_I64, rank),
     ARG("in_start", K_I32, in_start), ARG("e_src", K_I32, e_src), ARG("e_slot", K_I32, e_slot),
     ARG("counters", K_DICT, counters_in), ARG("new_args", K_TUPLE, new_args),
@@ -899,7 +910,7 @@ static int parse_args(PyObject *kw, Ctx *c)
     Py_ssize_t total = PyList_GET_SIZE(c->pos_l);
     if (PyList_GET_SIZE(c->src_l) != total || PyList_GET_SIZE(c->slot_l) != total ||
         PyList_GET_SIZE(c->dst_l) != total || c->n < 0 || c->rank.len / 8 < c->n || c->in_start.len / 4 < c->n + 1 ||
-        c->row_of.len / 4 < c->n ||
+        c->row_of.len / 4 < c->n || c->shape_keys.len / 8 != PyList_GET_SIZE(c->shape_values) ||
         c->e_slot.len != c->e_src.len)
         return 0;
     c->new_fast = new_slots(c, c->new_args, c->new_constants);
