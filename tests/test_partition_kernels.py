@@ -393,6 +393,26 @@ def test_small_kernels_decline_what_they_do_not_handle():
     assert kernels.attr_ints([Obj(None)], "dev") is None
     with pytest.raises(AttributeError):
         kernels.attr_ints([object()], "dev")
+
+    class Node:
+        def __init__(self, inputs):
+            self.inputs = inputs
+
+    def py_sources(nodes):  # the Python twin, graph_partition._input_sources without the kernel
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(split_mod, "_kernels", None)
+            return split_mod._input_sources(nodes)
+
+    for nodes in ([Node([[5, 0], [7, -1]]), Node([]), Node([(2**31 - 1, 1)])], []):
+        counts, srcs = split_mod._input_sources(nodes)
+        want = py_sources(nodes)
+        assert counts.tolist() == want[0].tolist() and srcs.tolist() == want[1].tolist()
+        assert kernels.input_sources(nodes) is not None
+    assert split_mod._input_sources([Node([[5, 0]])])[1].tolist() == [5]
+    for odd in ([[5]], [[2**40, 0]], [["a", 0]], ((5, 0),), [[5, 0, 1]]):
+        assert kernels.input_sources([Node(odd)]) is None, odd
+    with pytest.raises(AttributeError):
+        kernels.input_sources([object()])
     from array import array
 
     starts, srcs = array("i", [0, 1, 2]), array("i", [1, 0])

@@ -74,7 +74,8 @@ if TYPE_CHECKING:
     from placeviz.partition.base import I32Array
 
 Write = Callable[[int, int, int], None]  # rewire input `ref` to (source, slot)
-Writes = tuple[list[int], list[int], list[int]]  # the rewired edges of original nodes: positions, sources, slots
+# The rewired inputs of original nodes: their edge positions, new sources and slots.
+Writes = tuple["npt.NDArray[np.int64]", "I32Array", "I32Array"]
 
 _kernels = kernels("_partition_kernels")  # the cut-edge loop as one C function (see placeviz.native)
 
@@ -135,6 +136,20 @@ def _shape_kind(op: str, first_output: bool) -> int:
     if op in _PASS_THROUGH_OPS or op == "ReadVariableOp" or (op.startswith("Apply") and first_output):
         return _INPUT
     return _NOTHING
+
+
+def _input_sources(nodes: list[_New]) -> tuple[I32Array, I32Array]:
+    """The number of inputs of each of the added ``nodes``, and the source of every input of
+    theirs in order (``placeviz._partition_kernels.input_sources`` when built: 235k inputs at 1M
+    nodes; this loop when not, or when it declines)."""
+    import numpy as np
+
+    got = _kernels.input_sources(nodes) if _kernels is not None else None
+    if got is not None:
+        return np.frombuffer(got[0], dtype=np.int32), np.frombuffer(got[1], dtype=np.int32)
+    counts = np.fromiter(map(len, (a.inputs for a in nodes)), dtype=np.int32, count=len(nodes))
+    srcs = np.fromiter((s for a in nodes for s, _sl in a.inputs), dtype=np.int32, count=int(counts.sum()))
+    return counts, srcs
 
 
 def _input_writer(a: _New) -> Write:
@@ -349,14 +364,10 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
                 pos = np.union1d(pos, np.asarray(extra, dtype=pos.dtype))
         if not self.identity_order and len(pos):
             pos = pos[np.argsort(self.rank[self.e_dst[pos]], kind="stable")]
-        writes_pos: list[int] = []
-        writes_src: list[int] = []
-        writes_slot: list[int] = []
-        self._split_originals(pos, (writes_pos, writes_src, writes_slot))
-        if writes_pos:
-            wp = np.asarray(writes_pos, dtype=np.int64)
-            self.e_src[wp] = np.asarray(writes_src, dtype=np.int32)
-            self.e_slot[wp] = np.asarray(writes_slot, dtype=np.int32)
+        w_pos, w_src, w_slot = self._split_originals(pos)
+        if len(w_pos):
+            self.e_src[w_pos] = w_src
+            self.e_slot[w_pos] = w_slot
         # Added nodes whose inputs may cross: client nodes, copies, cloop nodes, receives with read
         # controls (sends, control Consts and Identities sit on their input's device).
         recheck = list(dict.fromkeys(self.recheck))
@@ -382,9 +393,7 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         import numpy as np
 
         n, added = self.n, self.added
-        nodes = [added[i - n] for i in ids]
-        counts = np.fromiter(map(len, (a.inputs for a in nodes)), dtype=np.int64, count=len(nodes))
-        srcs = np.fromiter((s for a in nodes for s, _sl in a.inputs), dtype=np.int64, count=int(counts.sum()))
+        counts, srcs = _input_sources([added[i - n] for i in ids])
         part_of = np.asarray(part, dtype=np.int64)[self._dev_all()]  # as part[dev(i)] (a list wraps -1 alike)
         ids_np = np.asarray(ids, dtype=np.int64)
         cross = part_of[srcs] != np.repeat(part_of[ids_np], counts)
@@ -392,23 +401,30 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         out: list[int] = ids_np[hit].tolist()
         return out
 
-    def _split_originals(self, pos: npt.NDArray[np.intp], writes: Writes) -> None:
+    def _split_originals(self, pos: npt.NDArray[np.intp]) -> Writes:
         """The cut edges into original nodes, grouped by destination in processing order, each
         group through :meth:`_cut_dst` (TF's loop over one node's in-edges): the specification of
-        the C kernel, which does the whole loop or declines (:meth:`_split_originals_c`)."""
+        the C kernel, which does the whole loop or declines (:meth:`_split_originals_c`). Returns
+        the inputs it rewired: their edge positions, new sources and slots."""
+        import numpy as np
+
         pos_l = pos.tolist()
         src_l = self.e_src[pos].tolist()
         slot_l = self.e_slot[pos].tolist()
         dst_l = self.e_dst[pos].tolist()
-        w_pos, w_src, w_slot = writes
+        if _kernels is not None and pos_l:
+            writes = self._split_originals_c(pos, pos_l, src_l, slot_l, dst_l)
+            if writes is not None:
+                return writes
+        w_pos: list[int] = []
+        w_src: list[int] = []
+        w_slot: list[int] = []
 
         def write(ref: int, s: int, sl: int) -> None:
             w_pos.append(ref)
             w_src.append(s)
             w_slot.append(sl)
 
-        if _kernels is not None and pos_l and self._split_originals_c(pos, pos_l, src_l, slot_l, dst_l, writes):
-            return
         # Their io types are read from their NodeDefs: parsed together when the graph's bytes were not.
         n = self.n
         self.graph.prefetch_node_defs({i for i in chain(src_l, dst_l) if i < n})
@@ -422,16 +438,20 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             base = in_start[dst]
             self._cut_dst(dst, [(pos_l[q], src_l[q], slot_l[q], pos_l[q] - base) for q in range(k, j)], write)
             k = j
+        return (np.asarray(w_pos, dtype=np.int64), np.asarray(w_src, dtype=np.int32),
+                np.asarray(w_slot, dtype=np.int32))
 
     def _split_originals_c(self, pos: npt.NDArray[np.intp], pos_l: list[int], src_l: list[int], slot_l: list[int],
-                           dst_l: list[int], writes: Writes) -> bool:
+                           dst_l: list[int]) -> Writes | None:
         """The whole Python loop of :meth:`_split_originals` in C
         (``placeviz._partition_kernels.split_originals``): the same groups through the same steps
         as :meth:`_cut_dst`. What those steps ask of the methods here (io types, memory types,
         shapes, dtype sizes and names) it reads from tables made first by the same methods
         (:meth:`_cut_tables`), never calling back into Python. It returns everything it made and
-        changes nothing given; False when it declines (an argument of another kind, a destination
-        gated by a control loop), before doing anything."""
+        changes nothing given (the rewired inputs come back as arrays); None when it declines (an
+        argument of another kind, a destination gated by a control loop), before doing anything."""
+        import numpy as np
+
         devs = self.devs
         assert _kernels is not None  # the caller checks
         row_of, rows, (shape_keys, shape_values) = self._cut_tables(pos)
@@ -439,21 +459,20 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             pos=pos_l, src=src_l, slot=slot_l, dst=dst_l, n=self.n, level=self.level, part=self.part,
             is_cpu=devs.is_cpu, dev_task=devs.task, dev_names=devs.names, dev_type=devs.type, dev=self.dev_l,
             names=self.names, ops=self.ops, added=self.added, cloops=self.cloop_ctrl, row_of=row_of, rows=rows,
-            shape_keys=shape_keys, shape_values=shape_values, dtype_sizes=DTYPE_SIZE, dtype_names=_dtype_names(), new_type=_New, new_args=_NEW_ARGS,
-            new_constants=_NEW_CONSTANTS, suffix="/_" if self.level == 2 else ("_S" if self.level == 0 else "_G"),
+            shape_keys=shape_keys, shape_values=shape_values, dtype_sizes=DTYPE_SIZE, dtype_names=_dtype_names(),
+            new_type=_New, new_args=_NEW_ARGS, new_constants=_NEW_CONSTANTS, suffix="/_" if self.level == 2 else ("_S" if self.level == 0 else "_G"),
             rank=self.rank, in_start=self.in_start, e_src=self.e_src, e_slot=self.e_slot, counters=self._counter_g,
             seq=self._seq, counter_s=self._counter_s, edge_id=self.edge_id)
         if res is None:
-            return False
+            return None
         self.added.extend(res["added"])
         self.transfers.extend(res["transfers"])  # a tuple of the TransferTable's columns
-        for mine, theirs in zip(writes, (res["w_pos"], res["w_src"], res["w_slot"]), strict=True):
-            mine.extend(theirs)
         self.dup.update(res["dup"])
         self._counter_g = res["counters"]
         self._seq, self._counter_s, self.edge_id = res["seq"], res["counter_s"], res["edge_id"]
         self.recheck.extend(res["recheck"])
-        return True
+        return (np.frombuffer(res["w_pos"], dtype=np.int64), np.frombuffer(res["w_src"], dtype=np.int32),
+                np.frombuffer(res["w_slot"], dtype=np.int32))
 
     def _cut_tables(self, pos: npt.NDArray[np.intp]) -> tuple[I32Array, list[FactRow],
                                                               tuple[npt.NDArray[np.int64], list[Shape]]]:
