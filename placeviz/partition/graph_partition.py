@@ -467,7 +467,10 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             return None
         self.added.extend(res["added"])
         self.transfers.extend(res["transfers"])  # a tuple of the TransferTable's columns
-        self.dup.update(res["dup"])
+        if self.dup:
+            self.dup.update(res["dup"])
+        else:  # the level's first receives (45k at 200k nodes): the kernel's dict itself, not a copy
+            self.dup = res["dup"]
         self._counter_g = res["counters"]
         self._seq, self._counter_s, self.edge_id = res["seq"], res["counter_s"], res["edge_id"]
         self.recheck.extend(res["recheck"])
