@@ -429,7 +429,8 @@ static PyObject *one_input_ids(Py_ssize_t a, Py_ssize_t b)
 /* Input r (an edge position) now reads (src, slot): one more row of the rewritten inputs. 0 or -1. */
 static int add_write(Ctx *c, Py_ssize_t r, Py_ssize_t src, Py_ssize_t slot)
 {
-    if (c->n_writes >= c->cap_writes || src < INT32_MIN || src > INT32_MAX || slot < INT32_MIN || slot > INT32_MAX) {
+    if (c->n_writes >= c->cap_writes || src < INT32_MIN || src > INT32_MAX || slot < INT32_MIN ||
+        slot > INT32_MAX) {
         PyErr_SetString(PyExc_SystemError, "_partition_kernels: a rewritten input out of range");
         return -1;
     }
@@ -876,7 +877,8 @@ static const Arg ARGS[] = {
     ARG("dev_task", K_LIST, dev_task), ARG("dev_names", K_LIST, dev_names), ARG("dev_type", K_LIST, dev_type),
     ARG("dev", K_LIST, dev_l), ARG("names", K_LIST, names), ARG("ops", K_LIST, ops), ARG("added", K_LIST, old_added),
     ARG("cloops", K_DICT, cloops), ARG("row_of", K_I32, row_of), ARG("rows", K_LIST, rows),
-    ARG("shape_keys", K_I64, shape_keys), ARG("shape_values", K_LIST, shape_values), ARG("dtype_sizes", K_DICT, dtype_sizes), ARG("dtype_names", K_DICT, dtype_names),
+    ARG("shape_keys", K_I64, shape_keys), ARG("shape_values", K_LIST, shape_values),
+    ARG("dtype_sizes", K_DICT, dtype_sizes), ARG("dtype_names", K_DICT, dtype_names),
     ARG("new_type", K_TYPE, new_type), ARG("suffix", K_STR, suffix), ARG("rank", K_I64, rank),
     ARG("in_start", K_I32, in_start), ARG("e_src", K_I32, e_src), ARG("e_slot", K_I32, e_slot),
     ARG("counters", K_DICT, counters_in), ARG("new_args", K_TUPLE, new_args),

@@ -460,7 +460,8 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             is_cpu=devs.is_cpu, dev_task=devs.task, dev_names=devs.names, dev_type=devs.type, dev=self.dev_l,
             names=self.names, ops=self.ops, added=self.added, cloops=self.cloop_ctrl, row_of=row_of, rows=rows,
             shape_keys=shape_keys, shape_values=shape_values, dtype_sizes=DTYPE_SIZE, dtype_names=_dtype_names(),
-            new_type=_New, new_args=_NEW_ARGS, new_constants=_NEW_CONSTANTS, suffix="/_" if self.level == 2 else ("_S" if self.level == 0 else "_G"),
+            new_type=_New, new_args=_NEW_ARGS, new_constants=_NEW_CONSTANTS,
+            suffix="/_" if self.level == 2 else ("_S" if self.level == 0 else "_G"),
             rank=self.rank, in_start=self.in_start, e_src=self.e_src, e_slot=self.e_slot, counters=self._counter_g,
             seq=self._seq, counter_s=self._counter_s, edge_id=self.edge_id)
         if res is None:
