@@ -9,6 +9,7 @@ same load on the machine (``benchmarks/README.md``, "The partition step's tables
 
 Example:
   python benchmarks/cut_tables.py /work/graphs/g200k.unplaced.pb --reps 4 --tree /tmp/cw/before2
+  python benchmarks/cut_tables.py /work/graphs/g1m.unplaced.pb --reps 1 --steps split,_across_partitions
 
 Never imports TensorFlow; never used by tests.
 """
@@ -33,7 +34,10 @@ from placeviz.partition import graph_partition as gp
 spent = dict.fromkeys(json.loads(sys.argv[3]), 0.0)
 
 def timed(name):
-    f = getattr(gp._GraphPartition, name)
+    f = getattr(gp._GraphPartition, name, None)
+    if f is None:  # not in this tree
+        spent[name] = None
+        return
     def run(*a, **k):
         t = time.process_time()
         try:
@@ -53,12 +57,13 @@ with contextlib.redirect_stderr(io.StringIO()):
 """
 
 
-def run_once(tree: Path, graph: Path, ps_tasks: int, tmp: Path) -> dict[str, float]:
-    """One command in ``tree``: the CPU seconds of each of :data:`STEPS`."""
+def run_once(tree: Path, graph: Path, ps_tasks: int, tmp: Path,
+             steps: tuple[str, ...] = STEPS) -> dict[str, float | None]:
+    """One command in ``tree``: the CPU seconds of each of ``steps`` (methods of ``_GraphPartition``)."""
     out = tmp / "sums.json"
     out.unlink(missing_ok=True)
     env = dict(os.environ, PYTHONPATH=str(tree))
-    subprocess.run([sys.executable, "-c", _CHILD, str(graph), str(ps_tasks), json.dumps(STEPS), str(out),
+    subprocess.run([sys.executable, "-c", _CHILD, str(graph), str(ps_tasks), json.dumps(steps), str(out),
                     str(tmp / "parts")], env=env, cwd=tree, check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
@@ -69,18 +74,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--ps-tasks", type=int, default=4)
     ap.add_argument("--tree", type=Path, help="another source tree to time alternately (before/after)")
+    ap.add_argument("--steps", default=",".join(STEPS),
+                    help="the _GraphPartition methods to time, comma-separated (default: %(default)s)")
     args = ap.parse_args(argv)
+    steps = tuple(args.steps.split(","))
     trees = [REPO] + ([args.tree.resolve()] if args.tree else [])
-    samples: dict[Path, list[dict[str, float]]] = {t: [] for t in trees}
+    samples: dict[Path, list[dict[str, float | None]]] = {t: [] for t in trees}
     with tempfile.TemporaryDirectory(prefix="placeviz-cut-") as tmp:
         for _ in range(args.reps):
             for tree in trees:
-                samples[tree].append(run_once(tree, args.graph.resolve(), args.ps_tasks, Path(tmp)))
+                samples[tree].append(run_once(tree, args.graph.resolve(), args.ps_tasks, Path(tmp), steps))
     print(f"| step (CPU s, median of {args.reps}) | " + " | ".join(str(t) for t in trees) + " |")
     print("|---|" + "---:|" * len(trees))
-    for step in STEPS:
-        cells = " | ".join(f"{statistics.median(s[step] for s in samples[t]):.3f}" for t in trees)
-        print(f"| {step} | {cells} |")
+    for step in steps:
+        cells = []
+        for t in trees:
+            got = [s[step] for s in samples[t]]
+            values = [v for v in got if v is not None]
+            cells.append(f"{statistics.median(values):.3f}" if len(values) == len(got) else "-")
+        print(f"| {step} | {' | '.join(cells)} |")
     return 0
 
 

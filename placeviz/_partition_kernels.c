@@ -22,14 +22,16 @@
  * Facts that need protobufs or the op table come as tables made once per call by the Python
  * methods the specification calls, and read here without calling back into Python: per node of
  * the edges' ends a row (row_of, rows: _MemoryTypes.fact_row: io types, memory type of each input
- * and output), the static shape of each (origin, slot) a transfer can name (shapes:
+ * and output), the static shape of each (origin, slot) a transfer can name (shape_keys, sorted
+ * int64 keys origin << 32 | slot, and shape_values, one shape each:
  * _GraphPartition.shape), and the dtype sizes and names (DTYPE_SIZE, dtype_name). The rules
  * stay in Python; what is left here is the loop (and out_host of an added node, three lines of
  * placeviz/partition/memory_types.py).
  *
- * Three small helpers: index_codes and attr_ints (int32 arrays of dict values / attributes, for
- * np.fromiter over 1M items) and reach (the reverse walk of a run, placeviz/closure.py reverse_closure,
- * a whole function too: it returns the mask or False). One more, not the partitioner's but as
+ * Four small helpers: index_codes, attr_ints and input_sources (int32 arrays of dict values,
+ * attributes and the added nodes' input sources, for np.fromiter over 1M items) and reach (the
+ * reverse walk of a run, placeviz/closure.py reverse_closure, a whole function too: it returns the
+ * mask or False). One more, not the partitioner's but as
  * small: bucket_by_component, the loop of placeviz/render/collapse.py's function of that name
  * (the views' name-scope buckets, read from the names' characters without splitting them).
  *
@@ -63,7 +65,8 @@ typedef struct {
     PyObject *pos_l, *src_l, *slot_l, *dst_l; /* the cut edges into original nodes, in order */
     Py_ssize_t n, level;
     PyObject *part, *is_cpu, *dev_task, *dev_names, *dev_type, *dev_l, *names, *ops, *old_added, *cloops;
-    PyObject *rows, *shapes, *dtype_sizes, *dtype_names; /* the fact tables (see fact_row, shape_of) */
+    PyObject *rows, *shape_values, *dtype_sizes, *dtype_names; /* the fact tables (see fact_row, shape_of) */
+    Py_buffer shape_keys; /* int64 origin << 32 | slot, ascending: the key of each of shape_values */
     PyObject *new_type, *suffix;
     Py_buffer row_of; /* int32 per original node: its row in rows, -1 none */
     Py_buffer rank, in_start; /* int64 client order per node; int32 CSR input starts */
@@ -71,7 +74,11 @@ typedef struct {
     PyObject *counters_in, *new_args, *new_constants; /* copied or read once, never changed */
     Py_ssize_t base; /* len(old_added): the first new node is n + base */
     /* owned by the call: its result */
-    PyObject *added, *transfers, *counters, *w_pos, *w_src, *w_slot, *dup, *recheck;
+    PyObject *added, *transfers, *counters, *dup, *recheck;
+    /* the rewritten inputs (edge position, new source, new slot): at most one per cut edge, as arrays */
+    int64_t *w_pos;
+    int32_t *w_src, *w_slot;
+    Py_ssize_t n_writes, cap_writes;
     PyObject *columns[T_COLUMNS]; /* the transfers' columns (transfers: the tuple of them) */
     int new_fast; /* see add_node and new_slots */
     PyObject *new_slots[NEW_FIELDS], *new_values;
@@ -169,17 +176,25 @@ static PyObject *in_type(Ctx *c, Py_ssize_t i, Py_ssize_t idx)
     return t == Py_None ? PyLong_FromLong(0) : Py_NewRef(t);
 }
 
-/* _GraphPartition.shape(origin, oslot), from the table the caller made of it. New reference. */
-static PyObject *shape_of(Ctx *c, PyObject *origin, PyObject *oslot)
+/* _GraphPartition.shape(origin, oslot), from the table the caller made of it (a binary search of
+ * shape_keys: no tuple key and dict per transfer). New reference; KeyError when the table lacks it. */
+static PyObject *shape_of(Ctx *c, Py_ssize_t origin, Py_ssize_t oslot)
 {
-    PyObject *key = PyTuple_Pack(2, origin, oslot);
-    if (key == NULL)
-        return NULL;
-    PyObject *v = PyDict_GetItemWithError(c->shapes, key);
-    if (v == NULL && !PyErr_Occurred())
-        PyErr_Format(PyExc_KeyError, "_partition_kernels: no shape for %R", key);
-    Py_DECREF(key);
-    return Py_XNewRef(v);
+    if (origin >= 0 && oslot >= 0 && oslot <= 0xFFFFFFFF) {
+        const int64_t *keys = c->shape_keys.buf, key = ((int64_t)origin << 32) | (int64_t)oslot;
+        Py_ssize_t lo = 0, hi = c->shape_keys.len / 8;
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (keys[mid] < key)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < c->shape_keys.len / 8 && keys[lo] == key)
+            return Py_NewRef(PyList_GET_ITEM(c->shape_values, lo));
+    }
+    PyErr_Format(PyExc_KeyError, "_partition_kernels: no shape for (%zd, %zd)", origin, oslot);
+    return NULL;
 }
 
 /* dtype in _ALWAYS_ON_HOST (DT_STRING, its ref, DT_RESOURCE): 1, 0, or -1 on error. */
@@ -411,6 +426,21 @@ static PyObject *one_input_ids(Py_ssize_t a, Py_ssize_t b)
     return res;
 }
 
+/* Input r (an edge position) now reads (src, slot): one more row of the rewritten inputs. 0 or -1. */
+static int add_write(Ctx *c, Py_ssize_t r, Py_ssize_t src, Py_ssize_t slot)
+{
+    if (c->n_writes >= c->cap_writes || src < INT32_MIN || src > INT32_MAX || slot < INT32_MIN ||
+        slot > INT32_MAX) {
+        PyErr_SetString(PyExc_SystemError, "_partition_kernels: a rewritten input out of range");
+        return -1;
+    }
+    c->w_pos[c->n_writes] = r;
+    c->w_src[c->n_writes] = (int32_t)src;
+    c->w_slot[c->n_writes] = (int32_t)slot;
+    c->n_writes++;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ names */
 
 /* Decimal digits of v into buf (at least 24 bytes); returns the length. */
@@ -519,6 +549,7 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
     PyObject *meta = NULL, *dtype = NULL, *shape = NULL, *nbytes = NULL, *out = NULL;
     PyObject *send_name = NULL, *recv_name = NULL, *size = NULL, *dname = NULL, *origin_name = NULL;
     PyObject *send_op, *recv_op, *slot_out;
+    Py_ssize_t out_i = -1; /* the node the edge reads now (out) */
     int rc = -1;
 
     /* the receive is shared per (source, slot, destination partition, on host): a CPU destination
@@ -558,9 +589,10 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
     PyObject *hit = PyDict_GetItemWithError(c->dup, key);
     if (hit != NULL) { /* the receive already made for this tensor and partition */
         *out_ref = Py_NewRef(hit);
-        if (append_ssize(c->w_pos, r_i) < 0 || PyList_Append(c->w_src, hit) < 0)
+        Py_ssize_t hit_i = PyLong_AsSsize_t(hit);
+        if (hit_i == -1 && PyErr_Occurred())
             goto done;
-        rc = data ? append_ssize(c->w_slot, 0) : PyList_Append(c->w_slot, slot);
+        rc = add_write(c, r_i, hit_i, data ? 0 : sl);
         goto done;
     }
     if (PyErr_Occurred())
@@ -647,9 +679,8 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
             goto done;
         *seq += 2;
         *recv_id = c->n + c->base + PyList_GET_SIZE(c->added) - 1;
-        if ((out = PyLong_FromSsize_t(*recv_id)) == NULL)
-            goto done;
-        if (append_ssize(c->w_slot, 0) < 0)
+        out_i = *recv_id;
+        if ((out = PyLong_FromSsize_t(out_i)) == NULL)
             goto done;
         Py_ssize_t oslot_i = PyLong_AsSsize_t(oslot);
         if (oslot_i == -1 && PyErr_Occurred())
@@ -669,7 +700,7 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
             if (size == NULL && PyErr_Occurred())
                 goto done;
             size = Py_NewRef(size != NULL ? size : Py_None);
-            if ((shape = shape_of(c, origin, oslot)) == NULL || (nbytes = nbytes_of(shape, size)) == NULL)
+            if ((shape = shape_of(c, origin_i, oslot_i)) == NULL || (nbytes = nbytes_of(shape, size)) == NULL)
                 goto done;
             slot_out = oslot;
         }
@@ -714,9 +745,8 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
             goto done;
         *seq += 4;
         *recv_id = base_id + 2;
-        if ((out = PyLong_FromSsize_t(base_id + 3)) == NULL)
-            goto done;
-        if (PyList_Append(c->w_slot, slot) < 0)
+        out_i = base_id + 3;
+        if ((out = PyLong_FromSsize_t(out_i)) == NULL)
             goto done;
         if ((shape = zero_shape()) == NULL)
             goto done;
@@ -735,7 +765,7 @@ static int cut_edge(Ctx *c, Py_ssize_t q, PyObject *type_q, PyObject *dst, Py_ss
     } else {
         *counter_s = cnt;
     }
-    if (append_ssize(c->w_pos, r_i) < 0 || PyList_Append(c->w_src, out) < 0 ||
+    if (add_write(c, r_i, out_i, data ? 0 : sl) < 0 ||
         (!ref && PyDict_SetItem(c->dup, key, out) < 0))
         goto done;
     *out_ref = Py_NewRef(out);
@@ -820,8 +850,13 @@ static void release_ctx(Ctx *c)
     PyBuffer_Release(&c->e_src);
     PyBuffer_Release(&c->e_slot);
     PyBuffer_Release(&c->row_of);
-    PyObject **owned[] = {&c->added, &c->transfers, &c->counters, &c->w_pos, &c->w_src, &c->w_slot, &c->dup,
-                          &c->recheck};
+    PyBuffer_Release(&c->shape_keys);
+    PyMem_Free(c->w_pos);
+    PyMem_Free(c->w_src);
+    PyMem_Free(c->w_slot);
+    c->w_pos = NULL;
+    c->w_src = c->w_slot = NULL;
+    PyObject **owned[] = {&c->added, &c->transfers, &c->counters, &c->dup, &c->recheck};
     for (size_t k = 0; k < sizeof(owned) / sizeof(owned[0]); k++)
         Py_CLEAR(*owned[k]);
     for (int k = 0; k < T_COLUMNS; k++)
@@ -842,7 +877,8 @@ static const Arg ARGS[] = {
     ARG("dev_task", K_LIST, dev_task), ARG("dev_names", K_LIST, dev_names), ARG("dev_type", K_LIST, dev_type),
     ARG("dev", K_LIST, dev_l), ARG("names", K_LIST, names), ARG("ops", K_LIST, ops), ARG("added", K_LIST, old_added),
     ARG("cloops", K_DICT, cloops), ARG("row_of", K_I32, row_of), ARG("rows", K_LIST, rows),
-    ARG("shapes", K_DICT, shapes), ARG("dtype_sizes", K_DICT, dtype_sizes), ARG("dtype_names", K_DICT, dtype_names),
+    ARG("shape_keys", K_I64, shape_keys), ARG("shape_values", K_LIST, shape_values),
+    ARG("dtype_sizes", K_DICT, dtype_sizes), ARG("dtype_names", K_DICT, dtype_names),
     ARG("new_type", K_TYPE, new_type), ARG("suffix", K_STR, suffix), ARG("rank", K_I64, rank),
     ARG("in_start", K_I32, in_start), ARG("e_src", K_I32, e_src), ARG("e_slot", K_I32, e_slot),
     ARG("counters", K_DICT, counters_in), ARG("new_args", K_TUPLE, new_args),
@@ -899,7 +935,7 @@ static int parse_args(PyObject *kw, Ctx *c)
     Py_ssize_t total = PyList_GET_SIZE(c->pos_l);
     if (PyList_GET_SIZE(c->src_l) != total || PyList_GET_SIZE(c->slot_l) != total ||
         PyList_GET_SIZE(c->dst_l) != total || c->n < 0 || c->rank.len / 8 < c->n || c->in_start.len / 4 < c->n + 1 ||
-        c->row_of.len / 4 < c->n ||
+        c->row_of.len / 4 < c->n || c->shape_keys.len / 8 != PyList_GET_SIZE(c->shape_values) ||
         c->e_slot.len != c->e_src.len)
         return 0;
     c->new_fast = new_slots(c, c->new_args, c->new_constants);
@@ -1047,7 +1083,8 @@ PyDoc_STRVAR(split_originals_doc,
 "The whole of _GraphPartition._split_originals for one level (placeviz/partition/graph_partition.py): every group of\n"
 "cut edges into one original node, in order, as _cut_dst does it. Keyword arguments only (see\n"
 "_Partitioner._split_originals_c); nothing given is changed. Returns the new nodes (`added`, to\n"
-"append), `transfers` (a tuple of TransferTable's columns, to extend it), the rewritten edges (`w_pos`, `w_src`, `w_slot`), the shared receives\n"
+"append), `transfers` (a tuple of TransferTable's columns, to extend it), the rewritten edges\n"
+"(`w_pos` int64, `w_src` and `w_slot` int32, as bytearrays: one row per rewritten input), the shared receives\n"
 "(`dup`), the counters (`counters`, `counter_s`, `seq`, `edge_id`) and the receives to split again\n"
 "(`recheck`). None, before doing anything, when an argument is not of its kind or a control\n"
 "loop gates a destination: then the Python function runs from its start.");
@@ -1103,8 +1140,11 @@ static PyObject *split_originals(PyObject *self, PyObject *args, PyObject *kw)
     }
     c.base = PyList_GET_SIZE(c.old_added);
     c.counters = PyDict_Copy(c.counters_in);
-    c.added = PyList_New(0), c.w_pos = PyList_New(0), c.w_src = PyList_New(0);
-    c.w_slot = PyList_New(0), c.dup = PyDict_New(), c.recheck = PyList_New(0);
+    c.added = PyList_New(0), c.dup = PyDict_New(), c.recheck = PyList_New(0);
+    c.cap_writes = total; /* one per cut edge at most */
+    c.w_pos = PyMem_Malloc(sizeof(int64_t) * (size_t)(total ? total : 1));
+    c.w_src = PyMem_Malloc(sizeof(int32_t) * (size_t)(total ? total : 1));
+    c.w_slot = PyMem_Malloc(sizeof(int32_t) * (size_t)(total ? total : 1));
     PyObject **types = NULL; /* out types of the current group's edges (0 for control edges) */
     PyObject *result = NULL;
     Py_ssize_t cap = 0, k = 0;
@@ -1114,8 +1154,11 @@ static PyObject *split_originals(PyObject *self, PyObject *args, PyObject *kw)
             goto error;
         PyTuple_SET_ITEM(c.transfers, col, Py_NewRef(c.columns[col]));
     }
-    if (c.counters == NULL || c.added == NULL || c.transfers == NULL || c.w_pos == NULL || c.w_src == NULL ||
-        c.w_slot == NULL || c.dup == NULL || c.recheck == NULL)
+    if (c.w_pos == NULL || c.w_src == NULL || c.w_slot == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    if (c.counters == NULL || c.added == NULL || c.transfers == NULL || c.dup == NULL || c.recheck == NULL)
         goto error;
     while (k < total) {
         PyObject *dst = PyList_GET_ITEM(c.dst_l, k);
@@ -1165,8 +1208,11 @@ static PyObject *split_originals(PyObject *self, PyObject *args, PyObject *kw)
             goto error;
         k = j;
     }
-    result = Py_BuildValue("{sOsOsOsOsOsOsOsnsnsnsO}", "added", c.added, "transfers", c.transfers, "w_pos", c.w_pos,
-                           "w_src", c.w_src, "w_slot", c.w_slot, "dup", c.dup, "counters", c.counters, "seq", seq,
+    result = Py_BuildValue("{sOsOsNsNsNsOsOsnsnsnsO}", "added", c.added, "transfers", c.transfers, "w_pos",
+                           PyByteArray_FromStringAndSize((const char *)c.w_pos, c.n_writes * 8), "w_src",
+                           PyByteArray_FromStringAndSize((const char *)c.w_src, c.n_writes * 4), "w_slot",
+                           PyByteArray_FromStringAndSize((const char *)c.w_slot, c.n_writes * 4), "dup", c.dup,
+                           "counters", c.counters, "seq", seq,
                            "counter_s", counter_s, "edge_id", edge_id, "recheck", c.recheck);
 error:
     PyMem_Free(types);
@@ -1276,6 +1322,72 @@ static PyObject *attr_ints(PyObject *self, PyObject *args)
         Py_RETURN_NONE;
     }
     return out;
+}
+
+PyDoc_STRVAR(input_sources_doc,
+"input_sources(objects) -> (bytearray, bytearray) or None\n\n"
+"int32 len(o.inputs) for each o of the list objects, and int32 s of every [s, slot] of their\n"
+"inputs in order (graph_partition._input_sources: the partitioner's added nodes). None when an\n"
+"input is not a pair whose first item is an int32 (the caller's Python path then decides).");
+
+static PyObject *input_sources(PyObject *self, PyObject *args)
+{
+    PyObject *objects;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &objects))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(objects), total = 0, cap = 0;
+    PyObject *counts = int32_buffer(n), *srcs = NULL;
+    int32_t *buf = NULL;
+    int ok = counts != NULL;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        if (i >= PyList_GET_SIZE(objects)) { /* shrunk by a __getattr__: not the plain case */
+            ok = 0;
+            break;
+        }
+        PyObject *inputs = PyObject_GetAttr(PyList_GET_ITEM(objects, i), s_inputs);
+        if (inputs == NULL) {
+            ok = -1;
+            break;
+        }
+        if (!PyList_CheckExact(inputs)) {
+            Py_DECREF(inputs);
+            ok = 0;
+            break;
+        }
+        /* a list of pairs: reading it runs no Python code, its size cannot change */
+        Py_ssize_t m = PyList_GET_SIZE(inputs);
+        if (total + m > cap) {
+            Py_ssize_t grown = cap * 2 > total + m ? cap * 2 : total + m + 1024;
+            int32_t *more = grown > PY_SSIZE_T_MAX / 4 ? NULL : PyMem_Realloc(buf, (size_t)grown * 4);
+            if (more == NULL) {
+                Py_DECREF(inputs);
+                PyErr_NoMemory();
+                ok = -1;
+                break;
+            }
+            buf = more;
+            cap = grown;
+        }
+        for (Py_ssize_t k = 0; ok > 0 && k < m; k++) {
+            PyObject *pair = PyList_GET_ITEM(inputs, k);
+            ok = (PyList_CheckExact(pair) || PyTuple_CheckExact(pair)) && PySequence_Fast_GET_SIZE(pair) == 2 &&
+                 as_int32(PySequence_Fast_GET_ITEM(pair, 0), &buf[total + k]);
+        }
+        Py_DECREF(inputs);
+        ((int32_t *)PyByteArray_AS_STRING(counts))[i] = (int32_t)m;
+        total += m;
+    }
+    if (ok > 0 && PyList_GET_SIZE(objects) == n)
+        srcs = PyByteArray_FromStringAndSize((const char *)buf, total * 4);
+    PyMem_Free(buf);
+    PyObject *result = NULL;
+    if (srcs != NULL)
+        result = PyTuple_Pack(2, counts, srcs);
+    Py_XDECREF(counts);
+    Py_XDECREF(srcs);
+    if (result == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return result;
 }
 
 PyDoc_STRVAR(reach_doc,
@@ -1492,6 +1604,7 @@ static PyMethodDef methods[] = {
      split_originals_doc},
     {"index_codes", index_codes, METH_VARARGS, index_codes_doc},
     {"attr_ints", attr_ints, METH_VARARGS, attr_ints_doc},
+    {"input_sources", input_sources, METH_VARARGS, input_sources_doc},
     {"reach", reach, METH_VARARGS, reach_doc},
     {"bucket_by_component", bucket_by_component, METH_VARARGS, bucket_by_component_doc},
     {NULL, NULL, 0, NULL},

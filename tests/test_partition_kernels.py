@@ -393,6 +393,26 @@ def test_small_kernels_decline_what_they_do_not_handle():
     assert kernels.attr_ints([Obj(None)], "dev") is None
     with pytest.raises(AttributeError):
         kernels.attr_ints([object()], "dev")
+
+    class Node:
+        def __init__(self, inputs):
+            self.inputs = inputs
+
+    def py_sources(nodes):  # the Python twin, graph_partition._input_sources without the kernel
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(split_mod, "_kernels", None)
+            return split_mod._input_sources(nodes)
+
+    for nodes in ([Node([[5, 0], [7, -1]]), Node([]), Node([(2**31 - 1, 1)])], []):
+        counts, srcs = split_mod._input_sources(nodes)
+        want = py_sources(nodes)
+        assert counts.tolist() == want[0].tolist() and srcs.tolist() == want[1].tolist()
+        assert kernels.input_sources(nodes) is not None
+    assert split_mod._input_sources([Node([[5, 0]])])[1].tolist() == [5]
+    for odd in ([[5]], [[2**40, 0]], [["a", 0]], ((5, 0),), [[5, 0, 1]]):
+        assert kernels.input_sources([Node(odd)]) is None, odd
+    with pytest.raises(AttributeError):
+        kernels.input_sources([object()])
     from array import array
 
     starts, srcs = array("i", [0, 1, 2]), array("i", [1, 0])
@@ -464,11 +484,15 @@ def _captured_arguments(monkeypatch) -> dict:
 def test_split_originals_declines_arguments_of_other_kinds(monkeypatch):
     from array import array
 
+    import numpy as np
+
     kw = _captured_arguments(monkeypatch)
     assert kernels.split_originals(**kw) is not None
     for key, odd in (("pos", tuple(kw["pos"])), ("rank", array("i", [0] * (kw["n"] + 1))), ("level", 1.0),
                      ("rows", tuple(kw["rows"])), ("row_of", kw["row_of"][:-1]), ("row_of", list(kw["row_of"])),
-                     ("shapes", list(kw["shapes"].items())), ("counters", list(kw["counters"].items())),
+                     ("shape_keys", list(kw["shape_keys"])), ("shape_keys", kw["shape_keys"].astype(np.int32)),
+                     ("shape_values", tuple(kw["shape_values"])), ("shape_values", kw["shape_values"] + [None]),
+                     ("counters", list(kw["counters"].items())),
                      ("e_src", list(kw["e_src"]))):
         assert kernels.split_originals(**dict(kw, **{key: odd})) is None, key
     with pytest.raises(TypeError):
@@ -490,7 +514,7 @@ def test_split_originals_reads_tables_and_calls_nothing_back(monkeypatch):
         kernels.split_originals(**dict(kw, rows=[("not", "rows")] * len(kw["rows"])))
     if any(slot >= 0 for slot in kw["slot"]):
         with pytest.raises(KeyError):
-            kernels.split_originals(**dict(kw, shapes={}))
+            kernels.split_originals(**dict(kw, shape_keys=np.zeros(0, dtype=np.int64), shape_values=[]))
 
 
 def _all_fact_answers(b, i: int) -> tuple:
@@ -613,5 +637,42 @@ def test_cut_shapes_table_is_shape_of_each_output(seed):
     assert not table.output_shapes  # the random graphs have none: the skipping path
     pairs = [(i, s) for i in range(table.n)
              for s in range(len((table.types(i) or ((), ()))[1]) + 1)]
-    got = table._shapes_of([i for i, _s in pairs], [s for _i, s in pairs])
+    got = dict(zip(pairs, table._shapes_of([i for i, _s in pairs], [s for _i, s in pairs]), strict=True))
     assert got == {(i, s): fresh.shape(i, s) for i, s in pairs}
+
+
+def test_cut_shapes_table_by_kind_is_shape_of_each_output():
+    """The batch of ``_shapes_of`` (``_shapes_by_kind``) on every kind of output the rule knows: a
+    variable with and without a ``shape`` attr, its reads one and two Identities deep, a
+    ``VarHandleOp`` read by ``ReadVariableOp``, ``PlaceholderWithDefault`` with a partly known and
+    no declared shape, an ``Apply*``'s outputs, a read of an op the rule reads nothing for, a
+    Const: each says what ``shape()`` says asked alone on a fresh partitioner."""
+    nodes = [
+        _node("v", "VariableV2", [], PS0, dtype=DT_FLOAT, shape=[3, 4]),
+        _node("u", "VariableV2", [], PS0, dtype=DT_FLOAT),
+        _node("v/read", "Identity", ["v"], W0, T=DT_FLOAT),
+        _node("v/read2", "Identity", ["v/read"], W0, T=DT_FLOAT),
+        _node("u/read", "Identity", ["u"], W0, T=DT_FLOAT),
+        _node("h", "VarHandleOp", [], PS1, dtype=DT_FLOAT, shape=[5]),
+        _node("h/read", "ReadVariableOp", ["h"], W0, dtype=DT_FLOAT),
+        _node("c", "Const", [], PS1, dtype=DT_FLOAT),
+        _node("p", "PlaceholderWithDefault", ["c"], W0, dtype=DT_FLOAT, shape=[2]),
+        _node("q", "PlaceholderWithDefault", ["v/read"], W0, dtype=DT_FLOAT),
+        _node("c/read", "Identity", ["c"], W0, T=DT_FLOAT),
+        _node("apply", "ApplyGradientDescent", ["v", "c", "v/read"], PS0, T=DT_FLOAT),
+        _node("sum", "AddV2", ["v/read", "h/read"], W1, T=DT_FLOAT),
+        _node("sum/read", "Identity", ["sum"], W0, T=DT_FLOAT),
+    ]
+    nodes[7].attr["value"].tensor.dtype = DT_FLOAT
+    nodes[7].attr["value"].tensor.tensor_shape.dim.add().size = 7
+    nodes[8].attr["shape"].shape.dim[0].size = -1
+    gd = GraphDef()
+    gd.node.extend(nodes)
+    graph = Graph(gd)
+    devices = [nd.device for nd in nodes]
+    table, fresh = (partition(graph, devices, targets=[nd.name for nd in nodes])._builder for _ in range(2))
+    assert not table.output_shapes
+    pairs = [(i, s) for i in range(table.n) for s in range(3)]
+    got = dict(zip(pairs, table._shapes_of([i for i, _s in pairs], [s for _i, s in pairs]), strict=True))
+    assert got == {(i, s): fresh.shape(i, s) for i, s in pairs}
+    assert got[(2, 0)] == got[(3, 0)] == [3, 4] and got[(6, 0)] == [5] and got[(4, 0)] is None

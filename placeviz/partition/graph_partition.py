@@ -42,7 +42,7 @@ file's bytes, the cut's transfers' sources in one batch: :meth:`_GraphPartition.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache, cached_property
 from itertools import chain
 from typing import TYPE_CHECKING, Any, cast
@@ -74,7 +74,8 @@ if TYPE_CHECKING:
     from placeviz.partition.base import I32Array
 
 Write = Callable[[int, int, int], None]  # rewire input `ref` to (source, slot)
-Writes = tuple[list[int], list[int], list[int]]  # the rewired edges of original nodes: positions, sources, slots
+# The rewired inputs of original nodes: their edge positions, new sources and slots.
+Writes = tuple["npt.NDArray[np.int64]", "I32Array", "I32Array"]
 
 _kernels = kernels("_partition_kernels")  # the cut-edge loop as one C function (see placeviz.native)
 
@@ -115,16 +116,40 @@ _SHAPE_ATTR_OPS = frozenset({"VariableV2", "Variable", "TemporaryVariable", "Pla
 
 _ATTR_SHAPE_OPS = CONST_OPS | _SHAPE_ATTR_OPS | {"VarHandleOp"}  # the ops whose own attrs shape() reads
 
+# What :meth:`_GraphPartition.shape` reads beyond ``_output_shapes`` for an output (_shape_kind).
+_NOTHING, _VALUE, _DECLARED, _DECLARED_OR_INPUT, _INPUT = range(5)
+
 
 @cache
-def _shape_beyond_output_shapes(op: str, first_output: bool) -> bool:
-    """Whether :meth:`_GraphPartition.shape` reads anything but ``_output_shapes`` for an output of
-    ``op`` (``first_output``: slot 0): a Const's value, a declared ``shape`` attr, or its first
-    input's shape through a pass-through op. The rule's op sets in one place, so that the batch in
-    :meth:`_GraphPartition._cut_tables` can skip the outputs whose answer is None without asking
-    (a ``RestoreV2`` has one output per variable it restores)."""
-    return (op in CONST_OPS or op in _SHAPE_ATTR_OPS or op in _PASS_THROUGH_OPS or op == "ReadVariableOp"
-            or (op.startswith("Apply") and first_output))
+def _shape_kind(op: str, first_output: bool) -> int:
+    """What :meth:`_GraphPartition.shape` reads beyond ``_output_shapes`` for an output of ``op``
+    (``first_output``: slot 0): a Const's value (``_VALUE``), a declared ``shape`` attr
+    (``_DECLARED``; ``PlaceholderWithDefault``: its input's shape when that is unknown,
+    ``_DECLARED_OR_INPUT``), its first input's shape through a pass-through op (``_INPUT``), or
+    nothing (``_NOTHING``). The rule's op sets in one place, read by the rule itself and by the
+    batch in :meth:`_GraphPartition._shapes_of` (a ``RestoreV2`` has one output per variable it
+    restores, answered None without asking)."""
+    if op in CONST_OPS:
+        return _VALUE
+    if op in _SHAPE_ATTR_OPS:
+        return _DECLARED_OR_INPUT if op == "PlaceholderWithDefault" else _DECLARED
+    if op in _PASS_THROUGH_OPS or op == "ReadVariableOp" or (op.startswith("Apply") and first_output):
+        return _INPUT
+    return _NOTHING
+
+
+def _input_sources(nodes: list[_New]) -> tuple[I32Array, I32Array]:
+    """The number of inputs of each of the added ``nodes``, and the source of every input of
+    theirs in order (``placeviz._partition_kernels.input_sources`` when built: 235k inputs at 1M
+    nodes; this loop when not, or when it declines)."""
+    import numpy as np
+
+    got = _kernels.input_sources(nodes) if _kernels is not None else None
+    if got is not None:
+        return np.frombuffer(got[0], dtype=np.int32), np.frombuffer(got[1], dtype=np.int32)
+    counts = np.fromiter(map(len, (a.inputs for a in nodes)), dtype=np.int32, count=len(nodes))
+    srcs = np.fromiter((s for a in nodes for s, _sl in a.inputs), dtype=np.int32, count=int(counts.sum()))
+    return counts, srcs
 
 
 def _input_writer(a: _New) -> Write:
@@ -339,17 +364,16 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
                 pos = np.union1d(pos, np.asarray(extra, dtype=pos.dtype))
         if not self.identity_order and len(pos):
             pos = pos[np.argsort(self.rank[self.e_dst[pos]], kind="stable")]
-        writes_pos: list[int] = []
-        writes_src: list[int] = []
-        writes_slot: list[int] = []
-        self._split_originals(pos, (writes_pos, writes_src, writes_slot))
-        if writes_pos:
-            wp = np.asarray(writes_pos, dtype=np.int64)
-            self.e_src[wp] = np.asarray(writes_src, dtype=np.int32)
-            self.e_slot[wp] = np.asarray(writes_slot, dtype=np.int32)
+        w_pos, w_src, w_slot = self._split_originals(pos)
+        if len(w_pos):
+            self.e_src[w_pos] = w_src
+            self.e_slot[w_pos] = w_slot
         # Added nodes whose inputs may cross: client nodes, copies, cloop nodes, receives with read
         # controls (sends, control Consts and Identities sit on their input's device).
-        for dst in list(dict.fromkeys(self.recheck)):
+        recheck = list(dict.fromkeys(self.recheck))
+        if not non_cpu and recheck:  # then only an input on another partition is cut
+            recheck = self._across_partitions(recheck, part)
+        for dst in recheck:
             a = self.added[dst - self.n]
             dpart = part[a.dev]
             items = []
@@ -361,23 +385,46 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             if items:
                 self._cut_dst(dst, items, _input_writer(a))
 
-    def _split_originals(self, pos: npt.NDArray[np.intp], writes: Writes) -> None:
+    def _across_partitions(self, ids: list[int], part: list[int]) -> list[int]:
+        """The added nodes ``ids`` with an input on another partition than theirs (``part`` of each
+        device), in order, over arrays: on CPUs only, the loop of :meth:`split` over added nodes
+        cuts nothing else, so the others need not go through it (16k receives at 200k nodes, 47k
+        inputs, none of them cut at the device level)."""
+        import numpy as np
+
+        n, added = self.n, self.added
+        counts, srcs = _input_sources([added[i - n] for i in ids])
+        part_of = np.asarray(part, dtype=np.int64)[self._dev_all()]  # as part[dev(i)] (a list wraps -1 alike)
+        ids_np = np.asarray(ids, dtype=np.int64)
+        cross = part_of[srcs] != np.repeat(part_of[ids_np], counts)
+        hit = np.bincount(np.repeat(np.arange(len(ids)), counts)[cross], minlength=len(ids)) > 0
+        out: list[int] = ids_np[hit].tolist()
+        return out
+
+    def _split_originals(self, pos: npt.NDArray[np.intp]) -> Writes:
         """The cut edges into original nodes, grouped by destination in processing order, each
         group through :meth:`_cut_dst` (TF's loop over one node's in-edges): the specification of
-        the C kernel, which does the whole loop or declines (:meth:`_split_originals_c`)."""
+        the C kernel, which does the whole loop or declines (:meth:`_split_originals_c`). Returns
+        the inputs it rewired: their edge positions, new sources and slots."""
+        import numpy as np
+
         pos_l = pos.tolist()
         src_l = self.e_src[pos].tolist()
         slot_l = self.e_slot[pos].tolist()
         dst_l = self.e_dst[pos].tolist()
-        w_pos, w_src, w_slot = writes
+        if _kernels is not None and pos_l:
+            writes = self._split_originals_c(pos, pos_l, src_l, slot_l, dst_l)
+            if writes is not None:
+                return writes
+        w_pos: list[int] = []
+        w_src: list[int] = []
+        w_slot: list[int] = []
 
         def write(ref: int, s: int, sl: int) -> None:
             w_pos.append(ref)
             w_src.append(s)
             w_slot.append(sl)
 
-        if _kernels is not None and pos_l and self._split_originals_c(pos, pos_l, src_l, slot_l, dst_l, writes):
-            return
         # Their io types are read from their NodeDefs: parsed together when the graph's bytes were not.
         n = self.n
         self.graph.prefetch_node_defs({i for i in chain(src_l, dst_l) if i < n})
@@ -391,46 +438,55 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             base = in_start[dst]
             self._cut_dst(dst, [(pos_l[q], src_l[q], slot_l[q], pos_l[q] - base) for q in range(k, j)], write)
             k = j
+        return (np.asarray(w_pos, dtype=np.int64), np.asarray(w_src, dtype=np.int32),
+                np.asarray(w_slot, dtype=np.int32))
 
     def _split_originals_c(self, pos: npt.NDArray[np.intp], pos_l: list[int], src_l: list[int], slot_l: list[int],
-                           dst_l: list[int], writes: Writes) -> bool:
+                           dst_l: list[int]) -> Writes | None:
         """The whole Python loop of :meth:`_split_originals` in C
         (``placeviz._partition_kernels.split_originals``): the same groups through the same steps
         as :meth:`_cut_dst`. What those steps ask of the methods here (io types, memory types,
         shapes, dtype sizes and names) it reads from tables made first by the same methods
         (:meth:`_cut_tables`), never calling back into Python. It returns everything it made and
-        changes nothing given; False when it declines (an argument of another kind, a destination
-        gated by a control loop), before doing anything."""
+        changes nothing given (the rewired inputs come back as arrays); None when it declines (an
+        argument of another kind, a destination gated by a control loop), before doing anything."""
+        import numpy as np
+
         devs = self.devs
         assert _kernels is not None  # the caller checks
-        row_of, rows, shapes = self._cut_tables(pos)
+        row_of, rows, (shape_keys, shape_values) = self._cut_tables(pos)
         res = _kernels.split_originals(
             pos=pos_l, src=src_l, slot=slot_l, dst=dst_l, n=self.n, level=self.level, part=self.part,
             is_cpu=devs.is_cpu, dev_task=devs.task, dev_names=devs.names, dev_type=devs.type, dev=self.dev_l,
             names=self.names, ops=self.ops, added=self.added, cloops=self.cloop_ctrl, row_of=row_of, rows=rows,
-            shapes=shapes, dtype_sizes=DTYPE_SIZE, dtype_names=_dtype_names(), new_type=_New, new_args=_NEW_ARGS,
-            new_constants=_NEW_CONSTANTS, suffix="/_" if self.level == 2 else ("_S" if self.level == 0 else "_G"),
+            shape_keys=shape_keys, shape_values=shape_values, dtype_sizes=DTYPE_SIZE, dtype_names=_dtype_names(),
+            new_type=_New, new_args=_NEW_ARGS, new_constants=_NEW_CONSTANTS,
+            suffix="/_" if self.level == 2 else ("_S" if self.level == 0 else "_G"),
             rank=self.rank, in_start=self.in_start, e_src=self.e_src, e_slot=self.e_slot, counters=self._counter_g,
             seq=self._seq, counter_s=self._counter_s, edge_id=self.edge_id)
         if res is None:
-            return False
+            return None
         self.added.extend(res["added"])
         self.transfers.extend(res["transfers"])  # a tuple of the TransferTable's columns
-        for mine, theirs in zip(writes, (res["w_pos"], res["w_src"], res["w_slot"]), strict=True):
-            mine.extend(theirs)
-        self.dup.update(res["dup"])
+        if self.dup:
+            self.dup.update(res["dup"])
+        else:  # the level's first receives (45k at 200k nodes): the kernel's dict itself, not a copy
+            self.dup = res["dup"]
         self._counter_g = res["counters"]
         self._seq, self._counter_s, self.edge_id = res["seq"], res["counter_s"], res["edge_id"]
         self.recheck.extend(res["recheck"])
-        return True
+        return (np.frombuffer(res["w_pos"], dtype=np.int64), np.frombuffer(res["w_src"], dtype=np.int32),
+                np.frombuffer(res["w_slot"], dtype=np.int32))
 
-    def _cut_tables(self, pos: npt.NDArray[np.intp]) -> tuple[I32Array, list[FactRow], dict[tuple[int, int], Shape]]:
+    def _cut_tables(self, pos: npt.NDArray[np.intp]) -> tuple[I32Array, list[FactRow],
+                                                              tuple[npt.NDArray[np.int64], list[Shape]]]:
         """What the C cut reads of the cut edges ``pos`` (edge positions into original nodes): the
         fact rows (:meth:`fact_table`) of every original node whose facts it may ask for (both
         ends of each data edge, the other data inputs of a destination that a ref-typed source's
         group reads, the original of a replicated Const), and :meth:`shape` of every (origin,
         slot) a data transfer can name (an added source stands for its origin, as in
-        :meth:`_cut_dst`)."""
+        :meth:`_cut_dst`), as sorted keys ``origin << 32 | slot`` and the shape of each (the C cut
+        searches the keys: no tuple and dict entry per pair)."""
         import numpy as np
 
         n = self.n
@@ -474,19 +530,96 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             oslot[at[has]] = a_oslot[has]
         named = oslot != CONTROL
         pairs = unique_sorted((origin[named] << 32) | oslot[named])
-        self._prefetch_shape_attrs(unique_sorted(pairs >> 32))
-        return row_of, rows, self._shapes_of((pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist())
+        return row_of, rows, (pairs, self._shapes_of(pairs >> 32, pairs & 0xFFFFFFFF))
 
-    def _shapes_of(self, origins: list[int], slots: list[int]) -> dict[tuple[int, int], Shape]:
-        """:meth:`shape` of each (origin, slot), as the C cut's table. Without ``_output_shapes`` in
-        the graph an original node's output that the rule reads nothing else for is None, known
-        without the call (:func:`_shape_beyond_output_shapes`, the rule's own test)."""
+    def _shapes_of(self, origins: Sequence[int] | npt.NDArray[np.int64],
+                   slots: Sequence[int] | npt.NDArray[np.int64]) -> list[Shape]:
+        """:meth:`shape` of each (origin, slot), the C cut's table. With ``_output_shapes`` in the
+        graph the rule is asked of each; without, what it reads of an original node's output
+        depends on the node's op (:func:`_shape_kind`), and :meth:`_shapes_by_kind` answers the
+        batch by kind."""
+        import numpy as np
+
+        o_arr, s_arr = np.asarray(origins, dtype=np.int64), np.asarray(slots, dtype=np.int64)
+        if not self.output_shapes:
+            return self._shapes_by_kind(o_arr, s_arr)
+        self._prefetch_shape_attrs(unique_sorted(o_arr))
         shape = self.shape
-        if self.output_shapes:
-            return {(o, s): shape(o, s) for o, s in zip(origins, slots, strict=True)}
-        n, ops, beyond = self.n, self.ops, _shape_beyond_output_shapes
-        return {(o, s): shape(o, s) if o >= n or beyond(ops[o], s == 0) else None
-                for o, s in zip(origins, slots, strict=True)}
+        return [shape(o, s) for o, s in zip(o_arr.tolist(), s_arr.tolist(), strict=True)]
+
+    @cached_property
+    def _shape_kinds(self) -> npt.NDArray[np.int8]:
+        """:func:`_shape_kind` of each op code (row): of a later output (column 0) and of slot 0 (1)."""
+        import numpy as np
+
+        kinds = np.zeros((max(len(self.op_index), 1), 2), dtype=np.int8)
+        for op, code in self.op_index.items():
+            kinds[code] = (_shape_kind(op, False), _shape_kind(op, True))
+        return kinds
+
+    def _shapes_by_kind(self, origins: npt.NDArray[np.int64], slots: npt.NDArray[np.int64]) -> list[Shape]:
+        """:meth:`shape` of each (origin, slot) of a graph without ``_output_shapes``, in bulk. The
+        answer then depends on the output's kind (:func:`_shape_kind`, the rule's own op sets): None
+        for ``_NOTHING``, the node's declared ``shape`` attr for ``_DECLARED`` (variables and
+        placeholders: ``tensorflow/core/ops/state_ops.cc``, ``array_ops.cc``), and for
+        ``_INPUT`` (a variable's ``read`` Identity) one step of :meth:`_input_shape` over arrays:
+        None without a first data input or when that input's output is ``_NOTHING``, the input's
+        declared shape when it is a ``VarHandleOp`` or ``_DECLARED``. Every other output (a Const's
+        value, ``PlaceholderWithDefault``, a longer chain, an added node) is asked of :meth:`shape`
+        itself. ``tests/test_partition_kernels.py`` pins it to :meth:`shape` output by output."""
+        import numpy as np
+
+        n, codes, table = self.n, self.op_codes, self._shape_kinds
+        ask = -1
+        original = origins < n
+        kinds = np.full(len(origins), ask, dtype=np.int8)
+        kinds[original] = table[codes[origins[original]], (slots[original] == 0).astype(np.intp)]
+        through = np.flatnonzero(kinds == _INPUT)
+        src, sslot = self._first_inputs(origins[through])
+        has = src >= 0
+        src_code = codes[np.where(has, src, 0)]
+        src_kind = np.where(has, table[src_code, (sslot == 0).astype(np.intp)], _NOTHING)
+        handle = self.op_index.get("VarHandleOp", -1)
+        declared_in = has & ((src_code == handle) | (src_kind == _DECLARED))
+        kinds[through[has & ~declared_in & (src_kind != _NOTHING)]] = ask
+        kinds[through[~has | (src_kind == _NOTHING)]] = _NOTHING
+        own = np.flatnonzero(kinds == _DECLARED)
+        reads = [(own, origins[own]), (through[declared_in], src[declared_in])]
+        asked = np.flatnonzero((kinds == ask) | (kinds == _VALUE) | (kinds == _DECLARED_OR_INPUT))
+        # One batch of attrs: the declared ones read here, and the nodes the asked outputs read.
+        attr_ops = self._shape_attr_codes
+        first = src[np.isin(src_code, attr_ops) & has]
+        asked_own = origins[asked][origins[asked] < n]
+        self._shape_attrs.prefetch(np.concatenate([origins[own], src[declared_in], asked_own, first]).tolist())
+        out: list[Shape] = [None] * len(origins)
+        for at, nodes in reads:
+            for k, declared in zip(at.tolist(), self._shape_attrs.declared(nodes.tolist()), strict=True):
+                out[k] = declared
+        shape = self.shape
+        for k, o, s in zip(asked.tolist(), origins[asked].tolist(), slots[asked].tolist(), strict=True):
+            out[k] = shape(o, s)
+        return out
+
+    @cached_property
+    def _shape_attr_codes(self) -> I32Array:
+        """The op codes of :data:`_ATTR_SHAPE_OPS` (the ops whose own attrs :meth:`shape` reads)."""
+        return self.codes_of(_ATTR_SHAPE_OPS)
+
+    def _first_inputs(self, nodes: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The first data input that :meth:`_input_shape` reads of each of the original ``nodes``,
+        over arrays: its source and slot in the graph's own edges, (-1, -1) where the node has no
+        input or its first is a control input."""
+        import numpy as np
+
+        in_src = np.frombuffer(self.graph.in_src, dtype=np.int32)
+        in_slot = np.frombuffer(self.graph.in_slot, dtype=np.int32)
+        lo = self.in_start_np[nodes].astype(np.int64)
+        has = lo < self.in_start_np[nodes + 1]
+        at = np.where(has, lo, 0)
+        slot = np.where(has, in_slot[at] if len(in_slot) else -1, CONTROL).astype(np.int64)
+        has &= slot != CONTROL
+        src = np.where(has, in_src[at] if len(in_src) else -1, -1).astype(np.int64)
+        return src, np.where(has, slot, -1)
 
     def _need_same_device(self, p: int) -> bool:
         s, d = int(self.e_src[p]), int(self.e_dst[p])
@@ -642,21 +775,16 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
         return ShapeAttrReader(self.graph)
 
     def _prefetch_shape_attrs(self, nodes: npt.NDArray[np.int64]) -> None:
-        """Read in one batch the attrs :meth:`shape` may read for outputs of the original ``nodes``:
-        theirs and those of each one's first input's source (where it looks through a pass-through
-        op, :meth:`_input_shape`), so that the rule asks for few nodes one by one. A hint: it
-        changes no answer, and the rule alone decides which attrs count."""
+        """Read in one batch the attrs :meth:`shape` may read for outputs of the original ``nodes`` in
+        a graph with ``_output_shapes``: theirs and those of each one's first input's source (where
+        it looks through a pass-through op, :meth:`_input_shape`), so that the rule asks for few
+        nodes one by one. A hint: it changes no answer, and the rule alone decides which attrs
+        count."""
         import numpy as np
 
         nodes = nodes[nodes < self.n]
-        lo = self.in_start_np[nodes]
-        first = lo[lo < self.in_start_np[nodes + 1]]  # the graph's own edges, as _input_shape reads them
-        first = first[np.asarray(self.graph.in_slot)[first] != CONTROL]
-        ids = np.concatenate([nodes, np.asarray(self.graph.in_src)[first]]).tolist()
-        if not self.output_shapes:  # then only these ops' attrs are read (an Identity's never)
-            ops = self.ops
-            ids = [i for i in ids if ops[i] in _ATTR_SHAPE_OPS]
-        self._shape_attrs.prefetch(ids)
+        src, _slot = self._first_inputs(nodes)
+        self._shape_attrs.prefetch(np.concatenate([nodes, src[src >= 0]]).tolist())
 
     def shape(self, i: int, slot: int, depth: int = 0) -> Shape:
         """Static shape of output ``slot`` of node ``i`` (list, None for unknown dims) or None."""
@@ -674,19 +802,20 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             outs = attrs[i].output_shapes
             if outs is not None and slot < len(outs):
                 result = outs[slot]
-        if (result is None or None in result) and depth < 32 and _shape_beyond_output_shapes(op, slot == 0):
-            if op in CONST_OPS:
+        kind = _shape_kind(op, slot == 0)
+        if (result is None or None in result) and depth < 32 and kind != _NOTHING:
+            if kind == _VALUE:
                 value = attrs[i].value
                 if value is not ABSENT:
                     result = value
-            elif op in _SHAPE_ATTR_OPS:
+            elif kind == _INPUT:  # a pass-through op (ReadVariableOp and an Apply*'s first output among them)
+                result = _known_first(self._input_shape(i, depth), result)
+            else:
                 declared = attrs[i].shape
                 if declared is not ABSENT:
                     result = declared
-                if op == "PlaceholderWithDefault" and (result is None or None in result):
+                if kind == _DECLARED_OR_INPUT and (result is None or None in result):
                     result = _known_first(self._input_shape(i, depth), result)
-            else:  # a pass-through op (ReadVariableOp and an Apply*'s first output among them)
-                result = _known_first(self._input_shape(i, depth), result)
         self._shapes[key] = result
         return result
 
@@ -696,6 +825,5 @@ class _GraphPartition(_MemoryTypes, _ControlFlowInfo):
             return None
         src = self.graph.in_src[lo]
         if self.ops[src] == "VarHandleOp":
-            declared = self._shape_attrs[src].shape
-            return declared if declared is not ABSENT else None
+            return self._shape_attrs.declared([src])[0]
         return self.shape(src, self.graph.in_slot[lo], depth + 1)

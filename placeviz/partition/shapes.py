@@ -95,6 +95,12 @@ class ShapeAttrReader:
             row = self._rows[i]
         return row
 
+    def declared(self, ids: list[int]) -> list[Shape]:
+        """The ``shape`` attr of each of the nodes ``ids`` (None: it has none), read in one batch."""
+        self.prefetch(ids)
+        rows = self._rows
+        return [None if (row := rows[i]).shape is ABSENT else row.shape for i in ids]
+
     def prefetch(self, ids: Iterable[int]) -> None:
         """Read the attrs of the nodes ``ids`` not read yet, from the graph's bytes in one call of
         the C reader when it can."""
