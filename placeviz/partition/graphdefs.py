@@ -176,13 +176,19 @@ class _GraphDefs(_PartitionerBase):
             def node_bytes(i: int) -> bytes:
                 return self._node_bytes(i, rewrite, here, transfer_attrs)
 
-            def nodes_bytes(slow_ids: I64Array) -> list[bytes]:
-                originals = slow_ids[slow_ids < n]
-                rebuilt = self._rebuilt_originals(wire, originals[from_bytes[originals]].tolist(), arrays, here,
-                                                  elsewhere)
-                # the rebuilt ones by a C-level dict lookup; any other (built) by node_bytes
-                fallback = _Made(rebuilt, node_bytes).__getitem__ if rebuilt else node_bytes
-                return self._nodes_bytes(slow_ids.tolist(), fallback, device_fields, incarnations)
+            def made_fields(ids_np: I64Array, original: BoolArray, slow: BoolArray, offsets: I64Array) -> list[bytes]:
+                """splice_nodes's ``extra`` for the ``slow`` items: the rebuilt originals'
+                (``_REBUILT``, from _rebuilt_originals) and the others' (``_MADE``, from
+                _node_fields), each a bytes of node fields; ``offsets`` is set to say which."""
+                remade = np.zeros(len(ids_np), dtype=bool)
+                remade[original] = from_bytes[ids_np[original]]
+                remade &= slow
+                rebuilt = self._rebuilt_originals(wire, ids_np[remade].tolist(), arrays, here, elsewhere)
+                if rebuilt is not None:
+                    offsets[remade] = _REBUILT
+                    slow = slow & ~remade
+                made = self._node_fields(ids_np[slow].tolist(), node_bytes, device_fields, incarnations)
+                return [made, rebuilt or b""]
 
             for lo in range(0, max(len(ids), 1), _CHUNK_NODES):
                 ids_np = all_ids[lo:lo + _CHUNK_NODES]
@@ -191,43 +197,45 @@ class _GraphDefs(_PartitionerBase):
                 slow = ~original
                 slow[original] = build[ids_np[original]]
                 fast_ids = np.where(slow, 0, ids_np)
-                offsets = np.where(slow, -1, all_offsets[fast_ids])
+                offsets = np.where(slow, _MADE, all_offsets[fast_ids])
                 lengths = np.where(slow, 0, all_lengths[fast_ids])
                 devices = np.where(slow, 0, self.dev_np[fast_ids]).astype(np.int32)
-                data = splice_nodes(wire.data, offsets, lengths, devices, device_fields, nodes_bytes(ids_np[slow]), end)
+                extra = made_fields(ids_np, original, slow, offsets)
+                data = splice_nodes(wire.data, offsets, lengths, devices, device_fields, extra, end)
                 if data is None:  # a node of odd wire form (a group field): build every node
-                    data = splice_nodes(b"", np.full(len(ids_np), -1, dtype=np.int64), np.zeros_like(ids_np),
+                    data = splice_nodes(b"", np.full(len(ids_np), _MADE, dtype=np.int64), np.zeros_like(ids_np),
                                         np.zeros(len(ids_np), dtype=np.int32), device_fields,
-                                        self._nodes_bytes(ids_np.tolist(), node_bytes, device_fields, incarnations),
+                                        [self._node_fields(ids_np.tolist(), node_bytes, device_fields, incarnations)],
                                         end)
                     assert data is not None  # every node built here: no wire form is left to refuse
                 yield data
-                del data  # before the next chunk's
+                del data, extra  # before the next chunk's
 
         for code, (key, ids) in enumerate(node_lists.items()):
             yield key, chunks(code, ids, id_arrays[code])
 
     def _rebuilt_originals(self, wire: NodeWire, ids: list[int], arrays: RebuildArgs, here: _NamesIn,
-                           elsewhere: BoolArray) -> dict[int, bytes]:
-        """Node id -> serialized NodeDef, for original nodes (``ids``) that :meth:`_node_bytes`
-        would build from a copy of their NodeDef: the C kernel (``nodewire.rebuild_nodes``) writes
-        each from its bytes with its new device and, when rewired, its new inputs (and fixed
-        name); protobuf parses them all at once and serializes each deterministically, after the
-        ``_class`` trim, so the bytes are those of :meth:`_node_bytes`. The trim runs only on the
-        nodes ``elsewhere`` marks (:meth:`_located_elsewhere`: a ``_class`` entry naming a node
-        outside the partition); on the others it keeps every entry, and asking costs a Python
-        loop per node (20k rewired nodes with ``_class`` at 200k). The GraphDef holding them is
-        serialized at once and cut at its ``node`` fields: a repeated field's items are written
-        one after the other, each as it is alone (``GraphDef.node`` is field 1 of GraphDef, and
-        protobuf writes a repeated message item as tag, length, the item's own bytes), so each
-        piece is the node's ``SerializeToString(deterministic=True)``, without a Python object
-        and a call per node (28k at 200k). Empty without the kernel (or without such nodes):
-        then :meth:`_node_bytes` builds them."""
+                           elsewhere: BoolArray) -> bytes | None:
+        """The original nodes ``ids`` that :meth:`_node_bytes` would build from a copy of their
+        NodeDef, as GraphDef ``node`` fields in the order of ``ids`` (what
+        :func:`placeviz.nodewire.splice_nodes` copies from ``extra``): the C kernel
+        (``nodewire.rebuild_nodes``) writes each from its bytes with its new device and, when
+        rewired, its new inputs (and fixed name); protobuf parses them all at once and serializes
+        each deterministically, after the ``_class`` trim, so the bytes are those of
+        :meth:`_node_bytes`. The trim runs only on the nodes ``elsewhere`` marks
+        (:meth:`_located_elsewhere`: a ``_class`` entry naming a node outside the partition); on
+        the others it keeps every entry, and asking costs a Python loop per node (20k rewired
+        nodes with ``_class`` at 200k). The GraphDef holding them is serialized at once and is
+        those fields: a repeated field's items are written one after the other, each as it is
+        alone (``GraphDef.node`` is field 1 of GraphDef, and protobuf writes a repeated message
+        item as tag, length, the item's own bytes), so each is the node's
+        ``SerializeToString(deterministic=True)``, without a Python object and a call per node
+        (28k at 200k). None without the kernel: then :meth:`_node_bytes` builds them."""
         if not ids:
-            return {}
+            return b""
         blob = nodewire.rebuild_nodes(wire.data, arrays[0], arrays[1], ids, *arrays[2:])
         if blob is None:
-            return {}
+            return None
         import numpy as np
 
         graph = GraphDef.FromString(blob)
@@ -237,16 +245,15 @@ class _GraphDefs(_PartitionerBase):
             if "_class" in nd.attr:
                 _keep_local_colocation(nd, here)
         data: bytes = graph.SerializeToString(deterministic=True)
-        spans = nodewire.field_spans(data, nodewire.NODE_FIELD)
-        return {i: data[o:o + size] for i, (o, size) in zip(ids, spans, strict=True)}
+        return data
 
-    def _nodes_bytes(self, ids: list[int], node_bytes: Callable[[int], bytes], device_fields: list[bytes],
-                     incarnations: list[int]) -> list[bytes]:
-        """The serialized NodeDefs of ``ids``: added transfers in C when ``placeviz._wire`` is built,
-        the rest (or all) by ``node_bytes``."""
+    def _node_fields(self, ids: list[int], node_bytes: Callable[[int], bytes], device_fields: list[bytes],
+                     incarnations: list[int]) -> bytes:
+        """The serialized NodeDefs of ``ids`` as node fields (:func:`placeviz.nodewire.node_fields`):
+        added transfers in C when ``placeviz._wire`` is built, the rest (or all) by ``node_bytes``."""
         out = nodewire.encode_added(ids, self.n, self.added, self.names, device_fields, incarnations,
                                     self.cloop_ctrl, node_bytes, _CTRL_CONST_ATTRS, _CTRL_IDENTITY_ATTRS)
-        return out if out is not None else [node_bytes(i) for i in ids]
+        return out if out is not None else nodewire.node_fields(map(node_bytes, ids))
 
     def _located_elsewhere(self, part_of: I64Array, lists: list[list[int]]) -> BoolArray:
         """Nodes whose ``_class`` names a node outside their partition (``part_of``: partition
@@ -399,24 +406,15 @@ class _GraphDefs(_PartitionerBase):
 
 _TRANSFER_OPS = frozenset({"_Send", "_HostSend", "_Recv", "_HostRecv"})
 _NAME = attrgetter("name")
+_MADE, _REBUILT = -1, -2
+"""``splice_nodes`` offsets of the nodes a chunk writes from its ``extra`` (``-1 - j``: ``extra[j]``,
+:meth:`_GraphDefs._serialize`): made by :meth:`_GraphDefs._node_fields`, or rebuilt from their bytes
+(:meth:`_GraphDefs._rebuilt_originals`)."""
 _CHUNK_NODES = 1 << 12
 """Nodes per piece of a written partition (:meth:`_GraphDefs.serialize`): about 1.5 MB on the
 benchmark graphs, so that write(2) copies a piece into the page cache while it is still in the
 CPU's cache, and no piece needs fresh pages (at 1 << 16, 25 MB pieces: the write side took about
 8% more CPU, ``benchmarks/README.md``)."""
-
-
-class _Made(dict[int, bytes]):
-    """Serialized NodeDefs by node id; a missing one is made by ``make`` (and not kept)."""
-
-    __slots__ = ("make",)
-
-    def __init__(self, made: dict[int, bytes], make: Callable[[int], bytes]) -> None:
-        super().__init__(made)
-        self.make = make
-
-    def __missing__(self, i: int) -> bytes:
-        return self.make(i)
 
 
 class _NamesIn:
