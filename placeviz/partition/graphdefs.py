@@ -115,7 +115,7 @@ class _GraphDefs(_PartitionerBase):
         nd.name = fix(a.name)
         nd.input.extend(self._input_strings(i, fix))
 
-    def serialize(self, node_lists: dict[str, list[int]]) -> Iterator[tuple[str, Iterator[bytes]]] | None:
+    def serialize(self, node_arrays: dict[str, I64Array]) -> Iterator[tuple[str, Iterator[bytes]]] | None:
         """:meth:`materialize` (importable), serialized, one partition at a time and each in pieces
         of at most ``_CHUNK_NODES`` nodes (whose concatenation is the GraphDef: its ``node`` fields,
         then its other fields), so that a writer holds one piece, not whole partitions. The nodes
@@ -131,9 +131,9 @@ class _GraphDefs(_PartitionerBase):
         wire = self.graph.node_wire
         if wire is None or self.graph.library.function:
             return None
-        return self._serialize(node_lists, wire)
+        return self._serialize(node_arrays, wire)
 
-    def _serialize(self, node_lists: dict[str, list[int]], wire: NodeWire) -> Iterator[tuple[str, Iterator[bytes]]]:
+    def _serialize(self, node_arrays: dict[str, I64Array], wire: NodeWire) -> Iterator[tuple[str, Iterator[bytes]]]:
         import numpy as np
 
         n = self.n
@@ -151,10 +151,10 @@ class _GraphDefs(_PartitionerBase):
         all_offsets = np.frombuffer(wire.offsets, dtype=np.int64)
         build = rewrite | (all_offsets < 0)
         part_of = np.full(n, -1, dtype=np.int64)  # partition number of each original node it holds
-        id_arrays = [np.asarray(ids, dtype=np.int64) for ids in node_lists.values()]  # made once, cut in pieces
+        id_arrays = list(node_arrays.values())  # cut in pieces
         for code, ids_np in enumerate(id_arrays):
             part_of[ids_np[ids_np < n]] = code
-        elsewhere = self._located_elsewhere(part_of, list(node_lists.values()))
+        elsewhere = self._located_elsewhere(part_of, id_arrays)
         build |= elsewhere  # their _class is trimmed
         all_lengths = np.frombuffer(wire.lengths, dtype=np.int64)
         device_fields = [d.encode("utf-8") for d in self.devs.names]
@@ -170,7 +170,7 @@ class _GraphDefs(_PartitionerBase):
                   np.ascontiguousarray(self.e_slot, dtype=np.int32), self.names, self.added, device_fields,
                   np.ascontiguousarray(self.dev_np, dtype=np.int32))
 
-        def chunks(code: int, ids: list[int], all_ids: I64Array) -> Iterator[bytes]:
+        def chunks(code: int, ids: I64Array) -> Iterator[bytes]:
             here = _NamesIn(self, ids, part_of, code)
 
             def node_bytes(i: int) -> bytes:
@@ -191,7 +191,7 @@ class _GraphDefs(_PartitionerBase):
                 return [made, rebuilt or b""]
 
             for lo in range(0, max(len(ids), 1), _CHUNK_NODES):
-                ids_np = all_ids[lo:lo + _CHUNK_NODES]
+                ids_np = ids[lo:lo + _CHUNK_NODES]
                 end = tail if lo + _CHUNK_NODES >= len(ids) else b""
                 original = ids_np < n
                 slow = ~original
@@ -211,8 +211,8 @@ class _GraphDefs(_PartitionerBase):
                 yield data
                 del data, extra  # before the next chunk's
 
-        for code, (key, ids) in enumerate(node_lists.items()):
-            yield key, chunks(code, ids, id_arrays[code])
+        for code, (key, ids) in enumerate(node_arrays.items()):
+            yield key, chunks(code, ids)
 
     def _rebuilt_originals(self, wire: NodeWire, ids: list[int], arrays: RebuildArgs, here: _NamesIn,
                            elsewhere: BoolArray) -> bytes | None:
@@ -255,7 +255,7 @@ class _GraphDefs(_PartitionerBase):
                                     self.cloop_ctrl, node_bytes, _CTRL_CONST_ATTRS, _CTRL_IDENTITY_ATTRS)
         return out if out is not None else nodewire.node_fields(map(node_bytes, ids))
 
-    def _located_elsewhere(self, part_of: I64Array, lists: list[list[int]]) -> BoolArray:
+    def _located_elsewhere(self, part_of: I64Array, lists: list[I64Array]) -> BoolArray:
         """Nodes whose ``_class`` names a node outside their partition (``part_of``: partition
         number per original node, -1 for none; ``lists``: the partitions' node ids):
         :meth:`materialize` trims those entries (:func:`_keep_local_colocation`), so their bytes
@@ -287,8 +287,11 @@ class _GraphDefs(_PartitionerBase):
         pair_name = np.arange(len(pair_node), dtype=np.int64) + np.repeat(starts[group_of] - first, counts)
         target = flat[pair_name]
         bad = (target < 0) | (part_of[np.maximum(target, 0)] != part_of[pair_node])
-        colliding = set(flat_names).intersection(map(_NAME, self.added))
-        if colliding:  # an added node's name is named: is it in the same partition?
+        # An added node's name a _class names, on a pair found bad: is that node in the same
+        # partition? (No bad pair, the usual case: no scan of the added nodes' names.)
+        colliding = {flat_names[k] for k in np.unique(pair_name[bad]).tolist()}.intersection(
+            map(_NAME, self.added)) if bad.any() else set()
+        if colliding:
             here: dict[int, _NamesIn] = {}
             for k in np.flatnonzero(bad).tolist():
                 i, name = int(pair_node[k]), flat_names[int(pair_name[k])]
@@ -425,7 +428,7 @@ class _NamesIn:
 
     __slots__ = ("builder", "ids", "part_of", "code", "added")
 
-    def __init__(self, builder: _GraphDefs, ids: list[int], part_of: I64Array, code: int) -> None:
+    def __init__(self, builder: _GraphDefs, ids: I64Array, part_of: I64Array, code: int) -> None:
         self.builder, self.ids, self.part_of, self.code = builder, ids, part_of, code
         self.added: set[str] | None = None
 
@@ -436,7 +439,7 @@ class _NamesIn:
             return True
         if self.added is None:
             n, added = b.n, b.added
-            self.added = {added[i - n].name for i in self.ids if i >= n}
+            self.added = {added[i - n].name for i in self.ids[self.ids >= n].tolist()}
         return name in self.added
 
 
