@@ -1371,6 +1371,23 @@ static uint8_t *put_varint(uint8_t *q, uint64_t v)
     return q;
 }
 
+/* `x` in decimal, as printf's "%lld" writes it, at `q` (at most 20 bytes); returns the end. The
+ * writers below call it per input slot and per JSON number (hundreds of thousands a command), where
+ * snprintf's format parsing cost more than the digits. */
+static char *put_decimal(char *q, long long x)
+{
+    unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+    char digits[20];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (x < 0) *q++ = '-';
+    while (n) *q++ = digits[--n];
+    return q;
+}
+
 /* The size of a NodeDef's fields other than `device` (field 4); -1 on an odd wire form. With `out`,
  * also copy them there, in their order. */
 PyDoc_STRVAR(node_records_doc,
@@ -1824,7 +1841,10 @@ static int buf_head(Buf *b, PyObject *a, PyObject *names, PyObject *added, Py_ss
         if (!s) { ok = 0; break; }
         char suf[24];
         size_t suflen = 0;
-        if (slot > 0) suflen = (size_t)snprintf(suf, sizeof suf, ":%ld", slot);
+        if (slot > 0) {
+            suf[0] = ':';
+            suflen = (size_t)(put_decimal(suf + 1, slot) - suf);
+        }
         ok = buf_name_field(b, 0x1a, "^", slot == -1 ? 1 : 0, 1, s, (size_t)len, suf, suflen);
     }
     Py_DECREF(inputs);
@@ -2069,7 +2089,10 @@ static PyObject *rebuild_nodes(PyObject *self, PyObject *args)
                 if (!s) goto fail;
                 char suf[24];
                 size_t suflen = 0;
-                if (e_slot[e] > 0) suflen = (size_t)snprintf(suf, sizeof suf, ":%ld", (long)e_slot[e]);
+                if (e_slot[e] > 0) {
+                    suf[0] = ':';
+                    suflen = (size_t)(put_decimal(suf + 1, e_slot[e]) - suf);
+                }
                 if (!buf_name_field(&node, 0x1a, "^", e_slot[e] == -1 ? 1 : 0, 1, s, (size_t)len, suf, suflen))
                     goto fail;
             }
@@ -2148,7 +2171,7 @@ static int json_value(Buf *b, PyObject *v, PyObject *escape, int depth)
         if (overflow) return -1;
         if (x == -1 && PyErr_Occurred()) return 0;
         if (!buf_room(b, 24)) return 0;
-        b->len += (size_t)snprintf((char *)b->p + b->len, 24, "%lld", x);
+        b->len = (size_t)((uint8_t *)put_decimal((char *)b->p + b->len, x) - b->p);
         return 1;
     }
     if ((PyList_CheckExact(v) || PyTuple_CheckExact(v)) && depth < 8) {
