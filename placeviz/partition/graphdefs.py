@@ -142,7 +142,7 @@ class _GraphDefs(_PartitionerBase):
         moved_inputs = (self.e_src != np.frombuffer(self.graph.in_src, dtype=np.int32)) | \
             (self.e_slot != np.frombuffer(self.graph.in_slot, dtype=np.int32))
         rewrite = np.zeros(n, dtype=bool)
-        rewrite[np.unique(self.e_dst[moved_inputs])] = True
+        rewrite[self.e_dst[moved_inputs]] = True  # repeated ids set True alike: no unique() (a sort)
         rewrite[[i for i in self.cloop_ctrl if i < n]] = True  # added nodes are built anyway
         rewrite[np.fromiter(wire.stale, dtype=np.int64, count=len(wire.stale))] = True
         fix_names = nodewire.any_leading_underscore(self.names)
