@@ -230,12 +230,12 @@ def splice_nodes_py(data: Buffer, offsets: Int64s, lengths: Int64s, devices: Int
 def _next_node_field(source: bytes, cursors: list[int], j: int) -> bytes:
     """The ``node`` field of ``source`` at ``cursors[j]``, whole; the cursor moves past it."""
     p = start = cursors[j]
-    view = memoryview(source)
+    end = len(source)
     try:
-        if p >= len(source) or source[p] != NODE_FIELD << 3 | _LEN:
+        if p >= end or source[p] != NODE_FIELD << 3 | _LEN:
             raise ValueError
-        size, p = _varint(view, p + 1, len(source))
-        if size > len(source) - p:
+        size, p = _varint(source, p + 1, end)
+        if size > end - p:
             raise ValueError
     except ValueError:
         raise ValueError("extra: too few node fields") from None
@@ -260,7 +260,7 @@ def _without_field(view: memoryview, p: int, end: int, field: int) -> bytes | No
     return bytes(kept)
 
 
-def _varint(view: memoryview, p: int, end: int) -> tuple[int, int]:
+def _varint(view: bytes | memoryview, p: int, end: int) -> tuple[int, int]:
     value = shift = 0
     while p < end and shift < 64:
         b = view[p]
