@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     names = command.partition_file_names(parts.keys)
 
     def index(pretty: bool):
-        doc = parts.to_json()
+        doc = parts.to_json(columns=True)  # as the command makes it (its transfers as columns)
         for entry in doc["partitions"]:
             entry["file"] = names[entry["device"]]
         return to_json_pieces(doc, pretty=pretty)

@@ -1535,6 +1535,23 @@ static uint8_t *put_varint(uint8_t *q, uint64_t v)
     return q;
 }
 
+/* `x` in decimal, as printf's "%lld" writes it, at `q` (at most 20 bytes); returns the end. The
+ * writers below call it per input slot and per JSON number (hundreds of thousands a command), where
+ * snprintf's format parsing cost more than the digits. */
+static char *put_decimal(char *q, long long x)
+{
+    unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+    char digits[20];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (x < 0) *q++ = '-';
+    while (n) *q++ = digits[--n];
+    return q;
+}
+
 /* The size of a NodeDef's fields other than `device` (field 4); -1 on an odd wire form. With `out`,
  * also copy them there, in their order. */
 PyDoc_STRVAR(node_records_doc,
@@ -1621,9 +1638,11 @@ PyDoc_STRVAR(splice_nodes_doc,
 "splice_nodes(data, offsets, lengths, devices, device_names, extra, tail=b'') -> bytes | None\n\n"
 "The `node` fields of a serialized GraphDef, one per item: offsets/lengths (native int64 bytes)\n"
 "locate a serialized NodeDef in data, written without its `device` field and with\n"
-"`device: device_names[devices[k]]` (devices: native int32 bytes) appended; offset -1 takes the\n"
-"next bytes object of `extra` (a whole serialized NodeDef) instead; `tail` is appended as is (the\n"
-"GraphDef's other fields, without a copy of the whole). None on an odd wire form\n"
+"`device: device_names[devices[k]]` (devices: native int32 bytes) appended; offset -1 - j takes\n"
+"the next `node` field of extra[j] instead (extra: bytes objects, each `node` fields one after the\n"
+"other, as encode_added and a serialized GraphDef of nodes only write them), copied whole; `tail`\n"
+"is appended as is (the GraphDef's other fields, without a copy of the whole). None on an odd wire\n"
+"form of a node in data; ValueError when extra[j] has no next `node` field\n"
 "(placeviz.nodewire.splice_nodes_py is the reference).");
 
 static PyObject *splice_nodes(PyObject *self, PyObject *args)
@@ -1634,7 +1653,7 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
         return NULL;
     Py_buffer buf = {0}, ob = {0}, lb = {0}, db = {0};
     PyObject *result = NULL;
-    Py_ssize_t *kept_len = NULL;
+    Py_ssize_t *kept_len = NULL, *cursor = NULL;
     if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
     if (PyObject_GetBuffer(offsets_obj, &ob, PyBUF_SIMPLE) < 0) goto done;
     if (PyObject_GetBuffer(lengths_obj, &lb, PyBUF_SIMPLE) < 0) goto done;
@@ -1653,33 +1672,49 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_TypeError, "device_names must be bytes");
             goto done;
         }
-    /* Pass 1: sizes (each node's kept bytes remembered for pass 2, which then scans a node's fields
-     * only when it has a device field to leave out). */
+    for (Py_ssize_t j = 0; j < n_extra; j++)
+        if (!PyBytes_Check(PyList_GET_ITEM(extra, j))) {
+            PyErr_SetString(PyExc_TypeError, "extra must be bytes");
+            goto done;
+        }
+    cursor = PyMem_Calloc((size_t)(n_extra ? n_extra : 1), sizeof(Py_ssize_t));
+    if (!cursor) { PyErr_NoMemory(); goto done; }
+    /* Pass 1: sizes (each node's kept bytes, or an extra node field's whole size, remembered for
+     * pass 2, which then scans a node's fields only when it has a device field to leave out). */
     size_t total = 0;
-    Py_ssize_t next_extra = 0;
     kept_len = PyMem_Malloc((size_t)(m ? m : 1) * sizeof(Py_ssize_t));
     if (!kept_len) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t k = 0; k < m; k++) {
-        size_t body;
         if (offsets[k] < 0) {
-            if (next_extra >= n_extra || !PyBytes_Check(PyList_GET_ITEM(extra, next_extra))) {
-                PyErr_SetString(PyExc_ValueError, "extra: too few bytes objects");
+            int64_t j = -1 - offsets[k];
+            if (j >= n_extra) {
+                PyErr_SetString(PyExc_ValueError, "extra: no such source");
                 goto done;
             }
-            body = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(extra, next_extra++));
-        } else {
-            if (offsets[k] > buf.len || lengths[k] < 0 || lengths[k] > buf.len - offsets[k] || devs[k] < 0 ||
-                devs[k] >= n_names) {
-                PyErr_SetString(PyExc_ValueError, "a node span or device index out of range");
+            PyObject *src = PyList_GET_ITEM(extra, j);
+            const uint8_t *start = (const uint8_t *)PyBytes_AS_STRING(src) + cursor[j], *p = start, *body;
+            const uint8_t *end = (const uint8_t *)PyBytes_AS_STRING(src) + PyBytes_GET_SIZE(src);
+            uint32_t size;
+            if (p >= end || *p++ != 0x0a || !read_len(&p, end, &body, &size)) {
+                PyErr_SetString(PyExc_ValueError, "extra: too few node fields");
                 goto done;
             }
-            const uint8_t *p = base + offsets[k];
-            Py_ssize_t kept = without_device(p, p + lengths[k], NULL);
-            if (kept < 0) { result = Py_None; Py_INCREF(result); goto done; }
-            kept_len[k] = kept;
-            size_t dn = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(dev_names, devs[k]));
-            body = (size_t)kept + 1 + varint_size(dn) + dn;
+            kept_len[k] = (Py_ssize_t)(p - start);
+            cursor[j] += kept_len[k];
+            total += (size_t)kept_len[k];
+            continue;
         }
+        if (offsets[k] > buf.len || lengths[k] < 0 || lengths[k] > buf.len - offsets[k] || devs[k] < 0 ||
+            devs[k] >= n_names) {
+            PyErr_SetString(PyExc_ValueError, "a node span or device index out of range");
+            goto done;
+        }
+        const uint8_t *p = base + offsets[k];
+        Py_ssize_t kept = without_device(p, p + lengths[k], NULL);
+        if (kept < 0) { result = Py_None; Py_INCREF(result); goto done; }
+        kept_len[k] = kept;
+        size_t dn = (size_t)PyBytes_GET_SIZE(PyList_GET_ITEM(dev_names, devs[k]));
+        size_t body = (size_t)kept + 1 + varint_size(dn) + dn;
         total += 1 + varint_size(body) + body;
     }
     if (tail) total += (size_t)PyBytes_GET_SIZE(tail);
@@ -1687,36 +1722,36 @@ static PyObject *splice_nodes(PyObject *self, PyObject *args)
     if (!result) goto done;
     /* Pass 2: the bytes. */
     uint8_t *q = (uint8_t *)PyBytes_AS_STRING(result);
-    next_extra = 0;
+    memset(cursor, 0, (size_t)(n_extra ? n_extra : 1) * sizeof(Py_ssize_t));
     for (Py_ssize_t k = 0; k < m; k++) {
-        *q++ = 0x0a; /* field 1 (node), length-delimited */
-        if (offsets[k] < 0) {
-            PyObject *b = PyList_GET_ITEM(extra, next_extra++);
-            size_t body = (size_t)PyBytes_GET_SIZE(b);
-            q = put_varint(q, body);
-            memcpy(q, PyBytes_AS_STRING(b), body);
-            q += body;
-        } else {
-            const uint8_t *p = base + offsets[k];
-            PyObject *dev = PyList_GET_ITEM(dev_names, devs[k]);
-            size_t dn = (size_t)PyBytes_GET_SIZE(dev);
-            Py_ssize_t kept = kept_len[k];
-            q = put_varint(q, (size_t)kept + 1 + varint_size(dn) + dn);
-            if (kept == lengths[k]) {
-                memcpy(q, p, (size_t)kept);
-                q += kept;
-            } else {
-                q = copy_without_device(p, p + lengths[k], q);
-            }
-            *q++ = 0x22; /* field 4 (device), length-delimited */
-            q = put_varint(q, dn);
-            memcpy(q, PyBytes_AS_STRING(dev), dn);
-            q += dn;
+        if (offsets[k] < 0) {  /* a whole node field of extra[j], checked in pass 1 */
+            int64_t j = -1 - offsets[k];
+            memcpy(q, PyBytes_AS_STRING(PyList_GET_ITEM(extra, j)) + cursor[j], (size_t)kept_len[k]);
+            cursor[j] += kept_len[k];
+            q += kept_len[k];
+            continue;
         }
+        *q++ = 0x0a; /* field 1 (node), length-delimited */
+        const uint8_t *p = base + offsets[k];
+        PyObject *dev = PyList_GET_ITEM(dev_names, devs[k]);
+        size_t dn = (size_t)PyBytes_GET_SIZE(dev);
+        Py_ssize_t kept = kept_len[k];
+        q = put_varint(q, (size_t)kept + 1 + varint_size(dn) + dn);
+        if (kept == lengths[k]) {
+            memcpy(q, p, (size_t)kept);
+            q += kept;
+        } else {
+            q = copy_without_device(p, p + lengths[k], q);
+        }
+        *q++ = 0x22; /* field 4 (device), length-delimited */
+        q = put_varint(q, dn);
+        memcpy(q, PyBytes_AS_STRING(dev), dn);
+        q += dn;
     }
     if (tail) memcpy(q, PyBytes_AS_STRING(tail), (size_t)PyBytes_GET_SIZE(tail));
 done:
     PyMem_Free(kept_len);
+    PyMem_Free(cursor);
     if (ob.obj) PyBuffer_Release(&ob);
     if (lb.obj) PyBuffer_Release(&lb);
     if (db.obj) PyBuffer_Release(&db);
@@ -1970,7 +2005,10 @@ static int buf_head(Buf *b, PyObject *a, PyObject *names, PyObject *added, Py_ss
         if (!s) { ok = 0; break; }
         char suf[24];
         size_t suflen = 0;
-        if (slot > 0) suflen = (size_t)snprintf(suf, sizeof suf, ":%ld", slot);
+        if (slot > 0) {
+            suf[0] = ':';
+            suflen = (size_t)(put_decimal(suf + 1, slot) - suf);
+        }
         ok = buf_name_field(b, 0x1a, "^", slot == -1 ? 1 : 0, 1, s, (size_t)len, suf, suflen);
     }
     Py_DECREF(inputs);
@@ -2043,13 +2081,25 @@ fail:
 
 PyDoc_STRVAR(encode_added_doc,
 "encode_added(ids, n, added, names, device_names, incarnations, skip, fallback, const_attrs,\n"
-"             identity_attrs) -> list[bytes]\n\n"
-"The serialized NodeDef of each node of ids, in order, as placeviz.partition writes a partition\n"
-"(importable names): added _Send/_Recv/_HostSend/_HostRecv and control-transfer Const/Identity\n"
-"nodes (ids >= n, items of added, not copies) are written here in protobuf's deterministic byte\n"
-"order; every other node, and any id in skip, is fallback(id). names: the original nodes' names;\n"
-"device_names: bytes per device index; incarnations: send_device_incarnation per device index;\n"
-"const_attrs/identity_attrs: the encoded attr fields of a control Const/Identity.");
+"             identity_attrs) -> bytes\n\n"
+"The serialized NodeDef of each node of ids, in order, each as a GraphDef `node` field (tag,\n"
+"length, NodeDef), one after the other (splice_nodes copies them whole), as placeviz.partition\n"
+"writes a partition (importable names): added _Send/_Recv/_HostSend/_HostRecv and control-transfer\n"
+"Const/Identity nodes (ids >= n, items of added, not copies) are written here in protobuf's\n"
+"deterministic byte order; every other node, and any id in skip, is fallback(id) (a NodeDef's\n"
+"bytes). names: the original nodes' names; device_names: bytes per device index; incarnations:\n"
+"send_device_incarnation per device index; const_attrs/identity_attrs: the encoded attr fields of\n"
+"a control Const/Identity.");
+
+/* Append `body` to `out` as a GraphDef `node` field (field 1, length-delimited). */
+static int buf_node_field(Buf *out, const void *body, size_t len)
+{
+    if (!buf_room(out, 1 + 10 + len)) return 0;
+    out->p[out->len++] = 0x0a;
+    buf_varint(out, len);
+    buf_raw(out, body, len);
+    return 1;
+}
 
 static PyObject *encode_added(PyObject *self, PyObject *args)
 {
@@ -2065,9 +2115,8 @@ static PyObject *encode_added(PyObject *self, PyObject *args)
             return NULL;
         }
     Py_ssize_t m = PyList_GET_SIZE(ids);
-    PyObject *out = PyList_New(m);
-    if (!out) return NULL;
-    Buf b = {NULL, 0, 0};
+    PyObject *result = NULL;
+    Buf b = {NULL, 0, 0}, out = {NULL, 0, 0};
     learn_slots(added);
     /* An empty dict or set (the usual skip: no control loops) needs no lookup per added node. */
     int may_skip = !((PyDict_CheckExact(skip) && PyDict_GET_SIZE(skip) == 0) ||
@@ -2075,45 +2124,45 @@ static PyObject *encode_added(PyObject *self, PyObject *args)
     for (Py_ssize_t k = 0; k < m; k++) {
         PyObject *id = PyList_GET_ITEM(ids, k);
         long i = PyLong_AsLong(id);
-        if (i == -1 && PyErr_Occurred()) goto fail;
+        if (i == -1 && PyErr_Occurred()) goto done;
         int kind = ADDED_OTHER;
         PyObject *a = NULL;
         if (i >= n && i - n < PyList_GET_SIZE(added)) {
             int skipped = may_skip ? PySequence_Contains(skip, id) : 0;
-            if (skipped < 0) goto fail;
+            if (skipped < 0) goto done;
             a = PyList_GET_ITEM(added, i - n);
-            if (!skipped && !added_kind(a, &kind)) goto fail;
+            if (!skipped && !added_kind(a, &kind)) goto done;
         }
-        PyObject *node;
         if (kind == ADDED_OTHER) {
-            node = PyObject_CallOneArg(fallback, id);
-            if (node && !PyBytes_Check(node)) {
+            PyObject *node = PyObject_CallOneArg(fallback, id);
+            if (!node) goto done;
+            if (!PyBytes_Check(node)) {
                 PyErr_SetString(PyExc_TypeError, "fallback must return bytes");
-                Py_CLEAR(node);
+                Py_DECREF(node);
+                goto done;
             }
-        } else {
-            b.len = 0;
-            if (!buf_head(&b, a, names, added, n, dev_names)) goto fail;
-            int ok;
-            if (kind == ADDED_SEND || kind == ADDED_RECV) {
-                ok = buf_transfer_attrs(&b, a, kind == ADDED_SEND, dev_names, incs);
-            } else {
-                PyObject *attrs = kind == ADDED_CTRL_CONST ? const_attrs : ident_attrs;
-                ok = buf_room(&b, (size_t)PyBytes_GET_SIZE(attrs));
-                if (ok) buf_raw(&b, PyBytes_AS_STRING(attrs), (size_t)PyBytes_GET_SIZE(attrs));
-            }
-            if (!ok) goto fail;
-            node = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.len);
+            int ok = buf_node_field(&out, PyBytes_AS_STRING(node), (size_t)PyBytes_GET_SIZE(node));
+            Py_DECREF(node);
+            if (!ok) goto done;
+            continue;
         }
-        if (!node) goto fail;
-        PyList_SET_ITEM(out, k, node);
+        b.len = 0;
+        if (!buf_head(&b, a, names, added, n, dev_names)) goto done;
+        int ok;
+        if (kind == ADDED_SEND || kind == ADDED_RECV) {
+            ok = buf_transfer_attrs(&b, a, kind == ADDED_SEND, dev_names, incs);
+        } else {
+            PyObject *attrs = kind == ADDED_CTRL_CONST ? const_attrs : ident_attrs;
+            ok = buf_room(&b, (size_t)PyBytes_GET_SIZE(attrs));
+            if (ok) buf_raw(&b, PyBytes_AS_STRING(attrs), (size_t)PyBytes_GET_SIZE(attrs));
+        }
+        if (!ok || !buf_node_field(&out, b.p, b.len)) goto done;
     }
+    result = PyBytes_FromStringAndSize(out.len ? (const char *)out.p : "", (Py_ssize_t)out.len);
+done:
     PyMem_Free(b.p);
-    return out;
-fail:
-    PyMem_Free(b.p);
-    Py_DECREF(out);
-    return NULL;
+    PyMem_Free(out.p);
+    return result;
 }
 
 PyDoc_STRVAR(rebuild_nodes_doc,
@@ -2204,7 +2253,10 @@ static PyObject *rebuild_nodes(PyObject *self, PyObject *args)
                 if (!s) goto fail;
                 char suf[24];
                 size_t suflen = 0;
-                if (e_slot[e] > 0) suflen = (size_t)snprintf(suf, sizeof suf, ":%ld", (long)e_slot[e]);
+                if (e_slot[e] > 0) {
+                    suf[0] = ':';
+                    suflen = (size_t)(put_decimal(suf + 1, e_slot[e]) - suf);
+                }
                 if (!buf_name_field(&node, 0x1a, "^", e_slot[e] == -1 ? 1 : 0, 1, s, (size_t)len, suf, suflen))
                     goto fail;
             }
@@ -2215,10 +2267,7 @@ static PyObject *rebuild_nodes(PyObject *self, PyObject *args)
         node.p[node.len++] = 0x22;
         buf_varint(&node, dn);
         buf_raw(&node, PyBytes_AS_STRING(d), dn);
-        if (!buf_room(&out, 1 + 10 + node.len)) goto fail;
-        out.p[out.len++] = 0x0a;
-        buf_varint(&out, node.len);
-        buf_raw(&out, node.p, node.len);
+        if (!buf_node_field(&out, node.p, node.len)) goto fail;
     }
     result = PyBytes_FromStringAndSize(out.len ? (const char *)out.p : "", (Py_ssize_t)out.len);
 fail:
@@ -2286,7 +2335,7 @@ static int json_value(Buf *b, PyObject *v, PyObject *escape, int depth)
         if (overflow) return -1;
         if (x == -1 && PyErr_Occurred()) return 0;
         if (!buf_room(b, 24)) return 0;
-        b->len += (size_t)snprintf((char *)b->p + b->len, 24, "%lld", x);
+        b->len = (size_t)((uint8_t *)put_decimal((char *)b->p + b->len, x) - b->p);
         return 1;
     }
     if ((PyList_CheckExact(v) || PyTuple_CheckExact(v)) && depth < 8) {

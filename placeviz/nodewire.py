@@ -25,7 +25,7 @@ does the same in C when built (see ``placeviz/native.py``).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
@@ -132,14 +132,22 @@ def splice_nodes(data: Buffer, offsets: Int64s, lengths: Int64s, devices: Int32s
                  extra: list[bytes], tail: bytes = b"") -> bytes | None:
     """The ``node`` fields of a GraphDef: item ``k`` is the NodeDef at ``offsets[k]``/``lengths[k]``
     in ``data`` without its ``device`` field, followed by ``device: device_names[devices[k]]``; an
-    offset of -1 takes the next item of ``extra`` (a serialized NodeDef) whole. ``offsets`` and
-    ``lengths`` are int64 arrays, ``devices`` int32. ``tail`` (the GraphDef's other fields) is
-    appended, so that a partition of a million nodes is not copied once more. None on an odd wire
-    form (a group field)."""
+    offset of ``-1 - j`` takes the next ``node`` field of ``extra[j]`` whole (each item of
+    ``extra``: ``node`` fields one after the other, as :func:`encode_added` writes them and as a
+    GraphDef of nodes only serializes: no bytes object per node). ``offsets`` and ``lengths`` are
+    int64 arrays, ``devices`` int32. ``tail`` (the GraphDef's other fields) is appended, so that a
+    partition of a million nodes is not copied once more. None on an odd wire form of a node in
+    ``data`` (a group field); ValueError when ``extra[j]`` has no next ``node`` field."""
     if _wire is not None and _splice is not None:
         spliced: bytes | None = _splice(data, offsets, lengths, devices, device_names, extra, tail)  # C: untyped
         return spliced
     return splice_nodes_py(data, offsets, lengths, devices, device_names, extra, tail)
+
+
+def node_fields(nodes: Iterable[bytes]) -> bytes:
+    """Serialized NodeDefs as :func:`splice_nodes` takes them from ``extra``: each a GraphDef
+    ``node`` field (tag, length, NodeDef), one after the other."""
+    return b"".join([encode_field(NODE_FIELD, body) for body in nodes])
 
 
 def any_leading_underscore(names: list[str]) -> bool:
@@ -165,17 +173,17 @@ def any_leading_underscore_py(names: list[str]) -> bool:
 # module), read by the kernel attribute by attribute.
 def encode_added(ids: list[int], n: int, added: list[Any], names: list[str], device_names: list[bytes],
                  incarnations: list[int], skip: Container[int], fallback: Callable[[int], bytes], const_attrs: bytes,
-                 identity_attrs: bytes) -> list[bytes] | None:
-    """The serialized NodeDef of each node of ``ids`` (``placeviz._wire.encode_added``): the
-    partitioner's added ``_Send``/``_Recv`` and control-transfer ``Const``/``Identity`` written in
-    C, every other node (and any id in ``skip``) by ``fallback(id)``. None when the kernel is not
-    built: the caller then makes every node in Python
-    (``placeviz.partition.graphdefs._GraphDefs._node_bytes``, the reference)."""
+                 identity_attrs: bytes) -> bytes | None:
+    """The serialized NodeDef of each node of ``ids`` as :func:`node_fields` frames them, one
+    ``bytes`` for all (``placeviz._wire.encode_added``): the partitioner's added ``_Send``/``_Recv``
+    and control-transfer ``Const``/``Identity`` written in C, every other node (and any id in
+    ``skip``) by ``fallback(id)``. None when the kernel is not built: the caller then makes every
+    node in Python (``placeviz.partition.graphdefs._GraphDefs._node_bytes``, the reference)."""
     encode = getattr(_wire, "encode_added", None) if _wire is not None else None
     if encode is None:
         return None
-    encoded: list[bytes] = encode(ids, n, added, names, device_names, incarnations, skip, fallback, const_attrs,
-                                  identity_attrs)  # a C kernel's result: untyped
+    encoded: bytes = encode(ids, n, added, names, device_names, incarnations, skip, fallback, const_attrs,
+                            identity_attrs)  # a C kernel's result: untyped
     return encoded
 
 
@@ -199,21 +207,40 @@ def splice_nodes_py(data: Buffer, offsets: Int64s, lengths: Int64s, devices: Int
     """:func:`splice_nodes` in Python (``placeviz/_wire.c`` ``splice_nodes`` transliterates it)."""
     view = memoryview(data).cast("B")
     device_fields = [bytes([DEVICE_FIELD << 3 | _LEN]) + encode_varint(len(d)) + d for d in device_names]
+    cursors = [0] * len(extra)
     out = bytearray()
-    more = iter(extra)
     for offset, length, device in zip(offsets, lengths, devices, strict=True):
         if offset < 0:
-            body = next(more)
-        else:
-            kept = _without_field(view, offset, offset + length, DEVICE_FIELD)
-            if kept is None:
-                return None
-            body = kept + device_fields[device]
+            j = -1 - offset
+            if j >= len(extra):
+                raise ValueError("extra: no such source")
+            out += _next_node_field(extra[j], cursors, j)
+            continue
+        kept = _without_field(view, offset, offset + length, DEVICE_FIELD)
+        if kept is None:
+            return None
+        body = kept + device_fields[device]
         out += b"\x0a"
         out += encode_varint(len(body))
         out += body
     out += tail
     return bytes(out)
+
+
+def _next_node_field(source: bytes, cursors: list[int], j: int) -> bytes:
+    """The ``node`` field of ``source`` at ``cursors[j]``, whole; the cursor moves past it."""
+    p = start = cursors[j]
+    end = len(source)
+    try:
+        if p >= end or source[p] != NODE_FIELD << 3 | _LEN:
+            raise ValueError
+        size, p = _varint(source, p + 1, end)
+        if size > end - p:
+            raise ValueError
+    except ValueError:
+        raise ValueError("extra: too few node fields") from None
+    cursors[j] = p + size
+    return source[start:p + size]
 
 
 def _without_field(view: memoryview, p: int, end: int, field: int) -> bytes | None:
@@ -233,7 +260,7 @@ def _without_field(view: memoryview, p: int, end: int, field: int) -> bytes | No
     return bytes(kept)
 
 
-def _varint(view: memoryview, p: int, end: int) -> tuple[int, int]:
+def _varint(view: bytes | memoryview, p: int, end: int) -> tuple[int, int]:
     value = shift = 0
     while p < end and shift < 64:
         b = view[p]

@@ -249,3 +249,22 @@ def test_the_column_kernel_writes_what_the_record_kernel_writes():
     assert wire.json_columns(["a", "b"], [[1, 2], [3]], encode_basestring_ascii) is None
     assert wire.json_columns([], [], encode_basestring_ascii) is None
     assert wire.json_columns(["a"], [[]], encode_basestring_ascii) == b""
+
+
+def test_the_kernel_finds_an_escaped_character_at_any_position():
+    """``json_columns`` reads a string eight bytes at a time for characters json escapes: each such
+    character (and its neighbours in byte value) at every position of strings up to 27 characters,
+    around the eight-byte blocks, gives json's own text."""
+    from json.encoder import encode_basestring_ascii
+
+    from placeviz.native import kernels
+
+    wire = kernels("_wire")
+    if wire is None:
+        pytest.skip("placeviz._wire is not built")
+    specials = [chr(c) for c in (*range(0x20), 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7e, 0x7f)] + ["é"]
+    strings = [("abcdefghijklmnopqrstuvwxyz0"[:n], n) for n in range(28)]
+    column = [s[:k] + c + s[k:] for s, n in strings for k in range(n + 1) for c in specials] + [s for s, _ in strings]
+    records = [{"s": s} for s in column]
+    assert wire.json_columns(["s"], [column], encode_basestring_ascii) == \
+        json.dumps(records, separators=(",", ":"))[1:-1].encode()

@@ -68,23 +68,47 @@ def test_spliced_nodes_parse_as_a_copy_with_the_new_device():
     assert spans == nodewire.field_spans_py(data, nodewire.NODE_FIELD) and len(spans) == len(nodes)
     names = [b"/job:ps/replica:0/task:0/device:CPU:0", "/job:wörker/device:CPU:0".encode()]
     extra_node = NodeDef(name="_send", op="_Send", device="/job:ps").SerializeToString(deterministic=True)
+    made = [_random_node(rng, k).SerializeToString() for k in range(300, 310)]
     order = list(range(len(nodes)))
     rng.shuffle(order)
     offsets = [spans[i][0] for i in order] + [-1]
     lengths = [spans[i][1] for i in order] + [0]
     devices = [rng.randrange(2) for _ in order] + [0]
+    for _ in made:  # extra[1]'s nodes among the others
+        at = rng.randrange(len(offsets))
+        offsets.insert(at, -2)
+        lengths.insert(at, 0)
+        devices.insert(at, 1)
     tail = _field(4, graph.versions.SerializeToString())  # GraphDef.versions
-    c_out, py_out = _both(data, offsets, lengths, devices, names, [extra_node], tail)
+    extra = [nodewire.node_fields([extra_node]), nodewire.node_fields(made)]
+    c_out, py_out = _both(data, offsets, lengths, devices, names, extra, tail)
     assert c_out == py_out and c_out.endswith(tail)
     parsed = GraphDef.FromString(c_out)
     assert parsed.versions == graph.versions
-    assert len(parsed.node) == len(order) + 1
-    for got, i, d in zip(parsed.node, order, devices, strict=False):
+    assert len(parsed.node) == len(order) + 1 + len(made)
+    spliced = [got for got, offset in zip(parsed.node, offsets, strict=True) if offset >= 0]
+    for got, i, d in zip(spliced, order, [d for d, o in zip(devices, offsets, strict=True) if o >= 0], strict=True):
         want = NodeDef.FromString(nodes[i])
         want.device = names[d].decode()
         assert got == want
         assert got.SerializeToString(deterministic=True) == want.SerializeToString(deterministic=True)
     assert parsed.node[-1] == NodeDef.FromString(extra_node)
+    assert [got for got, offset in zip(parsed.node, offsets, strict=True) if offset == -2] == \
+        [NodeDef.FromString(body) for body in made]
+
+
+@pytest.mark.parametrize("extra", [[b""], [b"\x12\x00"], [b"\x0a\x05ab"], [b"\x0a"], [b"\x0a\x00"]],
+                         ids=["empty", "other-field", "short", "no-length", "one-only"])
+def test_too_few_extra_node_fields_raise_in_both_paths(extra):
+    """``extra`` is the caller's own writing: a source without a next ``node`` field (or an offset
+    naming no source) is a ValueError from both paths, never a node cut short."""
+    args = (b"", array("q", [-1, -1]), array("q", [0, 0]), array("i", [0, 0]), [b"/d"], extra)
+    for splice in (_wire.splice_nodes, nodewire.splice_nodes_py):
+        with pytest.raises(ValueError):
+            splice(*args)
+    for splice in (_wire.splice_nodes, nodewire.splice_nodes_py):  # -2: extra[1], which is not there
+        with pytest.raises(ValueError):
+            splice(b"", array("q", [-2]), array("q", [0]), array("i", [0]), [b"/d"], [b"\x0a\x00"])
 
 
 @pytest.mark.parametrize("bad", [b"\x0b\x0c", b"\x0a\x05ab", b"\x08", b"\x80"], ids=["group", "short", "no-value",
@@ -122,6 +146,8 @@ def test_bad_arguments_raise():
         _wire.splice_nodes(b"", array("q", [-1]), array("q", [0]), array("i", [0]), [b"d"], [])
     with pytest.raises(TypeError):
         _wire.splice_nodes(b"", array("q", []), array("q", []), array("i", []), ["str"], [])
+    with pytest.raises(TypeError):  # extra holds bytes of node fields
+        _wire.splice_nodes(b"", array("q", []), array("q", []), array("i", []), [b"d"], ["str"])
 
 
 def test_the_splice_kernel_is_built():

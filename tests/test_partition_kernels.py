@@ -194,7 +194,7 @@ def test_tf_graphs_partition_identically(monkeypatch, tf_cases):
         assert graph.node_wire is not None and len(graph.node_wire.offsets) == len(graph), label
         if not graph.library.function:
             result = partition(graph, devices)
-            assert result._builder.serialize(result._node_lists()) is not None, label
+            assert result._builder.serialize(result._node_arrays()) is not None, label
         for run in _runs(case, graph):
             for kw in (dict(level="device"), dict(level="task"), dict(session="direct"),
                        dict(level="device", replicate_constants=False)):

@@ -18,7 +18,7 @@ nodes that only change device (their bytes are the input's, :mod:`placeviz.nodew
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -115,7 +115,7 @@ class _GraphDefs(_PartitionerBase):
         nd.name = fix(a.name)
         nd.input.extend(self._input_strings(i, fix))
 
-    def serialize(self, node_lists: dict[str, list[int]]) -> Iterator[tuple[str, Iterator[bytes]]] | None:
+    def serialize(self, node_arrays: dict[str, I64Array]) -> Iterator[tuple[str, Iterator[bytes]]] | None:
         """:meth:`materialize` (importable), serialized, one partition at a time and each in pieces
         of at most ``_CHUNK_NODES`` nodes (whose concatenation is the GraphDef: its ``node`` fields,
         then its other fields), so that a writer holds one piece, not whole partitions. The nodes
@@ -131,9 +131,9 @@ class _GraphDefs(_PartitionerBase):
         wire = self.graph.node_wire
         if wire is None or self.graph.library.function:
             return None
-        return self._serialize(node_lists, wire)
+        return self._serialize(node_arrays, wire)
 
-    def _serialize(self, node_lists: dict[str, list[int]], wire: NodeWire) -> Iterator[tuple[str, Iterator[bytes]]]:
+    def _serialize(self, node_arrays: dict[str, I64Array], wire: NodeWire) -> Iterator[tuple[str, Iterator[bytes]]]:
         import numpy as np
 
         n = self.n
@@ -142,7 +142,7 @@ class _GraphDefs(_PartitionerBase):
         moved_inputs = (self.e_src != np.frombuffer(self.graph.in_src, dtype=np.int32)) | \
             (self.e_slot != np.frombuffer(self.graph.in_slot, dtype=np.int32))
         rewrite = np.zeros(n, dtype=bool)
-        rewrite[self.e_dst[moved_inputs]] = True  # (np.unique would import numpy.ma, see graph_partition.unique_sorted)
+        rewrite[self.e_dst[moved_inputs]] = True  # repeated ids set True alike: no unique() (a sort)
         rewrite[[i for i in self.cloop_ctrl if i < n]] = True  # added nodes are built anyway
         rewrite[np.fromiter(wire.stale, dtype=np.int64, count=len(wire.stale))] = True
         fix_names = nodewire.any_leading_underscore(self.names)
@@ -151,10 +151,10 @@ class _GraphDefs(_PartitionerBase):
         all_offsets = np.frombuffer(wire.offsets, dtype=np.int64)
         build = rewrite | (all_offsets < 0)
         part_of = np.full(n, -1, dtype=np.int64)  # partition number of each original node it holds
-        id_arrays = [np.asarray(ids, dtype=np.int64) for ids in node_lists.values()]  # made once, cut in pieces
+        id_arrays = list(node_arrays.values())  # cut in pieces
         for code, ids_np in enumerate(id_arrays):
             part_of[ids_np[ids_np < n]] = code
-        elsewhere = self._located_elsewhere(part_of, list(node_lists.values()))
+        elsewhere = self._located_elsewhere(part_of, id_arrays)
         build |= elsewhere  # their _class is trimmed
         all_lengths = np.frombuffer(wire.lengths, dtype=np.int64)
         device_fields = [d.encode("utf-8") for d in self.devs.names]
@@ -170,64 +170,72 @@ class _GraphDefs(_PartitionerBase):
                   np.ascontiguousarray(self.e_slot, dtype=np.int32), self.names, self.added, device_fields,
                   np.ascontiguousarray(self.dev_np, dtype=np.int32))
 
-        def chunks(code: int, ids: list[int], all_ids: I64Array) -> Iterator[bytes]:
+        def chunks(code: int, ids: I64Array) -> Iterator[bytes]:
             here = _NamesIn(self, ids, part_of, code)
 
             def node_bytes(i: int) -> bytes:
                 return self._node_bytes(i, rewrite, here, transfer_attrs)
 
-            def nodes_bytes(slow_ids: I64Array) -> list[bytes]:
-                originals = slow_ids[slow_ids < n]
-                rebuilt = self._rebuilt_originals(wire, originals[from_bytes[originals]].tolist(), arrays, here,
-                                                  elsewhere)
-                # the rebuilt ones by a C-level dict lookup; any other (built) by node_bytes
-                fallback = _Made(rebuilt, node_bytes).__getitem__ if rebuilt else node_bytes
-                return self._nodes_bytes(slow_ids.tolist(), fallback, device_fields, incarnations)
+            def made_fields(ids_np: I64Array, original: BoolArray, slow: BoolArray, offsets: I64Array) -> list[bytes]:
+                """splice_nodes's ``extra`` for the ``slow`` items: the rebuilt originals'
+                (``_REBUILT``, from _rebuilt_originals) and the others' (``_MADE``, from
+                _node_fields), each a bytes of node fields; ``offsets`` is set to say which."""
+                remade = np.zeros(len(ids_np), dtype=bool)
+                remade[original] = from_bytes[ids_np[original]]
+                remade &= slow
+                rebuilt = self._rebuilt_originals(wire, ids_np[remade].tolist(), arrays, here, elsewhere)
+                if rebuilt is not None:
+                    offsets[remade] = _REBUILT
+                    slow = slow & ~remade
+                made = self._node_fields(ids_np[slow].tolist(), node_bytes, device_fields, incarnations)
+                return [made, rebuilt or b""]
 
             for lo in range(0, max(len(ids), 1), _CHUNK_NODES):
-                ids_np = all_ids[lo:lo + _CHUNK_NODES]
+                ids_np = ids[lo:lo + _CHUNK_NODES]
                 end = tail if lo + _CHUNK_NODES >= len(ids) else b""
                 original = ids_np < n
                 slow = ~original
                 slow[original] = build[ids_np[original]]
                 fast_ids = np.where(slow, 0, ids_np)
-                offsets = np.where(slow, -1, all_offsets[fast_ids])
+                offsets = np.where(slow, _MADE, all_offsets[fast_ids])
                 lengths = np.where(slow, 0, all_lengths[fast_ids])
                 devices = np.where(slow, 0, self.dev_np[fast_ids]).astype(np.int32)
-                data = splice_nodes(wire.data, offsets, lengths, devices, device_fields, nodes_bytes(ids_np[slow]), end)
+                extra = made_fields(ids_np, original, slow, offsets)
+                data = splice_nodes(wire.data, offsets, lengths, devices, device_fields, extra, end)
                 if data is None:  # a node of odd wire form (a group field): build every node
-                    data = splice_nodes(b"", np.full(len(ids_np), -1, dtype=np.int64), np.zeros_like(ids_np),
+                    data = splice_nodes(b"", np.full(len(ids_np), _MADE, dtype=np.int64), np.zeros_like(ids_np),
                                         np.zeros(len(ids_np), dtype=np.int32), device_fields,
-                                        self._nodes_bytes(ids_np.tolist(), node_bytes, device_fields, incarnations),
+                                        [self._node_fields(ids_np.tolist(), node_bytes, device_fields, incarnations)],
                                         end)
                     assert data is not None  # every node built here: no wire form is left to refuse
                 yield data
-                del data  # before the next chunk's
+                del data, extra  # before the next chunk's
 
-        for code, (key, ids) in enumerate(node_lists.items()):
-            yield key, chunks(code, ids, id_arrays[code])
+        for code, (key, ids) in enumerate(node_arrays.items()):
+            yield key, chunks(code, ids)
 
     def _rebuilt_originals(self, wire: NodeWire, ids: list[int], arrays: RebuildArgs, here: _NamesIn,
-                           elsewhere: BoolArray) -> dict[int, bytes]:
-        """Node id -> serialized NodeDef, for original nodes (``ids``) that :meth:`_node_bytes`
-        would build from a copy of their NodeDef: the C kernel (``nodewire.rebuild_nodes``) writes
-        each from its bytes with its new device and, when rewired, its new inputs (and fixed
-        name); protobuf parses them all at once and serializes each deterministically, after the
-        ``_class`` trim, so the bytes are those of :meth:`_node_bytes`. The trim runs only on the
-        nodes ``elsewhere`` marks (:meth:`_located_elsewhere`: a ``_class`` entry naming a node
-        outside the partition); on the others it keeps every entry, and asking costs a Python
-        loop per node (20k rewired nodes with ``_class`` at 200k). The GraphDef holding them is
-        serialized at once and cut at its ``node`` fields: a repeated field's items are written
-        one after the other, each as it is alone (``GraphDef.node`` is field 1 of GraphDef, and
-        protobuf writes a repeated message item as tag, length, the item's own bytes), so each
-        piece is the node's ``SerializeToString(deterministic=True)``, without a Python object
-        and a call per node (28k at 200k). Empty without the kernel (or without such nodes):
-        then :meth:`_node_bytes` builds them."""
+                           elsewhere: BoolArray) -> bytes | None:
+        """The original nodes ``ids`` that :meth:`_node_bytes` would build from a copy of their
+        NodeDef, as GraphDef ``node`` fields in the order of ``ids`` (what
+        :func:`placeviz.nodewire.splice_nodes` copies from ``extra``): the C kernel
+        (``nodewire.rebuild_nodes``) writes each from its bytes with its new device and, when
+        rewired, its new inputs (and fixed name); protobuf parses them all at once and serializes
+        each deterministically, after the ``_class`` trim, so the bytes are those of
+        :meth:`_node_bytes`. The trim runs only on the nodes ``elsewhere`` marks
+        (:meth:`_located_elsewhere`: a ``_class`` entry naming a node outside the partition); on
+        the others it keeps every entry, and asking costs a Python loop per node (20k rewired
+        nodes with ``_class`` at 200k). The GraphDef holding them is serialized at once and is
+        those fields: a repeated field's items are written one after the other, each as it is
+        alone (``GraphDef.node`` is field 1 of GraphDef, and protobuf writes a repeated message
+        item as tag, length, the item's own bytes), so each is the node's
+        ``SerializeToString(deterministic=True)``, without a Python object and a call per node
+        (28k at 200k). None without the kernel: then :meth:`_node_bytes` builds them."""
         if not ids:
-            return {}
+            return b""
         blob = nodewire.rebuild_nodes(wire.data, arrays[0], arrays[1], ids, *arrays[2:])
         if blob is None:
-            return {}
+            return None
         import numpy as np
 
         graph = GraphDef.FromString(blob)
@@ -237,18 +245,17 @@ class _GraphDefs(_PartitionerBase):
             if "_class" in nd.attr:
                 _keep_local_colocation(nd, here)
         data: bytes = graph.SerializeToString(deterministic=True)
-        spans = nodewire.field_spans(data, nodewire.NODE_FIELD)
-        return {i: data[o:o + size] for i, (o, size) in zip(ids, spans, strict=True)}
+        return data
 
-    def _nodes_bytes(self, ids: list[int], node_bytes: Callable[[int], bytes], device_fields: list[bytes],
-                     incarnations: list[int]) -> list[bytes]:
-        """The serialized NodeDefs of ``ids``: added transfers in C when ``placeviz._wire`` is built,
-        the rest (or all) by ``node_bytes``."""
+    def _node_fields(self, ids: list[int], node_bytes: Callable[[int], bytes], device_fields: list[bytes],
+                     incarnations: list[int]) -> bytes:
+        """The serialized NodeDefs of ``ids`` as node fields (:func:`placeviz.nodewire.node_fields`):
+        added transfers in C when ``placeviz._wire`` is built, the rest (or all) by ``node_bytes``."""
         out = nodewire.encode_added(ids, self.n, self.added, self.names, device_fields, incarnations,
                                     self.cloop_ctrl, node_bytes, _CTRL_CONST_ATTRS, _CTRL_IDENTITY_ATTRS)
-        return out if out is not None else [node_bytes(i) for i in ids]
+        return out if out is not None else nodewire.node_fields(map(node_bytes, ids))
 
-    def _located_elsewhere(self, part_of: I64Array, lists: list[list[int]]) -> BoolArray:
+    def _located_elsewhere(self, part_of: I64Array, lists: list[I64Array]) -> BoolArray:
         """Nodes whose ``_class`` names a node outside their partition (``part_of``: partition
         number per original node, -1 for none; ``lists``: the partitions' node ids):
         :meth:`materialize` trims those entries (:func:`_keep_local_colocation`), so their bytes
@@ -262,29 +269,24 @@ class _GraphDefs(_PartitionerBase):
         located = self.graph.colocated_names
         if not located:
             return out
-        groups = dict.fromkeys(located.values())  # distinct tuples of names
-        code = {t: k for k, t in enumerate(groups)}
-        nodes = np.fromiter(located.keys(), dtype=np.int64, count=len(located))
-        group_of = np.fromiter(map(code.__getitem__, located.values()), dtype=np.int64, count=len(located))
-        flat_names = [x for t in groups for x in t]
+        # The pairs node by node: each name looked up once per naming node (113k pairs at 200k),
+        # which costs less than finding the 21k distinct tuples first (each tuple hashed twice).
+        values = located.values()
+        pair_names = list(chain.from_iterable(values))
+        pair_node = np.repeat(np.fromiter(located.keys(), dtype=np.int64, count=len(located)),
+                              np.fromiter(map(len, values), dtype=np.int64, count=len(located)))
         index_get = self.graph.colocated_name_ids.get  # not the whole name index: a dict of every node
-        flat = np.fromiter(map(index_get, flat_names, repeat(-1, len(flat_names))), dtype=np.int64,
-                           count=len(flat_names))
-        sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
-        starts = np.zeros(len(groups), dtype=np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
-        counts = sizes[group_of]
-        pair_node = np.repeat(nodes, counts)
-        first = np.zeros(len(nodes), dtype=np.int64)
-        np.cumsum(counts[:-1], out=first[1:])
-        pair_name = np.arange(len(pair_node), dtype=np.int64) + np.repeat(starts[group_of] - first, counts)
-        target = flat[pair_name]
+        target = np.fromiter(map(index_get, pair_names, repeat(-1, len(pair_names))), dtype=np.int64,
+                             count=len(pair_names))
         bad = (target < 0) | (part_of[np.maximum(target, 0)] != part_of[pair_node])
-        colliding = set(flat_names).intersection(map(_NAME, self.added))
-        if colliding:  # an added node's name is named: is it in the same partition?
+        # An added node's name a _class names, on a pair found bad: is that node in the same
+        # partition? (No bad pair, the usual case: no scan of the added nodes' names.)
+        bad_pairs = np.flatnonzero(bad).tolist()
+        colliding = {pair_names[k] for k in bad_pairs}.intersection(map(_NAME, self.added)) if bad_pairs else set()
+        if colliding:
             here: dict[int, _NamesIn] = {}
-            for k in np.flatnonzero(bad).tolist():
-                i, name = int(pair_node[k]), flat_names[int(pair_name[k])]
+            for k in bad_pairs:
+                i, name = int(pair_node[k]), pair_names[k]
                 p = int(part_of[i])
                 if name in colliding and p >= 0:
                     if p not in here:
@@ -399,24 +401,15 @@ class _GraphDefs(_PartitionerBase):
 
 _TRANSFER_OPS = frozenset({"_Send", "_HostSend", "_Recv", "_HostRecv"})
 _NAME = attrgetter("name")
+_MADE, _REBUILT = -1, -2
+"""``splice_nodes`` offsets of the nodes a chunk writes from its ``extra`` (``-1 - j``: ``extra[j]``,
+:meth:`_GraphDefs._serialize`): made by :meth:`_GraphDefs._node_fields`, or rebuilt from their bytes
+(:meth:`_GraphDefs._rebuilt_originals`)."""
 _CHUNK_NODES = 1 << 12
 """Nodes per piece of a written partition (:meth:`_GraphDefs.serialize`): about 1.5 MB on the
 benchmark graphs, so that write(2) copies a piece into the page cache while it is still in the
 CPU's cache, and no piece needs fresh pages (at 1 << 16, 25 MB pieces: the write side took about
 8% more CPU, ``benchmarks/README.md``)."""
-
-
-class _Made(dict[int, bytes]):
-    """Serialized NodeDefs by node id; a missing one is made by ``make`` (and not kept)."""
-
-    __slots__ = ("make",)
-
-    def __init__(self, made: dict[int, bytes], make: Callable[[int], bytes]) -> None:
-        super().__init__(made)
-        self.make = make
-
-    def __missing__(self, i: int) -> bytes:
-        return self.make(i)
 
 
 class _NamesIn:
@@ -427,7 +420,7 @@ class _NamesIn:
 
     __slots__ = ("builder", "ids", "part_of", "code", "added")
 
-    def __init__(self, builder: _GraphDefs, ids: list[int], part_of: I64Array, code: int) -> None:
+    def __init__(self, builder: _GraphDefs, ids: I64Array, part_of: I64Array, code: int) -> None:
         self.builder, self.ids, self.part_of, self.code = builder, ids, part_of, code
         self.added: set[str] | None = None
 
@@ -438,7 +431,7 @@ class _NamesIn:
             return True
         if self.added is None:
             n, added = b.n, b.added
-            self.added = {added[i - n].name for i in self.ids if i >= n}
+            self.added = {added[i - n].name for i in self.ids[self.ids >= n].tolist()}
         return name in self.added
 
 

@@ -64,6 +64,7 @@ from placeviz.protos import GraphDef
 
 if TYPE_CHECKING:
     from placeviz.ops import OpTable
+    from placeviz.partition.base import I64Array
 
 SCHEMA = "placeviz.partition/1"
 LEVELS = ("device", "task")
@@ -111,21 +112,30 @@ class PartitionResult:
         self.feeds = feeds
         self.notes: list[str] = []
         self._builder = builder
+        self._arrays: dict[str, I64Array] | None = None
         self._lists: dict[str, list[int]] | None = None
         self._nodes: dict[str, list[str]] | None = None
         self._originals: dict[str, list[str]] | None = None
         self._partitions: dict[str, GraphDef] | None = None
         self._device_of: dict[str, str] | None = None
 
+    def _node_arrays(self) -> dict[str, I64Array]:
+        """Partition key -> node ids as the partitioner orders them (:meth:`_Partitioner.node_arrays`):
+        what the writer and the index read, without a list of ints (300k at 200k) made and read back."""
+        if self._arrays is None:
+            self._arrays = self._builder.node_arrays()
+        return self._arrays
+
     def _node_lists(self) -> dict[str, list[int]]:
+        """:meth:`_node_arrays` as lists, for the readers that walk them node by node."""
         if self._lists is None:
-            self._lists = self._builder.node_lists()
+            self._lists = {k: ids.tolist() for k, ids in self._node_arrays().items()}
         return self._lists
 
     @property
     def keys(self) -> list[str]:
         """Partition keys, sorted."""
-        return list(self._node_lists())
+        return list(self._node_arrays())
 
     @property
     def nodes(self) -> dict[str, list[str]]:
@@ -172,7 +182,7 @@ class PartitionResult:
         :mod:`placeviz.nodewire`), what ``placeviz partition`` writes. Deterministic: the bytes
         depend only on the input's bytes and the run. ``pieces``: each GraphDef as an iterator of
         bytes whose concatenation it is (so that a writer never holds a whole partition)."""
-        out = self._builder.serialize(self._node_lists()) if self._partitions is None else None
+        out = self._builder.serialize(self._node_arrays()) if self._partitions is None else None
         if out is None:
             out = ((k, iter([gd.SerializeToString(deterministic=True)])) for k, gd in self.partitions.items())
         return out if pieces else ((k, b"".join(chunks)) for k, chunks in out)
@@ -218,7 +228,7 @@ class PartitionResult:
             "client_device": self.client_device, "fetches": self.fetches, "targets": self.targets,
             "feeds": self.feeds, "node_count": self.node_count,
             "partitions": [{"device": k, "nodes": len(ids), "original_nodes": self._builder.original_count(ids)}
-                           for k, ids in self._node_lists().items()],
+                           for k, ids in self._node_arrays().items()],
             "transfers": self.table.json_value() if columns else self.transfers, "replicated": self.replicated,
             "moved": self.moved,
             "control_loops": self.control_loops, "notes": self.notes,
@@ -326,8 +336,8 @@ class _Partitioner(_GraphDefs, _GraphPartition, _ConstReplication, _Subgraph):
                     "inlines them into their bodies' nodes, so its partitions hold more nodes and transfers")
         return result
 
-    def node_lists(self) -> dict[str, list[int]]:
-        """Partition key -> node ids (original and added) in GraphDef order."""
+    def node_arrays(self) -> dict[str, I64Array]:
+        """Partition key -> node ids (original and added) in GraphDef order (int64 arrays)."""
         import numpy as np
 
         devs = self.devs
@@ -348,17 +358,15 @@ class _Partitioner(_GraphDefs, _GraphPartition, _ConstReplication, _Subgraph):
         order = np.lexsort((minors, majors, parts))
         ids, parts = ids[order], parts[order]
         bounds = (np.nonzero(np.diff(parts))[0] + 1).tolist()
-        out: dict[str, list[int]] = {}
+        out: dict[str, I64Array] = {}
         for lo, hi in zip([0] + bounds, bounds + [len(ids)], strict=True):
             if hi > lo:
-                out[key_names[int(parts[lo])]] = ids[lo:hi].tolist()
+                out[key_names[int(parts[lo])]] = ids[lo:hi]
         return {k: out[k] for k in sorted(out)}
 
-    def original_count(self, ids: list[int]) -> int:
+    def original_count(self, ids: I64Array) -> int:
         """How many of ``ids`` (in GraphDef order: originals and added nodes mixed) are original."""
-        import numpy as np
-
-        return int((np.asarray(ids, dtype=np.int64) < self.n).sum())
+        return int((ids < self.n).sum())
 
     def names_of(self, ids: list[int]) -> list[str]:
         names, added, n = self.names, self.added, self.n
