@@ -17,7 +17,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import compress
+from itertools import compress, islice
 from typing import TYPE_CHECKING
 
 from placeviz.errors import GraphError, LoadError
@@ -261,19 +261,22 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
         raise LoadError(model.source, str(e)) from None
     import numpy as np
 
+    from placeviz.placement.scopes import OpIndex
+
     # The passes over every node or edge run in C (numpy, Counter, compress); Python sees the
-    # variables and the other state only.
+    # variables and the other state only. The ops are counted and searched as codes (the C
+    # reader's, when it read the graph: no pass over the op strings at all).
     control_edges = int(np.count_nonzero(graph.edge_arrays[2] == CONTROL))
-    histogram = Counter(graph.ops)
+    op_index = OpIndex.of(graph)
     devices = Counter(graph.devices)
-    unplaced = list(compress(graph.names, map(operator.not_, graph.devices)))
+    unplaced_count = devices.get("", 0)  # the nodes requesting no device; their names are not listed
     trainable = set(model.collections.trainable_variables) if model.collections.present else None
     overflowed: list[str] = []
-    variable_ids = list(compress(range(n), map(VARIABLE_OPS.__contains__, graph.ops)))
+    variable_ids = op_index.ids(VARIABLE_OPS).tolist()
     variables = _variable_infos(graph, variable_ids, trainable, model.collections.partitioned, overflowed)
     _link_slots(variables, find_slots(graph, variable_ids))
     other_state = [{"name": graph.names[i], "op": graph.ops[i], "device": graph.devices[i]}
-                   for i in compress(range(n), map(OTHER_STATE_OPS.__contains__, graph.ops))]
+                   for i in op_index.ids(OTHER_STATE_OPS).tolist()]
     sync = detect_and_prove(graph, model.collections if model.collections.present else None) if with_sync else None
     notes = []
     if not model.collections.present:
@@ -286,10 +289,10 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
         node_count=n,
         data_edge_count=graph.num_edges - control_edges,
         control_edge_count=control_edges,
-        op_histogram=dict(sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))),
+        op_histogram=_op_histogram(op_index),
         requested_devices=dict(sorted(devices.items(), key=lambda kv: (kv[0] == "", kv[0]))),
-        unplaced_count=len(unplaced),
-        unplaced_sample=unplaced[:UNPLACED_NAMES_SHOWN],
+        unplaced_count=unplaced_count,
+        unplaced_sample=list(islice(compress(graph.names, map(operator.not_, graph.devices)), UNPLACED_NAMES_SHOWN)),
         variables=variables,
         other_state=other_state,
         collections=model.collections.names,
@@ -299,6 +302,16 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
         sync_stage=sync,
         notes=notes,
     )
+
+
+def _op_histogram(op_index) -> dict[str, int]:
+    """Nodes per op type, most first, then by op (the ``ops`` section), from the ops' codes
+    (:class:`placeviz.placement.scopes.OpIndex`)."""
+    import numpy as np
+
+    counts = np.bincount(op_index.codes, minlength=max(op_index.first.values(), default=-1) + 1).tolist()
+    return dict(sorted(((op, counts[code]) for op, code in op_index.first.items() if counts[code]),
+                       key=lambda kv: (-kv[1], kv[0])))
 
 
 def detect_and_prove(graph: Graph, collections=None) -> SyncStage | None:
