@@ -80,16 +80,17 @@ class PlacementStage:
     ps_job: str = "ps"
     nodes_added: int = 0
 
-    def to_json(self, variables: list[VariableInfo]) -> dict:
+    def to_json(self, variables: list[VariableInfo], variable_ids: list[int] | None = None) -> dict:
         """The ``placement`` section (:func:`placeviz.placement.placement_summary`); variable bytes
-        include the optimizer slots, which TF colocates with their variable."""
+        include the optimizer slots, which TF colocates with their variable. ``variable_ids``: the
+        variables' node ids in the graph as loaded, when known (:func:`placed_ids`)."""
         if self.error is not None or self.result is None:
             return {"stage": "placed", "error": self.error or "not placed"}
         from placeviz.placement import placement_summary
 
-        sizes = {v.name: v.bytes for v in variables}
-        slots = {v.name for v in variables if v.slot_of is not None}
-        out = placement_summary(self.result, sizes, self.ps_job, slots)
+        ids = placed_ids(self.result.placement.graph, [v.name for v in variables], variable_ids or [])
+        out = placement_summary(self.result, ids, [v.bytes for v in variables],
+                                [v.slot_of is not None for v in variables], self.ps_job)
         out["nodes_added"] = self.nodes_added
         return out
 
@@ -163,6 +164,8 @@ class Analysis:
     """``--explain NODE``: :func:`placeviz.placement.explain.explain_node` answers, shown in the
     ``placement`` section."""
     _views: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    variable_ids: list[int] = field(default_factory=list, repr=False, compare=False)
+    """The node id of each of :attr:`variables` in the graph as loaded (empty: not known); not in the JSON."""
 
     def _view(self, key: str, make) -> dict:
         """A section's JSON view, made once (the stages' results do not change after the pipeline)."""
@@ -177,7 +180,7 @@ class Analysis:
         stage = self.placement_stage
         if stage is None:
             return None
-        view = self._view("placement", lambda: stage.to_json(self.variables))
+        view = self._view("placement", lambda: stage.to_json(self.variables, self.variable_ids))
         return view if self.explain is None else {**view, "explain": self.explain}
 
     @property
@@ -301,6 +304,7 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
         function_count=len(model.graph.library.function),  # graph.*: without parsing the whole GraphDef
         sync_stage=sync,
         notes=notes,
+        variable_ids=variable_ids,
     )
 
 
@@ -381,13 +385,35 @@ def attach_placement(report: Analysis, result) -> None:
 
     placement = result.placement
     graph, devices = placement.graph, placement.devices
-    for v in report.variables:
-        i = graph.index.get(v.name)
-        if i is None:
+    ids = placed_ids(graph, [v.name for v in report.variables], report.variable_ids)
+    for v, i in zip(report.variables, ids, strict=True):
+        if i < 0:
             continue
         v.placed_device = devices[i]
         v.placed_by = (result.setter.explain(i) if result.setter is not None
                        else f"requested {graph.devices[i] or '(no device)'}; {WHY_NAMES[placement.reason[i]]}")
+
+
+def placed_ids(graph: Graph, names: list[str], guesses: list[int]) -> list[int]:
+    """The node id in ``graph`` (the placed graph) of each of ``names`` (the variables; -1: not in
+    it); ``guesses``: their ids in the graph as loaded (empty: unknown).
+
+    Without a name index of ``graph``: the setter's graph would build one for this alone (0.38 s
+    at 1M nodes; nothing else on analyze's path needs it). The setter's graph keeps a node's id
+    up to the first ``tf.group`` it splits (near the end of a model; ``placement/setter.py``
+    ``_Split.result``), and names are unique in a graph, so where the node at a variable's old id
+    has its name, that is its node; the others are looked up by :meth:`Graph.ids_of`.
+    """
+    all_names = graph.names
+    n = len(all_names)
+    if len(guesses) == len(names):
+        out = [i if i < n and all_names[i] == name else -1 for name, i in zip(names, guesses, strict=True)]
+    else:
+        out = [-1] * len(names)
+    if -1 in out:
+        found = graph.ids_of({name for name, i in zip(names, out, strict=True) if i < 0})
+        out = [i if i >= 0 else found.get(name, -1) for name, i in zip(names, out, strict=True)]
+    return out
 
 
 def _overflow_note(names: list[str]) -> str:

@@ -341,7 +341,7 @@ def test_every_device_shows_its_largest_variables():
 class _Placed:
     """A placement stage whose ``placement`` section is given (the table reads only the variables)."""
 
-    def to_json(self, _variables) -> dict:
+    def to_json(self, _variables, _variable_ids=None) -> dict:
         return {"stage": "placed", "setter_ran": True, "tasks": [], "ps_balance": {"max_over_mean": None}}
 
 
