@@ -253,9 +253,10 @@ def _variable_reads(graph: Graph, table: TransferTable, rows: np.ndarray, nbytes
     task_names = sorted({t for t in dev_tasks if t is not None})
     task_code = np.asarray([task_names.index(t) if t is not None else -1 for t in dev_tasks], dtype=np.int64)
     pair = unique_sorted(var * len(task_names) + task_code[np.asarray(table.dst_dev, dtype=np.int64)[rows]])
-    to_tasks: list[list[str]] = [[] for _ in found]
-    for v, t in zip((pair // len(task_names)).tolist(), (pair % len(task_names)).tolist(), strict=True):
-        to_tasks[v].append(task_names[t])
+    # The pairs are sorted by variable: each variable's tasks are one slice of the pairs' task names.
+    pair_task = list(map(task_names.__getitem__, (pair % len(task_names)).tolist()))
+    bounds = np.searchsorted(pair // len(task_names), np.arange(m + 1)).tolist()
+    to_tasks = [pair_task[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     frames_of, in_loops = _reader_frames(graph, table, var.tolist(), rows.tolist(), m)
     # Most bytes first, then by name: the codes are in name order, and the sort is stable (reverse keeps
     # equal keys in order).
