@@ -17,7 +17,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import compress
+from itertools import compress, islice
 from typing import TYPE_CHECKING
 
 from placeviz.errors import GraphError, LoadError
@@ -80,16 +80,17 @@ class PlacementStage:
     ps_job: str = "ps"
     nodes_added: int = 0
 
-    def to_json(self, variables: list[VariableInfo]) -> dict:
+    def to_json(self, variables: list[VariableInfo], variable_ids: list[int] | None = None) -> dict:
         """The ``placement`` section (:func:`placeviz.placement.placement_summary`); variable bytes
-        include the optimizer slots, which TF colocates with their variable."""
+        include the optimizer slots, which TF colocates with their variable. ``variable_ids``: the
+        variables' node ids in the graph as loaded, when known (:func:`placed_ids`)."""
         if self.error is not None or self.result is None:
             return {"stage": "placed", "error": self.error or "not placed"}
         from placeviz.placement import placement_summary
 
-        sizes = {v.name: v.bytes for v in variables}
-        slots = {v.name for v in variables if v.slot_of is not None}
-        out = placement_summary(self.result, sizes, self.ps_job, slots)
+        ids = placed_ids(self.result.placement.graph, [v.name for v in variables], variable_ids or [])
+        out = placement_summary(self.result, ids, [v.bytes for v in variables],
+                                [v.slot_of is not None for v in variables], self.ps_job)
         out["nodes_added"] = self.nodes_added
         return out
 
@@ -163,6 +164,8 @@ class Analysis:
     """``--explain NODE``: :func:`placeviz.placement.explain.explain_node` answers, shown in the
     ``placement`` section."""
     _views: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    variable_ids: list[int] = field(default_factory=list, repr=False, compare=False)
+    """The node id of each of :attr:`variables` in the graph as loaded (empty: not known); not in the JSON."""
 
     def _view(self, key: str, make) -> dict:
         """A section's JSON view, made once (the stages' results do not change after the pipeline)."""
@@ -177,7 +180,7 @@ class Analysis:
         stage = self.placement_stage
         if stage is None:
             return None
-        view = self._view("placement", lambda: stage.to_json(self.variables))
+        view = self._view("placement", lambda: stage.to_json(self.variables, self.variable_ids))
         return view if self.explain is None else {**view, "explain": self.explain}
 
     @property
@@ -261,19 +264,22 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
         raise LoadError(model.source, str(e)) from None
     import numpy as np
 
+    from placeviz.placement.scopes import OpIndex
+
     # The passes over every node or edge run in C (numpy, Counter, compress); Python sees the
-    # variables and the other state only.
+    # variables and the other state only. The ops are counted and searched as codes (the C
+    # reader's, when it read the graph: no pass over the op strings at all).
     control_edges = int(np.count_nonzero(graph.edge_arrays[2] == CONTROL))
-    histogram = Counter(graph.ops)
+    op_index = OpIndex.of(graph)
     devices = Counter(graph.devices)
-    unplaced = list(compress(graph.names, map(operator.not_, graph.devices)))
+    unplaced_count = devices.get("", 0)  # the nodes requesting no device; their names are not listed
     trainable = set(model.collections.trainable_variables) if model.collections.present else None
     overflowed: list[str] = []
-    variable_ids = list(compress(range(n), map(VARIABLE_OPS.__contains__, graph.ops)))
+    variable_ids = op_index.ids(VARIABLE_OPS).tolist()
     variables = _variable_infos(graph, variable_ids, trainable, model.collections.partitioned, overflowed)
     _link_slots(variables, find_slots(graph, variable_ids))
     other_state = [{"name": graph.names[i], "op": graph.ops[i], "device": graph.devices[i]}
-                   for i in compress(range(n), map(OTHER_STATE_OPS.__contains__, graph.ops))]
+                   for i in op_index.ids(OTHER_STATE_OPS).tolist()]
     sync = detect_and_prove(graph, model.collections if model.collections.present else None) if with_sync else None
     notes = []
     if not model.collections.present:
@@ -286,10 +292,10 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
         node_count=n,
         data_edge_count=graph.num_edges - control_edges,
         control_edge_count=control_edges,
-        op_histogram=dict(sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))),
+        op_histogram=_op_histogram(op_index),
         requested_devices=dict(sorted(devices.items(), key=lambda kv: (kv[0] == "", kv[0]))),
-        unplaced_count=len(unplaced),
-        unplaced_sample=unplaced[:UNPLACED_NAMES_SHOWN],
+        unplaced_count=unplaced_count,
+        unplaced_sample=list(islice(compress(graph.names, map(operator.not_, graph.devices)), UNPLACED_NAMES_SHOWN)),
         variables=variables,
         other_state=other_state,
         collections=model.collections.names,
@@ -298,7 +304,18 @@ def analyze(model: Model, *, with_sync: bool = True) -> Analysis:
         function_count=len(model.graph.library.function),  # graph.*: without parsing the whole GraphDef
         sync_stage=sync,
         notes=notes,
+        variable_ids=variable_ids,
     )
+
+
+def _op_histogram(op_index) -> dict[str, int]:
+    """Nodes per op type, most first, then by op (the ``ops`` section), from the ops' codes
+    (:class:`placeviz.placement.scopes.OpIndex`)."""
+    import numpy as np
+
+    counts = np.bincount(op_index.codes, minlength=max(op_index.first.values(), default=-1) + 1).tolist()
+    return dict(sorted(((op, counts[code]) for op, code in op_index.first.items() if counts[code]),
+                       key=lambda kv: (-kv[1], kv[0])))
 
 
 def detect_and_prove(graph: Graph, collections=None) -> SyncStage | None:
@@ -368,14 +385,35 @@ def attach_placement(report: Analysis, result) -> None:
 
     placement = result.placement
     graph, devices = placement.graph, placement.devices
-    ids = graph.ids_of(v.name for v in report.variables)
-    for v in report.variables:
-        i = ids.get(v.name)
-        if i is None:
+    ids = placed_ids(graph, [v.name for v in report.variables], report.variable_ids)
+    for v, i in zip(report.variables, ids, strict=True):
+        if i < 0:
             continue
         v.placed_device = devices[i]
         v.placed_by = (result.setter.explain(i) if result.setter is not None
                        else f"requested {graph.devices[i] or '(no device)'}; {WHY_NAMES[placement.reason[i]]}")
+
+
+def placed_ids(graph: Graph, names: list[str], guesses: list[int]) -> list[int]:
+    """The node id in ``graph`` (the placed graph) of each of ``names`` (the variables; -1: not in
+    it); ``guesses``: their ids in the graph as loaded (empty: unknown).
+
+    Without a name index of ``graph``: the setter's graph would build one for this alone (0.38 s
+    at 1M nodes; nothing else on analyze's path needs it). The setter's graph keeps a node's id
+    up to the first ``tf.group`` it splits (near the end of a model; ``placement/setter.py``
+    ``_Split.result``), and names are unique in a graph, so where the node at a variable's old id
+    has its name, that is its node; the others are looked up by :meth:`Graph.ids_of`.
+    """
+    all_names = graph.names
+    n = len(all_names)
+    if len(guesses) == len(names):
+        out = [i if i < n and all_names[i] == name else -1 for name, i in zip(names, guesses, strict=True)]
+    else:
+        out = [-1] * len(names)
+    if -1 in out:
+        found = graph.ids_of({name for name, i in zip(names, out, strict=True) if i < 0})
+        out = [i if i >= 0 else found.get(name, -1) for name, i in zip(names, out, strict=True)]
+    return out
 
 
 def _overflow_note(names: list[str]) -> str:

@@ -953,15 +953,16 @@ class Graph:
         n = len(self.names)
         ops = self.ops
         in_start = self.in_start
-        back_edge_sources = list(compress(range(n), map(NEXT_ITERATION_OPS.__contains__, ops)))
         # TF writes a GraphDef in creation order, every input before its consumer. Then the
         # smallest id not yet ordered is always ready, and the order below is 0, 1, ..., n-1:
-        # check that (vectorised over the edges) before doing the general work.
+        # check that (vectorised over the edges; only the backward edges' sources' ops are read)
+        # before doing the general work.
         src_np, consumer_ids, _slot = self.edge_arrays
         input_counts_np = np.diff(np.frombuffer(in_start, dtype=np.int32))
-        backward = src_np[src_np >= consumer_ids].tolist()  # their sources
-        if not backward or set(backward) <= set(back_edge_sources):
+        backward = set(src_np[src_np >= consumer_ids].tolist())  # their sources
+        if all(ops[i] in NEXT_ITERATION_OPS for i in backward):
             return list(range(n))
+        back_edge_sources = list(compress(range(n), map(NEXT_ITERATION_OPS.__contains__, ops)))
         input_counts = input_counts_np.tolist()
         out_start, out_dst, _ = self.consumers
         # In-degrees are the input counts, less the edges out of back-edge sources (rare).

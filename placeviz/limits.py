@@ -33,8 +33,12 @@ import os
 import re
 import stat
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from placeviz.errors import LoadError, PlacevizError
+
+if TYPE_CHECKING:  # numpy is imported on first use: its types for the checker only
+    import numpy as np
 
 MAX_TASKS_PER_JOB = 10_000
 """Task indices (and replica indices) are 0 .. MAX_TASKS_PER_JOB - 1; a job has at most this many tasks."""
@@ -234,3 +238,19 @@ def overflows(size: int | None, shape) -> bool:
     for d in shape:
         nbytes *= d
     return nbytes > MAX_TENSOR_BYTES
+
+
+def exact_sums(codes: np.ndarray, values: np.ndarray, m: int) -> list[int]:
+    """The sums of the int64 ``values`` per code in ``range(m)``, exact: in int64 when no sum can
+    overflow it (each value is below 2**63: a larger tensor's size is unknown, :func:`tensor_bytes`),
+    else as Python ints."""
+    import numpy as np
+
+    if not len(values) or int(values.max()) <= MAX_TENSOR_BYTES // len(values):
+        out = np.zeros(m, dtype=np.int64)
+        np.add.at(out, codes, values)
+        return out.tolist()
+    exact = [0] * m
+    for c, v in zip(codes.tolist(), values.tolist(), strict=True):
+        exact[c] += v
+    return exact

@@ -138,3 +138,66 @@ def test_the_table_its_records_and_index_json_agree(kernel_mode):
     assert len(sized) == 1 and sized[0]["bytes"] == 32 * 3 * 4 and list(sized[0])[-1] == "assumed_batch"
     assert b"".join(to_json_pieces(parts.to_json(columns=True))) == b"".join(to_json_pieces(parts.to_json()))
     assert table.records()[-1]["bytes"] is None  # the partition's own table is not changed
+
+
+def _behind_one_by_one(graph, i: int) -> int:
+    """The variable node ``i`` reads, walked node by node as the rule says (``variable_behind``):
+    a variable is itself; a read (Identity, ReadVariableOp, Enter, Switch...) is what its first
+    data input reads; anything else, or more than 8 steps, reads none (-1)."""
+    from placeviz.graph import CONTROL
+    from placeviz.op_kinds import VARIABLE_OPS
+    from placeviz.traffic import _READ_OPS
+
+    for _ in range(8):
+        if i < 0 or i >= len(graph):
+            return -1
+        if graph.ops[i] in VARIABLE_OPS:
+            return i
+        if graph.ops[i] not in _READ_OPS:
+            return -1
+        data = [graph.in_src[k] for k in range(graph.in_start[i], graph.in_start[i + 1]) if graph.in_slot[k] != CONTROL]
+        i = data[0] if data else -1
+    return -1
+
+
+def _chains_graph():
+    """Reads behind control inputs, a read with no data input, and chains of 7 and 8 reads."""
+    from placeviz.graph import Graph
+    from placeviz.protos import GraphDef
+
+    gd = GraphDef()
+    for name, op, inputs in [("v", "VariableV2", []), ("c", "NoOp", []), ("r", "Identity", ["^c", "v"]),
+                             ("lonely", "Identity", ["^v"]), ("s", "Switch", ["r", "c"]), ("other", "Add", ["r", "v"])]:
+        node = gd.node.add(name=name, op=op)
+        node.input.extend(inputs)
+    for depth in (7, 8):
+        previous = "v"
+        for k in range(depth):
+            node = gd.node.add(name=f"chain{depth}_{k}", op="Identity")
+            node.input.append(previous)
+            previous = node.name
+    return Graph.from_graph_def(gd)
+
+
+def test_the_variables_behind_many_nodes_at_once_are_each_ones_walk():
+    """``variables_behind`` walks every origin a step at a time with numpy: the same variable as
+    the walk of each node alone, on graphs TF built (a while loop's Enter/Switch included) and on
+    reads behind control inputs and chains at the 8-step bound; ids beyond the graph read none."""
+    import numpy as np
+
+    from placeviz.traffic import variable_behind, variables_behind
+
+    loop = _graph("loop-read-inside", _loop(True))
+    for graph in (sample("inception").graph, loop.graph, _chains_graph()):
+        ids = np.arange(len(graph) + 2, dtype=np.int64)
+        expected = [_behind_one_by_one(graph, i) for i in ids.tolist()]
+        assert variables_behind(graph, ids).tolist() == expected
+        assert variables_behind(graph, ids[::-1].copy()).tolist() == expected[::-1]
+        assert [variable_behind(graph, name) for name in graph.names] == [
+            graph.names[v] if v >= 0 else None for v in expected[:len(graph)]]
+    chains = _chains_graph()
+    behind = dict(zip(chains.names, variables_behind(chains, np.arange(len(chains), dtype=np.int64)).tolist(),
+                      strict=True))
+    v = chains.index["v"]
+    assert (behind["r"], behind["s"], behind["lonely"], behind["other"]) == (v, v, -1, -1)
+    assert (behind["chain7_6"], behind["chain8_7"]) == (v, -1)

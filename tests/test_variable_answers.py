@@ -80,6 +80,26 @@ def test_slots_and_per_task_bytes(wide_deep):
     assert any("setter replay added" in n for n in doc["notes"])
 
 
+def test_the_variables_placed_ids_with_or_without_their_loaded_ids(wide_deep):
+    """``placed_ids`` finds the variables in the setter's graph from their ids in the graph as
+    loaded, checked by name (the setter renumbers nodes after the first group it splits), else by
+    ``Graph.ids_of``: the ids the placed graph's name index gives, whatever the guesses; and the
+    ``placement`` section is the same with the loaded ids and without them."""
+    from placeviz.analysis import placed_ids
+
+    _, _, report = wide_deep
+    stage = report.placement_stage
+    graph = stage.result.placement.graph
+    names = [v.name for v in report.variables]
+    assert len(report.variable_ids) == len(names)
+    expected = [graph.index[name] for name in names]
+    assert placed_ids(graph, names, report.variable_ids) == expected
+    assert placed_ids(graph, names, []) == expected
+    assert placed_ids(graph, names, [0] * len(names)) == expected
+    assert placed_ids(graph, [*names, "no/such/node"], [*report.variable_ids, 0]) == [*expected, -1]
+    assert stage.to_json(report.variables, report.variable_ids) == stage.to_json(report.variables)
+
+
 def test_text_names_every_device_and_variable_whole(wide_deep):
     from placeviz.commands.analyze import format_text
 
@@ -341,7 +361,7 @@ def test_every_device_shows_its_largest_variables():
 class _Placed:
     """A placement stage whose ``placement`` section is given (the table reads only the variables)."""
 
-    def to_json(self, _variables) -> dict:
+    def to_json(self, _variables, _variable_ids=None) -> dict:
         return {"stage": "placed", "setter_ran": True, "tasks": [], "ps_balance": {"max_over_mean": None}}
 
 

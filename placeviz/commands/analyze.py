@@ -33,7 +33,6 @@ def run(model_spec: str, options: Options, *, fmt: str, output: str | None, expl
     ``worker_graphs``: ``--worker-graph I=MODEL`` values; with them (or a builder taking
     ``task_index`` and a known number of workers) the report's ``agreement`` compares the tasks' graphs.
     """
-    from placeviz.agreement import check_agreement
     from placeviz.io import load
     from placeviz.tasks import check_workers_range, cluster_workers, parse_worker_graphs, task_pipelines
 
@@ -44,6 +43,8 @@ def run(model_spec: str, options: Options, *, fmt: str, output: str | None, expl
     pipe = run_pipeline(model, options)
     report = pipe.report
     if tasks or model.per_task:
+        from placeviz.agreement import check_agreement  # its dataclasses: made only when used
+
         pipes, sources = task_pipelines(model, pipe, model_spec, tasks, options, workers=workers)
         report.agreement_result = check_agreement(pipes, sources)
     if explain:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import compress
 
@@ -25,6 +24,7 @@ from placeviz.limits import (
     LimitError,
     check_count,
     device_bound_problem,
+    exact_sums,
 )
 from placeviz.op_kinds import VARIABLE_OPS
 from placeviz.placement.placer import Placement, PlacerConfig, place, read_fact_attrs
@@ -197,34 +197,37 @@ def _place_graph(graph: Graph, options: PlacementOptions, op_table) -> Placement
     return PlacementResult(setter_result, placement, device_set, cluster)
 
 
-def placement_summary(result: PlacementResult, variable_bytes: dict[str, int | None], ps_job: str = "ps",
-                      slots: AbstractSet[str] = frozenset()) -> dict:
+def placement_summary(result: PlacementResult, variable_ids: list[int], variable_bytes: list[int | None],
+                      is_slot: list[bool], ps_job: str = "ps") -> dict:
     """The ``placement`` section of ``placeviz.analysis/1``: per device, per PS task, balance.
 
-    ``variable_bytes`` covers every variable, optimizer slots included (``slots`` names them): a
-    PS holds its variables' slots too, so the bytes per task and the balance count them, and
-    ``slot_bytes`` says how much of it they are. A variable of unknown size adds nothing to the
-    bytes and one to ``unknown_size_variables``, so that a sum is never mistaken for the whole.
+    The variables are given as three aligned lists: each one's node id in the placed graph (-1:
+    not in it), its bytes (None: unknown) and whether it is an optimizer slot. They cover every
+    variable, slots included: a PS holds its variables' slots too, so the bytes per task and the
+    balance count them, and ``slot_bytes`` says how much of it they are. A variable of unknown
+    size adds nothing to the bytes and one to ``unknown_size_variables``, so that a sum is never
+    mistaken for the whole. The per-device sums are numpy group-bys over the variables' devices
+    (78k variables at 1M nodes: a Python loop of Counter updates per variable was 0.1 s).
     """
+    import numpy as np
+
     placement = result.placement
-    graph = placement.graph
     per_device = Counter(placement.devices)
-    bytes_per_device: Counter = Counter()
-    slot_bytes_per_device: Counter = Counter()
-    unknown_per_device: Counter = Counter()
-    vars_per_device: Counter = Counter()
-    ids = graph.ids_of(variable_bytes)
-    for name, nbytes in variable_bytes.items():
-        i = ids.get(name)
-        if i is None:
-            continue
-        device = placement.devices[i]
-        vars_per_device[device] += 1
-        bytes_per_device[device] += nbytes or 0
-        if name in slots:
-            slot_bytes_per_device[device] += nbytes or 0
-        if nbytes is None:
-            unknown_per_device[device] += 1
+    ids = np.asarray(variable_ids, dtype=np.int64)
+    placed = np.flatnonzero(ids >= 0)
+    first: dict[str, int] = {}  # device -> the first of its variables: its code
+    code = np.fromiter(map(first.setdefault, map(placement.devices.__getitem__, ids[placed].tolist()),
+                           range(len(placed))), dtype=np.int64, count=len(placed))
+    held = np.array(variable_bytes, dtype=object)[placed]
+    known = (held != None).astype(bool)  # noqa: E711 - elementwise, on the object array
+    nbytes = np.where(known, held, 0).astype(np.int64)  # each below 2**63 (placeviz.limits)
+    slot = np.asarray(is_slot, dtype=bool)[placed]
+    m = len(placed)
+    sums = {"variables": np.bincount(code, minlength=m).tolist(), "bytes": exact_sums(code, nbytes, m),
+            "slot_bytes": exact_sums(code[slot], nbytes[slot], m),
+            "unknown": np.bincount(code[~known], minlength=m).tolist()}
+    vars_per_device, bytes_per_device, slot_bytes_per_device, unknown_per_device = (
+        Counter({device: column[c] for device, c in first.items()}) for column in sums.values())
     tasks: dict[str, dict] = {}
 
     def new_task(name: str, job: str) -> dict:
