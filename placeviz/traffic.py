@@ -34,7 +34,8 @@ _READ_STEPS = 8
 
 
 def variable_behind(graph: Graph, name: str) -> str | None:
-    """The variable a tensor reads (through Identity/ReadVariableOp/Enter/Switch), or None."""
+    """The variable a tensor reads (through Identity/ReadVariableOp/Enter/Switch), or None. For
+    many tensors, :func:`variables_behind` (one walk for all: each call here reads every edge)."""
     i = graph.id_of(name)
     if i is None:
         return None

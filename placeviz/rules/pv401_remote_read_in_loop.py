@@ -6,7 +6,7 @@ from placeviz.lint import Rule
 from placeviz.op_kinds import EXIT_OPS
 from placeviz.rules._common import fmt_bytes, task_of
 from placeviz.sync.proof import loop_frames
-from placeviz.traffic import variable_behind
+from placeviz.traffic import variables_behind
 
 RULE = Rule(
     id="PV401",
@@ -55,16 +55,26 @@ def check(ctx):
     frames = loop_frames(g)
     if frames is None:
         return
-    seen: set[tuple[str, str]] = set()
+    candidates: list[tuple[dict, int]] = []  # (transfer, its source) for the sources inside a loop
     for t in ctx.partitions.transfers:
         if t.get("level") != "task" or t["slot"] == "control":
             continue
         src = g.id_of(t["src"])
         if src is None or frames[src] is None or g.ops[src] in EXIT_OPS:
             continue
-        var = variable_behind(g, t["src"])
-        if var is None:
+        candidates.append((t, src))
+    if not candidates:
+        return
+    import numpy as np
+
+    # the variables behind all of them in one walk (one per transfer would pass over every edge each time)
+    behind = variables_behind(g, np.fromiter((src for _, src in candidates), dtype=np.int64,
+                                             count=len(candidates))).tolist()
+    seen: set[tuple[str, str]] = set()
+    for (t, src), v in zip(candidates, behind, strict=True):
+        if v < 0:
             continue
+        var = g.names[v]
         dst_task = task_of(t["dst_device"])
         if (t["src"], dst_task) in seen:
             continue
