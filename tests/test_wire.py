@@ -338,3 +338,40 @@ def test_a_graph_with_the_same_names_shares_the_name_index(tmp_path):
             assert_same_lookups(copy, fresh)
             assert not copy.computed("index") or graph_module._wire is None
         assert copy.index == {name: i for i, name in enumerate(copy.names)}
+
+
+_SEEDED_LOAD = """
+import hashlib, sys
+from placeviz import _wire
+from placeviz.io import load
+g = load(sys.argv[1]).graph
+ir = (g.names, g.ops, g.devices, list(g.in_start), list(g.in_src), list(g.in_slot), sorted(g.colocation.items()),
+      g.ids_of(g.names[::-1]), g.id_of("no such node"))
+print(_wire.hash_seed(), hashlib.sha256(repr(ir).encode()).hexdigest())
+"""
+
+
+def test_the_name_tables_are_keyed_per_process_and_no_answer_depends_on_the_key(tmp_path):
+    """A fixed hash let a graph file name its nodes so that they shared one run of the tables'
+    slots, and linear probing then compared every name with every earlier one (a crafted
+    200k-node graph loaded in 14 s instead of 0.2 s; ``benchmarks/README.md``, "A graph that
+    floods the name tables"). The C reader mixes a secret of the process into its hashes: it
+    follows Python's string hash (random per process, fixed by ``PYTHONHASHSEED``), and
+    everything the reader answers is the same whatever it is."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "g.pb"
+    path.write_bytes(realistic_graph().SerializeToString())
+
+    def run(hash_seed: str) -> tuple[str, str]:
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+        out = subprocess.run([sys.executable, "-c", _SEEDED_LOAD, str(path)], env=env, capture_output=True,
+                             text=True, check=True).stdout.split()
+        return out[0], out[1]
+
+    seeds_and_digests = [run(s) for s in ("1", "2", "1")]
+    assert seeds_and_digests[0] == seeds_and_digests[2]  # the key follows PYTHONHASHSEED
+    assert seeds_and_digests[0][0] != seeds_and_digests[1][0]
+    assert len({digest for _, digest in seeds_and_digests}) == 1
