@@ -314,3 +314,21 @@ def test_render_report_shows_the_compare_modes_run(compared, capsys):
     assert section.count("<tr><td>") >= 4 + 3 * 10  # the runs table and three per-step tables
     assert 'src="data:image/png;base64,' in section  # the timeline, inline: no file next to the report
     assert '<a href="#verify">run</a>' in text
+
+
+def test_the_trace_has_a_track_for_every_task_even_one_that_finished_no_run():
+    """A slowed worker whose first run was still going when the last step ended recorded nothing;
+    its track is there, empty, after the other tasks' in job and task order (no TF needed)."""
+    from types import SimpleNamespace
+
+    from placeviz.verify.timeline import chrome_trace
+
+    report = SimpleNamespace(
+        plan={"cluster": {"ps": 2, "worker": 3}, "workers": 3, "worker_job": "worker"},
+        result={"worker_runs": [{"worker": 1, "run": 1, "t0": 0.0, "t1": 0.1, "token": None}],
+                "sync_runs": [{"step": 1, "t0": 0.0, "t1": 0.2}], "events": []},
+        check=lambda name: None)
+    trace = chrome_trace([("sync R=3", report)])
+    names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
+    assert names == [f"sync R=3 / {t}" for t in ("ps:0", "ps:1", "worker:0", "worker:1", "worker:2",
+                                                  "chief sync loop")]

@@ -58,6 +58,14 @@ def trace_events(label: str, report: VerifyReport, pid_base: int) -> tuple[list[
         return tids[key]
 
     worker_job = p.get("worker_job", "worker")
+    # A track for every task of the cluster, in job and task order, even for a task that finished
+    # nothing in the run's window (a slowed worker whose first run was still going when the last
+    # step ended): its empty track says so, where a missing one would hide it.
+    tasks = {job: len(n) if isinstance(n, list) else int(n) for job, n in (p.get("cluster") or {}).items()}
+    tasks[worker_job] = int(p.get("workers") or 0)  # the workers that run steps
+    for job in sorted(tasks):
+        for i in range(tasks[job]):
+            pid(f"{job}:{i}")
     for r in result.get("worker_runs", []):
         proc = pid(f"{worker_job}:{r['worker']}")
         events.append({"ph": "X", "name": f"session.run #{r['run']}", "cat": "run", "pid": proc,
